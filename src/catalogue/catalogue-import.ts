@@ -1,0 +1,79 @@
+import { createReadStream } from "node:fs";
+import { createInterface } from "node:readline";
+import type { EmbeddedCatalogue } from "../stores/embedded/catalogue-store.ts";
+import { readCatalogueRecord } from "./catalogue-record.ts";
+
+export interface ImportReport {
+  readonly imported: number;
+  /** Lines that were skipped, with their 1-based line numbers. */
+  readonly skipped: readonly { readonly line: number; readonly message: string }[];
+}
+
+export interface ImportOptions {
+  /** Unix seconds written as the records' store time. */
+  readonly storedAt: number;
+  /** Called after every batch with the number of lines read so far. */
+  readonly onProgress?: (linesRead: number) => void;
+  /** Records written per transaction. */
+  readonly batchSize?: number;
+}
+
+/**
+ * Writes records into the embedded catalogue. A record that fails validation
+ * is reported with its line number and skipped; every other one is written.
+ * Writes go in batches, one transaction each.
+ */
+export async function importRecords(
+  catalogue: EmbeddedCatalogue,
+  lines: AsyncIterable<unknown> | Iterable<unknown>,
+  options: ImportOptions,
+): Promise<ImportReport> {
+  const batchSize = options.batchSize ?? 500;
+  const skipped: { line: number; message: string }[] = [];
+  let imported = 0;
+  let lineNo = 0;
+  let batch: ReturnType<typeof readCatalogueRecord>[] = [];
+  const flush = () => {
+    catalogue.transaction(() => {
+      for (const r of batch) {
+        if (r.kind === "item_detail") catalogue.storeItemDetail(r.item, r.obtainable, options.storedAt);
+        else catalogue.storePeerViewed(r.numIid, r.sid, r.items, options.storedAt);
+      }
+    });
+    imported += batch.length;
+    batch = [];
+    options.onProgress?.(lineNo);
+  };
+  for await (const entry of lines) {
+    lineNo++;
+    if (entry === undefined) continue; // a blank line
+    try {
+      if (entry instanceof SyntaxError) throw entry;
+      batch.push(readCatalogueRecord(entry));
+    } catch (e) {
+      skipped.push({ line: lineNo, message: (e as Error).message });
+    }
+    if (batch.length >= batchSize) flush();
+  }
+  flush();
+  return { imported, skipped };
+}
+
+/**
+ * The lines of an NDJSON file, parsed: a blank line yields undefined and a
+ * line that is not JSON yields its SyntaxError, so line numbers stay exact.
+ */
+export async function* readNdjson(path: string): AsyncGenerator<unknown> {
+  const rl = createInterface({ input: createReadStream(path, { encoding: "utf8" }), crlfDelay: Infinity });
+  for await (const line of rl) {
+    if (line.trim() === "") {
+      yield undefined;
+      continue;
+    }
+    try {
+      yield JSON.parse(line);
+    } catch (e) {
+      yield new SyntaxError(`not JSON: ${(e as Error).message}`);
+    }
+  }
+}

@@ -1,0 +1,81 @@
+import { fromJson, type DescMessage, type JsonObject } from "@bufbuild/protobuf";
+import { ItemDetailSchema, type ItemDetail } from "../gen/gateway/catalogue/v1/retail_pb.js";
+import { PeerViewedItemSchema, type PeerViewedItem } from "../gen/gateway/catalogue/v1/wholesale_pb.js";
+
+/**
+ * One line of a catalogue import (NDJSON), in the legacy field names:
+ * - `{"kind":"item_detail","item":{…item detail record…},"obtainable":true}`
+ *   (`obtainable` defaults to true; false makes item_get answer 2000)
+ * - `{"kind":"peer_viewed","num_iid":"…","sid":"…","item":[{…peer-viewed item…}]}`
+ *   (an empty `item` list makes the lookup answer 2000)
+ */
+export type CatalogueRecord =
+  | { readonly kind: "item_detail"; readonly item: ItemDetail; readonly obtainable: boolean }
+  | { readonly kind: "peer_viewed"; readonly numIid: string; readonly sid: string; readonly items: PeerViewedItem[] };
+
+const numericId = /^[0-9]{1,20}$/;
+const shopId = /^[A-Za-z0-9_-]{1,64}$/;
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/**
+ * Legacy records come from PHP, where an empty object and an empty list are
+ * the same array: `[]` stands for an empty map or message. Drop those so the
+ * protobuf JSON reader sees the field as unset.
+ */
+function withoutPhpEmptyArrays(desc: DescMessage, value: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [name, v] of Object.entries(value)) {
+    const field = desc.fields.find((f) => f.name === name || f.jsonName === name);
+    if (field === undefined) {
+      out[name] = v; // the JSON reader reports the unknown name
+    } else if ((field.fieldKind === "map" || field.fieldKind === "message") && Array.isArray(v) && v.length === 0) {
+      continue;
+    } else if (field.fieldKind === "message" && isObject(v)) {
+      out[name] = withoutPhpEmptyArrays(field.message, v);
+    } else if (field.fieldKind === "list" && field.listKind === "message" && Array.isArray(v)) {
+      out[name] = v.map((e) => (isObject(e) ? withoutPhpEmptyArrays(field.message, e) : e));
+    } else {
+      out[name] = v;
+    }
+  }
+  return out;
+}
+
+function readMessage<D extends DescMessage>(desc: D, value: unknown, where: string) {
+  if (!isObject(value)) throw new Error(`${where} must be an object`);
+  try {
+    return fromJson(desc, withoutPhpEmptyArrays(desc, value) as JsonObject);
+  } catch (e) {
+    throw new Error(`${where}: ${(e as Error).message}`);
+  }
+}
+
+function requireId(value: unknown, name: string, form: RegExp): string {
+  if (typeof value !== "string" || !form.test(value)) throw new Error(`${name} must be a string matching ${form.source}`);
+  return value;
+}
+
+/** Validates one parsed line; throws an Error whose message says what is wrong. */
+export function readCatalogueRecord(value: unknown): CatalogueRecord {
+  if (!isObject(value)) throw new Error("a record must be a JSON object");
+  switch (value.kind) {
+    case "item_detail": {
+      const item = readMessage(ItemDetailSchema, value.item, "item");
+      requireId(item.numIid, "item.num_iid", numericId);
+      if (value.obtainable !== undefined && typeof value.obtainable !== "boolean") throw new Error("obtainable must be true or false");
+      return { kind: "item_detail", item, obtainable: value.obtainable !== false };
+    }
+    case "peer_viewed": {
+      const numIid = requireId(value.num_iid, "num_iid", numericId);
+      const sid = requireId(value.sid, "sid", shopId);
+      if (!Array.isArray(value.item)) throw new Error("item must be a list of peer-viewed items");
+      const items = value.item.map((e, i) => readMessage(PeerViewedItemSchema, e, `item[${i}]`));
+      return { kind: "peer_viewed", numIid, sid, items };
+    }
+    default:
+      throw new Error(`kind must be "item_detail" or "peer_viewed", not ${JSON.stringify(value.kind)}`);
+  }
+}

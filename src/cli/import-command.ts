@@ -1,0 +1,39 @@
+import { SingleBar } from "cli-progress";
+import { statSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { importRecords, readNdjson } from "../catalogue/catalogue-import.ts";
+import type { GatewayConfig } from "../config.ts";
+import { openRuntime } from "../runtime.ts";
+
+export async function importCommand(config: GatewayConfig, argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: { json: { type: "boolean", default: false } } });
+  const [file] = positionals;
+  if (file === undefined) {
+    console.error("usage: gateway import FILE.ndjson [--json]");
+    return 2;
+  }
+  const bytes = statSync(file).size;
+  const runtime = openRuntime(config);
+  // A progress bar only for a person at a terminal; pipes and CI get the summary alone.
+  const bar = process.stderr.isTTY && !values.json ? new SingleBar({ format: "importing [{bar}] {percentage}% | {value} lines", stream: process.stderr }) : undefined;
+  bar?.start(Math.max(1, Math.round(bytes / 2000)), 0);
+  try {
+    const report = await importRecords(runtime.catalogue, readNdjson(file), {
+      storedAt: Math.floor(Date.now() / 1000),
+      onProgress: (lines) => {
+        bar?.setTotal(Math.max(lines, bar.getTotal()));
+        bar?.update(lines);
+      },
+    });
+    bar?.stop();
+    if (values.json) {
+      console.log(JSON.stringify(report));
+    } else {
+      for (const s of report.skipped) console.error(`line ${s.line}: ${s.message} (skipped)`);
+      console.log(`imported ${report.imported} records, skipped ${report.skipped.length}`);
+    }
+    return report.skipped.length > 0 ? 1 : 0;
+  } finally {
+    runtime.close();
+  }
+}

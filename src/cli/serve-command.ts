@@ -1,0 +1,68 @@
+import { readFileSync } from "node:fs";
+import { demoExampleIds } from "../catalogue/demo-dataset.ts";
+import type { GatewayConfig } from "../config.ts";
+import { demoAccount, openRuntime, seedDemoCatalogue } from "../runtime.ts";
+import { credentialHeaders } from "../transports/connect/catalogue-services.ts";
+import { buildApp } from "../transports/server/app.ts";
+
+function banner(base: string, tls: boolean, demo: { key: string; secret: string }): string {
+  const ids = demoExampleIds();
+  const auth = `key=${demo.key}&secret=${demo.secret}`;
+  const h2 = tls ? "--http2" : "--http2-prior-knowledge";
+  return [
+    "",
+    `Demo account   key: ${demo.key}   secret: ${demo.secret}`,
+    "(the demo secret is replaced on every start)",
+    "",
+    "Legacy query-string calls:",
+    `  curl '${base}/retail/item_get/?${auth}&num_iid=${ids.retailNumIid}&is_promotion=1'`,
+    `  curl '${base}/wholesale/item_search_peerbuy/?${auth}&num_iid=${ids.wholesaleNumIid}&sid=${ids.wholesaleSid}'`,
+    "",
+    "Connect (JSON over HTTP/1.1):",
+    `  curl -H 'content-type: application/json' -H '${credentialHeaders.key}: ${demo.key}' -H '${credentialHeaders.secret}: ${demo.secret}' \\`,
+    `    -d '{"numIid":"${ids.retailNumIid}","isPromotion":"1"}' ${base}/gateway.catalogue.v1.RetailService/ItemGet`,
+    "",
+    "gRPC (HTTP/2 on the same port):",
+    `  npx buf curl --protocol grpc ${h2} --schema . -H '${credentialHeaders.key}: ${demo.key}' -H '${credentialHeaders.secret}: ${demo.secret}' \\`,
+    `    -d '{"numIid":"${ids.wholesaleNumIid}","sid":"${ids.wholesaleSid}"}' ${base}/gateway.catalogue.v1.WholesaleService/ItemSearchPeerbuy`,
+    "",
+  ].join("\n");
+}
+
+export async function serveCommand(config: GatewayConfig, options: { demo: boolean }): Promise<number> {
+  const runtime = openRuntime(config);
+  if (options.demo && (await seedDemoCatalogue(runtime))) console.log(`seeded the demo catalogue into ${config.dataDir}`);
+  const tls = config.tlsCert !== "" ? { cert: readFileSync(config.tlsCert), key: readFileSync(config.tlsKey) } : undefined;
+  const app = await buildApp({
+    gateway: runtime.gateway,
+    logLevel: config.logLevel === "silent" ? false : config.logLevel,
+    ...(tls ? { tls } : {}),
+    maxBodyBytes: config.maxBodyBytes,
+    shutdownGraceMs: config.shutdownGraceMs,
+  });
+  await app.listen({ host: config.host, port: config.port });
+  const address = app.server.address();
+  const port = typeof address === "object" && address !== null ? address.port : config.port;
+  const host = config.host.includes(":") ? `[${config.host}]` : config.host;
+  const base = `${tls ? "https" : "http"}://${host}:${port}`;
+  console.log(`gateway listening on ${base} (legacy GET, Connect, gRPC-Web and gRPC on one port)`);
+  if (options.demo) console.log(banner(base, tls !== undefined, demoAccount(runtime)));
+
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string) => {
+      console.log(`${signal}: finishing in-flight calls, then stopping`);
+      const force = setTimeout(() => {
+        console.error("in-flight calls did not finish in time; stopping anyway");
+        process.exit(1);
+      }, config.shutdownGraceMs + 5000);
+      force.unref();
+      void app.close().then(() => {
+        runtime.close();
+        resolve();
+      });
+    };
+    process.once("SIGTERM", () => stop("SIGTERM"));
+    process.once("SIGINT", () => stop("SIGINT"));
+  });
+  return 0;
+}

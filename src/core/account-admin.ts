@@ -1,0 +1,120 @@
+import { operations, type OperationId } from "../contract/operations.ts";
+import { newKey, newSecret, sealSecret, type Account, type AccountStore, type OperationState } from "./accounts.ts";
+import { assertTimeZone, dayOf, type Clock } from "./clock.ts";
+
+/** What a new account gets unless told otherwise. */
+export interface AccountPlan {
+  name: string;
+  /** Daily call maximum. */
+  dailyMax: number;
+  /** Last day the key works, YYYY-MM-DD; empty means a year from today. */
+  expires: string;
+  zone: string;
+  /** Operations added and enabled. */
+  operations: OperationId[];
+}
+
+export const defaultPlan: AccountPlan = {
+  name: "",
+  dailyMax: 10000,
+  expires: "",
+  zone: "Asia/Shanghai",
+  operations: operations.map((op) => op.id),
+};
+
+const isoDay = /^\d{4}-\d{2}-\d{2}$/;
+
+export class AccountAdminError extends Error {
+  override name = "AccountAdminError";
+}
+
+function validDay(day: string): boolean {
+  return isoDay.test(day) && new Date(`${day}T00:00:00Z`).toISOString().slice(0, 10) === day;
+}
+
+/**
+ * Account administration over the account store: creation, status and
+ * operation switches. The CLI uses it; an admin API can use the same.
+ */
+export class AccountAdmin {
+  private readonly store: AccountStore;
+  private readonly clock: Clock;
+
+  constructor(store: AccountStore, clock: Clock) {
+    this.store = store;
+    this.clock = clock;
+  }
+
+  /** Creates an account; the secret is returned once and only its hash is kept. */
+  create(plan: Partial<AccountPlan> = {}): { account: Account; secret: string } {
+    const p = { ...defaultPlan, ...plan };
+    if (!Number.isInteger(p.dailyMax) || p.dailyMax < 0) throw new AccountAdminError("the daily maximum must be a whole number, 0 or more");
+    try {
+      assertTimeZone(p.zone);
+    } catch {
+      throw new AccountAdminError(`unknown time zone ${p.zone}`);
+    }
+    let expires = p.expires;
+    if (expires === "") {
+      const d = new Date(`${dayOf(this.clock.now(), p.zone)}T00:00:00Z`);
+      d.setUTCFullYear(d.getUTCFullYear() + 1);
+      expires = d.toISOString().slice(0, 10);
+    } else if (!validDay(expires)) {
+      throw new AccountAdminError(`the expiry must be a date as YYYY-MM-DD, not ${expires}`);
+    }
+    for (const id of p.operations) this.operation(id);
+    const secret = newSecret();
+    const account: Account = {
+      key: newKey(),
+      name: p.name,
+      ...sealSecret(secret),
+      status: "active",
+      operations: new Map(p.operations.map((id) => [id, "enabled" as OperationState])),
+      dailyMax: p.dailyMax,
+      expires,
+      zone: p.zone,
+      createdAt: this.clock.now(),
+    };
+    this.store.insert(account);
+    return { account, secret };
+  }
+
+  get(key: string): Account {
+    const account = this.store.find(key);
+    if (account === undefined) throw new AccountAdminError(`no account has the key ${key}`);
+    return account;
+  }
+
+  list(): Account[] {
+    return this.store.list();
+  }
+
+  setStatus(key: string, status: Account["status"]): Account {
+    this.get(key);
+    return this.store.update(key, { status });
+  }
+
+  /** Adds and enables, stops (4006), or removes (4012) an operation for an account. */
+  setOperation(key: string, operation: string, state: OperationState | "removed"): Account {
+    const account = this.get(key);
+    const id = this.operation(operation);
+    const next = new Map(account.operations);
+    if (state === "removed") next.delete(id);
+    else next.set(id, state);
+    return this.store.update(key, { operations: next });
+  }
+
+  /** Replaces the secret; the new one is returned once. */
+  rotateSecret(key: string): string {
+    this.get(key);
+    const secret = newSecret();
+    this.store.update(key, sealSecret(secret));
+    return secret;
+  }
+
+  private operation(name: string): OperationId {
+    const op = operations.find((o) => o.id === name || o.apiName === name);
+    if (op === undefined) throw new AccountAdminError(`no operation ${name}; operations: ${operations.map((o) => o.id).join(", ")}`);
+    return op.id;
+  }
+}

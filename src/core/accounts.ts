@@ -1,0 +1,78 @@
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import type { OperationId } from "../contract/operations.ts";
+
+/** Whether an operation added to an account may be called. */
+export type OperationState = "enabled" | "stopped";
+
+export interface Account {
+  readonly key: string;
+  readonly name: string;
+  /** sha256(salt || secret), hex. The plain secret is never stored. */
+  readonly secretHash: string;
+  readonly secretSalt: string;
+  readonly status: "active" | "stopped";
+  /** Operations added to the account; absent ones answer 4012. */
+  readonly operations: ReadonlyMap<OperationId, OperationState>;
+  /** Daily call maximum (the `max` of api_info). */
+  readonly dailyMax: number;
+  /** Last day the key works, `YYYY-MM-DD`, in the account's zone. */
+  readonly expires: string;
+  /** IANA zone whose midnight starts the account's day. */
+  readonly zone: string;
+  readonly createdAt: number;
+}
+
+export type NewAccount = Omit<Account, "secretHash" | "secretSalt" | "createdAt">;
+
+/** Where accounts live. The embedded adapter is SQLite; a shared one can follow. */
+export interface AccountStore {
+  find(key: string): Account | undefined;
+  list(): Account[];
+  insert(account: Account): void;
+  update(key: string, change: Partial<Omit<Account, "key" | "createdAt">>): Account;
+}
+
+const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+
+function randomText(length: number, chars: string): string {
+  // Rejection sampling keeps every character equally likely.
+  const limit = 256 - (256 % chars.length);
+  let out = "";
+  while (out.length < length) {
+    for (const b of randomBytes(length)) {
+      if (b < limit && out.length < length) out += chars[b % chars.length];
+    }
+  }
+  return out;
+}
+
+/** A new account key: 16 lowercase letters and digits. */
+export function newKey(): string {
+  return randomText(16, alphabet.slice(0, 26) + alphabet.slice(52));
+}
+
+/**
+ * A new secret: 40 characters, about 238 bits. Not 32 characters on purpose:
+ * the legacy signing scheme uses a 32-character secret as its own signing key,
+ * so a secret of another length keeps the signing key (its md5) distinct from
+ * the secret itself.
+ */
+export function newSecret(): string {
+  return randomText(40, alphabet);
+}
+
+export function hashSecret(secret: string, salt: string): string {
+  return createHash("sha256").update(salt).update(secret).digest("hex");
+}
+
+export function sealSecret(secret: string): { secretHash: string; secretSalt: string } {
+  const secretSalt = randomBytes(16).toString("hex");
+  return { secretHash: hashSecret(secret, secretSalt), secretSalt };
+}
+
+/** Constant-time check of a presented secret against the stored hash. */
+export function secretMatches(account: Account, presented: string): boolean {
+  const expected = Buffer.from(account.secretHash, "hex");
+  const actual = Buffer.from(hashSecret(presented, account.secretSalt), "hex");
+  return expected.length === actual.length && timingSafeEqual(expected, actual);
+}

@@ -1,0 +1,59 @@
+/** Where the core reads the time; tests inject their own. */
+export interface Clock {
+  /** Milliseconds since the Unix epoch. */
+  now(): number;
+}
+
+export const systemClock: Clock = { now: () => Date.now() };
+
+const formatters = new Map<string, Intl.DateTimeFormat>();
+
+function formatterFor(zone: string): Intl.DateTimeFormat {
+  let f = formatters.get(zone);
+  if (f === undefined) {
+    f = new Intl.DateTimeFormat("en-CA", {
+      timeZone: zone,
+      year: "numeric",
+      month: "2-digit",
+      day: "2-digit",
+      hour: "2-digit",
+      minute: "2-digit",
+      second: "2-digit",
+      hourCycle: "h23",
+    });
+    formatters.set(zone, f);
+  }
+  return f;
+}
+
+/** Throws a RangeError when the zone is not an IANA zone this runtime knows. */
+export function assertTimeZone(zone: string): void {
+  formatterFor(zone);
+}
+
+// The text changes once a second, and formatToParts is the costly step.
+const lastFormatted = new Map<string, { second: number; text: string }>();
+
+/** `YYYY-MM-DD HH:MM:SS` of the instant in the zone. */
+export function formatDateTime(ms: number, zone: string): string {
+  const second = Math.floor(ms / 1000);
+  const last = lastFormatted.get(zone);
+  if (last !== undefined && last.second === second) return last.text;
+  const p: Record<string, string> = {};
+  for (const part of formatterFor(zone).formatToParts(second * 1000)) p[part.type] = part.value;
+  const text = `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute}:${p.second}`;
+  lastFormatted.set(zone, { second, text });
+  return text;
+}
+
+/** `YYYY-MM-DD`: the calendar day of the instant in the zone. */
+export function dayOf(ms: number, zone: string): string {
+  return formatDateTime(ms, zone).slice(0, 10);
+}
+
+/** The day before a `YYYY-MM-DD` day. */
+export function previousDay(day: string): string {
+  const d = new Date(`${day}T00:00:00Z`);
+  d.setUTCDate(d.getUTCDate() - 1);
+  return d.toISOString().slice(0, 10);
+}

@@ -1,0 +1,272 @@
+import { create } from "@bufbuild/protobuf";
+import { errorCodeInfo } from "../contract/error-codes.ts";
+import type { Operation, OperationId } from "../contract/operations.ts";
+import type { ItemDetail } from "../gen/gateway/catalogue/v1/retail_pb.js";
+import { ErrorCode, StatusBlockSchema, type StatusBlock } from "../gen/gateway/catalogue/v1/status_pb.js";
+import type { PeerViewedItem } from "../gen/gateway/catalogue/v1/wholesale_pb.js";
+import { secretMatches, type Account, type AccountStore } from "./accounts.ts";
+import type { CatalogueSource, Found, NotFound } from "./catalogue-source.ts";
+import { dayOf, formatDateTime, previousDay, systemClock, type Clock } from "./clock.ts";
+import { GatewayError } from "./gateway-error.ts";
+import { createRequestIdGenerator } from "./request-id.ts";
+import type { UsageMeter } from "./usage-meter.ts";
+
+export type Transport = "legacy" | "connect" | "grpc" | "grpc-web";
+
+export interface Credentials {
+  readonly key?: string | undefined;
+  readonly secret?: string | undefined;
+}
+
+/**
+ * One call as a transport hands it to the core. Values are the legacy
+ * strings: the RPC path converts its typed fields to them, so both paths
+ * share one set of checks, in one order.
+ */
+export interface CallInput {
+  /** The operation's own arguments as received; absent ones are undefined. */
+  readonly args: Readonly<Record<string, string | undefined>>;
+  /** `yes` or `no`; undefined means yes. */
+  readonly cache?: string | undefined;
+  /** `cn`, `en` or `ru`; undefined means cn. */
+  readonly lang?: string | undefined;
+  readonly credentials: Credentials;
+  readonly transport: Transport;
+  readonly clientIp: string;
+  /** A fault the transport found in the request's form; answered 4003 once the caller is authenticated. */
+  readonly rejection?: string | undefined;
+  readonly signal?: AbortSignal | undefined;
+}
+
+export type Outcome =
+  | { readonly kind: "item-detail"; readonly operation: Operation; readonly status: StatusBlock; readonly item: ItemDetail }
+  | { readonly kind: "peer-viewed"; readonly operation: Operation; readonly status: StatusBlock; readonly item: PeerViewedItem[] }
+  | { readonly kind: "error"; readonly operation: Operation | undefined; readonly status: StatusBlock };
+
+export interface GatewayOptions {
+  /** IANA zone of `server_time` and `secache_date`. */
+  readonly timeZone: string;
+  /** Label written before `server_time`, e.g. "Beijing". */
+  readonly zoneLabel: string;
+  /** First part of every request id. */
+  readonly nodeLabel: string;
+  readonly clock: Clock;
+}
+
+export const defaultGatewayOptions: GatewayOptions = {
+  timeZone: "Asia/Shanghai",
+  zoneLabel: "Beijing",
+  nodeLabel: "gw-1",
+  clock: systemClock,
+};
+
+export interface GatewayPorts {
+  readonly accounts: AccountStore;
+  readonly usage: UsageMeter;
+  /** The source of each catalogue, by catalogue name. */
+  readonly sources: ReadonlyMap<string, CatalogueSource>;
+  readonly log?: { error(obj: unknown, msg: string): void };
+}
+
+interface CallOptions {
+  readonly useCache: boolean;
+  readonly lang: "cn" | "en" | "ru";
+}
+
+type Answer = Found<ItemDetail> | Found<PeerViewedItem[]> | NotFound;
+
+const fetchers: Record<OperationId, (source: CatalogueSource, args: Record<string, string>, signal: AbortSignal) => Promise<Answer>> = {
+  "retail/item_get": (source, args, signal) => source.itemDetail(args.num_iid!, args.is_promotion === "1", signal),
+  "wholesale/item_search_peerbuy": (source, args, signal) => source.peerViewed(args.num_iid!, args.sid!, signal),
+};
+
+const argForms = { numeric: /^[0-9]*$/, token: /^[A-Za-z0-9_-]*$/ };
+const argFormText = { numeric: "numeric text", token: "letters, digits, _ or -" };
+const maxKeyLength = 64;
+const neverAborted = new AbortController().signal;
+
+/**
+ * The gateway's core: authenticates a call, checks its arguments, asks the
+ * catalogue's source, meters the outcome and builds the status block. It
+ * knows nothing of HTTP; the Connect handlers and the legacy shim adapt it.
+ */
+export class Gateway {
+  private readonly ports: GatewayPorts;
+  private readonly options: GatewayOptions;
+  private readonly nextRequestId: () => string;
+  private memory = { at: 0, text: "" };
+
+  constructor(ports: GatewayPorts, options: Partial<GatewayOptions> = {}) {
+    this.ports = ports;
+    this.options = { ...defaultGatewayOptions, ...options };
+    this.nextRequestId = createRequestIdGenerator(this.options.nodeLabel, () => this.options.clock.now());
+  }
+
+  async call(operation: Operation, input: CallInput): Promise<Outcome> {
+    const started = performance.now();
+    const now = this.options.clock.now();
+    const requestId = this.nextRequestId();
+    let account: Account | undefined;
+    let code: ErrorCode;
+    let reason = "";
+    let answer: Answer | undefined;
+    let options: CallOptions = { useCache: true, lang: "cn" };
+    try {
+      account = this.authenticate(operation, input.credentials, now);
+      if (input.rejection !== undefined) throw new GatewayError(ErrorCode.PARAM_ERROR, input.rejection);
+      const args = checkArgs(operation, input.args);
+      options = checkOptions(input);
+      const source = this.ports.sources.get(operation.catalogue);
+      if (source === undefined) throw new GatewayError(ErrorCode.API_MAINTENANCE, `no source is configured for the ${operation.catalogue} catalogue`);
+      answer = await fetchers[operation.id](source, args, input.signal ?? neverAborted);
+      code = answer.found ? ErrorCode.SUCCESS : ErrorCode.NO_RESULT;
+      if (!answer.found) reason = answer.reason;
+    } catch (e) {
+      if (e instanceof GatewayError) {
+        code = e.code;
+        reason = e.message;
+      } else {
+        this.ports.log?.error({ err: e, requestId }, "call failed inside the gateway");
+        code = ErrorCode.SERVER_INTERNAL_ERROR;
+        reason = `internal error; quote request id ${requestId}`;
+      }
+    }
+
+    let apiInfo = "";
+    if (account !== undefined) {
+      const today = dayOf(now, account.zone);
+      if (errorCodeInfo(code).charge === "charged") this.ports.usage.recordCharged(account.key, today);
+      apiInfo = this.apiInfo(account, today);
+    }
+
+    const status = create(StatusBlockSchema, {
+      error: errorCodeInfo(code).label,
+      reason,
+      errorCode: code,
+      cache: false,
+      apiInfo,
+      serverTime: `${this.options.zoneLabel}/${formatDateTime(now, this.options.timeZone)}`,
+      callArgs: echoArgs(operation, input.args),
+      apiType: operation.catalogue,
+      requestId,
+      translateLanguage: options.lang === "cn" ? "zh-CN" : options.lang,
+      translateEngine: "",
+      // Translation engines arrive with the translation work; until then a
+      // request for en or ru is answered untranslated and says so.
+      translateStatus: options.lang === "cn" ? "" : "error",
+      translateTime: 0,
+      language: { currentLang: "cn", sourceLang: "cn" },
+      serverMemory: this.serverMemory(now),
+      clientIp: input.clientIp,
+    });
+    if (code !== ErrorCode.SUCCESS) status.success = 0;
+    status.executionTime = (performance.now() - started) / 1000;
+
+    if (answer === undefined || !answer.found) return { kind: "error", operation, status };
+    status.ddf = this.ports.sources.get(operation.catalogue)!.label;
+    status.secache = answer.token;
+    status.secacheTime = BigInt(answer.storedAt);
+    status.secacheDate = formatDateTime(answer.storedAt * 1000, this.options.timeZone);
+    if (operation.id === "retail/item_get") {
+      status.lastId = "0";
+      return { kind: "item-detail", operation, status, item: answer.value as ItemDetail };
+    }
+    const items = answer.value as PeerViewedItem[];
+    status.lastId = items.at(-1)?.numIid ?? "0";
+    return { kind: "peer-viewed", operation, status, item: items };
+  }
+
+  /**
+   * The answer to a request that reached no operation: a path that names
+   * none (4010), or a request the HTTP layer could not read (4003). Nothing
+   * is charged; there is no account to charge.
+   */
+  refuse(code: ErrorCode, apiType: string, reason: string, input: Pick<CallInput, "clientIp">): Outcome {
+    const now = this.options.clock.now();
+    const status = create(StatusBlockSchema, {
+      error: errorCodeInfo(code).label,
+      reason,
+      errorCode: code,
+      success: 0,
+      serverTime: `${this.options.zoneLabel}/${formatDateTime(now, this.options.timeZone)}`,
+      apiType,
+      requestId: this.nextRequestId(),
+      translateLanguage: "zh-CN",
+      serverMemory: this.serverMemory(now),
+      clientIp: input.clientIp,
+    });
+    return { kind: "error", operation: undefined, status };
+  }
+
+  private authenticate(operation: Operation, credentials: Credentials, now: number): Account {
+    const { key, secret } = credentials;
+    if (key === undefined || key === "") throw new GatewayError(ErrorCode.MISSING_URL_PARAM, "missing url param: key");
+    const account = key.length <= maxKeyLength ? this.ports.accounts.find(key) : undefined;
+    if (account === undefined) throw new GatewayError(ErrorCode.ACCOUNT_NOT_FOUND, "no account has this key");
+    if (secret === undefined || secret === "") throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "missing secret");
+    if (!secretMatches(account, secret)) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "the secret does not match the key");
+    if (account.status === "stopped") throw new GatewayError(ErrorCode.ACCOUNT_STOPPED, "this account is stopped");
+    if (dayOf(now, account.zone) > account.expires) {
+      throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, `the key expired on ${account.expires}`);
+    }
+    const state = account.operations.get(operation.id);
+    if (state === undefined) {
+      throw new GatewayError(ErrorCode.API_NOT_ADDED, `${operation.id} has not been added to this account`);
+    }
+    if (state === "stopped") throw new GatewayError(ErrorCode.API_STOPPED, `${operation.id} is stopped for this account`);
+    return account;
+  }
+
+  private apiInfo(account: Account, today: string): string {
+    const u = this.ports.usage.summary(account.key, today, previousDay(today));
+    const all = u.today + u.yesterday + u.before;
+    return `today:${u.today} max:${account.dailyMax} all[${all}=${u.today}+${u.yesterday}+${u.before}];expires:${account.expires}`;
+  }
+
+  /** Heap in use, sampled at most every 100 ms: reading it is not free. */
+  private serverMemory(now: number): string {
+    if (now - this.memory.at >= 100 || now < this.memory.at) {
+      this.memory = { at: now, text: `${(process.memoryUsage().heapUsed / 1048576).toFixed(2)}MB` };
+    }
+    return this.memory.text;
+  }
+}
+
+function checkArgs(operation: Operation, given: Readonly<Record<string, string | undefined>>): Record<string, string> {
+  for (const arg of operation.args) {
+    if (arg.required && (given[arg.name] ?? "") === "") {
+      throw new GatewayError(ErrorCode.MISSING_URL_PARAM, `missing url param: ${arg.name}`);
+    }
+  }
+  const args: Record<string, string> = {};
+  for (const arg of operation.args) {
+    const value = given[arg.name] ?? "";
+    const accepts = arg.accepts;
+    const ok = value.length <= arg.maxLength && (typeof accepts === "string" ? argForms[accepts].test(value) : accepts.includes(value));
+    if (!ok) {
+      const accepted =
+        typeof accepts === "string" ? `${argFormText[accepts]}, at most ${arg.maxLength} characters` : `one of ${accepts.map((v) => `"${v}"`).join(", ")}`;
+      throw new GatewayError(ErrorCode.PARAM_ERROR, `${arg.name} must be ${accepted}`);
+    }
+    args[arg.name] = value;
+  }
+  return args;
+}
+
+function checkOptions(input: CallInput): CallOptions {
+  const cache = input.cache === undefined || input.cache === "" ? "yes" : input.cache;
+  if (cache !== "yes" && cache !== "no") throw new GatewayError(ErrorCode.PARAM_ERROR, "cache must be yes or no");
+  const lang = input.lang === undefined || input.lang === "" ? "cn" : input.lang;
+  if (lang !== "cn" && lang !== "en" && lang !== "ru") throw new GatewayError(ErrorCode.PARAM_ERROR, "lang must be cn, en or ru");
+  return { useCache: cache === "yes", lang };
+}
+
+/** `call_args`: the operation's own arguments that the caller sent, in the operation's order. */
+function echoArgs(operation: Operation, given: Readonly<Record<string, string | undefined>>): Record<string, string> {
+  const echo: Record<string, string> = {};
+  for (const arg of operation.args) {
+    const value = given[arg.name];
+    if (value !== undefined) echo[arg.name] = value;
+  }
+  return echo;
+}

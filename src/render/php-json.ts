@@ -1,0 +1,95 @@
+import { PhpFloat, type PhpValue } from "./php-value.ts";
+
+export interface PhpJsonOptions {
+  /** JSON_UNESCAPED_UNICODE: write non-ASCII characters as UTF-8 (`jsonu`). */
+  readonly unescapedUnicode: boolean;
+}
+
+const hex = "0123456789abcdef";
+
+function u4(code: number): string {
+  return `\\u${hex[(code >> 12) & 15]}${hex[(code >> 8) & 15]}${hex[(code >> 4) & 15]}${hex[code & 15]}`;
+}
+
+const shortEscapes: Record<number, string> = { 8: "\\b", 9: "\\t", 10: "\\n", 12: "\\f", 13: "\\r", 34: '\\"', 47: "\\/", 92: "\\\\" };
+
+// Characters that need no escape in either mode: printable ASCII but `"`, `/`, `\`.
+const plainAscii = /^[\x20-\x21\x23-\x2e\x30-\x5b\x5d-\x7f]*$/;
+
+/**
+ * A string as PHP's json_encode writes it with default flags: `/` as `\/`,
+ * control characters escaped, non-ASCII as `\uXXXX` UTF-16 units (surrogate
+ * pairs beyond the BMP), or, with JSON_UNESCAPED_UNICODE, literal except
+ * U+2028 and U+2029, which PHP still escapes. Lone surrogates, which PHP
+ * could not have read as UTF-8, become U+FFFD.
+ */
+export function phpJsonString(s: string, options: PhpJsonOptions): string {
+  if (plainAscii.test(s)) return `"${s}"`;
+  if (!s.isWellFormed()) s = s.toWellFormed();
+  let out = '"';
+  let start = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    let escape: string | undefined;
+    if (c < 0x80) {
+      escape = shortEscapes[c] ?? (c < 0x20 ? u4(c) : undefined);
+    } else if (!options.unescapedUnicode || c === 0x2028 || c === 0x2029) {
+      escape = u4(c);
+    }
+    if (escape !== undefined) {
+      out += s.slice(start, i) + escape;
+      start = i + 1;
+    }
+  }
+  return out + s.slice(start) + '"';
+}
+
+/**
+ * A float as PHP writes it with serialize_precision = -1: the shortest text
+ * that reads back the same, in exponent form (`1.0e+25`) when the decimal
+ * point would sit more than 17 places right or 3 places left of the first
+ * digit, as php_gcvt does in its shortest (mode 0, precision 17) form.
+ */
+export function phpFloatText(n: number): string {
+  if (!Number.isFinite(n)) throw new RangeError("PHP's json_encode cannot encode INF or NAN");
+  if (n === 0) return Object.is(n, -0) ? "-0" : "0";
+  const [mantissa, exp] = n.toExponential().split("e") as [string, string];
+  const exponent = Number(exp);
+  const negative = mantissa.startsWith("-");
+  const digitsOnly = mantissa.replace("-", "").replace(".", "");
+  const decpt = exponent + 1;
+  let text: string;
+  if (decpt < -3 || decpt > 17) {
+    const frac = digitsOnly.length > 1 ? digitsOnly.slice(1) : "0";
+    text = `${digitsOnly[0]}.${frac}e${exponent < 0 ? "-" : "+"}${Math.abs(exponent)}`;
+  } else if (decpt <= 0) {
+    text = `0.${"0".repeat(-decpt)}${digitsOnly}`;
+  } else if (decpt >= digitsOnly.length) {
+    text = digitsOnly + "0".repeat(decpt - digitsOnly.length);
+  } else {
+    text = `${digitsOnly.slice(0, decpt)}.${digitsOnly.slice(decpt)}`;
+  }
+  return negative ? `-${text}` : text;
+}
+
+/** What PHP's json_encode($value) prints (compact, default flags or JSON_UNESCAPED_UNICODE). */
+export function phpJsonEncode(value: PhpValue, options: PhpJsonOptions): string {
+  if (typeof value === "string") return phpJsonString(value, options);
+  if (typeof value === "number") return String(value);
+  if (typeof value === "boolean") return value ? "true" : "false";
+  if (value === null) return "null";
+  if (value instanceof PhpFloat) return phpFloatText(value.value);
+  if (Array.isArray(value)) {
+    let out = "[";
+    for (let i = 0; i < value.length; i++) out += (i === 0 ? "" : ",") + phpJsonEncode(value[i]!, options);
+    return out + "]";
+  }
+  if (value.size === 0) return "[]";
+  let out = "{";
+  let first = true;
+  for (const [k, v] of value) {
+    out += (first ? "" : ",") + phpJsonString(k, options) + ":" + phpJsonEncode(v, options);
+    first = false;
+  }
+  return out + "}";
+}

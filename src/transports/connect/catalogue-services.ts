@@ -1,0 +1,75 @@
+import { ConnectError, createContextKey, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
+import { errorCodeInfo, fourDigits } from "../../contract/error-codes.ts";
+import { operationById, type Operation, type OperationId } from "../../contract/operations.ts";
+import type { CallInput, Gateway, Transport } from "../../core/gateway.ts";
+import { RetailService } from "../../gen/gateway/catalogue/v1/retail_pb.js";
+import { CacheMode, Lang, StatusBlockSchema, type StatusBlock } from "../../gen/gateway/catalogue/v1/status_pb.js";
+import { WholesaleService } from "../../gen/gateway/catalogue/v1/wholesale_pb.js";
+
+/** The caller's address, put into the handler context by the HTTP server. */
+export const clientIpKey = createContextKey<string>("", { description: "caller's network address" });
+
+/** Request headers (gRPC metadata) that carry an RPC caller's credentials. */
+export const credentialHeaders = { key: "x-api-key", secret: "x-api-secret" } as const;
+
+function transportOf(ctx: HandlerContext): Transport {
+  const contentType = ctx.requestHeader.get("content-type") ?? "";
+  if (contentType.startsWith("application/grpc-web")) return "grpc-web";
+  if (contentType.startsWith("application/grpc")) return "grpc";
+  return "connect";
+}
+
+// Typed options become the legacy strings; an enum number this server does not
+// know becomes a value the core rejects with 4003.
+const cacheText: Record<number, string | undefined> = { [CacheMode.UNSPECIFIED]: undefined, [CacheMode.YES]: "yes", [CacheMode.NO]: "no" };
+const langText: Record<number, string | undefined> = { [Lang.UNSPECIFIED]: undefined, [Lang.CN]: "cn", [Lang.EN]: "en", [Lang.RU]: "ru" };
+
+function option(table: Record<number, string | undefined>, value: number): string | undefined {
+  return value in table ? table[value] : `enum value ${value}`;
+}
+
+function callInput(ctx: HandlerContext, args: Record<string, string>, cache: CacheMode, lang: Lang): CallInput {
+  const given: Record<string, string | undefined> = {};
+  for (const [name, value] of Object.entries(args)) given[name] = value === "" ? undefined : value;
+  return {
+    args: given,
+    cache: option(cacheText, cache),
+    lang: option(langText, lang),
+    credentials: { key: ctx.requestHeader.get(credentialHeaders.key) ?? undefined, secret: ctx.requestHeader.get(credentialHeaders.secret) ?? undefined },
+    transport: transportOf(ctx),
+    clientIp: ctx.values.get(clientIpKey),
+    signal: ctx.signal,
+  };
+}
+
+/** A non-success outcome as an RPC error: the matching Code, and the status block as detail. */
+export function statusError(status: StatusBlock): ConnectError {
+  const code = errorCodeInfo(status.errorCode).connectCode;
+  return new ConnectError(`${fourDigits(status.errorCode)} ${status.reason}`, code, undefined, [{ desc: StatusBlockSchema, value: status }]);
+}
+
+function operation(id: OperationId): Operation {
+  return operationById.get(id)!;
+}
+
+/** The catalogue services, each RPC one call of the core. */
+export function catalogueRoutes(gateway: Gateway): (router: ConnectRouter) => void {
+  const itemGet = operation("retail/item_get");
+  const peerbuy = operation("wholesale/item_search_peerbuy");
+  return (router) => {
+    router.service(RetailService, {
+      async itemGet(req, ctx) {
+        const outcome = await gateway.call(itemGet, callInput(ctx, { num_iid: req.numIid, is_promotion: req.isPromotion }, req.cache, req.lang));
+        if (outcome.kind !== "item-detail") throw statusError(outcome.status);
+        return { item: outcome.item, status: outcome.status };
+      },
+    });
+    router.service(WholesaleService, {
+      async itemSearchPeerbuy(req, ctx) {
+        const outcome = await gateway.call(peerbuy, callInput(ctx, { num_iid: req.numIid, sid: req.sid }, req.cache, req.lang));
+        if (outcome.kind !== "peer-viewed") throw statusError(outcome.status);
+        return { item: outcome.item, status: outcome.status };
+      },
+    });
+  };
+}

@@ -1,0 +1,80 @@
+import { createContextValues } from "@connectrpc/connect";
+import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
+import Fastify, { type FastifyInstance, type FastifyServerOptions } from "fastify";
+import http2 from "node:http2";
+import type { Gateway } from "../../core/gateway.ts";
+import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
+import { catalogueRoutes, clientIpKey } from "../connect/catalogue-services.ts";
+import { legacyShim, sendLegacy, unroutableHandler } from "../legacy/legacy-shim.ts";
+import { createOnePortServer } from "./one-port-server.ts";
+import { redactUrl } from "./redact.ts";
+
+export interface AppOptions {
+  readonly gateway: Gateway;
+  /** Log level, or false for no logging. */
+  readonly logLevel?: string | false;
+  /** Where log lines go (default stdout). */
+  readonly logStream?: NodeJS.WritableStream;
+  /** PEM certificate and key: serve TLS with ALPN (h2, http/1.1) instead of cleartext. */
+  readonly tls?: { readonly cert: string | Buffer; readonly key: string | Buffer };
+  /** Largest request body on any path, legacy or RPC. */
+  readonly maxBodyBytes?: number;
+  /** How long in-flight RPCs may run once closing starts. */
+  readonly shutdownGraceMs?: number;
+}
+
+const timeouts = { keepAliveTimeoutMs: 72_000, requestTimeoutMs: 30_000, http2SessionTimeoutMs: 120_000 };
+
+/**
+ * Builds the gateway's one Fastify app: the legacy query-string shim and the
+ * Connect, gRPC-Web and gRPC services, all on one port. Tests build the same
+ * app, so what is tested is what runs.
+ */
+export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
+  const { gateway } = options;
+  const maxBodyBytes = options.maxBodyBytes ?? 1048576;
+  const tls = options.tls;
+  const serverFactory: FastifyServerOptions["serverFactory"] = tls
+    ? (handler) => http2.createSecureServer({ allowHTTP1: true, cert: tls.cert, key: tls.key }, handler as never) as never
+    : (handler) => createOnePortServer(handler, timeouts) as never;
+  const app = Fastify({
+    serverFactory,
+    routerOptions: { ignoreTrailingSlash: true },
+    bodyLimit: maxBodyBytes,
+    return503OnClosing: true,
+    logger:
+      options.logLevel === false
+        ? false
+        : {
+            level: options.logLevel ?? "info",
+            ...(options.logStream ? { stream: options.logStream } : {}),
+            serializers: {
+              req: (req: { method: string; url: string; ip?: string }) => ({ method: req.method, url: redactUrl(req.url), remoteAddress: req.ip }),
+            },
+          },
+    // A path Fastify cannot decode still gets a status block.
+    frameworkErrors: (error, req, reply) => {
+      const outcome = gateway.refuse(ErrorCode.PARAM_ERROR, "", `the request could not be read: ${error.message}`, { clientIp: req.ip });
+      void sendLegacy(reply, outcome, "json");
+    },
+  });
+
+  app.setErrorHandler((error: Error & { statusCode?: number }, req, reply) => {
+    const callerFault = error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500;
+    if (!callerFault) req.log.error({ err: error }, "request failed");
+    const outcome = callerFault
+      ? gateway.refuse(ErrorCode.PARAM_ERROR, "", `the request could not be read: ${error.message}`, { clientIp: req.ip })
+      : gateway.refuse(ErrorCode.SERVER_INTERNAL_ERROR, "", "internal error", { clientIp: req.ip });
+    return sendLegacy(reply, outcome, "json");
+  });
+  app.setNotFoundHandler(unroutableHandler(gateway));
+
+  await app.register(legacyShim(gateway));
+  await app.register(fastifyConnectPlugin, {
+    routes: catalogueRoutes(gateway),
+    readMaxBytes: maxBodyBytes,
+    shutdownTimeoutMs: options.shutdownGraceMs ?? 10_000,
+    contextValues: (req) => createContextValues().set(clientIpKey, req.ip),
+  });
+  return app;
+}

@@ -1,0 +1,66 @@
+import http from "node:http";
+import http2 from "node:http2";
+import type { Socket } from "node:net";
+
+/** The client connection preface of HTTP/2 (RFC 9113, section 3.4). */
+const h2Preface = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
+
+/** Fastify's request handler, which serves both HTTP/1.1 and HTTP/2 compatibility objects. */
+export type Handler = (req: http.IncomingMessage, res: http.ServerResponse) => void;
+
+/** Limits for the plain-text server; Fastify passes its own options. */
+export interface OnePortServerOptions {
+  keepAliveTimeoutMs: number;
+  requestTimeoutMs: number;
+  http2SessionTimeoutMs: number;
+}
+
+/**
+ * An HTTP/1.1 server that also speaks cleartext HTTP/2 with prior knowledge
+ * on the same port: the first bytes of each connection decide. HTTP/1.1
+ * serves curl, legacy callers, Connect and gRPC-Web; HTTP/2 serves gRPC.
+ * The returned object is the HTTP/1.1 server, which owns the listening socket,
+ * so Fastify's lifecycle (listen, close, idle-connection cleanup) applies to
+ * it; `closeHttp2Sessions` lets Fastify drain the HTTP/2 side on close.
+ */
+export function createOnePortServer(handler: Handler, options: OnePortServerOptions): http.Server {
+  const h1 = http.createServer(handler);
+  h1.keepAliveTimeout = options.keepAliveTimeoutMs;
+  h1.requestTimeout = options.requestTimeoutMs;
+  const h2 = http2.createServer({}, handler as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
+  const sessions = new Set<http2.ServerHttp2Session>();
+  h2.on("session", (session) => {
+    sessions.add(session);
+    session.once("close", () => sessions.delete(session));
+    session.setTimeout(options.http2SessionTimeoutMs, () => session.close());
+  });
+
+  const h1Listeners = h1.listeners("connection") as ((socket: Socket) => void)[];
+  h1.removeAllListeners("connection");
+  h1.on("connection", (socket: Socket) => {
+    let seen = Buffer.alloc(0);
+    const decide = () => {
+      let chunk: Buffer | null;
+      while ((chunk = socket.read() as Buffer | null) !== null) seen = Buffer.concat([seen, chunk]);
+      const n = Math.min(seen.length, h2Preface.length);
+      const isH2 = seen.subarray(0, n).equals(h2Preface.subarray(0, n));
+      if (isH2 && seen.length < h2Preface.length) return; // wait for the rest of the preface
+      socket.off("readable", decide);
+      socket.off("end", onEnd);
+      socket.unshift(seen);
+      if (isH2) h2.emit("connection", socket);
+      else for (const listener of h1Listeners) listener.call(h1, socket);
+    };
+    const onEnd = () => socket.destroy();
+    socket.on("readable", decide);
+    socket.on("end", onEnd);
+  });
+
+  Object.assign(h1, {
+    closeHttp2Sessions() {
+      for (const session of sessions) session.close();
+    },
+  });
+  h1.on("close", () => h2.close());
+  return h1;
+}

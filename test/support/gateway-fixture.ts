@@ -1,0 +1,60 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { FastifyInstance } from "fastify";
+import { defaultConfig, type GatewayConfig } from "../../src/config.ts";
+import type { AccountPlan } from "../../src/core/account-admin.ts";
+import type { Clock } from "../../src/core/clock.ts";
+import { demoExampleIds, demoRecords } from "../../src/catalogue/demo-dataset.ts";
+import { openRuntime, seedDemoCatalogue, type Runtime } from "../../src/runtime.ts";
+import { buildApp, type AppOptions } from "../../src/transports/server/app.ts";
+
+export interface GatewayFixture {
+  readonly base: string;
+  readonly port: number;
+  readonly app: FastifyInstance;
+  readonly runtime: Runtime;
+  readonly config: GatewayConfig;
+  /** An active account with both operations. */
+  readonly account: { readonly key: string; readonly secret: string };
+  newAccount(plan?: Partial<AccountPlan>): { key: string; secret: string };
+  close(): Promise<void>;
+}
+
+export const demo = demoExampleIds(demoRecords());
+
+/** The real app on a real loopback port, over a fresh embedded store seeded with the demo catalogue. */
+export async function startGateway(options: { clock?: Clock; app?: Partial<AppOptions> } = {}): Promise<GatewayFixture> {
+  const dataDir = mkdtempSync(join(tmpdir(), "gateway-test-"));
+  const config: GatewayConfig = { ...defaultConfig, dataDir, port: 0 };
+  const runtime = openRuntime(config, options.clock ? { clock: options.clock } : {});
+  await seedDemoCatalogue(runtime);
+  const app = await buildApp({ gateway: runtime.gateway, logLevel: false, ...options.app });
+  await app.listen({ host: "127.0.0.1", port: 0 });
+  const port = (app.server.address() as { port: number }).port;
+  const newAccount = (plan: Partial<AccountPlan> = {}) => {
+    const { account, secret } = runtime.admin.create(plan);
+    return { key: account.key, secret };
+  };
+  return {
+    base: `http://127.0.0.1:${port}`,
+    port,
+    app,
+    runtime,
+    config,
+    account: newAccount({ name: "test" }),
+    newAccount,
+    async close() {
+      await app.close();
+      runtime.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A legacy GET: the raw body and the parsed JSON. */
+export async function legacyGet(base: string, path: string, params: Record<string, string>): Promise<{ status: number; body: string; json: Record<string, unknown>; headers: Headers }> {
+  const res = await fetch(`${base}${path}?${new URLSearchParams(params)}`);
+  const body = await res.text();
+  return { status: res.status, body, json: JSON.parse(body) as Record<string, unknown>, headers: res.headers };
+}

@@ -1,0 +1,10 @@
+import { defineConfig } from "vitest/config";
+
+export default defineConfig({
+  test: {
+    include: ["test/**/*.test.ts"],
+    // Real sockets and child processes on a shared 2-core machine: generous, never a performance check.
+    testTimeout: 30_000,
+    hookTimeout: 60_000,
+  },
+});
