@@ -38,7 +38,6 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
     logLevel: config.logLevel === "silent" ? false : config.logLevel,
     ...(tls ? { tls } : {}),
     maxBodyBytes: config.maxBodyBytes,
-    shutdownGraceMs: config.shutdownGraceMs,
   });
   await app.listen({ host: config.host, port: config.port });
   const address = app.server.address();
@@ -54,7 +53,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
       const force = setTimeout(() => {
         console.error("in-flight calls did not finish in time; stopping anyway");
         process.exit(1);
-      }, config.shutdownGraceMs + 5000);
+      }, config.shutdownGraceMs);
       force.unref();
       void app.close().then(() => {
         runtime.close();

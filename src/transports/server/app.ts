@@ -19,8 +19,6 @@ export interface AppOptions {
   readonly tls?: { readonly cert: string | Buffer; readonly key: string | Buffer };
   /** Largest request body on any path, legacy or RPC. */
   readonly maxBodyBytes?: number;
-  /** How long in-flight RPCs may run once closing starts. */
-  readonly shutdownGraceMs?: number;
 }
 
 const timeouts = { keepAliveTimeoutMs: 72_000, requestTimeoutMs: 30_000, http2SessionTimeoutMs: 120_000 };
@@ -41,7 +39,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     serverFactory,
     routerOptions: { ignoreTrailingSlash: true },
     bodyLimit: maxBodyBytes,
-    return503OnClosing: true,
+    // Requests on open connections are still answered while in-flight calls drain.
+    return503OnClosing: false,
     logger:
       options.logLevel === false
         ? false
@@ -73,7 +72,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(fastifyConnectPlugin, {
     routes: catalogueRoutes(gateway),
     readMaxBytes: maxBodyBytes,
-    shutdownTimeoutMs: options.shutdownGraceMs ?? 10_000,
     contextValues: (req) => createContextValues().set(clientIpKey, req.ip),
   });
   return app;

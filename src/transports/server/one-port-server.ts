@@ -56,8 +56,19 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
     socket.on("end", onEnd);
   });
 
+  // Once closing starts, every HTTP/1.1 connection ends with its current
+  // response, and HTTP/2 sessions get a GOAWAY and end with their streams.
+  let closing = false;
+  h1.on("request", (_req: http.IncomingMessage, res: http.ServerResponse) => {
+    if (closing) res.shouldKeepAlive = false;
+    res.once("finish", () => {
+      if (closing) setImmediate(() => h1.closeIdleConnections());
+    });
+  });
+  // Fastify calls this hook by name when it starts closing.
   Object.assign(h1, {
     closeHttp2Sessions() {
+      closing = true;
       for (const session of sessions) session.close();
     },
   });

@@ -1,0 +1,78 @@
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { importRecords } from "../src/catalogue/catalogue-import.ts";
+import { demoRecords } from "../src/catalogue/demo-dataset.ts";
+import { defaultConfig } from "../src/config.ts";
+import { openRuntime, type Runtime } from "../src/runtime.ts";
+import { runCli } from "./support/cli.ts";
+
+const [retail] = demoRecords();
+const item = (numIid: string, extra: Record<string, unknown> = {}) =>
+  JSON.stringify({ kind: "item_detail", item: { ...(retail!.item as object), num_iid: numIid, ...extra } });
+
+const lines = [
+  item("700000000001"),
+  "{not json",
+  item("700000000002", { price: "cheap" }),
+  "",
+  JSON.stringify({ kind: "peer_viewed", num_iid: "710000000001", sid: "b2b-1", item: [{ num_iid: "1", price: "1.00", title: "袜子" }] }),
+  JSON.stringify({ kind: "peer_viewed", num_iid: "abc", sid: "b2b-1", item: [] }),
+  JSON.stringify({ kind: "shop" }),
+  item("700000000003", { props_list: [], seller_info: [], promo_type: null }),
+  JSON.stringify({ kind: "item_detail", item: { num_iid: "700000000004", no_such_field: 1 } }),
+  JSON.stringify({ kind: "item_detail", item: { num_iid: "700000000005", title: "下架商品" }, obtainable: false }),
+  "[1,2]",
+];
+
+let dir: string;
+let runtime: Runtime;
+
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), "gateway-import-"));
+  writeFileSync(join(dir, "items.ndjson"), `${lines.join("\n")}\n`);
+  runtime = openRuntime({ ...defaultConfig, dataDir: join(dir, "lib") });
+});
+afterAll(() => {
+  runtime.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const expectedSkips = [2, 3, 6, 7, 9, 11];
+
+describe("import", () => {
+  it("skips each bad line with its line number and imports every other line", async () => {
+    const { readNdjson } = await import("../src/catalogue/catalogue-import.ts");
+    const report = await importRecords(runtime.catalogue, readNdjson(join(dir, "items.ndjson")), { storedAt: 1_700_000_000, batchSize: 2 });
+    expect(report.skipped.map((s) => s.line)).toEqual(expectedSkips);
+    expect(report.imported).toBe(4);
+    expect(report.skipped.find((s) => s.line === 3)!.message).toMatch(/price/);
+    expect(report.skipped.find((s) => s.line === 9)!.message).toMatch(/no_such_field/);
+
+    for (const id of ["700000000001", "700000000003"]) {
+      const found = await runtime.catalogue.itemDetail(id, true);
+      expect(found.found).toBe(true);
+    }
+    const stored = await runtime.catalogue.itemDetail("700000000003", true);
+    expect(stored.found && stored.value.promoType).toBeUndefined();
+    expect(stored.found && stored.storedAt).toBe(1_700_000_000);
+    const unobtainable = await runtime.catalogue.itemDetail("700000000005", true);
+    expect(unobtainable).toEqual({ found: false, reason: "item 700000000005 cannot be obtained" });
+    expect((await runtime.catalogue.peerViewed("710000000001", "b2b-1")).found).toBe(true);
+    expect((await runtime.catalogue.itemDetail("700000000002", true)).found).toBe(false);
+  });
+
+  it("works from the CLI, reporting skipped lines and exiting 1", async () => {
+    const env = { GATEWAY_DATA_DIR: join(dir, "cli") };
+    const text = await runCli(["import", join(dir, "items.ndjson")], env);
+    expect(text.code).toBe(1);
+    expect(text.stdout).toContain("imported 4 records, skipped 6");
+    for (const line of expectedSkips) expect(text.stderr).toContain(`line ${line}:`);
+
+    const json = await runCli(["import", join(dir, "items.ndjson"), "--json"], env);
+    const report = JSON.parse(json.stdout) as { imported: number; skipped: { line: number }[] };
+    expect(report.imported).toBe(4);
+    expect(report.skipped.map((s) => s.line)).toEqual(expectedSkips);
+  });
+});

@@ -1,0 +1,133 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { root, runCli } from "./support/cli.ts";
+
+let dir: string;
+let server: ChildProcess;
+let output = "";
+let base: string;
+let demoKey: string;
+let demoSecret: string;
+let env: Record<string, string>;
+
+async function waitFor(predicate: () => boolean, what: string, ms = 20_000): Promise<void> {
+  const until = Date.now() + ms;
+  while (!predicate()) {
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}; output so far:\n${output}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function code(url: string): Promise<string> {
+  return ((await (await fetch(url)).json()) as { error_code: string }).error_code;
+}
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "gateway-serve-"));
+  env = { GATEWAY_DATA_DIR: dir, GATEWAY_PORT: "0", GATEWAY_LOG_LEVEL: "info" };
+  // What `npm start` runs, on a free port.
+  server = spawn(process.execPath, [join(root, "bin", "gateway.js"), "serve", "--demo"], {
+    cwd: root,
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  server.stdout!.on("data", (d: Buffer) => (output += d.toString()));
+  server.stderr!.on("data", (d: Buffer) => (output += d.toString()));
+  await waitFor(() => /gRPC \(HTTP\/2/.test(output) && output.includes("ItemSearchPeerbuy"), "the banner");
+  base = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(output)![1]!;
+  const demoAccount = /Demo account\s+key: (\S+)\s+secret: (\S+)/.exec(output)!;
+  demoKey = demoAccount[1]!;
+  demoSecret = demoAccount[2]!;
+});
+
+afterAll(() => {
+  server.kill("SIGKILL");
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("npm start", () => {
+  it("prints curl commands for both operations that work as printed", async () => {
+    const urls = [...output.matchAll(/curl '(http[^']+)'/g)].map((m) => m[1]!);
+    expect(urls).toHaveLength(2);
+    expect(urls[0]).toContain("/retail/item_get/");
+    expect(urls[1]).toContain("/wholesale/item_search_peerbuy/");
+    for (const url of urls) {
+      const json = (await (await fetch(url)).json()) as { error_code: string; item: unknown };
+      expect(json.error_code).toBe("0000");
+      expect(json.item).toBeTruthy();
+    }
+  });
+
+  it("never writes a secret or a key into its logs", async () => {
+    await fetch(`${base}/retail/item_get/?key=${demoKey}&secret=${demoSecret}&num_iid=1`);
+    await waitFor(() => output.includes("request completed"), "a request log line");
+    const logLines = output.split("\n").filter((l) => l.startsWith("{"));
+    expect(logLines.length).toBeGreaterThan(0);
+    for (const line of logLines) {
+      expect(line).not.toContain(demoSecret);
+      expect(line).not.toContain(demoKey);
+    }
+    expect(logLines.join("\n")).toContain("secret=%5Bredacted%5D");
+  });
+});
+
+describe("npx gateway while the server runs", () => {
+  it("creates an account whose key works at once, and switches it within a second", async () => {
+    const created = await runCli(["accounts", "create", "--json"], env, { npx: true });
+    expect(created.code).toBe(0);
+    const account = JSON.parse(created.stdout) as { key: string; secret: string; operations: Record<string, string>; max: number };
+    expect(account.key).toMatch(/^[a-z0-9]{16}$/);
+    expect(account.secret).toHaveLength(40);
+    expect(account.operations).toEqual({ "wholesale/item_search_peerbuy": "enabled", "retail/item_get": "enabled" });
+    const url = `${base}/retail/item_get/?key=${account.key}&secret=${account.secret}&num_iid=123`;
+    expect(await code(url)).toBe("2000");
+
+    const steps: [string[], string][] = [
+      [["accounts", "stop", account.key], "4007"],
+      [["accounts", "resume", account.key], "2000"],
+      [["accounts", "disable-api", account.key, "item_get"], "4006"],
+      [["accounts", "remove-api", account.key, "retail/item_get"], "4012"],
+      [["accounts", "enable-api", account.key, "item_get"], "2000"],
+    ];
+    for (const [args, expected] of steps) {
+      const r = await runCli(args, env);
+      expect(r.code, r.stderr).toBe(0);
+      const until = Date.now() + 1000;
+      let seen = await code(url);
+      while (seen !== expected && Date.now() < until) seen = await code(url);
+      expect(seen, args.join(" ")).toBe(expected);
+    }
+  });
+
+  it("lists accounts without their secrets", async () => {
+    const r = await runCli(["accounts", "list", "--json"], env);
+    const list = JSON.parse(r.stdout) as Record<string, unknown>[];
+    expect(list.some((a) => a.key === demoKey && a.name === "demo")).toBe(true);
+    expect(r.stdout).not.toContain(demoSecret);
+    for (const a of list) expect(Object.keys(a)).not.toContain("secret");
+  });
+
+  it("refuses bad input with a message and exit status 2", async () => {
+    const r = await runCli(["accounts", "create", "--expires", "next-week"], env);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain("YYYY-MM-DD");
+    const s = await runCli(["accounts", "stop", "nosuchkey"], env);
+    expect(s.code).toBe(2);
+    const bad = await runCli(["accounts", "list"], { ...env, GATEWAY_PORT: "99999", GATEWAY_TIME_ZONE: "Mars/Olympus" });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("GATEWAY_PORT");
+    expect(bad.stderr).toContain("GATEWAY_TIME_ZONE");
+  });
+});
+
+describe("stopping", () => {
+  it("exits cleanly on SIGTERM", async () => {
+    const exited = new Promise<number | null>((resolve) => server.once("exit", (c) => resolve(c)));
+    server.kill("SIGTERM");
+    expect(await exited).toBe(0);
+    expect(output).toContain("SIGTERM: finishing in-flight calls");
+  });
+});

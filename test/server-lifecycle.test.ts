@@ -1,0 +1,101 @@
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import https from "node:https";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { CatalogueSource } from "../src/core/catalogue-source.ts";
+import { Gateway } from "../src/core/gateway.ts";
+import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { ErrorCode } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { buildApp } from "../src/transports/server/app.ts";
+import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+
+let gw: GatewayFixture;
+beforeAll(async () => {
+  gw = await startGateway();
+});
+afterAll(() => gw.close());
+
+/** The gateway's core over the fixture's store, with a catalogue source that takes its time. */
+function slowGateway(delayMs: number): Gateway {
+  const real: CatalogueSource = gw.runtime.catalogue;
+  const slow: CatalogueSource = {
+    label: "slow",
+    itemDetail: async (id, promo, signal) => {
+      await new Promise((r) => setTimeout(r, delayMs));
+      return real.itemDetail(id, promo, signal);
+    },
+    peerViewed: (id, sid, signal) => real.peerViewed(id, sid, signal),
+  };
+  const accounts = { find: (k: string) => gw.runtime.admin.list().find((a) => a.key === k), list: () => [], insert: () => {}, update: () => undefined as never };
+  return new Gateway({ accounts, usage: { recordCharged: () => {}, summary: () => ({ today: 0, yesterday: 0, before: 0 }) }, sources: new Map([["retail", slow]]) });
+}
+
+describe("graceful shutdown", () => {
+  it("lets in-flight HTTP/1.1 and gRPC calls finish, and refuses new connections", async () => {
+    const app = await buildApp({ gateway: slowGateway(600), logLevel: false });
+    await app.listen({ host: "127.0.0.1", port: 0 });
+    const port = (app.server.address() as { port: number }).port;
+    const base = `http://127.0.0.1:${port}`;
+    const q = new URLSearchParams({ key: gw.account.key, secret: gw.account.secret, num_iid: demo.retailNumIid });
+    const legacy = fetch(`${base}/retail/item_get/?${q}`).then((r) => r.json() as Promise<{ error_code: string }>);
+    const rpc = createClient(RetailService, createGrpcTransport({ baseUrl: base })).itemGet(
+      { numIid: demo.retailNumIid },
+      { headers: { "x-api-key": gw.account.key, "x-api-secret": gw.account.secret } },
+    );
+    await new Promise((r) => setTimeout(r, 200));
+    const closed = app.close();
+    await new Promise((r) => setTimeout(r, 50));
+    await expect(fetch(`${base}/retail/item_get/?${q}`)).rejects.toThrow();
+    expect((await legacy).error_code).toBe("0000");
+    expect((await rpc).status?.errorCode).toBe(ErrorCode.SUCCESS);
+    await closed;
+  });
+});
+
+describe("TLS with ALPN", () => {
+  let dir: string;
+  let cert: Buffer;
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), "gateway-tls-"));
+    execFileSync("openssl", [
+      "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+      "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"),
+    ], { stdio: "ignore" });
+    cert = readFileSync(join(dir, "cert.pem"));
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("serves legacy HTTP/1.1 and gRPC over h2 on one TLS port", async () => {
+    const app = await buildApp({ gateway: gw.runtime.gateway, logLevel: false, tls: { cert, key: readFileSync(join(dir, "key.pem")) } });
+    await app.listen({ host: "127.0.0.1", port: 0 });
+    const port = (app.server.address() as { port: number }).port;
+    try {
+      const q = new URLSearchParams({ key: gw.account.key, secret: gw.account.secret, num_iid: demo.retailNumIid });
+      const legacy = await new Promise<{ alpn: string | false | null; body: string }>((resolve, reject) => {
+        https
+          .get(`https://127.0.0.1:${port}/retail/item_get/?${q}`, { ca: cert, ALPNProtocols: ["http/1.1"] } as https.RequestOptions, (res) => {
+            const alpn = (res.socket as import("node:tls").TLSSocket).alpnProtocol;
+            let body = "";
+            res.on("data", (d: Buffer) => (body += d.toString()));
+            res.on("end", () => resolve({ alpn, body }));
+          })
+          .on("error", reject);
+      });
+      expect(legacy.alpn).toBe("http/1.1");
+      expect(JSON.parse(legacy.body).error_code).toBe("0000");
+
+      const transport = createGrpcTransport({ baseUrl: `https://127.0.0.1:${port}`, nodeOptions: { ca: cert } });
+      const res = await createClient(RetailService, transport).itemGet(
+        { numIid: demo.retailNumIid },
+        { headers: { "x-api-key": gw.account.key, "x-api-secret": gw.account.secret } },
+      );
+      expect(res.item?.numIid).toBe(demo.retailNumIid);
+    } finally {
+      await app.close();
+    }
+  });
+});
