@@ -25,6 +25,8 @@ export interface GatewayConfig {
   maxBodyBytes: number;
   /** GATEWAY_SHUTDOWN_GRACE_MS: how long in-flight calls may run after a stop signal. */
   shutdownGraceMs: number;
+  /** GATEWAY_CORS_ORIGINS: origins browsers may call from, comma-separated; `*` for any, empty for none. */
+  corsOrigins: string;
 }
 
 export const defaultConfig: GatewayConfig = {
@@ -39,6 +41,7 @@ export const defaultConfig: GatewayConfig = {
   logLevel: "info",
   maxBodyBytes: 1048576,
   shutdownGraceMs: 10000,
+  corsOrigins: "*",
 };
 
 const envNames: Record<keyof GatewayConfig, string> = {
@@ -53,6 +56,7 @@ const envNames: Record<keyof GatewayConfig, string> = {
   logLevel: "GATEWAY_LOG_LEVEL",
   maxBodyBytes: "GATEWAY_MAX_BODY_BYTES",
   shutdownGraceMs: "GATEWAY_SHUTDOWN_GRACE_MS",
+  corsOrigins: "GATEWAY_CORS_ORIGINS",
 };
 
 export class ConfigError extends Error {
@@ -94,7 +98,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
 
   const where = (k: keyof GatewayConfig) => `${envNames[k]} (${k})`;
   const config = { ...defaultConfig };
-  for (const k of ["host", "dataDir", "timeZone", "zoneLabel", "nodeLabel", "tlsCert", "tlsKey", "logLevel"] as const) {
+  for (const k of ["host", "dataDir", "timeZone", "zoneLabel", "nodeLabel", "tlsCert", "tlsKey", "logLevel", "corsOrigins"] as const) {
     if (typeof raw[k] === "string") config[k] = raw[k];
     else problems.push(`${where(k)} must be text`);
   }
@@ -115,7 +119,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
   if (!logLevels.includes(config.logLevel)) problems.push(`${where("logLevel")} must be one of ${logLevels.join(", ")}`);
   if ((config.tlsCert === "") !== (config.tlsKey === "")) problems.push("GATEWAY_TLS_CERT and GATEWAY_TLS_KEY must be set together");
   if (!/^[A-Za-z0-9_-]{1,32}$/.test(config.nodeLabel)) problems.push(`${where("nodeLabel")} must be 1 to 32 letters, digits, _ or -`);
+  for (const origin of corsOriginList(config)) {
+    if (origin !== "*" && !/^https?:\/\/[^/\s]+$/.test(origin)) problems.push(`${where("corsOrigins")}: ${JSON.stringify(origin)} is not an origin such as https://shop.example.com`);
+  }
   if (problems.length > 0) throw new ConfigError(`bad configuration:\n  - ${problems.join("\n  - ")}`);
   config.dataDir = isAbsolute(config.dataDir) ? config.dataDir : resolve(config.dataDir);
   return config;
+}
+
+/** The CORS origins as a list. */
+export function corsOriginList(config: Pick<GatewayConfig, "corsOrigins">): string[] {
+  return config.corsOrigins.split(",").map((o) => o.trim()).filter((o) => o !== "");
 }

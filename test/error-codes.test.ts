@@ -125,7 +125,6 @@ describe.each(cases)("$code $name", (c) => {
 describe("legacy-only codes", () => {
   it.each([
     ["result_type not offered", "/retail/item_get/", { result_type: "yaml" }, "4003"],
-    ["result_type not yet rendered", "/retail/item_get/", { result_type: "xml" }, "4003"],
     ["repeated parameter", "/retail/item_get/?num_iid=2", {}, "4003"],
     ["array-style parameter", "/retail/item_get/?num_iid[]=2", {}, "4003"],
   ])("%s answers %s", async (_name, path, extra, code) => {

@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { demoExampleIds } from "../catalogue/demo-dataset.ts";
-import type { GatewayConfig } from "../config.ts";
+import { corsOriginList, type GatewayConfig } from "../config.ts";
 import { demoAccount, openRuntime, seedDemoCatalogue } from "../runtime.ts";
 import { credentialHeaders } from "../transports/connect/catalogue-services.ts";
 import { buildApp } from "../transports/server/app.ts";
@@ -38,6 +38,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
     logLevel: config.logLevel === "silent" ? false : config.logLevel,
     ...(tls ? { tls } : {}),
     maxBodyBytes: config.maxBodyBytes,
+    corsOrigins: corsOriginList(config),
   });
   await app.listen({ host: config.host, port: config.port });
   const address = app.server.address();

@@ -44,32 +44,44 @@ export function phpJsonString(s: string, options: PhpJsonOptions): string {
   return out + s.slice(start) + '"';
 }
 
+export interface PhpFloatStyle {
+  /** The exponent letter: json_encode writes `e`, serialize and var_export `E`. */
+  readonly exponent: "e" | "E";
+  /** Append `.0` to an integral value, as var_export does (`30.0`). */
+  readonly zeroFraction: boolean;
+}
+
+const jsonFloat: PhpFloatStyle = { exponent: "e", zeroFraction: false };
+
 /**
  * A float as PHP writes it with serialize_precision = -1: the shortest text
  * that reads back the same, in exponent form (`1.0e+25`) when the decimal
  * point would sit more than 17 places right or 3 places left of the first
  * digit, as php_gcvt does in its shortest (mode 0, precision 17) form.
  */
-export function phpFloatText(n: number): string {
-  if (!Number.isFinite(n)) throw new RangeError("PHP's json_encode cannot encode INF or NAN");
-  if (n === 0) return Object.is(n, -0) ? "-0" : "0";
-  const [mantissa, exp] = n.toExponential().split("e") as [string, string];
-  const exponent = Number(exp);
-  const negative = mantissa.startsWith("-");
-  const digitsOnly = mantissa.replace("-", "").replace(".", "");
-  const decpt = exponent + 1;
+export function phpFloatText(n: number, style: PhpFloatStyle = jsonFloat): string {
+  if (!Number.isFinite(n)) throw new RangeError("PHP's encoders cannot write INF or NAN");
   let text: string;
-  if (decpt < -3 || decpt > 17) {
-    const frac = digitsOnly.length > 1 ? digitsOnly.slice(1) : "0";
-    text = `${digitsOnly[0]}.${frac}e${exponent < 0 ? "-" : "+"}${Math.abs(exponent)}`;
-  } else if (decpt <= 0) {
-    text = `0.${"0".repeat(-decpt)}${digitsOnly}`;
-  } else if (decpt >= digitsOnly.length) {
-    text = digitsOnly + "0".repeat(decpt - digitsOnly.length);
+  if (n === 0) {
+    text = Object.is(n, -0) ? "-0" : "0";
   } else {
-    text = `${digitsOnly.slice(0, decpt)}.${digitsOnly.slice(decpt)}`;
+    const [mantissa, exp] = n.toExponential().split("e") as [string, string];
+    const exponent = Number(exp);
+    const digitsOnly = mantissa.replace("-", "").replace(".", "");
+    const decpt = exponent + 1;
+    if (decpt < -3 || decpt > 17) {
+      const frac = digitsOnly.length > 1 ? digitsOnly.slice(1) : "0";
+      text = `${digitsOnly[0]}.${frac}${style.exponent}${exponent < 0 ? "-" : "+"}${Math.abs(exponent)}`;
+    } else if (decpt <= 0) {
+      text = `0.${"0".repeat(-decpt)}${digitsOnly}`;
+    } else if (decpt >= digitsOnly.length) {
+      text = digitsOnly + "0".repeat(decpt - digitsOnly.length);
+    } else {
+      text = `${digitsOnly.slice(0, decpt)}.${digitsOnly.slice(decpt)}`;
+    }
+    if (n < 0) text = `-${text}`;
   }
-  return negative ? `-${text}` : text;
+  return style.zeroFraction && !/[.eE]/.test(text) ? `${text}.0` : text;
 }
 
 /** What PHP's json_encode($value) prints (compact, default flags or JSON_UNESCAPED_UNICODE). */

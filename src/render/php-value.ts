@@ -19,3 +19,18 @@ export class PhpFloat {
     this.value = value;
   }
 }
+
+const int64Min = -(2n ** 63n);
+const int64Max = 2n ** 63n - 1n;
+
+/**
+ * The key PHP stores for a string key: a canonical decimal integer within
+ * PHP_INT range ("123", "-5", not "0123", "-0" or "1.5") becomes an int key,
+ * as PHP does on every array write. JSON writes both kinds as strings;
+ * serialize and var_export tell them apart.
+ */
+export function phpArrayKey(key: string): string | bigint {
+  if (!/^(0|-?[1-9][0-9]*)$/.test(key) || key.length > 20) return key;
+  const n = BigInt(key);
+  return n >= int64Min && n <= int64Max ? n : key;
+}

@@ -1,36 +1,34 @@
+import fastifyCompress from "@fastify/compress";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { operations, unspecifiedApiNames, type Operation } from "../../contract/operations.ts";
 import type { Gateway, Outcome } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
+import { isLegacyFormat, legacyFormats, type LegacyFormatName } from "../../render/legacy-formats.ts";
 import { legacyResponse } from "../../render/legacy-response.ts";
-import { phpJsonEncode } from "../../render/php-json.ts";
-import { legacyQuery, type LegacyQuery } from "./legacy-query.ts";
-
-/** The result formats the legacy path renders today, by `result_type`. */
-const formats = {
-  json: { unescapedUnicode: false },
-  jsonu: { unescapedUnicode: true },
-} as const;
-type Format = keyof typeof formats;
-
-/** Formats the spec names that this gateway does not render yet. */
-const plannedFormats = ["xml", "serialize", "var_export"];
+import { legacyParams, type LegacyParams } from "./legacy-params.ts";
 
 const operationList = operations.map((op) => op.id).join(", ");
+const formatList = Object.keys(legacyFormats).join(", ");
 
-function formatOf(query: LegacyQuery): { format: Format; rejection?: string } {
-  const asked = query.get("result_type") ?? "";
+/** Methods each legacy path answers (for `Allow`). */
+export const legacyMethods = "GET, HEAD, POST, OPTIONS";
+
+/** Content types a legacy POST body may have. */
+export const legacyBodyTypes = ["application/json", "application/x-www-form-urlencoded"];
+
+function formatOf(params: LegacyParams): { format: LegacyFormatName; rejection?: string } {
+  const asked = params.get("result_type") ?? "";
   if (asked === "") return { format: "json" };
-  if (asked in formats) return { format: asked as Format };
-  const accepted = Object.keys(formats).join(", ");
-  if (plannedFormats.includes(asked)) return { format: "json", rejection: `result_type ${asked} is not available yet; accepted: ${accepted}` };
-  return { format: "json", rejection: `result_type must be one of ${accepted}` };
+  if (isLegacyFormat(asked)) return { format: asked };
+  return { format: "json", rejection: `result_type must be one of ${formatList}` };
 }
 
-export function sendLegacy(reply: FastifyReply, outcome: Outcome, format: Format): FastifyReply {
-  const body = phpJsonEncode(legacyResponse(outcome), formats[format]);
-  // Business errors travel as HTTP 200: legacy clients decide on error_code.
-  return reply.code(200).header("content-type", "application/json; charset=utf-8").send(body);
+/** Renders an outcome in a legacy format. Business errors travel as HTTP 200: legacy clients decide on error_code. */
+export function sendLegacy(reply: FastifyReply, outcome: Outcome, format: LegacyFormatName): FastifyReply {
+  const { contentType, render } = legacyFormats[format];
+  // Vary on every answer, compressed or not, so no cache serves a compressed body
+  // to a client that did not ask for one (the compressor adds it only when it compresses).
+  return reply.code(200).header("content-type", contentType).header("vary", "accept-encoding").send(render(legacyResponse(outcome)));
 }
 
 function unroutableReason(catalogue: string, apiName: string): string {
@@ -39,34 +37,46 @@ function unroutableReason(catalogue: string, apiName: string): string {
 }
 
 /**
- * The legacy query-string surface: `GET /<catalogue>/<api_name>/?key=…`,
- * with or without the trailing slash, on the paths the proto annotations
- * declare. Each request is one call of the same core the RPCs use.
+ * The legacy query-string surface: `GET /<catalogue>/<api_name>/?key=…`
+ * (or POST with the same parameters as a JSON or form body), with or without
+ * the trailing slash, on the paths the proto annotations declare. Each
+ * request is one call of the same core the RPCs use; the answer is rendered
+ * in the `result_type` asked for and compressed as `Accept-Encoding` allows.
  */
 export function legacyShim(gateway: Gateway) {
   return async function plugin(app: FastifyInstance): Promise<void> {
+    await app.register(fastifyCompress, { encodings: ["br", "gzip", "deflate"], threshold: 0 });
+    // A body is JSON or a form; Fastify's text/plain parser would let other text through.
+    app.removeContentTypeParser("text/plain");
+    app.addContentTypeParser("application/x-www-form-urlencoded", { parseAs: "string" }, (_req, body, done) => done(null, body));
+
     const handle = (operation: Operation) => async (req: FastifyRequest, reply: FastifyReply) => {
-      const query = legacyQuery(req.url);
-      const { format, rejection } = formatOf(query);
+      const params = legacyParams(req.url, req.body);
+      const { format, rejection } = formatOf(params);
       const args: Record<string, string | undefined> = {};
-      for (const arg of operation.args) args[arg.name] = query.get(arg.name);
+      for (const arg of operation.args) args[arg.name] = params.get(arg.name);
       const outcome = await gateway.call(operation, {
         args,
-        cache: query.get("cache"),
-        lang: query.get("lang"),
-        credentials: { key: query.get("key"), secret: query.get("secret") },
+        cache: params.get("cache"),
+        lang: params.get("lang"),
+        credentials: { key: params.get("key"), secret: params.get("secret") },
         transport: "legacy",
         clientIp: req.ip,
-        rejection: query.problem ?? rejection,
+        rejection: params.problem ?? rejection,
       });
       return sendLegacy(reply, outcome, format);
     };
-    for (const operation of operations) app.get(operation.path, handle(operation));
+    for (const operation of operations) {
+      app.get(operation.path, handle(operation));
+      app.post(operation.path, handle(operation));
+    }
 
-    app.get("/:catalogue/:apiName/", async (req, reply) => {
+    const unroutable = async (req: FastifyRequest, reply: FastifyReply) => {
       const { catalogue, apiName } = req.params as { catalogue: string; apiName: string };
       return sendLegacy(reply, gateway.refuse(ErrorCode.API_NOT_FOUND, catalogue, unroutableReason(catalogue, apiName), { clientIp: req.ip }), "json");
-    });
+    };
+    app.get("/:catalogue/:apiName/", unroutable);
+    app.post("/:catalogue/:apiName/", unroutable);
   };
 }
 
@@ -74,7 +84,7 @@ export function legacyShim(gateway: Gateway) {
 export function unroutableHandler(gateway: Gateway) {
   return (req: FastifyRequest, reply: FastifyReply) => {
     const path = req.url.split("?")[0]!.slice(0, 200);
-    const reason = `${req.method} ${path} is not an operation of this gateway; operations (GET): ${operationList}`;
-    return sendLegacy(reply.code(200), gateway.refuse(ErrorCode.API_NOT_FOUND, path.split("/")[1] ?? "", reason, { clientIp: req.ip }), "json");
+    const reason = `${req.method} ${path} is not an operation of this gateway; operations: ${operationList}`;
+    return sendLegacy(reply, gateway.refuse(ErrorCode.API_NOT_FOUND, path.split("/")[1] ?? "", reason, { clientIp: req.ip }), "json");
   };
 }

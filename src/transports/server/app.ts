@@ -1,11 +1,13 @@
-import { createContextValues } from "@connectrpc/connect";
+import { cors as connectCors, createContextValues } from "@connectrpc/connect";
+import fastifyCors from "@fastify/cors";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from "fastify";
 import http2 from "node:http2";
 import type { Gateway } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
-import { catalogueRoutes, clientIpKey } from "../connect/catalogue-services.ts";
-import { legacyShim, sendLegacy, unroutableHandler } from "../legacy/legacy-shim.ts";
+import { operations } from "../../contract/operations.ts";
+import { catalogueRoutes, clientIpKey, credentialHeaders } from "../connect/catalogue-services.ts";
+import { legacyBodyTypes, legacyMethods, legacyShim, sendLegacy, unroutableHandler } from "../legacy/legacy-shim.ts";
 import { createOnePortServer } from "./one-port-server.ts";
 import { redactUrl } from "./redact.ts";
 
@@ -19,6 +21,8 @@ export interface AppOptions {
   readonly tls?: { readonly cert: string | Buffer; readonly key: string | Buffer };
   /** Largest request body on any path, legacy or RPC. */
   readonly maxBodyBytes?: number;
+  /** Origins browsers may call from: a list, or ["*"] for any. Empty turns CORS off. */
+  readonly corsOrigins?: readonly string[];
 }
 
 const timeouts = { keepAliveTimeoutMs: 72_000, requestTimeoutMs: 30_000, http2SessionTimeoutMs: 120_000 };
@@ -58,16 +62,37 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     },
   });
 
-  app.setErrorHandler((error: Error & { statusCode?: number }, req, reply) => {
+  app.setErrorHandler((error: Error & { statusCode?: number; code?: string }, req, reply) => {
     const callerFault = error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500;
     if (!callerFault) req.log.error({ err: error }, "request failed");
+    const reason =
+      error.code === "FST_ERR_CTP_BODY_TOO_LARGE"
+        ? `the request body is larger than ${maxBodyBytes} bytes`
+        : error.code === "FST_ERR_CTP_INVALID_MEDIA_TYPE"
+          ? `a body must be sent as ${legacyBodyTypes.join(" or ")}`
+          : `the request could not be read: ${error.message}`;
     const outcome = callerFault
-      ? gateway.refuse(ErrorCode.PARAM_ERROR, "", `the request could not be read: ${error.message}`, { clientIp: req.ip })
+      ? gateway.refuse(ErrorCode.PARAM_ERROR, "", reason, { clientIp: req.ip })
       : gateway.refuse(ErrorCode.SERVER_INTERNAL_ERROR, "", "internal error", { clientIp: req.ip });
     return sendLegacy(reply, outcome, "json");
   });
   app.setNotFoundHandler(unroutableHandler(gateway));
 
+  // OPTIONS: say what each path allows; CORS (below) answers the request itself.
+  const legacyPaths = new Set(operations.flatMap((op) => [op.path, op.path.replace(/\/$/, "")]));
+  app.addHook("onRequest", async (req, reply) => {
+    if (req.method === "OPTIONS") reply.header("allow", legacyPaths.has(req.url.split("?")[0]!) ? legacyMethods : "GET, POST, OPTIONS");
+  });
+  const corsOrigins = options.corsOrigins ?? ["*"];
+  await app.register(fastifyCors, {
+    origin: corsOrigins.length === 0 ? false : corsOrigins.includes("*") ? "*" : [...corsOrigins],
+    methods: ["GET", "HEAD", "POST", "OPTIONS"],
+    allowedHeaders: [...connectCors.allowedHeaders, credentialHeaders.key, credentialHeaders.secret, "Authorization"],
+    exposedHeaders: [...connectCors.exposedHeaders],
+    maxAge: 7200,
+    // A plain OPTIONS (no Origin) is answered too, with its Allow header.
+    strictPreflight: false,
+  });
   await app.register(legacyShim(gateway));
   await app.register(fastifyConnectPlugin, {
     routes: catalogueRoutes(gateway),

@@ -1,0 +1,31 @@
+import { phpFloatText } from "./php-json.ts";
+import { PhpFloat, phpArrayKey, type PhpValue } from "./php-value.ts";
+
+const floatStyle = { exponent: "E", zeroFraction: false } as const;
+
+function str(s: string): string {
+  const text = s.isWellFormed() ? s : s.toWellFormed();
+  return `s:${Buffer.byteLength(text, "utf8")}:"${text}";`;
+}
+
+function key(k: string | number): string {
+  const stored = typeof k === "number" ? BigInt(k) : phpArrayKey(k);
+  return typeof stored === "bigint" ? `i:${stored};` : str(stored);
+}
+
+/** What PHP's serialize($value) prints; lengths are UTF-8 byte counts. */
+export function phpSerialize(value: PhpValue): string {
+  if (typeof value === "string") return str(value);
+  if (typeof value === "number") return `i:${value};`;
+  if (typeof value === "boolean") return value ? "b:1;" : "b:0;";
+  if (value === null) return "N;";
+  if (value instanceof PhpFloat) return `d:${phpFloatText(value.value, floatStyle)};`;
+  if (Array.isArray(value)) {
+    let out = `a:${value.length}:{`;
+    for (let i = 0; i < value.length; i++) out += `i:${i};${phpSerialize(value[i]!)}`;
+    return `${out}}`;
+  }
+  let out = `a:${value.size}:{`;
+  for (const [k, v] of value) out += key(k) + phpSerialize(v);
+  return `${out}}`;
+}

@@ -1,0 +1,194 @@
+import { execFile, execFileSync } from "node:child_process";
+import { promisify } from "node:util";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { XMLParser } from "fast-xml-parser";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { demoRecords } from "../src/catalogue/demo-dataset.ts";
+import { errorCodes } from "../src/contract/error-codes.ts";
+import { operationById } from "../src/contract/operations.ts";
+import type { CallInput } from "../src/core/gateway.ts";
+import { legacyFormats } from "../src/render/legacy-formats.ts";
+import { legacyResponse } from "../src/render/legacy-response.ts";
+import { PhpFloat, type PhpMap, type PhpValue } from "../src/render/php-value.ts";
+import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+
+// The tagged form the PHP side builds values from (test/php/oracle.php).
+type Node = { s: string } | { i: string } | { d: string } | { b: boolean } | { n: 1 } | { l: Node[] } | { m: [string, Node][] };
+
+const b64 = (s: string) => Buffer.from(s.toWellFormed(), "utf8").toString("base64");
+
+function tag(v: PhpValue): Node {
+  if (typeof v === "string") return { s: b64(v) };
+  if (typeof v === "number") return { i: String(v) };
+  if (typeof v === "boolean") return { b: v };
+  if (v === null) return { n: 1 };
+  if (v instanceof PhpFloat) return { d: Object.is(v.value, -0) ? "-0" : String(v.value) };
+  if (Array.isArray(v)) return { l: v.map(tag) };
+  return { m: [...v].map(([k, x]) => [b64(k), tag(x)] as [string, Node]) };
+}
+
+const m = (entries: [string, PhpValue][]): PhpMap => new Map(entries);
+const f = (n: number) => new PhpFloat(n);
+
+const nasty = [
+  "", "plain", "a/b\\c\"d'e", "颜色分类:白色", "🔥爆款👍🏽", "\u2028\u2029", "tab\there\nnew\r\nline",
+  "\u0000nul\u0000", "\u0001\u001f\u007f", "<tag attr=\"x\">&amp;</tag>", "]]>", "  padded  ", "\ud800 lone surrogate",
+  "x".repeat(100_000) + "尾", "é".repeat(3000), "$var {$x} \\'", "?>",
+];
+
+function syntheticCorpus(): [string, PhpMap][] {
+  return [
+    ["strings", m(nasty.map((s, i) => [`s${i}`, s]))],
+    ["floats", m([[ "zero", f(0) ], ["negzero", f(-0)], ["price", f(25.8)], ["integral", f(30)], ["third", f(1 / 3)], ["big", f(1.25e25)], ["small", f(1e-5)], ["tiny", f(5e-324)], ["huge", f(1.7976931348623157e308)], ["e17", f(1e17)], ["e16", f(1e16)], ["neg", f(-108.3)]])],
+    ["ints", m([["zero", 0], ["one", 1], ["neg", -5], ["max", Number.MAX_SAFE_INTEGER], ["min", Number.MIN_SAFE_INTEGER]])],
+    ["scalars", m([["true", true], ["false", false], ["null", null]])],
+    ["empties", m([["list", []], ["map", new Map()], ["nested", [[], new Map(), [new Map()]]]])],
+    ["keys", m([["123", "int key"], ["-5", "negative int key"], ["0123", "string key"], ["-0", "string key"], ["1.5", "k"], ["9223372036854775807", "max"], ["9223372036854775808", "past max"], ["1627207:28320", "colon"], ["", "empty key"], ["key with space", 1], ["颜色", 2], ["it's", 3], ["back\\slash", 4], ["xmlish", 5], ["nul\u0000key", 6], ["tab\tkey", 7]])],
+    ["deep", m([["a", m([["b", m([["c", [1, [2, [3, m([["d", "deep"]])]]]]])]])]])],
+  ];
+}
+
+let gw: GatewayFixture;
+let corpus: [string, PhpMap][];
+let results: { json: string; jsonu: string; serialize: string; var_export: string; xml_reads_back: boolean }[];
+let dir: string;
+
+beforeAll(async () => {
+  gw = await startGateway();
+  const input = (args: Record<string, string>, credentials = { key: gw.account.key, secret: gw.account.secret }): CallInput => ({
+    args,
+    credentials,
+    transport: "legacy",
+    clientIp: "127.0.0.1",
+  });
+  const itemGet = operationById.get("retail/item_get")!;
+  const peerbuy = operationById.get("wholesale/item_search_peerbuy")!;
+  const retailIds = demoRecords().filter((r) => r.kind === "item_detail" && r.obtainable).slice(0, 12).map((r) => (r.item as { num_iid: string }).num_iid);
+  const real: [string, PhpMap][] = [];
+  for (const id of retailIds) {
+    real.push([`item_get ${id}`, legacyResponse(await gw.runtime.gateway.call(itemGet, input({ num_iid: id, is_promotion: "1" })))]);
+  }
+  real.push(["item_get without promotion", legacyResponse(await gw.runtime.gateway.call(itemGet, input({ num_iid: demo.retailNumIid })))]);
+  real.push(["peer-viewed", legacyResponse(await gw.runtime.gateway.call(peerbuy, input({ num_iid: demo.wholesaleNumIid, sid: demo.wholesaleSid })))]);
+  real.push(["item_get 2000", legacyResponse(await gw.runtime.gateway.call(itemGet, input({ num_iid: "1" })))]);
+  real.push(["peer-viewed 2000", legacyResponse(await gw.runtime.gateway.call(peerbuy, input({ num_iid: "1", sid: "x" })))]);
+  real.push(["4005", legacyResponse(await gw.runtime.gateway.call(itemGet, input({ num_iid: "1" }, { key: gw.account.key, secret: "no" })))]);
+  for (const code of errorCodes.keys()) {
+    real.push([`refusal ${code}`, legacyResponse(gw.runtime.gateway.refuse(code, "retail", `reason for ${code} with "quotes" & 中文`, { clientIp: "::1" }))]);
+  }
+  corpus = [...real, ...syntheticCorpus()];
+
+  dir = mkdtempSync(join(tmpdir(), "php-oracle-"));
+  const file = join(dir, "corpus.json");
+  writeFileSync(file, JSON.stringify(corpus.map(([, value]) => ({ value: tag(value), xml: b64(legacyFormats.xml.render(value)) }))));
+  results = JSON.parse(execFileSync("php", [join(import.meta.dirname, "php", "oracle.php"), file], { maxBuffer: 1 << 28 }).toString()) as typeof results;
+});
+
+afterAll(async () => {
+  await gw?.close();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+describe("byte parity with PHP", () => {
+  it("covers every response shape and the edge values", () => {
+    expect(corpus.length).toBeGreaterThan(40);
+    expect(results).toHaveLength(corpus.length);
+  });
+
+  for (const format of ["json", "jsonu", "serialize", "var_export"] as const) {
+    it(`${format} is what PHP prints, for the whole corpus`, () => {
+      const mismatches: string[] = [];
+      corpus.forEach(([name, value], i) => {
+        const ours = Buffer.from(legacyFormats[format].render(value), "utf8");
+        const php = Buffer.from(results[i]![format], "base64");
+        if (!ours.equals(php)) {
+          let at = 0;
+          while (at < ours.length && ours[at] === php[at]) at++;
+          mismatches.push(`${name}: differs at byte ${at}: ours …${ours.subarray(Math.max(0, at - 30), at + 30).toString()}… php …${php.subarray(Math.max(0, at - 30), at + 30).toString()}…`);
+        }
+      });
+      expect(mismatches).toEqual([]);
+    });
+  }
+
+  it("xml reads back to the same PHP array through SimpleXML", () => {
+    const failing = corpus.filter((_, i) => !results[i]!.xml_reads_back).map(([name]) => name);
+    expect(failing).toEqual([]);
+  });
+});
+
+type XmlNode = Record<string, unknown> & { ":@"?: Record<string, string> };
+
+function fromXml(node: XmlNode, tagName: string): PhpValue {
+  const attrs = node[":@"] ?? {};
+  const children = (node[tagName] as XmlNode[]) ?? [];
+  const text = children.filter((c) => "#text" in c).map((c) => String(c["#text"])).join("");
+  switch (attrs["@_type"]) {
+    case "int":
+      return Number(text);
+    case "float":
+      return new PhpFloat(Number(text));
+    case "bool":
+      return text === "true";
+    case "null":
+      return null;
+    case "list":
+      return children.filter((c) => !("#text" in c)).map((c) => fromXml(c, "value"));
+    case "map":
+      return mapFromXml(children);
+    default:
+      return attrs["@_encoding"] === "base64" ? Buffer.from(text, "base64").toString("utf8") : text;
+  }
+}
+
+function mapFromXml(children: XmlNode[]): PhpMap {
+  const out: PhpMap = new Map();
+  for (const child of children) {
+    const name = Object.keys(child).find((k) => k !== ":@" && k !== "#text");
+    if (name === undefined) continue;
+    const attrs = child[":@"] ?? {};
+    const key = attrs["@_key-base64"] !== undefined ? Buffer.from(attrs["@_key-base64"], "base64").toString("utf8") : (attrs["@_key"] ?? name);
+    out.set(key, fromXml(child, name));
+  }
+  return out;
+}
+
+describe("xml read by a JS parser", () => {
+  it("reads back to the same value for the whole corpus", () => {
+    const parser = new XMLParser({ preserveOrder: true, ignoreAttributes: false, trimValues: false, parseTagValue: false, parseAttributeValue: false, processEntities: true, htmlEntities: true });
+    for (const [name, value] of corpus) {
+      const doc = parser.parse(legacyFormats.xml.render(value)) as XmlNode[];
+      const root = doc.find((n) => "response" in n)!;
+      const expected = JSON.parse(JSON.stringify([...value].map(([k, v]) => [k, normalise(v)])));
+      const actual = JSON.parse(JSON.stringify([...mapFromXml(root.response as XmlNode[])].map(([k, v]) => [k, normalise(v)])));
+      expect(actual, name).toEqual(expected);
+    }
+  });
+});
+
+/** A comparable form: Maps as entry lists, floats tagged, strings as PHP would hold them. */
+function normalise(v: PhpValue): unknown {
+  if (v instanceof PhpFloat) return { float: Object.is(v.value, -0) ? 0 : v.value };
+  if (typeof v === "string") return v.toWellFormed();
+  if (Array.isArray(v)) return v.map(normalise);
+  if (v instanceof Map) return [...v].map(([k, x]) => [k, normalise(x)]);
+  return v;
+}
+
+describe("a PHP client against the running gateway", () => {
+  it("decodes json, jsonu, serialize, var_export and xml of the same calls to the same data", async () => {
+    // Asynchronous: the gateway answering PHP runs in this process.
+    const { stdout: out } = await promisify(execFile)(
+      "php",
+      [join(import.meta.dirname, "php", "client.php"), gw.base, gw.account.key, gw.account.secret, demo.retailNumIid, demo.wholesaleNumIid, demo.wholesaleSid],
+      { encoding: "utf8" },
+    );
+    expect(out).toContain("item_get: error_code 0000");
+    expect(out).toContain("peerbuy: error_code 0000");
+    expect(out).toContain("not found: error_code 2000");
+    expect(out).toContain("bad secret: error_code 4005");
+    expect(out).toContain("all formats agree");
+  });
+});

@@ -1,0 +1,64 @@
+<?php
+// Plays a legacy PHP caller against a running gateway: fetches the same call
+// in every result_type with curl (gzip on, as those callers do), decodes each
+// the way such scripts do, and checks that they all hold the same data.
+// Fields that differ between two calls by design are set aside.
+// Usage: php client.php BASE KEY SECRET RETAIL_NUM_IID WHOLESALE_NUM_IID WHOLESALE_SID
+
+[$_, $base, $key, $secret, $retailId, $wholesaleId, $sid] = $argv;
+$perCall = ['request_id', 'execution_time', 'server_time', 'server_memory', 'api_info'];
+
+function fetch(string $url): string {
+    $ch = curl_init($url);
+    curl_setopt_array($ch, [CURLOPT_RETURNTRANSFER => true, CURLOPT_ENCODING => 'gzip', CURLOPT_TIMEOUT => 20]);
+    $body = curl_exec($ch);
+    if ($body === false) throw new Exception('curl: ' . curl_error($ch));
+    curl_close($ch);
+    return $body;
+}
+
+function xml_value(SimpleXMLElement $e) {
+    switch ((string) $e['type']) {
+        case 'int': return (int) (string) $e;
+        case 'float': return (float) (string) $e;
+        case 'bool': return (string) $e === 'true';
+        case 'null': return null;
+        case 'list': $o = []; foreach ($e->children() as $c) $o[] = xml_value($c); return $o;
+        case 'map': return xml_map($e);
+        default: return (string) $e['encoding'] === 'base64' ? base64_decode((string) $e) : (string) $e;
+    }
+}
+function xml_map(SimpleXMLElement $e): array {
+    $o = [];
+    foreach ($e->children() as $name => $c) {
+        $k = isset($c['key-base64']) ? base64_decode((string) $c['key-base64']) : (isset($c['key']) ? (string) $c['key'] : $name);
+        $o[$k] = xml_value($c);
+    }
+    return $o;
+}
+
+$calls = [
+    'item_get' => "$base/retail/item_get/?" . http_build_query(['key' => $key, 'secret' => $secret, 'num_iid' => $retailId, 'is_promotion' => '1']),
+    'peerbuy' => "$base/wholesale/item_search_peerbuy/?" . http_build_query(['key' => $key, 'secret' => $secret, 'num_iid' => $wholesaleId, 'sid' => $sid]),
+    'not found' => "$base/retail/item_get/?" . http_build_query(['key' => $key, 'secret' => $secret, 'num_iid' => '1']),
+    'bad secret' => "$base/wholesale/item_search_peerbuy/?" . http_build_query(['key' => $key, 'secret' => 'wrong', 'num_iid' => '1', 'sid' => '1']),
+];
+$failures = [];
+foreach ($calls as $name => $url) {
+    $serialized = unserialize(fetch("$url&result_type=serialize"), ['allowed_classes' => false]);
+    $json = json_decode(fetch("$url&result_type=json"), true, 512, JSON_THROW_ON_ERROR);
+    $jsonu = json_decode(fetch("$url&result_type=jsonu"), true, 512, JSON_THROW_ON_ERROR);
+    $exported = eval('return ' . fetch("$url&result_type=var_export") . ';');
+    $xml = xml_map(simplexml_load_string(fetch("$url&result_type=xml")));
+    foreach ([&$serialized, &$json, &$jsonu, &$exported, &$xml] as &$v) foreach ($perCall as $k) unset($v[$k]);
+    unset($v);
+    if (!is_array($serialized) || !isset($serialized['error_code'])) $failures[] = "$name: serialize did not decode to a response";
+    // JSON cannot tell 30 from 30.0, so it is compared loosely; the PHP formats strictly.
+    if ($json != $serialized) $failures[] = "$name: json_decode != unserialize";
+    if ($jsonu != $json) $failures[] = "$name: jsonu != json";
+    if ($exported !== $serialized) $failures[] = "$name: var_export !== unserialize";
+    if ($xml !== $serialized) $failures[] = "$name: xml !== unserialize";
+    echo "$name: error_code {$serialized['error_code']}\n";
+}
+if ($failures) { fwrite(STDERR, implode("\n", $failures) . "\n"); exit(1); }
+echo "all formats agree\n";
