@@ -62,10 +62,14 @@ export async function importRecords(
 /**
  * The lines of an NDJSON file, parsed: a blank line yields undefined and a
  * line that is not JSON yields its SyntaxError, so line numbers stay exact.
+ * `onBytes` hears how many bytes of the file have been read.
  */
-export async function* readNdjson(path: string): AsyncGenerator<unknown> {
+export async function* readNdjson(path: string, onBytes?: (bytes: number) => void): AsyncGenerator<unknown> {
   const rl = createInterface({ input: createReadStream(path, { encoding: "utf8" }), crlfDelay: Infinity });
+  let bytes = 0;
   for await (const line of rl) {
+    bytes += Buffer.byteLength(line, "utf8") + 1;
+    onBytes?.(bytes);
     if (line.trim() === "") {
       yield undefined;
       continue;

@@ -15,15 +15,13 @@ export async function importCommand(config: GatewayConfig, argv: string[]): Prom
   const bytes = statSync(file).size;
   const runtime = openRuntime(config);
   // A progress bar only for a person at a terminal; pipes and CI get the summary alone.
-  const bar = process.stderr.isTTY && !values.json ? new SingleBar({ format: "importing [{bar}] {percentage}% | {value} lines", stream: process.stderr }) : undefined;
-  bar?.start(Math.max(1, Math.round(bytes / 2000)), 0);
+  const bar = process.stderr.isTTY && !values.json ? new SingleBar({ format: "importing [{bar}] {percentage}% | {lines} lines", stream: process.stderr }) : undefined;
+  bar?.start(Math.max(1, bytes), 0, { lines: 0 });
+  let bytesRead = 0;
   try {
-    const report = await importRecords(runtime.catalogue, readNdjson(file), {
+    const report = await importRecords(runtime.catalogue, readNdjson(file, (b) => (bytesRead = b)), {
       storedAt: Math.floor(Date.now() / 1000),
-      onProgress: (lines) => {
-        bar?.setTotal(Math.max(lines, bar.getTotal()));
-        bar?.update(lines);
-      },
+      onProgress: (lines) => bar?.update(Math.min(bytesRead, bytes), { lines }),
     });
     bar?.stop();
     if (values.json) {
