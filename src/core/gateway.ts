@@ -2,7 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { errorCodeInfo } from "../contract/error-codes.ts";
 import type { Operation, OperationId } from "../contract/operations.ts";
 import type { ItemDetail } from "../gen/gateway/catalogue/v1/retail_pb.js";
-import { ErrorCode, StatusBlockSchema, type StatusBlock } from "../gen/gateway/catalogue/v1/status_pb.js";
+import { ErrorCode, LanguageInfoSchema, StatusBlockSchema, type StatusBlock } from "../gen/gateway/catalogue/v1/status_pb.js";
 import type { PeerViewedItem } from "../gen/gateway/catalogue/v1/wholesale_pb.js";
 import { secretMatches, type Account, type AccountStore } from "./accounts.ts";
 import type { CatalogueSource, Found, NotFound } from "./catalogue-source.ts";
@@ -139,27 +139,16 @@ export class Gateway {
       apiInfo = this.apiInfo(account, today);
     }
 
-    const status = create(StatusBlockSchema, {
-      error: errorCodeInfo(code).label,
-      reason,
-      errorCode: code,
-      cache: false,
-      apiInfo,
-      serverTime: `${this.options.zoneLabel}/${formatDateTime(now, this.options.timeZone)}`,
-      callArgs: echoArgs(operation, input.args),
-      apiType: operation.catalogue,
-      requestId,
-      translateLanguage: options.lang === "cn" ? "zh-CN" : options.lang,
-      translateEngine: "",
-      // Translation engines arrive with the translation work; until then a
-      // request for en or ru is answered untranslated and says so.
-      translateStatus: options.lang === "cn" ? "" : "error",
-      translateTime: 0,
-      language: { currentLang: "cn", sourceLang: "cn" },
-      serverMemory: this.serverMemory(now),
-      clientIp: input.clientIp,
-    });
-    if (code !== ErrorCode.SUCCESS) status.success = 0;
+    const status = this.statusBlock(code, reason, now, requestId, operation.catalogue, input.clientIp);
+    status.apiInfo = apiInfo;
+    status.callArgs = echoArgs(operation, input.args);
+    // Translation engines arrive with the translation work; until then a
+    // request for en or ru is answered untranslated and says so.
+    if (options.lang !== "cn") {
+      status.translateLanguage = options.lang;
+      status.translateStatus = "error";
+    }
+    status.language = create(LanguageInfoSchema, { currentLang: "cn", sourceLang: "cn" });
     status.executionTime = (performance.now() - started) / 1000;
 
     if (answer === undefined || !answer.found) return { kind: "error", operation, status };
@@ -183,19 +172,25 @@ export class Gateway {
    */
   refuse(code: ErrorCode, apiType: string, reason: string, input: Pick<CallInput, "clientIp">): Outcome {
     const now = this.options.clock.now();
+    const status = this.statusBlock(code, reason, now, this.nextRequestId(), apiType, input.clientIp);
+    return { kind: "error", operation: undefined, status };
+  }
+
+  /** The fields every status block has, whatever the outcome. */
+  private statusBlock(code: ErrorCode, reason: string, now: number, requestId: string, apiType: string, clientIp: string): StatusBlock {
     const status = create(StatusBlockSchema, {
       error: errorCodeInfo(code).label,
       reason,
       errorCode: code,
-      success: 0,
       serverTime: `${this.options.zoneLabel}/${formatDateTime(now, this.options.timeZone)}`,
       apiType,
-      requestId: this.nextRequestId(),
+      requestId,
       translateLanguage: "zh-CN",
       serverMemory: this.serverMemory(now),
-      clientIp: input.clientIp,
+      clientIp,
     });
-    return { kind: "error", operation: undefined, status };
+    if (code !== ErrorCode.SUCCESS) status.success = 0;
+    return status;
   }
 
   private authenticate(operation: Operation, credentials: Credentials, now: number): Account {

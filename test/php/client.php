@@ -17,25 +17,7 @@ function fetch(string $url): string {
     return $body;
 }
 
-function xml_value(SimpleXMLElement $e) {
-    switch ((string) $e['type']) {
-        case 'int': return (int) (string) $e;
-        case 'float': return (float) (string) $e;
-        case 'bool': return (string) $e === 'true';
-        case 'null': return null;
-        case 'list': $o = []; foreach ($e->children() as $c) $o[] = xml_value($c); return $o;
-        case 'map': return xml_map($e);
-        default: return (string) $e['encoding'] === 'base64' ? base64_decode((string) $e) : (string) $e;
-    }
-}
-function xml_map(SimpleXMLElement $e): array {
-    $o = [];
-    foreach ($e->children() as $name => $c) {
-        $k = isset($c['key-base64']) ? base64_decode((string) $c['key-base64']) : (isset($c['key']) ? (string) $c['key'] : $name);
-        $o[$k] = xml_value($c);
-    }
-    return $o;
-}
+require __DIR__ . '/xml-mapping.php';
 
 $calls = [
     'item_get' => "$base/retail/item_get/?" . http_build_query(['key' => $key, 'secret' => $secret, 'num_iid' => $retailId, 'is_promotion' => '1']),
