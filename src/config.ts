@@ -27,6 +27,8 @@ export interface GatewayConfig {
   shutdownGraceMs: number;
   /** GATEWAY_CORS_ORIGINS: origins browsers may call from, comma-separated; `*` for any, empty for none. */
   corsOrigins: string;
+  /** GATEWAY_LEDGER_COMMIT_MS: how long a ledger row may wait for its group commit. */
+  ledgerCommitMs: number;
 }
 
 export const defaultConfig: GatewayConfig = {
@@ -42,6 +44,7 @@ export const defaultConfig: GatewayConfig = {
   maxBodyBytes: 1048576,
   shutdownGraceMs: 10000,
   corsOrigins: "*",
+  ledgerCommitMs: 2,
 };
 
 const envNames: Record<keyof GatewayConfig, string> = {
@@ -57,6 +60,7 @@ const envNames: Record<keyof GatewayConfig, string> = {
   maxBodyBytes: "GATEWAY_MAX_BODY_BYTES",
   shutdownGraceMs: "GATEWAY_SHUTDOWN_GRACE_MS",
   corsOrigins: "GATEWAY_CORS_ORIGINS",
+  ledgerCommitMs: "GATEWAY_LEDGER_COMMIT_MS",
 };
 
 export class ConfigError extends Error {
@@ -108,6 +112,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
   const body = integer(raw.maxBodyBytes, 1024, 1 << 30);
   if (body === undefined) problems.push(`${where("maxBodyBytes")} must be a whole number of bytes from 1024 to 1073741824`);
   else config.maxBodyBytes = body;
+  const commit = integer(raw.ledgerCommitMs, 0, 1000);
+  if (commit === undefined) problems.push(`${where("ledgerCommitMs")} must be a whole number of milliseconds up to 1000`);
+  else config.ledgerCommitMs = commit;
   const grace = integer(raw.shutdownGraceMs, 0, 600000);
   if (grace === undefined) problems.push(`${where("shutdownGraceMs")} must be a whole number of milliseconds up to 600000`);
   else config.shutdownGraceMs = grace;

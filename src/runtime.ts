@@ -8,13 +8,18 @@ import { Gateway } from "./core/gateway.ts";
 import { SqliteAccountStore } from "./stores/embedded/account-store.ts";
 import { EmbeddedCatalogue } from "./stores/embedded/catalogue-store.ts";
 import { openDatabase } from "./stores/embedded/sqlite-database.ts";
-import { SqliteUsageMeter } from "./stores/embedded/usage-meter.ts";
+import { SqliteMeter } from "./stores/embedded/sqlite-meter.ts";
+import { SqliteOperatorSwitches } from "./stores/embedded/operator-switches.ts";
 
 /** The gateway's parts, wired to the embedded store under the data directory. */
 export interface Runtime {
   readonly gateway: Gateway;
+  readonly accounts: SqliteAccountStore;
   readonly admin: AccountAdmin;
+  readonly meter: SqliteMeter;
+  readonly switches: SqliteOperatorSwitches;
   readonly catalogue: EmbeddedCatalogue;
+  /** Commits every queued ledger row, then closes the store. */
   close(): void;
 }
 
@@ -32,11 +37,24 @@ export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {})
   const db = openDatabase(databasePath(config));
   const accounts = new SqliteAccountStore(db);
   const catalogue = new EmbeddedCatalogue(db);
+  const meter = new SqliteMeter(db, { commitIntervalMs: config.ledgerCommitMs });
+  const switches = new SqliteOperatorSwitches(db);
   const gateway = new Gateway(
-    { accounts, usage: new SqliteUsageMeter(db), sources: new Map([["retail", catalogue], ["wholesale", catalogue]]), log: options.log },
-    { timeZone: config.timeZone, zoneLabel: config.zoneLabel, nodeLabel: config.nodeLabel, clock },
+    { accounts, meter, switches, sources: new Map([["retail", catalogue], ["wholesale", catalogue]]), log: options.log },
+    { timeZone: config.timeZone, zoneLabel: config.zoneLabel, nodeLabel: config.nodeLabel, clock, lastRequestId: meter.lastRequestId() },
   );
-  return { gateway, admin: new AccountAdmin(accounts, clock), catalogue, close: () => db.close() };
+  return {
+    gateway,
+    accounts,
+    admin: new AccountAdmin(accounts, clock),
+    meter,
+    switches,
+    catalogue,
+    close: () => {
+      meter.flush();
+      db.close();
+    },
+  };
 }
 
 /** Seeds the demo catalogue into an empty embedded store. Returns whether it did. */

@@ -76,7 +76,7 @@ beforeAll(async () => {
   real.push(["peer-viewed 2000", legacyResponse(await gw.runtime.gateway.call(peerbuy, input({ num_iid: "1", sid: "x" })))]);
   real.push(["4005", legacyResponse(await gw.runtime.gateway.call(itemGet, input({ num_iid: "1" }, { key: gw.account.key, secret: "no" })))]);
   for (const code of errorCodes.keys()) {
-    real.push([`refusal ${code}`, legacyResponse(gw.runtime.gateway.refuse(code, "retail", `reason for ${code} with "quotes" & 中文`, { clientIp: "::1" }))]);
+    real.push([`refusal ${code}`, legacyResponse(await gw.runtime.gateway.refuse(code, "retail", `reason for ${code} with "quotes" & 中文`, { clientIp: "::1", transport: "legacy" }))]);
   }
   corpus = [...real, ...syntheticCorpus()];
 

@@ -4,7 +4,6 @@ import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } f
 import { createConnectTransport as createWebTransport } from "@connectrpc/connect-web";
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Gateway } from "../src/core/gateway.ts";
 import type { CatalogueSource } from "../src/core/catalogue-source.ts";
 import { ItemGetRequestSchema, ItemGetResponseSchema, RetailService, type ItemGetResponse } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { ErrorCode, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
@@ -123,13 +122,7 @@ describe("handlers alone (in-memory router transport)", () => {
       peerViewed: () => Promise.reject(new Error("disk on fire")),
     };
     const logged: unknown[] = [];
-    const accounts = gw.runtime.admin;
-    const core = new Gateway({
-      accounts: { find: (k) => (k === gw.account.key ? accounts.get(k) : undefined), list: () => [], insert: () => {}, update: () => accounts.get(gw.account.key) },
-      usage: { recordCharged: () => {}, summary: () => ({ today: 0, yesterday: 0, before: 0 }) },
-      sources: new Map([["retail", failing], ["wholesale", failing]]),
-      log: { error: (obj) => logged.push(obj) },
-    });
+    const core = gw.gatewayWith(new Map([["retail", failing], ["wholesale", failing]]), { error: (obj) => logged.push(obj) });
     const client = createClient(RetailService, createRouterTransport(catalogueRoutes(core)));
     const err = await client.itemGet({ numIid: "1" }, { headers }).then(() => undefined, ConnectError.from);
     expect(err?.code).toBe(Code.Internal);

@@ -7,7 +7,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { CatalogueSource } from "../src/core/catalogue-source.ts";
-import { Gateway } from "../src/core/gateway.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { ErrorCode } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { buildApp } from "../src/transports/server/app.ts";
@@ -20,7 +19,7 @@ beforeAll(async () => {
 afterAll(() => gw.close());
 
 /** The gateway's core over the fixture's store, with a catalogue source that takes its time. */
-function slowGateway(delayMs: number): Gateway {
+function slowGateway(delayMs: number) {
   const real: CatalogueSource = gw.runtime.catalogue;
   const slow: CatalogueSource = {
     label: "slow",
@@ -30,8 +29,7 @@ function slowGateway(delayMs: number): Gateway {
     },
     peerViewed: (id, sid, signal) => real.peerViewed(id, sid, signal),
   };
-  const accounts = { find: (k: string) => gw.runtime.admin.list().find((a) => a.key === k), list: () => [], insert: () => {}, update: () => undefined as never };
-  return new Gateway({ accounts, usage: { recordCharged: () => {}, summary: () => ({ today: 0, yesterday: 0, before: 0 }) }, sources: new Map([["retail", slow]]) });
+  return gw.gatewayWith(new Map([["retail", slow]]));
 }
 
 describe("graceful shutdown", () => {

@@ -1,12 +1,19 @@
 import { operations, type OperationId } from "../contract/operations.ts";
 import { newKey, newSecret, sealSecret, type Account, type AccountStore, type OperationState } from "./accounts.ts";
 import { assertTimeZone, dayOf, type Clock } from "./clock.ts";
+import type { Micros } from "./money.ts";
 
 /** What a new account gets unless told otherwise. */
 export interface AccountPlan {
   name: string;
   /** Daily call maximum. */
   dailyMax: number;
+  /** Calls in flight at once. */
+  concurrency: number;
+  /** Opening prepaid balance; undefined: not billed by balance. */
+  balance: Micros | undefined;
+  /** Price of a charged call, per operation. */
+  prices: ReadonlyMap<OperationId, Micros>;
   /** Last day the key works, YYYY-MM-DD; empty means a year from today. */
   expires: string;
   zone: string;
@@ -17,6 +24,9 @@ export interface AccountPlan {
 export const defaultPlan: AccountPlan = {
   name: "",
   dailyMax: 10000,
+  concurrency: 20,
+  balance: undefined,
+  prices: new Map(),
   expires: "",
   zone: "Asia/Shanghai",
   operations: operations.map((op) => op.id),
@@ -30,6 +40,17 @@ export class AccountAdminError extends Error {
 
 function validDay(day: string): boolean {
   return isoDay.test(day) && new Date(`${day}T00:00:00Z`).toISOString().slice(0, 10) === day;
+}
+
+function checkLimits(p: Pick<AccountPlan, "dailyMax" | "concurrency" | "expires" | "zone">): void {
+  if (!Number.isSafeInteger(p.dailyMax) || p.dailyMax < 0) throw new AccountAdminError("the daily maximum must be a whole number, 0 or more");
+  if (!Number.isSafeInteger(p.concurrency) || p.concurrency < 1) throw new AccountAdminError("the concurrency limit must be a whole number, 1 or more");
+  if (p.expires !== "" && !validDay(p.expires)) throw new AccountAdminError(`the expiry must be a date as YYYY-MM-DD, not ${p.expires}`);
+  try {
+    assertTimeZone(p.zone);
+  } catch {
+    throw new AccountAdminError(`unknown time zone ${p.zone}`);
+  }
 }
 
 /**
@@ -48,21 +69,16 @@ export class AccountAdmin {
   /** Creates an account; the secret is returned once and only its hash is kept. */
   create(plan: Partial<AccountPlan> = {}): { account: Account; secret: string } {
     const p = { ...defaultPlan, ...plan };
-    if (!Number.isInteger(p.dailyMax) || p.dailyMax < 0) throw new AccountAdminError("the daily maximum must be a whole number, 0 or more");
-    try {
-      assertTimeZone(p.zone);
-    } catch {
-      throw new AccountAdminError(`unknown time zone ${p.zone}`);
-    }
+    checkLimits(p);
     let expires = p.expires;
     if (expires === "") {
       const d = new Date(`${dayOf(this.clock.now(), p.zone)}T00:00:00Z`);
       d.setUTCFullYear(d.getUTCFullYear() + 1);
       expires = d.toISOString().slice(0, 10);
-    } else if (!validDay(expires)) {
-      throw new AccountAdminError(`the expiry must be a date as YYYY-MM-DD, not ${expires}`);
     }
     for (const id of p.operations) this.operation(id);
+    for (const id of p.prices.keys()) this.operation(id);
+    if (p.balance !== undefined && p.balance < 0n) throw new AccountAdminError("the opening balance cannot be negative");
     const secret = newSecret();
     const account: Account = {
       key: newKey(),
@@ -71,6 +87,9 @@ export class AccountAdmin {
       status: "active",
       operations: new Map(p.operations.map((id) => [id, "enabled" as OperationState])),
       dailyMax: p.dailyMax,
+      concurrency: p.concurrency,
+      balance: p.balance,
+      prices: new Map(p.prices),
       expires,
       zone: p.zone,
       createdAt: this.clock.now(),
@@ -104,6 +123,30 @@ export class AccountAdmin {
     return this.store.update(key, { operations: next });
   }
 
+  /** Changes the daily maximum, concurrency, expiry or zone; what is not given stays. */
+  setPlan(key: string, plan: Partial<Pick<AccountPlan, "dailyMax" | "concurrency" | "expires" | "zone">>): Account {
+    const account = this.get(key);
+    const next = { dailyMax: plan.dailyMax ?? account.dailyMax, concurrency: plan.concurrency ?? account.concurrency, expires: plan.expires ?? account.expires, zone: plan.zone ?? account.zone };
+    checkLimits(next);
+    return this.store.update(key, next);
+  }
+
+  /** Adds a positive amount to the balance (an unbilled account becomes prepaid). */
+  topUp(key: string, amount: Micros): Account {
+    this.get(key);
+    if (amount <= 0n) throw new AccountAdminError("a top-up must be more than 0");
+    return this.store.adjustBalance(key, amount);
+  }
+
+  /** Sets the price of a charged call of one operation for the account. */
+  setPrice(key: string, operation: string, price: Micros): Account {
+    const account = this.get(key);
+    if (price < 0n) throw new AccountAdminError("a price cannot be negative");
+    const prices = new Map(account.prices);
+    prices.set(this.operation(operation), price);
+    return this.store.update(key, { prices });
+  }
+
   /** Replaces the secret; the new one is returned once. */
   rotateSecret(key: string): string {
     this.get(key);
@@ -112,7 +155,7 @@ export class AccountAdmin {
     return secret;
   }
 
-  private operation(name: string): OperationId {
+  operation(name: string): OperationId {
     const op = operations.find((o) => o.id === name || o.apiName === name);
     if (op === undefined) throw new AccountAdminError(`no operation ${name}; operations: ${operations.map((o) => o.id).join(", ")}`);
     return op.id;

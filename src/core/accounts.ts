@@ -1,5 +1,6 @@
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import type { OperationId } from "../contract/operations.ts";
+import type { Micros } from "./money.ts";
 
 /** Whether an operation added to an account may be called. */
 export type OperationState = "enabled" | "stopped";
@@ -13,8 +14,18 @@ export interface Account {
   readonly status: "active" | "stopped";
   /** Operations added to the account; absent ones answer 4012. */
   readonly operations: ReadonlyMap<OperationId, OperationState>;
-  /** Daily call maximum (the `max` of api_info). */
+  /** Daily call maximum (the `max` of api_info); reaching it answers 4013. */
   readonly dailyMax: number;
+  /** Calls in flight at once; one more answers 4008. */
+  readonly concurrency: number;
+  /**
+   * Prepaid balance, or undefined for an account that is not billed by
+   * balance. Charged calls deduct their operation's price; a call the
+   * balance cannot cover answers 4016.
+   */
+  readonly balance: Micros | undefined;
+  /** Price of one charged call, per operation; absent means free. */
+  readonly prices: ReadonlyMap<OperationId, Micros>;
   /** Last day the key works, `YYYY-MM-DD`, in the account's zone. */
   readonly expires: string;
   /** IANA zone whose midnight starts the account's day. */
@@ -29,7 +40,10 @@ export interface AccountStore {
   find(key: string): Account | undefined;
   list(): Account[];
   insert(account: Account): void;
-  update(key: string, change: Partial<Omit<Account, "key" | "createdAt">>): Account;
+  /** Changes anything but the balance, which only moves by adjustBalance and by charged calls. */
+  update(key: string, change: Partial<Omit<Account, "key" | "createdAt" | "balance">>): Account;
+  /** Adds to the balance (a top-up, or a negative correction), or makes the account unbilled by balance. */
+  adjustBalance(key: string, change: bigint | "unbilled"): Account;
 }
 
 const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";

@@ -9,9 +9,9 @@ import type { CatalogueSource, Found, NotFound } from "./catalogue-source.ts";
 import { dayOf, formatDateTime, previousDay, systemClock, type Clock } from "./clock.ts";
 import { GatewayError } from "./gateway-error.ts";
 import { createRequestIdGenerator } from "./request-id.ts";
-import type { UsageMeter } from "./usage-meter.ts";
+import type { Admission, Meter, OperatorSwitches, Transport } from "./meter.ts";
 
-export type Transport = "legacy" | "connect" | "grpc" | "grpc-web";
+export type { Transport } from "./meter.ts";
 
 export interface Credentials {
   readonly key?: string | undefined;
@@ -50,6 +50,8 @@ export interface GatewayOptions {
   readonly zoneLabel: string;
   /** First part of every request id. */
   readonly nodeLabel: string;
+  /** The newest request id already used (e.g. from the ledger): new ids come after it. */
+  readonly lastRequestId: string | undefined;
   readonly clock: Clock;
 }
 
@@ -57,12 +59,14 @@ export const defaultGatewayOptions: GatewayOptions = {
   timeZone: "Asia/Shanghai",
   zoneLabel: "Beijing",
   nodeLabel: "gw-1",
+  lastRequestId: undefined,
   clock: systemClock,
 };
 
 export interface GatewayPorts {
   readonly accounts: AccountStore;
-  readonly usage: UsageMeter;
+  readonly meter: Meter;
+  readonly switches: OperatorSwitches;
   /** The source of each catalogue, by catalogue name. */
   readonly sources: ReadonlyMap<string, CatalogueSource>;
   readonly log?: { error(obj: unknown, msg: string): void };
@@ -99,7 +103,7 @@ export class Gateway {
   constructor(ports: GatewayPorts, options: Partial<GatewayOptions> = {}) {
     this.ports = ports;
     this.options = { ...defaultGatewayOptions, ...options };
-    this.nextRequestId = createRequestIdGenerator(this.options.nodeLabel, () => this.options.clock.now());
+    this.nextRequestId = createRequestIdGenerator(this.options.nodeLabel, () => this.options.clock.now(), this.options.lastRequestId);
   }
 
   async call(operation: Operation, input: CallInput): Promise<Outcome> {
@@ -111,13 +115,17 @@ export class Gateway {
     let reason = "";
     let answer: Answer | undefined;
     let options: CallOptions = { useCache: true, lang: "cn" };
+    let admission: Admission | undefined;
     try {
       account = this.authenticate(operation, input.credentials, now);
       if (input.rejection !== undefined) throw new GatewayError(ErrorCode.PARAM_ERROR, input.rejection);
       const args = checkArgs(operation, input.args);
       options = checkOptions(input);
       const source = this.ports.sources.get(operation.catalogue);
-      if (source === undefined) throw new GatewayError(ErrorCode.API_MAINTENANCE, `no source is configured for the ${operation.catalogue} catalogue`);
+      if (source === undefined || this.ports.switches.inMaintenance(operation.id)) {
+        throw new GatewayError(ErrorCode.API_MAINTENANCE, `${operation.id} is under maintenance; try again later`);
+      }
+      admission = this.ports.meter.admit(account, operation.id, dayOf(now, account.zone));
       answer = await fetchers[operation.id](source, args, input.signal ?? neverAborted);
       code = answer.found ? ErrorCode.SUCCESS : ErrorCode.NO_RESULT;
       if (!answer.found) reason = answer.reason;
@@ -132,12 +140,33 @@ export class Gateway {
       }
     }
 
-    let apiInfo = "";
-    if (account !== undefined) {
-      const today = dayOf(now, account.zone);
-      if (errorCodeInfo(code).charge === "charged") this.ports.usage.recordCharged(account.key, today);
-      apiInfo = this.apiInfo(account, today);
+    // The response waits for its ledger row: nothing charged goes unrecorded.
+    const charge = errorCodeInfo(code).charge;
+    const day = dayOf(now, account?.zone ?? this.options.timeZone);
+    try {
+      await this.ports.meter.record(
+        {
+          requestId,
+          at: now,
+          day,
+          account: account?.key,
+          operation: operation.id,
+          code,
+          charge,
+          price: charge === "charged" ? (admission?.price ?? 0n) : 0n,
+          cacheHit: false,
+          latencyMicros: Math.round((performance.now() - started) * 1000),
+          transport: input.transport,
+        },
+        admission,
+      );
+    } catch (e) {
+      this.ports.log?.error({ err: e, requestId }, "the ledger row could not be written");
+      code = ErrorCode.SERVER_INTERNAL_ERROR;
+      reason = `the call could not be recorded, so it was not charged; quote request id ${requestId}`;
+      answer = undefined;
     }
+    const apiInfo = account === undefined ? "" : this.apiInfo(account, day);
 
     const status = this.statusBlock(code, reason, now, requestId, operation.catalogue, input.clientIp);
     status.apiInfo = apiInfo;
@@ -170,9 +199,28 @@ export class Gateway {
    * none (4010), or a request the HTTP layer could not read (4003). Nothing
    * is charged; there is no account to charge.
    */
-  refuse(code: ErrorCode, apiType: string, reason: string, input: Pick<CallInput, "clientIp">): Outcome {
+  async refuse(code: ErrorCode, apiType: string, reason: string, input: Pick<CallInput, "clientIp" | "transport">): Promise<Outcome> {
+    const started = performance.now();
     const now = this.options.clock.now();
-    const status = this.statusBlock(code, reason, now, this.nextRequestId(), apiType, input.clientIp);
+    const requestId = this.nextRequestId();
+    const status = this.statusBlock(code, reason, now, requestId, apiType, input.clientIp);
+    await this.ports.meter.record(
+      {
+        requestId,
+        at: now,
+        day: dayOf(now, this.options.timeZone),
+        account: undefined,
+        operation: undefined,
+        code,
+        charge: errorCodeInfo(code).charge,
+        price: 0n,
+        cacheHit: false,
+        latencyMicros: Math.round((performance.now() - started) * 1000),
+        transport: input.transport,
+      },
+      undefined,
+    );
+    status.executionTime = (performance.now() - started) / 1000;
     return { kind: "error", operation: undefined, status };
   }
 
@@ -213,7 +261,7 @@ export class Gateway {
   }
 
   private apiInfo(account: Account, today: string): string {
-    const u = this.ports.usage.summary(account.key, today, previousDay(today));
+    const u = this.ports.meter.usage(account.key, today, previousDay(today));
     const all = u.today + u.yesterday + u.before;
     return `today:${u.today} max:${account.dailyMax} all[${all}=${u.today}+${u.yesterday}+${u.before}];expires:${account.expires}`;
   }

@@ -1,10 +1,14 @@
 /**
  * Request ids in the legacy form: a node label, a dot, and a time-ordered hex
  * id (8 hex digits of Unix seconds, 5 of microseconds, like PHP's uniqid()).
- * Ids never repeat within a process: a clash moves on by one microsecond.
+ * Ids never repeat: a clash moves on by one microsecond, and a restarted
+ * process given the newest id already used (`after`) starts past it even if
+ * the clock went back.
  */
-export function createRequestIdGenerator(nodeLabel: string, now: () => number = Date.now): () => string {
+export function createRequestIdGenerator(nodeLabel: string, now: () => number = Date.now, after?: string): () => string {
   let last = 0;
+  const m = after === undefined ? null : /\.([0-9a-f]{8})([0-9a-f]{5})$/.exec(after);
+  if (m !== null) last = Number.parseInt(m[1]!, 16) * 1_000_000 + Number.parseInt(m[2]!, 16);
   return () => {
     const micros = Math.max(Math.floor(now() * 1000), last + 1);
     last = micros;

@@ -4,7 +4,9 @@ import { join } from "node:path";
 import type { FastifyInstance } from "fastify";
 import { defaultConfig, type GatewayConfig } from "../../src/config.ts";
 import type { AccountPlan } from "../../src/core/account-admin.ts";
+import type { CatalogueSource } from "../../src/core/catalogue-source.ts";
 import type { Clock } from "../../src/core/clock.ts";
+import { Gateway } from "../../src/core/gateway.ts";
 import { demoExampleIds, demoRecords } from "../../src/catalogue/demo-dataset.ts";
 import { openRuntime, seedDemoCatalogue, type Runtime } from "../../src/runtime.ts";
 import { buildApp, type AppOptions } from "../../src/transports/server/app.ts";
@@ -18,6 +20,8 @@ export interface GatewayFixture {
   /** An active account with both operations. */
   readonly account: { readonly key: string; readonly secret: string };
   newAccount(plan?: Partial<AccountPlan>): { key: string; secret: string };
+  /** A core over this fixture's real stores, with other catalogue sources. */
+  gatewayWith(sources: ReadonlyMap<string, CatalogueSource>, log?: { error(obj: unknown, msg: string): void }): Gateway;
   close(): Promise<void>;
 }
 
@@ -44,6 +48,7 @@ export async function startGateway(options: { clock?: Clock; app?: Partial<AppOp
     config,
     account: newAccount({ name: "test" }),
     newAccount,
+    gatewayWith: (sources, log) => new Gateway({ accounts: runtime.accounts, meter: runtime.meter, switches: runtime.switches, sources, ...(log ? { log } : {}) }),
     async close() {
       await app.close();
       runtime.close();

@@ -9,10 +9,13 @@ interface Row {
   secret_salt: string;
   status: string;
   operations: string;
-  daily_max: number;
+  daily_max: bigint;
+  concurrency: bigint;
+  balance: bigint | null;
+  prices: string;
   expires: string;
   zone: string;
-  created_at: number;
+  created_at: bigint;
 }
 
 function fromRow(r: Row): Account {
@@ -23,10 +26,13 @@ function fromRow(r: Row): Account {
     secretSalt: r.secret_salt,
     status: r.status === "stopped" ? "stopped" : "active",
     operations: new Map(Object.entries(JSON.parse(r.operations) as Record<OperationId, OperationState>)) as Map<OperationId, OperationState>,
-    dailyMax: r.daily_max,
+    dailyMax: Number(r.daily_max),
+    concurrency: Number(r.concurrency),
+    balance: r.balance ?? undefined,
+    prices: new Map(Object.entries(JSON.parse(r.prices) as Record<OperationId, string>).map(([op, micros]) => [op as OperationId, BigInt(micros)])),
     expires: r.expires,
     zone: r.zone,
-    createdAt: r.created_at,
+    createdAt: Number(r.created_at),
   };
 }
 
@@ -39,6 +45,9 @@ function toParams(a: Account) {
     status: a.status,
     operations: JSON.stringify(Object.fromEntries(a.operations)),
     daily_max: a.dailyMax,
+    concurrency: a.concurrency,
+    balance: a.balance ?? null,
+    prices: JSON.stringify(Object.fromEntries([...a.prices].map(([op, micros]) => [op, micros.toString()]))),
     expires: a.expires,
     zone: a.zone,
     created_at: a.createdAt,
@@ -54,14 +63,22 @@ export class SqliteAccountStore implements AccountStore {
   private readonly all: StatementSync;
   private readonly insertRow: StatementSync;
   private readonly replaceRow: StatementSync;
+  private readonly addBalance: StatementSync;
+  private readonly setBalance: StatementSync;
 
   constructor(db: DatabaseSync) {
+    // Balances are micro-units: read every integer as bigint, never as a float.
     this.byKey = db.prepare("SELECT * FROM accounts WHERE key = ?");
+    this.byKey.setReadBigInts(true);
     this.all = db.prepare("SELECT * FROM accounts ORDER BY created_at, key");
-    const columns = "key, name, secret_hash, secret_salt, status, operations, daily_max, expires, zone, created_at";
-    const values = ":key, :name, :secret_hash, :secret_salt, :status, :operations, :daily_max, :expires, :zone, :created_at";
+    this.all.setReadBigInts(true);
+    const columns = "key, name, secret_hash, secret_salt, status, operations, daily_max, concurrency, balance, prices, expires, zone, created_at";
+    const values = ":key, :name, :secret_hash, :secret_salt, :status, :operations, :daily_max, :concurrency, :balance, :prices, :expires, :zone, :created_at";
     this.insertRow = db.prepare(`INSERT INTO accounts (${columns}) VALUES (${values})`);
-    this.replaceRow = db.prepare(`INSERT OR REPLACE INTO accounts (${columns}) VALUES (${values})`);
+    const settable = columns.split(", ").filter((c) => c !== "key" && c !== "balance" && c !== "created_at");
+    this.replaceRow = db.prepare(`UPDATE accounts SET ${settable.map((c) => `${c} = :${c}`).join(", ")} WHERE key = :key`);
+    this.addBalance = db.prepare("UPDATE accounts SET balance = coalesce(balance, 0) + ? WHERE key = ?");
+    this.setBalance = db.prepare("UPDATE accounts SET balance = ? WHERE key = ?");
   }
 
   find(key: string): Account | undefined {
@@ -77,11 +94,21 @@ export class SqliteAccountStore implements AccountStore {
     this.insertRow.run(toParams(account));
   }
 
-  update(key: string, change: Partial<Omit<Account, "key" | "createdAt">>): Account {
+  update(key: string, change: Partial<Omit<Account, "key" | "createdAt" | "balance">>): Account {
     const current = this.find(key);
     if (current === undefined) throw new Error(`no account has the key ${key}`);
     const next = { ...current, ...change };
-    this.replaceRow.run(toParams(next));
+    // Every column but the balance: the serving process deducts from it concurrently.
+    const { balance: _balance, created_at: _created, ...settable } = toParams(next);
+    this.replaceRow.run(settable);
     return next;
+  }
+
+  adjustBalance(key: string, change: bigint | "unbilled"): Account {
+    if (change === "unbilled") this.setBalance.run(null, key);
+    else this.addBalance.run(change, key);
+    const account = this.find(key);
+    if (account === undefined) throw new Error(`no account has the key ${key}`);
+    return account;
   }
 }

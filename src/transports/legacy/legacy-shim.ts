@@ -73,7 +73,8 @@ export function legacyShim(gateway: Gateway) {
 
     const unroutable = async (req: FastifyRequest, reply: FastifyReply) => {
       const { catalogue, apiName } = req.params as { catalogue: string; apiName: string };
-      return sendLegacy(reply, gateway.refuse(ErrorCode.API_NOT_FOUND, catalogue, unroutableReason(catalogue, apiName), { clientIp: req.ip }), "json");
+      const outcome = await gateway.refuse(ErrorCode.API_NOT_FOUND, catalogue, unroutableReason(catalogue, apiName), { clientIp: req.ip, transport: "legacy" });
+      return sendLegacy(reply, outcome, "json");
     };
     app.get("/:catalogue/:apiName/", unroutable);
     app.post("/:catalogue/:apiName/", unroutable);
@@ -82,9 +83,10 @@ export function legacyShim(gateway: Gateway) {
 
 /** Any request no route serves: a 4010 status block, so every answer has one. */
 export function unroutableHandler(gateway: Gateway) {
-  return (req: FastifyRequest, reply: FastifyReply) => {
+  return async (req: FastifyRequest, reply: FastifyReply) => {
     const path = req.url.split("?")[0]!.slice(0, 200);
     const reason = `${req.method} ${path} is not an operation of this gateway; operations: ${operationList}`;
-    return sendLegacy(reply, gateway.refuse(ErrorCode.API_NOT_FOUND, path.split("/")[1] ?? "", reason, { clientIp: req.ip }), "json");
+    const outcome = await gateway.refuse(ErrorCode.API_NOT_FOUND, path.split("/")[1] ?? "", reason, { clientIp: req.ip, transport: "legacy" });
+    return sendLegacy(reply, outcome, "json");
   };
 }

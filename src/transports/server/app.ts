@@ -57,12 +57,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
           },
     // A path Fastify cannot decode still gets a status block.
     frameworkErrors: (error, req, reply) => {
-      const outcome = gateway.refuse(ErrorCode.PARAM_ERROR, "", `the request could not be read: ${error.message}`, { clientIp: req.ip });
-      void sendLegacy(reply, outcome, "json");
+      void gateway
+        .refuse(ErrorCode.PARAM_ERROR, "", `the request could not be read: ${error.message}`, { clientIp: req.ip, transport: "legacy" })
+        .then((outcome) => sendLegacy(reply, outcome, "json"));
     },
   });
 
-  app.setErrorHandler((error: Error & { statusCode?: number; code?: string }, req, reply) => {
+  app.setErrorHandler(async (error: Error & { statusCode?: number; code?: string }, req, reply) => {
     const callerFault = error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500;
     if (!callerFault) req.log.error({ err: error }, "request failed");
     const reason =
@@ -71,9 +72,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         : error.code === "FST_ERR_CTP_INVALID_MEDIA_TYPE"
           ? `a body must be sent as ${legacyBodyTypes.join(" or ")}`
           : `the request could not be read: ${error.message}`;
-    const outcome = callerFault
-      ? gateway.refuse(ErrorCode.PARAM_ERROR, "", reason, { clientIp: req.ip })
-      : gateway.refuse(ErrorCode.SERVER_INTERNAL_ERROR, "", "internal error", { clientIp: req.ip });
+    const outcome = await (callerFault
+      ? gateway.refuse(ErrorCode.PARAM_ERROR, "", reason, { clientIp: req.ip, transport: "legacy" })
+      : gateway.refuse(ErrorCode.SERVER_INTERNAL_ERROR, "", "internal error", { clientIp: req.ip, transport: "legacy" }));
     return sendLegacy(reply, outcome, "json");
   });
   app.setNotFoundHandler(unroutableHandler(gateway));

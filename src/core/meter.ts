@@ -1,0 +1,91 @@
+import type { ChargeClass } from "../contract/error-codes.ts";
+import type { OperationId } from "../contract/operations.ts";
+import type { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
+import type { Account } from "./accounts.ts";
+import type { Micros } from "./money.ts";
+
+/** Where a call arrived. */
+export type Transport = "legacy" | "connect" | "grpc" | "grpc-web";
+
+/** One row of the usage ledger: every call has exactly one. */
+export interface LedgerRow {
+  readonly requestId: string;
+  /** Unix milliseconds when the call arrived. */
+  readonly at: number;
+  /** The account's day (its zone), or the server's day when no account was identified. */
+  readonly day: string;
+  readonly account: string | undefined;
+  readonly operation: OperationId | undefined;
+  readonly code: ErrorCode;
+  readonly charge: ChargeClass;
+  /** What the call cost: its operation's price when charged, else 0. */
+  readonly price: Micros;
+  readonly cacheHit: boolean;
+  readonly latencyMicros: number;
+  readonly transport: Transport;
+}
+
+/** A call let through the account's limits; `record` settles it. */
+export interface Admission {
+  readonly account: string;
+  readonly day: string;
+  readonly price: Micros;
+}
+
+/** Charged calls of one account: today, yesterday and every day before. */
+export interface UsageSummary {
+  readonly today: number;
+  readonly yesterday: number;
+  readonly before: number;
+}
+
+export interface UsageQuery {
+  readonly account?: string | undefined;
+  /** First and last day, inclusive, `YYYY-MM-DD`. */
+  readonly from?: string | undefined;
+  readonly to?: string | undefined;
+  readonly operation?: string | undefined;
+  readonly code?: ErrorCode | undefined;
+  /** Also return the rows themselves, newest first, at most this many. */
+  readonly rows?: number | undefined;
+}
+
+export interface UsageTotal {
+  readonly account: string | undefined;
+  readonly day: string;
+  readonly operation: string | undefined;
+  readonly code: ErrorCode;
+  readonly charge: ChargeClass;
+  readonly calls: number;
+  readonly amount: Micros;
+}
+
+export interface UsageReport {
+  readonly totals: readonly UsageTotal[];
+  readonly rows: readonly LedgerRow[];
+}
+
+/**
+ * Limits and billing. `admit` lets a call through its account's concurrency
+ * limit (4008), daily maximum (4013) and balance (4016), reserving a place
+ * under each; `record` writes the call's ledger row and settles the
+ * admission: a charged row counts against the day and deducts its price in
+ * the same commit, anything else gives the reservation back. `record`
+ * resolves only once the row is durable, and must be called exactly once
+ * for every call, admitted or not.
+ */
+export interface Meter {
+  admit(account: Account, operation: OperationId, day: string): Admission;
+  record(row: LedgerRow, admission: Admission | undefined): Promise<void>;
+  usage(account: string, today: string, yesterday: string): UsageSummary;
+  query(query: UsageQuery): UsageReport;
+  /** Commits every queued row now; for shutdown. */
+  flush(): void;
+}
+
+/** Operator switches that hold for every account. */
+export interface OperatorSwitches {
+  inMaintenance(operation: OperationId): boolean;
+  setMaintenance(operation: OperationId, on: boolean): void;
+  maintenance(): OperationId[];
+}
