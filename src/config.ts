@@ -29,6 +29,8 @@ export interface GatewayConfig {
   corsOrigins: string;
   /** GATEWAY_LEDGER_COMMIT_MS: how long a ledger row may wait for its group commit. */
   ledgerCommitMs: number;
+  /** GATEWAY_ADMIN_TOKEN: bearer token of the AdminService; empty turns it off. */
+  adminToken: string;
 }
 
 export const defaultConfig: GatewayConfig = {
@@ -45,6 +47,7 @@ export const defaultConfig: GatewayConfig = {
   shutdownGraceMs: 10000,
   corsOrigins: "*",
   ledgerCommitMs: 2,
+  adminToken: "",
 };
 
 const envNames: Record<keyof GatewayConfig, string> = {
@@ -61,6 +64,7 @@ const envNames: Record<keyof GatewayConfig, string> = {
   shutdownGraceMs: "GATEWAY_SHUTDOWN_GRACE_MS",
   corsOrigins: "GATEWAY_CORS_ORIGINS",
   ledgerCommitMs: "GATEWAY_LEDGER_COMMIT_MS",
+  adminToken: "GATEWAY_ADMIN_TOKEN",
 };
 
 export class ConfigError extends Error {
@@ -102,7 +106,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
 
   const where = (k: keyof GatewayConfig) => `${envNames[k]} (${k})`;
   const config = { ...defaultConfig };
-  for (const k of ["host", "dataDir", "timeZone", "zoneLabel", "nodeLabel", "tlsCert", "tlsKey", "logLevel", "corsOrigins"] as const) {
+  for (const k of ["host", "dataDir", "timeZone", "zoneLabel", "nodeLabel", "tlsCert", "tlsKey", "logLevel", "corsOrigins", "adminToken"] as const) {
     if (typeof raw[k] === "string") config[k] = raw[k];
     else problems.push(`${where(k)} must be text`);
   }
@@ -129,6 +133,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
   for (const origin of corsOriginList(config)) {
     if (origin !== "*" && !/^https?:\/\/[^/\s]+$/.test(origin)) problems.push(`${where("corsOrigins")}: ${JSON.stringify(origin)} is not an origin such as https://shop.example.com`);
   }
+  if (config.adminToken !== "" && config.adminToken.length < 16) problems.push(`${where("adminToken")} must be at least 16 characters`);
   if (problems.length > 0) throw new ConfigError(`bad configuration:\n  - ${problems.join("\n  - ")}`);
   config.dataDir = isAbsolute(config.dataDir) ? config.dataDir : resolve(config.dataDir);
   return config;

@@ -1,67 +1,103 @@
 import { parseArgs } from "node:util";
 import type { GatewayConfig } from "../config.ts";
+import { AccountAdminError, type AccountPlan } from "../core/account-admin.ts";
 import type { Account } from "../core/accounts.ts";
-import { AccountAdminError } from "../core/account-admin.ts";
+import { formatMoney, parseMoney } from "../core/money.ts";
 import { openRuntime } from "../runtime.ts";
 
-function describe(a: Account) {
+/** An account as the CLI prints it: no secret, amounts as decimal text. */
+export function describeAccount(a: Account) {
   return {
     key: a.key,
     name: a.name,
     status: a.status,
     operations: Object.fromEntries(a.operations),
     max: a.dailyMax,
+    concurrency: a.concurrency,
+    balance: a.balance === undefined ? null : formatMoney(a.balance),
+    prices: Object.fromEntries([...a.prices].map(([op, p]) => [op, formatMoney(p)])),
     expires: a.expires,
     zone: a.zone,
   };
 }
 
+function wholeNumber(flag: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  if (!/^[0-9]{1,15}$/.test(value)) throw new AccountAdminError(`--${flag} takes a whole number`);
+  return Number(value);
+}
+
+/** `--price item_get=0.05` (repeatable) as a price map. */
+function prices(runtime: ReturnType<typeof openRuntime>, values: string[] | undefined): AccountPlan["prices"] | undefined {
+  if (values === undefined) return undefined;
+  return new Map(
+    values.map((v) => {
+      const [op, price] = v.split("=");
+      if (op === undefined || price === undefined) throw new AccountAdminError("--price takes OPERATION=PRICE, e.g. item_get=0.05");
+      return [runtime.admin.operation(op), parseMoney(price)];
+    }),
+  );
+}
+
+const planFlags = {
+  max: { type: "string" },
+  concurrency: { type: "string" },
+  expires: { type: "string" },
+  zone: { type: "string" },
+} as const;
+
 export async function accountsCommand(config: GatewayConfig, argv: string[]): Promise<number> {
   const [sub, ...rest] = argv;
   const runtime = openRuntime(config);
+  const print = (a: Account, json: boolean) =>
+    console.log(json ? JSON.stringify(describeAccount(a)) : `${a.key}: ${JSON.stringify(describeAccount(a))}`);
   try {
     switch (sub) {
       case "create": {
         const { values } = parseArgs({
           args: rest,
           options: {
+            ...planFlags,
             json: { type: "boolean", default: false },
             name: { type: "string" },
-            max: { type: "string" },
-            expires: { type: "string" },
-            zone: { type: "string" },
+            balance: { type: "string" },
             operations: { type: "string" },
+            price: { type: "string", multiple: true },
           },
         });
-        if (values.max !== undefined && !/^[0-9]+$/.test(values.max)) throw new AccountAdminError("--max takes a whole number");
+        const max = wholeNumber("max", values.max);
+        const concurrency = wholeNumber("concurrency", values.concurrency);
+        const priceMap = prices(runtime, values.price);
         const { account, secret } = runtime.admin.create({
           ...(values.name !== undefined ? { name: values.name } : {}),
-          ...(values.max !== undefined ? { dailyMax: Number(values.max) } : {}),
+          ...(max !== undefined ? { dailyMax: max } : {}),
+          ...(concurrency !== undefined ? { concurrency } : {}),
+          ...(values.balance !== undefined ? { balance: parseMoney(values.balance) } : {}),
           ...(values.expires !== undefined ? { expires: values.expires } : {}),
           ...(values.zone !== undefined ? { zone: values.zone } : {}),
-          ...(values.operations !== undefined ? { operations: values.operations.split(",").filter(Boolean) as never } : {}),
+          ...(values.operations !== undefined ? { operations: values.operations.split(",").filter(Boolean).map((op) => runtime.admin.operation(op)) } : {}),
+          ...(priceMap !== undefined ? { prices: priceMap } : {}),
         });
         if (values.json) {
-          console.log(JSON.stringify({ ...describe(account), secret }));
+          console.log(JSON.stringify({ ...describeAccount(account), secret }));
         } else {
           console.log(`key:    ${account.key}\nsecret: ${secret}\n(the secret is shown once; only its hash is stored)`);
-          console.log(`max ${account.dailyMax}/day, expires ${account.expires}, operations ${[...account.operations.keys()].join(", ")}`);
+          console.log(JSON.stringify(describeAccount(account)));
         }
         return 0;
       }
       case "list": {
         const { values } = parseArgs({ args: rest, options: { json: { type: "boolean", default: false } } });
-        const accounts = runtime.admin.list().map(describe);
+        const accounts = runtime.admin.list().map(describeAccount);
         if (values.json) console.log(JSON.stringify(accounts));
-        else for (const a of accounts) console.log(`${a.key}  ${a.status.padEnd(7)}  max ${a.max}  expires ${a.expires}  ${a.name}  ${JSON.stringify(a.operations)}`);
+        else for (const a of accounts) console.log(`${a.key}  ${a.status.padEnd(7)}  max ${a.max}  balance ${a.balance ?? "-"}  expires ${a.expires}  ${a.name}`);
         return 0;
       }
       case "stop":
       case "resume": {
         const [key] = rest;
         if (key === undefined) throw new AccountAdminError(`usage: gateway accounts ${sub} KEY`);
-        runtime.admin.setStatus(key, sub === "stop" ? "stopped" : "active");
-        console.log(`${key}: ${sub === "stop" ? "stopped" : "active"}`);
+        print(runtime.admin.setStatus(key, sub === "stop" ? "stopped" : "active"), false);
         return 0;
       }
       case "enable-api":
@@ -70,12 +106,40 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         const [key, operation] = rest;
         if (key === undefined || operation === undefined) throw new AccountAdminError(`usage: gateway accounts ${sub} KEY OPERATION`);
         const state = sub === "enable-api" ? "enabled" : sub === "disable-api" ? "stopped" : "removed";
-        const account = runtime.admin.setOperation(key, operation, state);
-        console.log(`${key}: ${JSON.stringify(Object.fromEntries(account.operations))}`);
+        print(runtime.admin.setOperation(key, operation, state), false);
+        return 0;
+      }
+      case "set-plan": {
+        const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: planFlags });
+        const [key] = positionals;
+        if (key === undefined) throw new AccountAdminError("usage: gateway accounts set-plan KEY [--max N] [--concurrency N] [--expires YYYY-MM-DD] [--zone Z]");
+        const max = wholeNumber("max", values.max);
+        const concurrency = wholeNumber("concurrency", values.concurrency);
+        print(
+          runtime.admin.setPlan(key, {
+            ...(max !== undefined ? { dailyMax: max } : {}),
+            ...(concurrency !== undefined ? { concurrency } : {}),
+            ...(values.expires !== undefined ? { expires: values.expires } : {}),
+            ...(values.zone !== undefined ? { zone: values.zone } : {}),
+          }),
+          false,
+        );
+        return 0;
+      }
+      case "top-up": {
+        const [key, amount] = rest;
+        if (key === undefined || amount === undefined) throw new AccountAdminError("usage: gateway accounts top-up KEY AMOUNT");
+        print(runtime.admin.topUp(key, parseMoney(amount)), false);
+        return 0;
+      }
+      case "set-price": {
+        const [key, operation, price] = rest;
+        if (key === undefined || operation === undefined || price === undefined) throw new AccountAdminError("usage: gateway accounts set-price KEY OPERATION PRICE");
+        print(runtime.admin.setPrice(key, operation, parseMoney(price)), false);
         return 0;
       }
       default:
-        console.error("usage: gateway accounts create|list|stop|resume|enable-api|disable-api|remove-api …");
+        console.error("usage: gateway accounts create|list|stop|resume|enable-api|disable-api|remove-api|set-plan|top-up|set-price …");
         return 2;
     }
   } finally {

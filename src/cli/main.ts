@@ -3,16 +3,23 @@ import { ConfigError, loadConfig } from "../config.ts";
 import { AccountAdminError } from "../core/account-admin.ts";
 import { accountsCommand } from "./accounts-command.ts";
 import { importCommand } from "./import-command.ts";
+import { maintenanceCommand, usageCommand } from "./operator-commands.ts";
+import { MoneyError } from "../core/money.ts";
 import { serveCommand } from "./serve-command.ts";
 
 const usage = `usage: gateway <command> [options]
 
 commands:
   serve [--demo]                     start the gateway (--demo: seed the demo catalogue and print a demo account)
-  accounts create [--json] [--name N] [--max N] [--expires YYYY-MM-DD] [--zone Z] [--operations a,b]
+  accounts create [--json] [--name N] [--max N] [--concurrency N] [--balance D] [--expires YYYY-MM-DD]
+                  [--zone Z] [--operations a,b] [--price OP=PRICE ...]
   accounts list [--json]
   accounts stop KEY | resume KEY
   accounts enable-api KEY OP | disable-api KEY OP | remove-api KEY OP
+  accounts set-plan KEY [--max N] [--concurrency N] [--expires YYYY-MM-DD] [--zone Z]
+  accounts top-up KEY AMOUNT | set-price KEY OP PRICE
+  maintenance on|off OP | list       put an operation under maintenance (4009 for everyone)
+  usage [--account K] [--day D | --from D --to D] [--operation OP] [--code NNNN] [--rows N] [--json]
   import FILE.ndjson [--json]        load item records into the embedded catalogue
 
 Settings come from GATEWAY_* environment variables (see README.md).`;
@@ -33,6 +40,10 @@ async function main(argv: string[]): Promise<number> {
       return accountsCommand(config, rest);
     case "import":
       return importCommand(config, rest);
+    case "maintenance":
+      return maintenanceCommand(config, rest);
+    case "usage":
+      return usageCommand(config, rest);
     default:
       console.error(`unknown command ${command}\n\n${usage}`);
       return 2;
@@ -44,7 +55,7 @@ main(process.argv.slice(2)).then(
     process.exitCode = code;
   },
   (e: unknown) => {
-    if (e instanceof ConfigError || e instanceof AccountAdminError || (e as { code?: string }).code === "ERR_PARSE_ARGS_UNKNOWN_OPTION") {
+    if (e instanceof ConfigError || e instanceof AccountAdminError || e instanceof MoneyError || String((e as { code?: string }).code).startsWith("ERR_PARSE_ARGS")) {
       console.error((e as Error).message);
       process.exitCode = 2;
     } else {

@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { demoExampleIds } from "../catalogue/demo-dataset.ts";
 import { corsOriginList, type GatewayConfig } from "../config.ts";
@@ -5,7 +6,7 @@ import { demoAccount, openRuntime, seedDemoCatalogue } from "../runtime.ts";
 import { credentialHeaders } from "../transports/connect/catalogue-services.ts";
 import { buildApp } from "../transports/server/app.ts";
 
-function banner(base: string, tls: boolean, demo: { key: string; secret: string }): string {
+function banner(base: string, tls: boolean, demo: { key: string; secret: string }, adminToken: string | undefined): string {
   const ids = demoExampleIds();
   const auth = `key=${demo.key}&secret=${demo.secret}`;
   const h2 = tls ? "--http2" : "--http2-prior-knowledge";
@@ -26,18 +27,28 @@ function banner(base: string, tls: boolean, demo: { key: string; secret: string 
     `  npx buf curl --protocol grpc ${h2} --schema . -H '${credentialHeaders.key}: ${demo.key}' -H '${credentialHeaders.secret}: ${demo.secret}' \\`,
     `    -d '{"numIid":"${ids.wholesaleNumIid}","sid":"${ids.wholesaleSid}"}' ${base}/gateway.catalogue.v1.WholesaleService/ItemSearchPeerbuy`,
     "",
+    ...(adminToken === undefined
+      ? []
+      : [
+          `Admin API (token for this run only; set GATEWAY_ADMIN_TOKEN to keep one): ${adminToken}`,
+          `  curl -H 'content-type: application/json' -H 'authorization: Bearer ${adminToken}' -d '{}' ${base}/gateway.admin.v1.AdminService/ListAccounts`,
+          "",
+        ]),
   ].join("\n");
 }
 
 export async function serveCommand(config: GatewayConfig, options: { demo: boolean }): Promise<number> {
   const runtime = openRuntime(config);
   if (options.demo && (await seedDemoCatalogue(runtime))) console.log(`seeded the demo catalogue into ${config.dataDir}`);
+  // A demo without a configured admin token gets one for this run, printed below.
+  const adminToken = config.adminToken === "" && options.demo ? randomBytes(24).toString("base64url") : config.adminToken;
   const tls = config.tlsCert !== "" ? { cert: readFileSync(config.tlsCert), key: readFileSync(config.tlsKey) } : undefined;
   const app = await buildApp({
     gateway: runtime.gateway,
     logLevel: config.logLevel === "silent" ? false : config.logLevel,
     ...(tls ? { tls } : {}),
     maxBodyBytes: config.maxBodyBytes,
+    admin: { ports: runtime, token: adminToken },
     corsOrigins: corsOriginList(config),
   });
   await app.listen({ host: config.host, port: config.port });
@@ -46,7 +57,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   const host = config.host.includes(":") ? `[${config.host}]` : config.host;
   const base = `${tls ? "https" : "http"}://${host}:${port}`;
   console.log(`gateway listening on ${base} (legacy GET, Connect, gRPC-Web and gRPC on one port)`);
-  if (options.demo) console.log(banner(base, tls !== undefined, demoAccount(runtime)));
+  if (options.demo) console.log(banner(base, tls !== undefined, demoAccount(runtime), adminToken === config.adminToken ? undefined : adminToken));
 
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {

@@ -34,8 +34,13 @@ export const defaultPlan: AccountPlan = {
 
 const isoDay = /^\d{4}-\d{2}-\d{2}$/;
 
+/** A request an operator made that cannot be carried out as asked. */
 export class AccountAdminError extends Error {
   override name = "AccountAdminError";
+}
+
+export class AccountNotFoundError extends AccountAdminError {
+  override name = "AccountNotFoundError";
 }
 
 function validDay(day: string): boolean {
@@ -100,7 +105,7 @@ export class AccountAdmin {
 
   get(key: string): Account {
     const account = this.store.find(key);
-    if (account === undefined) throw new AccountAdminError(`no account has the key ${key}`);
+    if (account === undefined) throw new AccountNotFoundError(`no account has the key ${key}`);
     return account;
   }
 

@@ -27,13 +27,16 @@ export interface GatewayFixture {
 
 export const demo = demoExampleIds(demoRecords());
 
+/** The AdminService token of every fixture. */
+export const adminToken = "test-admin-token-0123456789";
+
 /** The real app on a real loopback port, over a fresh embedded store seeded with the demo catalogue. */
 export async function startGateway(options: { clock?: Clock; app?: Partial<AppOptions> } = {}): Promise<GatewayFixture> {
   const dataDir = mkdtempSync(join(tmpdir(), "gateway-test-"));
   const config: GatewayConfig = { ...defaultConfig, dataDir, port: 0 };
   const runtime = openRuntime(config, options.clock ? { clock: options.clock } : {});
   await seedDemoCatalogue(runtime);
-  const app = await buildApp({ gateway: runtime.gateway, logLevel: false, ...options.app });
+  const app = await buildApp({ gateway: runtime.gateway, logLevel: false, admin: { ports: runtime, token: adminToken }, ...options.app });
   await app.listen({ host: "127.0.0.1", port: 0 });
   const port = (app.server.address() as { port: number }).port;
   const newAccount = (plan: Partial<AccountPlan> = {}) => {

@@ -6,6 +6,7 @@ import http2 from "node:http2";
 import type { Gateway } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { operations } from "../../contract/operations.ts";
+import { adminRoutes, type AdminPorts } from "../connect/admin-service.ts";
 import { catalogueRoutes, clientIpKey, credentialHeaders } from "../connect/catalogue-services.ts";
 import { legacyBodyTypes, legacyMethods, legacyShim, sendLegacy, unroutableHandler } from "../legacy/legacy-shim.ts";
 import { createOnePortServer } from "./one-port-server.ts";
@@ -21,6 +22,8 @@ export interface AppOptions {
   readonly tls?: { readonly cert: string | Buffer; readonly key: string | Buffer };
   /** Largest request body on any path, legacy or RPC. */
   readonly maxBodyBytes?: number;
+  /** The AdminService's ports and the bearer token it requires (empty: the admin API answers Unauthenticated). */
+  readonly admin?: { readonly ports: AdminPorts; readonly token: string };
   /** Origins browsers may call from: a list, or ["*"] for any. Empty turns CORS off. */
   readonly corsOrigins?: readonly string[];
 }
@@ -96,7 +99,10 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   });
   await app.register(legacyShim(gateway));
   await app.register(fastifyConnectPlugin, {
-    routes: catalogueRoutes(gateway),
+    routes: (router) => {
+      catalogueRoutes(gateway)(router);
+      if (options.admin) adminRoutes(options.admin.ports, options.admin.token)(router);
+    },
     readMaxBytes: maxBodyBytes,
     contextValues: (req) => createContextValues().set(clientIpKey, req.ip),
   });

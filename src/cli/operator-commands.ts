@@ -1,0 +1,66 @@
+import { parseArgs } from "node:util";
+import type { GatewayConfig } from "../config.ts";
+import { fourDigits } from "../contract/error-codes.ts";
+import { AccountAdminError } from "../core/account-admin.ts";
+import { formatMoney } from "../core/money.ts";
+import type { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
+import { openRuntime } from "../runtime.ts";
+
+/** `gateway maintenance on|off OPERATION` and `gateway maintenance list`. */
+export async function maintenanceCommand(config: GatewayConfig, argv: string[]): Promise<number> {
+  const [sub, operation] = argv;
+  const runtime = openRuntime(config);
+  try {
+    if (sub === "on" || sub === "off") {
+      if (operation === undefined) throw new AccountAdminError(`usage: gateway maintenance ${sub} OPERATION`);
+      runtime.switches.setMaintenance(runtime.admin.operation(operation), sub === "on");
+    } else if (sub !== "list") {
+      throw new AccountAdminError("usage: gateway maintenance on|off OPERATION | list");
+    }
+    console.log(`under maintenance: ${runtime.switches.maintenance().join(", ") || "nothing"}`);
+    return 0;
+  } finally {
+    runtime.close();
+  }
+}
+
+/** `gateway usage`: the ledger's totals (and rows), filtered. */
+export async function usageCommand(config: GatewayConfig, argv: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      account: { type: "string" },
+      day: { type: "string" },
+      from: { type: "string" },
+      to: { type: "string" },
+      operation: { type: "string" },
+      code: { type: "string" },
+      rows: { type: "string" },
+      json: { type: "boolean", default: false },
+    },
+  });
+  if (values.code !== undefined && !/^\d{4}$/.test(values.code)) throw new AccountAdminError("--code takes a four-digit code such as 0000 or 4013");
+  if (values.rows !== undefined && !/^\d{1,5}$/.test(values.rows)) throw new AccountAdminError("--rows takes a number up to 99999");
+  const runtime = openRuntime(config);
+  try {
+    const report = runtime.meter.query({
+      account: values.account,
+      from: values.from ?? values.day,
+      to: values.to ?? values.day,
+      operation: values.operation === undefined ? undefined : runtime.admin.operation(values.operation),
+      code: values.code === undefined ? undefined : (Number(values.code) as ErrorCode),
+      rows: values.rows === undefined ? 0 : Number(values.rows),
+    });
+    const totals = report.totals.map((t) => ({ ...t, code: fourDigits(t.code), amount: formatMoney(t.amount) }));
+    const rows = report.rows.map((r) => ({ ...r, code: fourDigits(r.code), price: formatMoney(r.price) }));
+    if (values.json) {
+      console.log(JSON.stringify({ totals, rows }));
+    } else {
+      for (const t of totals) console.log(`${t.day}  ${t.account ?? "-"}  ${t.operation ?? "-"}  ${t.code}  ${t.charge.padEnd(9)}  ${t.calls} calls  ${t.amount}`);
+      for (const r of rows) console.log(`${r.requestId}  ${new Date(r.at).toISOString()}  ${r.account ?? "-"}  ${r.operation ?? "-"}  ${r.code}  ${r.charge}  ${r.price}  ${r.transport}`);
+    }
+    return 0;
+  } finally {
+    runtime.close();
+  }
+}

@@ -1,0 +1,184 @@
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
+import { createHash, timingSafeEqual } from "node:crypto";
+import type { OperationId } from "../../contract/operations.ts";
+import { AccountAdminError, AccountNotFoundError, type AccountAdmin } from "../../core/account-admin.ts";
+import type { Account } from "../../core/accounts.ts";
+import type { LedgerRow, Meter, OperatorSwitches, UsageTotal } from "../../core/meter.ts";
+import { formatMoney, MoneyError, parseMoney } from "../../core/money.ts";
+import {
+  AccountSchema,
+  AccountStatus,
+  AdminService,
+  Charge,
+  OperationState,
+  UsageRowSchema,
+  UsageTotalSchema,
+  type Account as AccountMessage,
+} from "../../gen/gateway/admin/v1/admin_pb.js";
+
+const states = { enabled: OperationState.ENABLED, stopped: OperationState.STOPPED } as const;
+const charges = { charged: Charge.CHARGED, uncharged: Charge.UNCHARGED, ignored: Charge.IGNORED } as const;
+
+function accountMessage(a: Account): AccountMessage {
+  return create(AccountSchema, {
+    key: a.key,
+    name: a.name,
+    status: a.status === "active" ? AccountStatus.ACTIVE : AccountStatus.STOPPED,
+    operations: Object.fromEntries([...a.operations].map(([op, state]) => [op, states[state]])),
+    dailyMax: BigInt(a.dailyMax),
+    concurrency: a.concurrency,
+    ...(a.balance !== undefined ? { balance: formatMoney(a.balance) } : {}),
+    prices: Object.fromEntries([...a.prices].map(([op, price]) => [op, formatMoney(price)])),
+    expires: a.expires,
+    zone: a.zone,
+    createdAtMs: BigInt(a.createdAt),
+  });
+}
+
+function totalMessage(t: UsageTotal) {
+  return create(UsageTotalSchema, {
+    account: t.account ?? "",
+    day: t.day,
+    operation: t.operation ?? "",
+    errorCode: t.code,
+    charge: charges[t.charge],
+    calls: BigInt(t.calls),
+    amount: formatMoney(t.amount),
+  });
+}
+
+function rowMessage(r: LedgerRow) {
+  return create(UsageRowSchema, {
+    requestId: r.requestId,
+    atMs: BigInt(r.at),
+    day: r.day,
+    account: r.account ?? "",
+    operation: r.operation ?? "",
+    errorCode: r.code,
+    charge: charges[r.charge],
+    price: formatMoney(r.price),
+    cacheHit: r.cacheHit,
+    latencyUs: BigInt(r.latencyMicros),
+    transport: r.transport,
+  });
+}
+
+function digest(s: string): Buffer {
+  return createHash("sha256").update(s).digest();
+}
+
+/**
+ * Only `authorization: Bearer <admin token>` passes. The token is compared
+ * in constant time (as digests, so its length does not show); with no token
+ * configured the admin API is off.
+ */
+export function requireAdminToken(token: string): Interceptor {
+  const expected = digest(token);
+  return (next) => async (req) => {
+    if (token === "") throw new ConnectError("the admin API is off: set GATEWAY_ADMIN_TOKEN", Code.Unauthenticated);
+    const presented = /^Bearer (.+)$/.exec(req.header.get("authorization") ?? "")?.[1];
+    if (presented === undefined) throw new ConnectError("send authorization: Bearer <admin token>", Code.Unauthenticated);
+    if (!timingSafeEqual(digest(presented), expected)) throw new ConnectError("the admin token is not valid", Code.Unauthenticated);
+    return next(req);
+  };
+}
+
+/** An operator mistake as an RPC error; anything else is passed on as internal. */
+function adminError(e: unknown): never {
+  if (e instanceof AccountNotFoundError) throw new ConnectError(e.message, Code.NotFound);
+  if (e instanceof AccountAdminError || e instanceof MoneyError) throw new ConnectError(e.message, Code.InvalidArgument);
+  throw e;
+}
+
+function guarded<A extends unknown[], R>(f: (...args: A) => R): (...args: A) => R {
+  return (...args) => {
+    try {
+      return f(...args);
+    } catch (e) {
+      return adminError(e);
+    }
+  };
+}
+
+export interface AdminPorts {
+  readonly admin: AccountAdmin;
+  readonly meter: Meter;
+  readonly switches: OperatorSwitches;
+}
+
+/** The AdminService over the same core the CLI uses. */
+export function adminRoutes(ports: AdminPorts, adminToken: string): (router: ConnectRouter) => void {
+  const { admin, meter, switches } = ports;
+  const money = (text: string | undefined) => (text === undefined || text === "" ? undefined : parseMoney(text));
+  const priceMap = (prices: Record<string, string>) => new Map(Object.entries(prices).map(([op, p]) => [admin.operation(op), parseMoney(p)]));
+  return (router) =>
+    router.service(
+      AdminService,
+      {
+        createAccount: guarded((req) => {
+          const { account, secret } = admin.create({
+            name: req.name,
+            ...(req.dailyMax !== undefined ? { dailyMax: Number(req.dailyMax) } : {}),
+            ...(req.concurrency !== undefined ? { concurrency: req.concurrency } : {}),
+            balance: money(req.balance),
+            expires: req.expires,
+            ...(req.zone !== "" ? { zone: req.zone } : {}),
+            ...(req.operations.length > 0 ? { operations: req.operations.map((op) => admin.operation(op)) } : {}),
+            prices: priceMap(req.prices),
+          });
+          return { account: accountMessage(account), secret };
+        }),
+        listAccounts: guarded(() => ({ accounts: admin.list().map(accountMessage) })),
+        getAccount: guarded((req) => ({ account: accountMessage(admin.get(req.key)) })),
+        stopAccount: guarded((req) => ({ account: accountMessage(admin.setStatus(req.key, "stopped")) })),
+        resumeAccount: guarded((req) => ({ account: accountMessage(admin.setStatus(req.key, "active")) })),
+        setPlan: guarded((req) => ({
+          account: accountMessage(
+            admin.setPlan(req.key, {
+              ...(req.dailyMax !== undefined ? { dailyMax: Number(req.dailyMax) } : {}),
+              ...(req.concurrency !== undefined ? { concurrency: req.concurrency } : {}),
+              ...(req.expires !== undefined ? { expires: req.expires } : {}),
+              ...(req.zone !== undefined ? { zone: req.zone } : {}),
+            }),
+          ),
+        })),
+        setOperation: guarded((req) => {
+          const named: Partial<Record<OperationState, "enabled" | "stopped" | "removed">> = {
+            [OperationState.ENABLED]: "enabled",
+            [OperationState.STOPPED]: "stopped",
+            [OperationState.REMOVED]: "removed",
+          };
+          const state = named[req.state];
+          if (state === undefined) throw new AccountAdminError("state must be ENABLED, STOPPED or REMOVED");
+          return { account: accountMessage(admin.setOperation(req.key, req.operation, state)) };
+        }),
+        topUp: guarded((req) => ({ account: accountMessage(admin.topUp(req.key, parseMoney(req.amount))) })),
+        setPrice: guarded((req) => ({ account: accountMessage(admin.setPrice(req.key, req.operation, parseMoney(req.price))) })),
+        setMaintenance: guarded((req) => {
+          switches.setMaintenance(admin.operation(req.operation) as OperationId, req.maintenance);
+          return { operations: switches.maintenance() };
+        }),
+        queryUsage: guarded((req) => {
+          const report = meter.query({
+            account: req.account || undefined,
+            from: req.from || undefined,
+            to: req.to || undefined,
+            operation: req.operation ? admin.operation(req.operation) : undefined,
+            code: req.errorCode,
+            rows: Math.max(0, Math.min(req.rows, 10_000)),
+          });
+          let calls = 0n;
+          let charged = 0n;
+          let amount = 0n;
+          for (const t of report.totals) {
+            calls += BigInt(t.calls);
+            if (t.charge === "charged") charged += BigInt(t.calls);
+            amount += t.amount;
+          }
+          return { totals: report.totals.map(totalMessage), rows: report.rows.map(rowMessage), calls, chargedCalls: charged, amount: formatMoney(amount) };
+        }),
+      },
+      { interceptors: [requireAdminToken(adminToken)] },
+    );
+}
