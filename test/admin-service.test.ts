@@ -1,0 +1,149 @@
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { AccountStatus, AdminService, Charge, OperationState } from "../src/gen/gateway/admin/v1/admin_pb.js";
+import { ErrorCode } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { runCli } from "./support/cli.ts";
+
+let gw: GatewayFixture;
+beforeAll(async () => {
+  gw = await startGateway();
+});
+afterAll(() => gw.close());
+
+const admin = (grpc = false) =>
+  createClient(AdminService, grpc ? createGrpcTransport({ baseUrl: gw.base }) : createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }));
+const headers = (token: string) => ({ headers: { authorization: `Bearer ${token}` } });
+const ok = headers(adminToken);
+
+describe("admin authentication", () => {
+  it.each([
+    ["no token", {}],
+    ["a wrong token", headers("not-the-admin-token")],
+    ["an account key", headers("")],
+    ["a token without Bearer", { headers: { authorization: adminToken } }],
+  ])("refuses %s with Unauthenticated", async (name, options) => {
+    const opts = name === "an account key" ? headers(gw.account.key) : options;
+    const err = await admin().listAccounts({}, opts).then(() => undefined, ConnectError.from);
+    expect(err?.code).toBe(Code.Unauthenticated);
+  });
+
+  it("is off when no token is configured", async () => {
+    const { buildApp } = await import("../src/transports/server/app.ts");
+    const app = await buildApp({ gateway: gw.runtime.gateway, logLevel: false, admin: { ports: gw.runtime, token: "" } });
+    await app.listen({ host: "127.0.0.1", port: 0 });
+    try {
+      const client = createClient(AdminService, createConnectTransport({ baseUrl: `http://127.0.0.1:${(app.server.address() as { port: number }).port}`, httpVersion: "1.1" }));
+      const err = await client.listAccounts({}, headers("")).then(() => undefined, ConnectError.from);
+      expect(err?.code).toBe(Code.Unauthenticated);
+      expect(err?.rawMessage).toContain("GATEWAY_ADMIN_TOKEN");
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+describe("managing accounts over the AdminService", () => {
+  it("creates, reads, switches and bills an account, on Connect and gRPC alike", async () => {
+    const c = admin();
+    const created = await c.createAccount(
+      { name: "team-a", dailyMax: 5n, concurrency: 2, balance: "1.5", expires: "2030-12-31", zone: "Europe/Berlin", prices: { item_get: "0.25" } },
+      ok,
+    );
+    const key = created.account!.key;
+    expect(created.secret).toHaveLength(40);
+    expect(created.account).toMatchObject({ name: "team-a", dailyMax: 5n, concurrency: 2, balance: "1.5", expires: "2030-12-31", zone: "Europe/Berlin", status: AccountStatus.ACTIVE });
+    expect(created.account!.prices).toEqual({ "retail/item_get": "0.25" });
+    expect(created.account!.operations).toEqual({ "wholesale/item_search_peerbuy": OperationState.ENABLED, "retail/item_get": OperationState.ENABLED });
+
+    const call = () => legacyGet(gw.base, "/retail/item_get/", { key, secret: created.secret, num_iid: demo.retailNumIid }).then((r) => r.json);
+    expect((await call()).error_code).toBe("0000");
+    expect((await c.getAccount({ key }, ok)).account!.balance).toBe("1.25");
+
+    const g = admin(true);
+    expect((await g.stopAccount({ key }, ok)).account!.status).toBe(AccountStatus.STOPPED);
+    expect((await call()).error_code).toBe("4007");
+    await g.resumeAccount({ key }, ok);
+    await c.setOperation({ key, operation: "item_get", state: OperationState.STOPPED }, ok);
+    expect((await call()).error_code).toBe("4006");
+    await c.setOperation({ key, operation: "retail/item_get", state: OperationState.REMOVED }, ok);
+    expect((await call()).error_code).toBe("4012");
+    await c.setOperation({ key, operation: "item_get", state: OperationState.ENABLED }, ok);
+
+    await c.setPrice({ key, operation: "item_get", price: "2" }, ok);
+    expect((await call()).error_code).toBe("4016");
+    expect((await c.topUp({ key, amount: "0.75" }, ok)).account!.balance).toBe("2");
+    expect((await call()).error_code).toBe("0000");
+    expect((await c.getAccount({ key }, ok)).account!.balance).toBe("0");
+
+    await c.setPlan({ key, dailyMax: 2n }, ok);
+    expect((await call()).error_code).toBe("4013");
+    await c.setPlan({ key, dailyMax: 100n, expires: "2020-01-01" }, ok);
+    expect((await call()).error_code).toBe("4005");
+
+    expect((await c.listAccounts({}, ok)).accounts.some((a) => a.key === key)).toBe(true);
+  });
+
+  it("switches maintenance for everyone", async () => {
+    const c = admin();
+    expect((await c.setMaintenance({ operation: "item_search_peerbuy", maintenance: true }, ok)).operations).toEqual(["wholesale/item_search_peerbuy"]);
+    const r = await legacyGet(gw.base, "/wholesale/item_search_peerbuy/", { key: gw.account.key, secret: gw.account.secret, num_iid: demo.wholesaleNumIid, sid: demo.wholesaleSid });
+    expect(r.json.error_code).toBe("4009");
+    expect((await c.setMaintenance({ operation: "item_search_peerbuy", maintenance: false }, ok)).operations).toEqual([]);
+  });
+
+  it("queries usage by account, day, operation and code, with totals and rows", async () => {
+    const c = admin();
+    const { account, secret } = await c.createAccount({ name: "usage", prices: { item_get: "0.1" }, balance: "10" }, ok);
+    const key = account!.key;
+    for (const num_iid of [demo.retailNumIid, demo.retailNumIid, "123", "bad"]) await legacyGet(gw.base, "/retail/item_get/", { key, secret, num_iid });
+    const all = await c.queryUsage({ account: key, rows: 10 }, ok);
+    expect(all.calls).toBe(4n);
+    expect(all.chargedCalls).toBe(3n);
+    expect(all.amount).toBe("0.3");
+    expect(all.rows).toHaveLength(4);
+    expect(all.rows.every((r) => r.account === key && r.transport === "legacy")).toBe(true);
+    const ignored = await c.queryUsage({ account: key, errorCode: ErrorCode.PARAM_ERROR }, ok);
+    expect(ignored.totals).toHaveLength(1);
+    expect(ignored.totals[0]).toMatchObject({ charge: Charge.IGNORED, calls: 1n, amount: "0" });
+    const day = all.rows[0]!.day;
+    expect((await c.queryUsage({ account: key, from: day, to: day, operation: "item_get" }, ok)).calls).toBe(4n);
+    expect((await c.queryUsage({ account: key, operation: "item_search_peerbuy" }, ok)).calls).toBe(0n);
+  });
+
+  it("answers NotFound for an unknown key and InvalidArgument for bad values", async () => {
+    const c = admin();
+    expect((await c.getAccount({ key: "nope" }, ok).then(() => undefined, ConnectError.from))?.code).toBe(Code.NotFound);
+    expect((await c.topUp({ key: gw.account.key, amount: "-1" }, ok).then(() => undefined, ConnectError.from))?.code).toBe(Code.InvalidArgument);
+    expect((await c.topUp({ key: gw.account.key, amount: "0.0000001" }, ok).then(() => undefined, ConnectError.from))?.code).toBe(Code.InvalidArgument);
+    expect((await c.createAccount({ zone: "Mars/Base" }, ok).then(() => undefined, ConnectError.from))?.code).toBe(Code.InvalidArgument);
+    expect((await c.setOperation({ key: gw.account.key, operation: "item_fly", state: OperationState.ENABLED }, ok).then(() => undefined, ConnectError.from))?.code).toBe(Code.InvalidArgument);
+  });
+});
+
+describe("the CLI", () => {
+  it("creates an account with --max, --concurrency, --balance and --expires, and reports usage", async () => {
+    const env = { GATEWAY_DATA_DIR: gw.config.dataDir };
+    const r = await runCli(["accounts", "create", "--json", "--max", "7", "--concurrency", "3", "--balance", "12.34", "--expires", "2031-01-31", "--price", "item_get=0.01"], env);
+    expect(r.code, r.stderr).toBe(0);
+    const a = JSON.parse(r.stdout) as Record<string, unknown>;
+    expect(a).toMatchObject({ max: 7, concurrency: 3, balance: "12.34", expires: "2031-01-31", prices: { "retail/item_get": "0.01" } });
+    expect(typeof a.key).toBe("string");
+    expect(typeof a.secret).toBe("string");
+
+    await legacyGet(gw.base, "/retail/item_get/", { key: a.key as string, secret: a.secret as string, num_iid: demo.retailNumIid });
+    const usage = await runCli(["usage", "--account", a.key as string, "--rows", "5", "--json"], env);
+    const report = JSON.parse(usage.stdout) as { totals: { code: string; charge: string; calls: number; amount: string }[]; rows: unknown[] };
+    expect(report.totals).toEqual([expect.objectContaining({ code: "0000", charge: "charged", calls: 1, amount: "0.01" })]);
+    expect(report.rows).toHaveLength(1);
+
+    const topUp = await runCli(["accounts", "top-up", a.key as string, "0.66"], env);
+    expect(topUp.stdout).toContain('"balance":"12.99"');
+    const bad = await runCli(["accounts", "create", "--balance", "lots"], env);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("not an amount");
+    const maintenance = await runCli(["maintenance", "list"], env);
+    expect(maintenance.stdout).toContain("under maintenance: nothing");
+  });
+});

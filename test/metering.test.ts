@@ -1,0 +1,226 @@
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { CatalogueSource } from "../src/core/catalogue-source.ts";
+import { operationById } from "../src/contract/operations.ts";
+import { parseMoney } from "../src/core/money.ts";
+import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { buildApp } from "../src/transports/server/app.ts";
+import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+
+let gw: GatewayFixture;
+beforeAll(async () => {
+  gw = await startGateway();
+});
+afterAll(() => gw.close());
+
+/** The fixture's catalogue, answering item detail after a delay. */
+function delayed(ms: number, onEnter = () => {}, onLeave = () => {}): CatalogueSource {
+  const real: CatalogueSource = gw.runtime.catalogue;
+  return {
+    label: "delayed",
+    itemDetail: async (id, promo, signal) => {
+      onEnter();
+      await new Promise((r) => setTimeout(r, ms));
+      onLeave();
+      return real.itemDetail(id, promo, signal);
+    },
+    peerViewed: (id, sid, signal) => real.peerViewed(id, sid, signal),
+  };
+}
+
+/** The real app over the fixture's stores, with another retail source. */
+async function appWith(source: CatalogueSource) {
+  const app = await buildApp({ gateway: gw.gatewayWith(new Map([["retail", source]])), logLevel: false });
+  await app.listen({ host: "127.0.0.1", port: 0 });
+  return { base: `http://127.0.0.1:${(app.server.address() as { port: number }).port}`, close: () => app.close() };
+}
+
+const item = (a: { key: string; secret: string }, numIid = demo.retailNumIid) => ({ key: a.key, secret: a.secret, num_iid: numIid });
+const today = (apiInfo: unknown) => Number(/today:(\d+)/.exec(String(apiInfo))![1]);
+
+function rpcItemGet(base: string, a: { key: string; secret: string }, numIid = demo.retailNumIid, grpc = false) {
+  const transport = grpc ? createGrpcTransport({ baseUrl: base }) : createConnectTransport({ baseUrl: base, httpVersion: "1.1" });
+  return createClient(RetailService, transport)
+    .itemGet({ numIid }, { headers: { "x-api-key": a.key, "x-api-secret": a.secret } })
+    .then(
+      (r) => ({ code: "0000", requestId: r.status!.requestId, connect: undefined as Code | undefined }),
+      (e: unknown) => {
+        const status = ConnectError.from(e).findDetails(StatusBlockSchema)[0];
+        return { code: String(status?.errorCode ?? -1).padStart(4, "0"), requestId: status?.requestId ?? "", connect: ConnectError.from(e).code };
+      },
+    );
+}
+
+describe("daily maximum", () => {
+  it("admits exactly max of 4×max simultaneous calls, over legacy, Connect and gRPC at once", async () => {
+    // A source that takes its time, as an upstream does: every call is in flight before any is recorded.
+    const { base, close } = await appWith(delayed(100));
+    try {
+      const max = 30;
+      const a = gw.newAccount({ dailyMax: max, concurrency: 1000 });
+      const calls = Array.from({ length: 4 * max }, (_, i) =>
+        i % 3 === 0
+          ? legacyGet(base, "/retail/item_get/", item(a)).then((r) => ({ code: String(r.json.error_code), requestId: String(r.json.request_id) }))
+          : rpcItemGet(base, a, demo.retailNumIid, i % 3 === 2),
+      );
+      const results = await Promise.all(calls);
+      const codes = results.map((r) => r.code);
+      expect(codes.filter((c) => c === "0000")).toHaveLength(max);
+      expect(codes.filter((c) => c === "4013")).toHaveLength(3 * max);
+
+      const ledger = gw.runtime.meter.query({ account: a.key, rows: 1000 });
+      expect(ledger.rows).toHaveLength(4 * max);
+      expect(ledger.rows.filter((r) => r.charge === "charged")).toHaveLength(max);
+      expect(new Set(ledger.rows.map((r) => r.requestId))).toEqual(new Set(results.map((r) => r.requestId)));
+      const next = await legacyGet(gw.base, "/retail/item_get/", item(a));
+      expect(next.json.error_code).toBe("4013");
+      expect(next.json.api_info).toMatch(new RegExp(`^today:${max} max:${max} `));
+      expect(next.json.reason).toContain("resets at midnight Asia/Shanghai");
+    } finally {
+      await close();
+    }
+  });
+
+  it("admits exactly max when every admission happens before any commit", async () => {
+    const max = 50;
+    const a = gw.newAccount({ dailyMax: max, concurrency: 10_000 });
+    const op = operationById.get("retail/item_get")!;
+    const outcomes = await Promise.all(
+      Array.from({ length: 4 * max }, () => gw.runtime.gateway.call(op, { args: { num_iid: demo.retailNumIid }, credentials: a, transport: "connect", clientIp: "127.0.0.1" })),
+    );
+    expect(outcomes.filter((o) => o.kind === "item-detail")).toHaveLength(max);
+    expect(outcomes.filter((o) => o.status.errorCode === 4013)).toHaveLength(3 * max);
+  });
+
+  it("counts 2000 against the day like 0000, and ignored codes not at all", async () => {
+    const a = gw.newAccount({ dailyMax: 2 });
+    expect((await legacyGet(gw.base, "/retail/item_get/", item(a, "123"))).json.error_code).toBe("2000");
+    expect((await legacyGet(gw.base, "/retail/item_get/", { ...item(a), num_iid: "x" })).json.error_code).toBe("4003");
+    expect((await legacyGet(gw.base, "/retail/item_get/", item(a))).json.error_code).toBe("0000");
+    expect((await legacyGet(gw.base, "/retail/item_get/", item(a))).json.error_code).toBe("4013");
+  });
+});
+
+describe("prepaid balance", () => {
+  it("deducts exact decimal prices and answers 4016 when a call would overdraw", async () => {
+    const a = gw.newAccount({ balance: parseMoney("0.3"), prices: new Map([["retail/item_get", parseMoney("0.1")]]) });
+    const codes: string[] = [];
+    for (let i = 0; i < 4; i++) codes.push(String((await legacyGet(gw.base, "/retail/item_get/", item(a, i === 1 ? "123" : demo.retailNumIid))).json.error_code));
+    expect(codes).toEqual(["0000", "2000", "0000", "4016"]);
+    expect(gw.runtime.admin.get(a.key).balance).toBe(0n);
+    const refused = await legacyGet(gw.base, "/retail/item_get/", item(a));
+    expect(refused.json.reason).toContain("does not cover the price 0.1");
+    const rpc = await rpcItemGet(gw.base, a);
+    expect([rpc.code, rpc.connect]).toEqual(["4016", Code.ResourceExhausted]);
+    // The other operation has no price on this account: free, so not refused.
+    const peers = await legacyGet(gw.base, "/wholesale/item_search_peerbuy/", { key: a.key, secret: a.secret, num_iid: demo.wholesaleNumIid, sid: demo.wholesaleSid });
+    expect(peers.json.error_code).toBe("0000");
+  });
+
+  it("never overdraws under concurrency, and a top-up applies at once", async () => {
+    const a = gw.newAccount({ balance: parseMoney("1"), concurrency: 1000, prices: new Map([["retail/item_get", parseMoney("0.1")]]) });
+    const codes = await Promise.all(Array.from({ length: 40 }, () => legacyGet(gw.base, "/retail/item_get/", item(a)).then((r) => r.json.error_code)));
+    expect(codes.filter((c) => c === "0000")).toHaveLength(10);
+    expect(codes.filter((c) => c === "4016")).toHaveLength(30);
+    expect(gw.runtime.admin.get(a.key).balance).toBe(0n);
+    const charged = gw.runtime.meter.query({ account: a.key }).totals.filter((t) => t.charge === "charged");
+    expect(charged.reduce((s, t) => s + t.amount, 0n)).toBe(parseMoney("1"));
+    gw.runtime.admin.topUp(a.key, parseMoney("0.25"));
+    expect((await legacyGet(gw.base, "/retail/item_get/", item(a))).json.error_code).toBe("0000");
+    expect(gw.runtime.admin.get(a.key).balance).toBe(parseMoney("0.15"));
+  });
+});
+
+describe("concurrency limit", () => {
+  it("never lets more than N calls run for an account under 10×N parallel slow calls, and frees every slot", async () => {
+    const n = 3;
+    let running = 0;
+    let peak = 0;
+    const slow = delayed(150, () => (peak = Math.max(peak, ++running)), () => running--);
+    const { base, close } = await appWith(slow);
+    try {
+      const a = gw.newAccount({ concurrency: n });
+      const results = await Promise.all(
+        Array.from({ length: 10 * n }, (_, i) =>
+          i % 2 === 0 ? legacyGet(base, "/retail/item_get/", item(a)).then((r) => String(r.json.error_code)) : rpcItemGet(base, a).then((r) => r.code),
+        ),
+      );
+      expect(peak).toBeLessThanOrEqual(n);
+      expect(peak).toBe(n);
+      expect(results.filter((c) => c === "4008").length).toBeGreaterThan(0);
+      expect(results.every((c) => c === "0000" || c === "4008")).toBe(true);
+      // Every slot came back: N more calls at once all pass.
+      const again = await Promise.all(Array.from({ length: n }, () => legacyGet(base, "/retail/item_get/", item(a)).then((r) => r.json.error_code)));
+      expect(again).toEqual(Array(n).fill("0000"));
+      // Slots are released on failures too.
+      const failing = gw.gatewayWith(new Map([["retail", { ...slow, itemDetail: () => Promise.reject(new Error("boom")) }]]));
+      const op = operationById.get("retail/item_get")!;
+      for (let i = 0; i < 2 * n; i++) {
+        const out = await failing.call(op, { args: { num_iid: "1" }, credentials: a, transport: "legacy", clientIp: "127.0.0.1" });
+        expect(out.status.errorCode).toBe(4000);
+      }
+      expect((await legacyGet(base, "/retail/item_get/", item(a))).json.error_code).toBe("0000");
+    } finally {
+      await close();
+    }
+  });
+});
+
+describe("maintenance", () => {
+  it("answers 4009 on both paths while an operation is switched off, for every account", async () => {
+    gw.runtime.switches.setMaintenance("retail/item_get", true);
+    try {
+      const legacy = await legacyGet(gw.base, "/retail/item_get/", item(gw.account));
+      expect(legacy.json.error_code).toBe("4009");
+      const rpc = await rpcItemGet(gw.base, gw.account);
+      expect([rpc.code, rpc.connect]).toEqual(["4009", Code.Unavailable]);
+      const other = await legacyGet(gw.base, "/wholesale/item_search_peerbuy/", { key: gw.account.key, secret: gw.account.secret, num_iid: demo.wholesaleNumIid, sid: demo.wholesaleSid });
+      expect(other.json.error_code).toBe("0000");
+    } finally {
+      gw.runtime.switches.setMaintenance("retail/item_get", false);
+    }
+    expect((await legacyGet(gw.base, "/retail/item_get/", item(gw.account))).json.error_code).toBe("0000");
+  });
+});
+
+describe("the ledger", () => {
+  it("has one row per call with the charge class of its code, and agrees with today's count", async () => {
+    const a = gw.newAccount({ dailyMax: 3, prices: new Map([["retail/item_get", parseMoney("0.5")]]) });
+    const plan: [Record<string, string>, string, string][] = [
+      [item(a), "0000", "charged"],
+      [item(a, "123"), "2000", "charged"],
+      [{ ...item(a), num_iid: "x" }, "4003", "ignored"],
+      [{ ...item(a), secret: "bad" }, "4005", "ignored"],
+      [item(a), "0000", "charged"],
+      [item(a), "4013", "ignored"],
+    ];
+    const ids: string[] = [];
+    for (const [params, code] of plan) {
+      const r = await legacyGet(gw.base, "/retail/item_get/", params);
+      expect(r.json.error_code).toBe(code);
+      ids.push(String(r.json.request_id));
+    }
+    const rows = new Map(gw.runtime.meter.query({ rows: 100000 }).rows.map((r) => [r.requestId, r]));
+    plan.forEach(([, code, charge], i) => {
+      const row = rows.get(ids[i]!)!;
+      expect(row, ids[i]).toBeDefined();
+      expect(String(row.code).padStart(4, "0")).toBe(code);
+      expect(row.charge).toBe(charge);
+      expect(row.price).toBe(charge === "charged" ? parseMoney("0.5") : 0n);
+      expect(row.transport).toBe("legacy");
+      expect(row.account).toBe(code === "4005" ? undefined : a.key);
+    });
+    const last = await legacyGet(gw.base, "/retail/item_get/", item(a));
+    const chargedRows = gw.runtime.meter.query({ account: a.key }).totals.filter((t) => t.charge === "charged").reduce((s, t) => s + t.calls, 0);
+    expect(today(last.json.api_info)).toBe(chargedRows);
+  });
+
+  it("records unroutable requests too", async () => {
+    const r = await legacyGet(gw.base, "/wholesale/item_search/", {});
+    const row = gw.runtime.meter.query({ rows: 100000 }).rows.find((x) => x.requestId === r.json.request_id);
+    expect(row?.code).toBe(4010);
+    expect(row?.charge).toBe("ignored");
+  });
+});
