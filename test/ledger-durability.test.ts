@@ -98,6 +98,8 @@ describe("the ledger through crashes", () => {
       expect(found![0]!.charge).toBe(code === "0000" || code === "2000" ? "charged" : "ignored");
     }
     expect(counted).toBe(charged);
+    const answeredCharged = traffic.received.filter((r) => r.code === "0000" || r.code === "2000").length;
+    console.info(`SIGKILL: ${traffic.received.length} answers received (${answeredCharged} charged); ledger ${rows.size} rows, ${charged} charged`);
 
     const newestBefore = [...rows.keys()].sort().at(-1)!;
     const again = await startServer();

@@ -69,6 +69,8 @@ describe("daily maximum", () => {
       const codes = results.map((r) => r.code);
       expect(codes.filter((c) => c === "0000")).toHaveLength(max);
       expect(codes.filter((c) => c === "4013")).toHaveLength(3 * max);
+      // Each path saw 4013: legacy (i % 3 = 0), Connect (1) and gRPC (2).
+      for (const path of [0, 1, 2]) expect(codes.filter((c, i) => i % 3 === path && c === "4013").length, `path ${path}`).toBeGreaterThan(0);
 
       const ledger = gw.runtime.meter.query({ account: a.key, rows: 1000 });
       expect(ledger.rows).toHaveLength(4 * max);
@@ -149,11 +151,23 @@ describe("concurrency limit", () => {
       );
       expect(peak).toBeLessThanOrEqual(n);
       expect(peak).toBe(n);
-      expect(results.filter((c) => c === "4008").length).toBeGreaterThan(0);
+      expect(results.filter((c, i) => i % 2 === 0 && c === "4008").length, "legacy 4008").toBeGreaterThan(0);
+      expect(results.filter((c, i) => i % 2 === 1 && c === "4008").length, "RPC 4008").toBeGreaterThan(0);
       expect(results.every((c) => c === "0000" || c === "4008")).toBe(true);
       // Every slot came back: N more calls at once all pass.
       const again = await Promise.all(Array.from({ length: n }, () => legacyGet(base, "/retail/item_get/", item(a)).then((r) => r.json.error_code)));
       expect(again).toEqual(Array(n).fill("0000"));
+      // A client that hangs up does not keep its slot.
+      const hangUps = Array.from({ length: n }, () => {
+        const abort = new AbortController();
+        const q = new URLSearchParams(item(a));
+        const pending = fetch(`${base}/retail/item_get/?${q}`, { signal: abort.signal }).catch(() => "aborted");
+        setTimeout(() => abort.abort(), 30);
+        return pending;
+      });
+      expect(await Promise.all(hangUps)).toEqual(Array(n).fill("aborted"));
+      await new Promise((r) => setTimeout(r, 250));
+      expect(await Promise.all(Array.from({ length: n }, () => legacyGet(base, "/retail/item_get/", item(a)).then((r) => r.json.error_code)))).toEqual(Array(n).fill("0000"));
       // Slots are released on failures too.
       const failing = gw.gatewayWith(new Map([["retail", { ...slow, itemDetail: () => Promise.reject(new Error("boom")) }]]));
       const op = operationById.get("retail/item_get")!;
