@@ -31,6 +31,29 @@ export interface GatewayConfig {
   ledgerCommitMs: number;
   /** GATEWAY_ADMIN_TOKEN: bearer token of the AdminService; empty turns it off. */
   adminToken: string;
+  /** GATEWAY_UPSTREAM_URL: base URL of the upstream provider; set, it serves both catalogues unless `sources` says otherwise. */
+  upstreamUrl: string;
+  /** GATEWAY_UPSTREAM_KEY / GATEWAY_UPSTREAM_SECRET: the gateway's own account at the provider. */
+  upstreamKey: string;
+  upstreamSecret: string;
+  /** GATEWAY_UPSTREAM_SIGNING: `plain` sends the secret, `md5` signs with dateline and sign. */
+  upstreamSigning: string;
+  /** GATEWAY_UPSTREAM_TIMEOUT_MS: limit of one upstream attempt (4017 past it). */
+  upstreamTimeoutMs: number;
+  /** GATEWAY_UPSTREAM_DEADLINE_MS: limit of a whole upstream call, retries included. */
+  upstreamDeadlineMs: number;
+  /** GATEWAY_UPSTREAM_CATALOGUES: our catalogue to the provider's name, `retail=taobao,wholesale=1688`. */
+  upstreamCatalogues: string;
+  /** GATEWAY_SOURCES: source per catalogue, `retail=upstream,wholesale=embedded`; empty: upstream when a URL is set. */
+  sources: string;
+  /** GATEWAY_CACHE_MAX_BYTES: memory the response cache may hold (approximate). */
+  cacheMaxBytes: number;
+  /** GATEWAY_CACHE_TTL_SECONDS: freshness per operation, `item_get=600,item_search_peerbuy=600`; 0 turns caching off. */
+  cacheTtlSeconds: string;
+  /** GATEWAY_CACHE_NOT_FOUND_TTL_SECONDS: freshness of a stored 2000. */
+  cacheNotFoundTtlSeconds: number;
+  /** GATEWAY_CACHE_STALE_IF_ERROR_SECONDS: how long past freshness an answer may stand in for a failing source. */
+  cacheStaleIfErrorSeconds: number;
 }
 
 export const defaultConfig: GatewayConfig = {
@@ -48,6 +71,18 @@ export const defaultConfig: GatewayConfig = {
   corsOrigins: "*",
   ledgerCommitMs: 2,
   adminToken: "",
+  upstreamUrl: "",
+  upstreamKey: "",
+  upstreamSecret: "",
+  upstreamSigning: "plain",
+  upstreamTimeoutMs: 3000,
+  upstreamDeadlineMs: 8000,
+  upstreamCatalogues: "retail=taobao,wholesale=1688",
+  sources: "",
+  cacheMaxBytes: 64 * 1048576,
+  cacheTtlSeconds: "item_get=600,item_search_peerbuy=600",
+  cacheNotFoundTtlSeconds: 60,
+  cacheStaleIfErrorSeconds: 86400,
 };
 
 const envNames: Record<keyof GatewayConfig, string> = {
@@ -65,6 +100,18 @@ const envNames: Record<keyof GatewayConfig, string> = {
   corsOrigins: "GATEWAY_CORS_ORIGINS",
   ledgerCommitMs: "GATEWAY_LEDGER_COMMIT_MS",
   adminToken: "GATEWAY_ADMIN_TOKEN",
+  upstreamUrl: "GATEWAY_UPSTREAM_URL",
+  upstreamKey: "GATEWAY_UPSTREAM_KEY",
+  upstreamSecret: "GATEWAY_UPSTREAM_SECRET",
+  upstreamSigning: "GATEWAY_UPSTREAM_SIGNING",
+  upstreamTimeoutMs: "GATEWAY_UPSTREAM_TIMEOUT_MS",
+  upstreamDeadlineMs: "GATEWAY_UPSTREAM_DEADLINE_MS",
+  upstreamCatalogues: "GATEWAY_UPSTREAM_CATALOGUES",
+  sources: "GATEWAY_SOURCES",
+  cacheMaxBytes: "GATEWAY_CACHE_MAX_BYTES",
+  cacheTtlSeconds: "GATEWAY_CACHE_TTL_SECONDS",
+  cacheNotFoundTtlSeconds: "GATEWAY_CACHE_NOT_FOUND_TTL_SECONDS",
+  cacheStaleIfErrorSeconds: "GATEWAY_CACHE_STALE_IF_ERROR_SECONDS",
 };
 
 export class ConfigError extends Error {
@@ -106,7 +153,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
 
   const where = (k: keyof GatewayConfig) => `${envNames[k]} (${k})`;
   const config = { ...defaultConfig };
-  for (const k of ["host", "dataDir", "timeZone", "zoneLabel", "nodeLabel", "tlsCert", "tlsKey", "logLevel", "corsOrigins", "adminToken"] as const) {
+  for (const k of ["host", "dataDir", "timeZone", "zoneLabel", "nodeLabel", "tlsCert", "tlsKey", "logLevel", "corsOrigins", "adminToken", "upstreamUrl", "upstreamKey", "upstreamSecret", "upstreamSigning", "upstreamCatalogues", "sources", "cacheTtlSeconds"] as const) {
     if (typeof raw[k] === "string") config[k] = raw[k];
     else problems.push(`${where(k)} must be text`);
   }
@@ -116,6 +163,38 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
   const body = integer(raw.maxBodyBytes, 1024, 1 << 30);
   if (body === undefined) problems.push(`${where("maxBodyBytes")} must be a whole number of bytes from 1024 to 1073741824`);
   else config.maxBodyBytes = body;
+  const numbers: [keyof GatewayConfig, number, number, string][] = [
+    ["upstreamTimeoutMs", 1, 600_000, "milliseconds"],
+    ["upstreamDeadlineMs", 1, 600_000, "milliseconds"],
+    ["cacheMaxBytes", 0, 2 ** 40, "bytes"],
+    ["cacheNotFoundTtlSeconds", 0, 31_536_000, "seconds"],
+    ["cacheStaleIfErrorSeconds", 0, 31_536_000, "seconds"],
+  ];
+  for (const [k, min, max, unit] of numbers) {
+    const n = integer(raw[k], min, max);
+    if (n === undefined) problems.push(`${where(k)} must be a whole number of ${unit} from ${min} to ${max}`);
+    else (config as Record<string, unknown>)[k] = n;
+  }
+  if (config.upstreamUrl !== "") {
+    try {
+      const u = new URL(config.upstreamUrl);
+      if (u.protocol !== "http:" && u.protocol !== "https:") throw new Error();
+    } catch {
+      problems.push(`${where("upstreamUrl")} must be an http or https URL`);
+    }
+  }
+  if (config.upstreamSigning !== "plain" && config.upstreamSigning !== "md5") problems.push(`${where("upstreamSigning")} must be plain or md5`);
+  for (const [k, check] of [
+    ["upstreamCatalogues", (v: string) => /^[A-Za-z0-9_-]+$/.test(v)],
+    ["sources", (v: string) => v === "embedded" || v === "upstream"],
+    ["cacheTtlSeconds", (v: string) => /^\d{1,8}$/.test(v)],
+  ] as const) {
+    try {
+      for (const [name, value] of pairList(config[k])) if (!check(value)) throw new Error(`${name}=${value}`);
+    } catch (e) {
+      problems.push(`${where(k)}: ${(e as Error).message} is not valid here`);
+    }
+  }
   const commit = integer(raw.ledgerCommitMs, 0, 1000);
   if (commit === undefined) problems.push(`${where("ledgerCommitMs")} must be a whole number of milliseconds up to 1000`);
   else config.ledgerCommitMs = commit;
@@ -133,6 +212,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
   for (const origin of corsOriginList(config)) {
     if (origin !== "*" && !/^https?:\/\/[^/\s]+$/.test(origin)) problems.push(`${where("corsOrigins")}: ${JSON.stringify(origin)} is not an origin such as https://shop.example.com`);
   }
+  const upstreamUsed = sourceOf(config, "retail") === "upstream" || sourceOf(config, "wholesale") === "upstream";
+  if (upstreamUsed && config.upstreamUrl === "") problems.push("GATEWAY_SOURCES names the upstream but GATEWAY_UPSTREAM_URL is not set");
+  if (upstreamUsed && (config.upstreamKey === "" || config.upstreamSecret === "")) problems.push("GATEWAY_UPSTREAM_KEY and GATEWAY_UPSTREAM_SECRET must be set to use the upstream");
   if (config.adminToken !== "" && config.adminToken.length < 16) problems.push(`${where("adminToken")} must be at least 16 characters`);
   if (problems.length > 0) throw new ConfigError(`bad configuration:\n  - ${problems.join("\n  - ")}`);
   config.dataDir = isAbsolute(config.dataDir) ? config.dataDir : resolve(config.dataDir);
@@ -142,4 +224,29 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
 /** The CORS origins as a list. */
 export function corsOriginList(config: Pick<GatewayConfig, "corsOrigins">): string[] {
   return config.corsOrigins.split(",").map((o) => o.trim()).filter((o) => o !== "");
+}
+
+/** `a=1,b=2` as ordered pairs. */
+export function pairList(text: string): [string, string][] {
+  return text
+    .split(",")
+    .map((p) => p.trim())
+    .filter((p) => p !== "")
+    .map((p) => {
+      const [name, value, extra] = p.split("=").map((x) => x.trim());
+      if (name === undefined || name === "" || value === undefined || extra !== undefined) throw new Error(`${JSON.stringify(p)} is not name=value`);
+      return [name, value] as [string, string];
+    });
+}
+
+/** Which source serves a catalogue: GATEWAY_SOURCES, else the upstream when its URL is set, else the embedded store. */
+export function sourceOf(config: Pick<GatewayConfig, "sources" | "upstreamUrl">, catalogue: string): "embedded" | "upstream" {
+  let named: [string, string] | undefined;
+  try {
+    named = pairList(config.sources).find(([c]) => c === catalogue);
+  } catch {
+    named = undefined;
+  }
+  if (named !== undefined) return named[1] === "upstream" ? "upstream" : "embedded";
+  return config.upstreamUrl !== "" ? "upstream" : "embedded";
 }

@@ -1,7 +1,12 @@
 import { join } from "node:path";
 import { demoRecords } from "./catalogue/demo-dataset.ts";
 import { importRecords } from "./catalogue/catalogue-import.ts";
-import type { GatewayConfig } from "./config.ts";
+import { pairList, sourceOf, type GatewayConfig } from "./config.ts";
+import { findOperation, operations, type OperationId } from "./contract/operations.ts";
+import { CachedCatalogue, defaultCachePolicy, type CachePolicy } from "./core/cached-catalogue.ts";
+import type { CatalogueSource } from "./core/catalogue-source.ts";
+import { UpstreamSource } from "./sources/upstream/upstream-source.ts";
+import { MemoryCache } from "./stores/embedded/memory-cache.ts";
 import { AccountAdmin } from "./core/account-admin.ts";
 import { systemClock, type Clock } from "./core/clock.ts";
 import { Gateway } from "./core/gateway.ts";
@@ -28,6 +33,15 @@ export interface RuntimeOptions {
   readonly log?: { error(obj: unknown, msg: string): void };
 }
 
+function cachePolicy(config: GatewayConfig): CachePolicy {
+  const ttlSeconds = { ...defaultCachePolicy.ttlSeconds } as Record<OperationId, number>;
+  for (const [name, seconds] of pairList(config.cacheTtlSeconds)) {
+    const op = findOperation(name);
+    if (op !== undefined) ttlSeconds[op.id] = Number(seconds);
+  }
+  return { ttlSeconds, notFoundTtlSeconds: config.cacheNotFoundTtlSeconds, staleIfErrorSeconds: config.cacheStaleIfErrorSeconds };
+}
+
 export function databasePath(config: Pick<GatewayConfig, "dataDir">): string {
   return join(config.dataDir, "gateway.db");
 }
@@ -39,8 +53,31 @@ export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {})
   const catalogue = new EmbeddedCatalogue(db);
   const meter = new SqliteMeter(db, { commitIntervalMs: config.ledgerCommitMs });
   const switches = new SqliteOperatorSwitches(db);
+  const upstreams: UpstreamSource[] = [];
+  const sources = new Map<string, CatalogueSource>();
+  for (const name of new Set(operations.map((op) => op.catalogue))) {
+    if (sourceOf(config, name) === "embedded") {
+      sources.set(name, catalogue);
+      continue;
+    }
+    const upstream = new UpstreamSource({
+      url: config.upstreamUrl,
+      catalogue: pairList(config.upstreamCatalogues).find(([c]) => c === name)?.[1] ?? name,
+      key: config.upstreamKey,
+      secret: config.upstreamSecret,
+      signing: config.upstreamSigning === "md5" ? "md5" : "plain",
+      attemptTimeoutMs: config.upstreamTimeoutMs,
+      deadlineMs: config.upstreamDeadlineMs,
+      timeZone: config.timeZone,
+      now: () => clock.now(),
+    });
+    upstreams.push(upstream);
+    sources.set(name, upstream);
+  }
+  const cache = config.cacheMaxBytes > 0 ? new MemoryCache(config.cacheMaxBytes, () => clock.now()) : undefined;
+  const answers = new CachedCatalogue(sources, cache, cachePolicy(config), () => clock.now());
   const gateway = new Gateway(
-    { accounts, meter, switches, sources: new Map([["retail", catalogue], ["wholesale", catalogue]]), log: options.log },
+    { accounts, meter, switches, catalogue: answers, log: options.log },
     { timeZone: config.timeZone, zoneLabel: config.zoneLabel, nodeLabel: config.nodeLabel, clock, lastRequestId: meter.lastRequestId() },
   );
   return {
@@ -53,6 +90,7 @@ export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {})
     close: () => {
       meter.flush();
       db.close();
+      for (const u of upstreams) void u.close();
     },
   };
 }

@@ -44,7 +44,8 @@ function withoutPhpEmptyArrays(desc: DescMessage, value: Record<string, unknown>
   return out;
 }
 
-function readMessage<D extends DescMessage>(desc: D, value: unknown, where: string) {
+/** A record in legacy field names (as legacy responses carry it) as its protobuf message. */
+export function readLegacyMessage<D extends DescMessage>(desc: D, value: unknown, where: string) {
   if (!isObject(value)) throw new Error(`${where} must be an object`);
   try {
     return fromJson(desc, withoutPhpEmptyArrays(desc, value) as JsonObject);
@@ -63,7 +64,7 @@ export function readCatalogueRecord(value: unknown): CatalogueRecord {
   if (!isObject(value)) throw new Error("a record must be a JSON object");
   switch (value.kind) {
     case "item_detail": {
-      const item = readMessage(ItemDetailSchema, value.item, "item");
+      const item = readLegacyMessage(ItemDetailSchema, value.item, "item");
       requireId(item.numIid, "item.num_iid", numericId);
       if (value.obtainable !== undefined && typeof value.obtainable !== "boolean") throw new Error("obtainable must be true or false");
       return { kind: "item_detail", item, obtainable: value.obtainable !== false };
@@ -72,7 +73,7 @@ export function readCatalogueRecord(value: unknown): CatalogueRecord {
       const numIid = requireId(value.num_iid, "num_iid", numericId);
       const sid = requireId(value.sid, "sid", shopId);
       if (!Array.isArray(value.item)) throw new Error("item must be a list of peer-viewed items");
-      const items = value.item.map((e, i) => readMessage(PeerViewedItemSchema, e, `item[${i}]`));
+      const items = value.item.map((e, i) => readLegacyMessage(PeerViewedItemSchema, e, `item[${i}]`));
       return { kind: "peer_viewed", numIid, sid, items };
     }
     default:

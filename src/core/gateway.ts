@@ -1,11 +1,12 @@
 import { create } from "@bufbuild/protobuf";
 import { errorCodeInfo } from "../contract/error-codes.ts";
-import type { Operation, OperationId } from "../contract/operations.ts";
+import type { Operation } from "../contract/operations.ts";
 import type { ItemDetail } from "../gen/gateway/catalogue/v1/retail_pb.js";
 import { ErrorCode, LanguageInfoSchema, StatusBlockSchema, type StatusBlock } from "../gen/gateway/catalogue/v1/status_pb.js";
 import type { PeerViewedItem } from "../gen/gateway/catalogue/v1/wholesale_pb.js";
 import { secretMatches, type Account, type AccountStore } from "./accounts.ts";
-import type { CatalogueSource, Found, NotFound } from "./catalogue-source.ts";
+import type { CachedCatalogue } from "./cached-catalogue.ts";
+import type { Found, NotFound } from "./catalogue-source.ts";
 import { dayOf, formatDateTime, previousDay, systemClock, type Clock } from "./clock.ts";
 import { GatewayError } from "./gateway-error.ts";
 import { createRequestIdGenerator } from "./request-id.ts";
@@ -38,9 +39,14 @@ export interface CallInput {
   readonly signal?: AbortSignal | undefined;
 }
 
+/**
+ * The result of a call. `item` may be shared with other calls through the
+ * cache: read it, never change it. `memo` is the cache entry's scratch space
+ * for renderers.
+ */
 export type Outcome =
-  | { readonly kind: "item-detail"; readonly operation: Operation; readonly status: StatusBlock; readonly item: ItemDetail }
-  | { readonly kind: "peer-viewed"; readonly operation: Operation; readonly status: StatusBlock; readonly item: PeerViewedItem[] }
+  | { readonly kind: "item-detail"; readonly operation: Operation; readonly status: StatusBlock; readonly item: ItemDetail; readonly memo?: Map<string, unknown> | undefined }
+  | { readonly kind: "peer-viewed"; readonly operation: Operation; readonly status: StatusBlock; readonly item: PeerViewedItem[]; readonly memo?: Map<string, unknown> | undefined }
   | { readonly kind: "error"; readonly operation: Operation | undefined; readonly status: StatusBlock };
 
 export interface GatewayOptions {
@@ -67,8 +73,8 @@ export interface GatewayPorts {
   readonly accounts: AccountStore;
   readonly meter: Meter;
   readonly switches: OperatorSwitches;
-  /** The source of each catalogue, by catalogue name. */
-  readonly sources: ReadonlyMap<string, CatalogueSource>;
+  /** The catalogue sources, behind the response cache. */
+  readonly catalogue: CachedCatalogue;
   readonly log?: { error(obj: unknown, msg: string): void };
 }
 
@@ -78,11 +84,6 @@ interface CallOptions {
 }
 
 type Answer = Found<ItemDetail> | Found<PeerViewedItem[]> | NotFound;
-
-const fetchers: Record<OperationId, (source: CatalogueSource, args: Record<string, string>, signal: AbortSignal) => Promise<Answer>> = {
-  "retail/item_get": (source, args, signal) => source.itemDetail(args.num_iid!, args.is_promotion === "1", signal),
-  "wholesale/item_search_peerbuy": (source, args, signal) => source.peerViewed(args.num_iid!, args.sid!, signal),
-};
 
 const argForms = { numeric: /^[0-9]*$/, token: /^[A-Za-z0-9_-]*$/ };
 const argFormText = { numeric: "numeric text", token: "letters, digits, _ or -" };
@@ -116,17 +117,20 @@ export class Gateway {
     let answer: Answer | undefined;
     let options: CallOptions = { useCache: true, lang: "cn" };
     let admission: Admission | undefined;
+    let fromCache = false;
+    let memo: Map<string, unknown> | undefined;
     try {
       account = this.authenticate(operation, input.credentials, now);
       if (input.rejection !== undefined) throw new GatewayError(ErrorCode.PARAM_ERROR, input.rejection);
       const args = checkArgs(operation, input.args);
       options = checkOptions(input);
-      const source = this.ports.sources.get(operation.catalogue);
+      const source = this.ports.catalogue.source(operation);
       if (source === undefined || this.ports.switches.inMaintenance(operation.id)) {
         throw new GatewayError(ErrorCode.API_MAINTENANCE, `${operation.id} is under maintenance; try again later`);
       }
       admission = this.ports.meter.admit(account, operation.id, dayOf(now, account.zone));
-      answer = await fetchers[operation.id](source, args, input.signal ?? neverAborted);
+      const answered = await this.ports.catalogue.answer(operation, args, options.lang, options.useCache, input.signal ?? neverAborted);
+      ({ answer, fromCache, memo } = answered);
       code = answer.found ? ErrorCode.SUCCESS : ErrorCode.NO_RESULT;
       if (!answer.found) reason = answer.reason;
     } catch (e) {
@@ -154,7 +158,7 @@ export class Gateway {
           code,
           charge,
           price: charge === "charged" ? (admission?.price ?? 0n) : 0n,
-          cacheHit: false,
+          cacheHit: fromCache,
           latencyMicros: Math.round((performance.now() - started) * 1000),
           transport: input.transport,
         },
@@ -181,17 +185,18 @@ export class Gateway {
     status.executionTime = (performance.now() - started) / 1000;
 
     if (answer === undefined || !answer.found) return { kind: "error", operation, status };
-    status.ddf = this.ports.sources.get(operation.catalogue)!.label;
+    status.cache = fromCache;
+    status.ddf = this.ports.catalogue.source(operation)!.label;
     status.secache = answer.token;
     status.secacheTime = BigInt(answer.storedAt);
     status.secacheDate = formatDateTime(answer.storedAt * 1000, this.options.timeZone);
     if (operation.id === "retail/item_get") {
       status.lastId = "0";
-      return { kind: "item-detail", operation, status, item: answer.value as ItemDetail };
+      return { kind: "item-detail", operation, status, item: answer.value as ItemDetail, memo };
     }
     const items = answer.value as PeerViewedItem[];
     status.lastId = items.at(-1)?.numIid ?? "0";
-    return { kind: "peer-viewed", operation, status, item: items };
+    return { kind: "peer-viewed", operation, status, item: items, memo };
   }
 
   /**

@@ -6,6 +6,7 @@ import { defaultConfig, type GatewayConfig } from "../../src/config.ts";
 import type { AccountPlan } from "../../src/core/account-admin.ts";
 import type { CatalogueSource } from "../../src/core/catalogue-source.ts";
 import type { Clock } from "../../src/core/clock.ts";
+import { CachedCatalogue } from "../../src/core/cached-catalogue.ts";
 import { Gateway } from "../../src/core/gateway.ts";
 import { demoExampleIds, demoRecords } from "../../src/catalogue/demo-dataset.ts";
 import { openRuntime, seedDemoCatalogue, type Runtime } from "../../src/runtime.ts";
@@ -20,7 +21,7 @@ export interface GatewayFixture {
   /** An active account with both operations. */
   readonly account: { readonly key: string; readonly secret: string };
   newAccount(plan?: Partial<AccountPlan>): { key: string; secret: string };
-  /** A core over this fixture's real stores, with other catalogue sources. */
+  /** A core over this fixture's real stores, with other catalogue sources and no response cache. */
   gatewayWith(sources: ReadonlyMap<string, CatalogueSource>, log?: { error(obj: unknown, msg: string): void }): Gateway;
   close(): Promise<void>;
 }
@@ -51,7 +52,8 @@ export async function startGateway(options: { clock?: Clock; app?: Partial<AppOp
     config,
     account: newAccount({ name: "test" }),
     newAccount,
-    gatewayWith: (sources, log) => new Gateway({ accounts: runtime.accounts, meter: runtime.meter, switches: runtime.switches, sources, ...(log ? { log } : {}) }),
+    gatewayWith: (sources, log) =>
+      new Gateway({ accounts: runtime.accounts, meter: runtime.meter, switches: runtime.switches, catalogue: new CachedCatalogue(sources, undefined), ...(log ? { log } : {}) }),
     async close() {
       await app.close();
       runtime.close();

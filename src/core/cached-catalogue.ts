@@ -1,0 +1,132 @@
+import { toBinary } from "@bufbuild/protobuf";
+import { createHash } from "node:crypto";
+import type { Operation, OperationId } from "../contract/operations.ts";
+import { ItemDetailSchema, type ItemDetail } from "../gen/gateway/catalogue/v1/retail_pb.js";
+import { PeerViewedItemSchema, type PeerViewedItem } from "../gen/gateway/catalogue/v1/wholesale_pb.js";
+import type { CatalogueSource, Found, NotFound } from "./catalogue-source.ts";
+import { GatewayError } from "./gateway-error.ts";
+import type { CacheEntry, ResponseCache } from "./response-cache.ts";
+
+export interface CachePolicy {
+  /** How long a found answer is fresh, per operation, in seconds. */
+  readonly ttlSeconds: Readonly<Record<OperationId, number>>;
+  /** How long a stored "no result" (2000) is fresh. */
+  readonly notFoundTtlSeconds: number;
+  /** How long past its freshness an answer may stand in for a failing source. */
+  readonly staleIfErrorSeconds: number;
+}
+
+export const defaultCachePolicy: CachePolicy = {
+  ttlSeconds: { "retail/item_get": 600, "wholesale/item_search_peerbuy": 600 },
+  notFoundTtlSeconds: 60,
+  staleIfErrorSeconds: 86_400,
+};
+
+/** What the core learns from asking for an answer. */
+export interface Answered {
+  readonly answer: Found<ItemDetail> | Found<PeerViewedItem[]> | NotFound;
+  /** Served from the cache (fresh, or stale in place of a failing source). */
+  readonly fromCache: boolean;
+  /** The entry's memo for renderers, when the answer is a stored one. */
+  readonly memo: Map<string, unknown> | undefined;
+}
+
+type Fetch = (source: CatalogueSource, args: Record<string, string>, signal: AbortSignal) => Promise<Found<unknown> | NotFound>;
+
+const fetchers: Record<OperationId, Fetch> = {
+  "retail/item_get": (source, args, signal) => source.itemDetail(args.num_iid!, args.is_promotion === "1", signal),
+  "wholesale/item_search_peerbuy": (source, args, signal) => source.peerViewed(args.num_iid!, args.sid!, signal),
+};
+
+function approximateBytes(operation: OperationId, value: unknown, reason: string): number {
+  if (value === null) return 256 + reason.length * 2;
+  const binary =
+    operation === "retail/item_get"
+      ? toBinary(ItemDetailSchema, value as ItemDetail).length
+      : (value as PeerViewedItem[]).reduce((n, i) => n + toBinary(PeerViewedItemSchema, i).length, 0);
+  // Decoded messages and the renderings a memo may gather take several times the wire size.
+  return 512 + binary * 8;
+}
+
+/**
+ * The catalogue sources behind the response cache. Only real answers are
+ * stored (0000, and 2000 for a shorter time), never faults. Simultaneous
+ * misses for one key make one source call and share its answer. When the
+ * source fails and an expired answer younger than the stale bound exists,
+ * that answer is served instead of the fault.
+ */
+export class CachedCatalogue {
+  private readonly sources: ReadonlyMap<string, CatalogueSource>;
+  private readonly cache: ResponseCache | undefined;
+  private readonly policy: CachePolicy;
+  private readonly now: () => number;
+  private readonly inFlight = new Map<string, Promise<CacheEntry>>();
+
+  constructor(sources: ReadonlyMap<string, CatalogueSource>, cache: ResponseCache | undefined, policy: CachePolicy = defaultCachePolicy, now: () => number = Date.now) {
+    this.sources = sources;
+    this.cache = cache;
+    this.policy = policy;
+    this.now = now;
+  }
+
+  source(operation: Operation): CatalogueSource | undefined {
+    return this.sources.get(operation.catalogue);
+  }
+
+  /** The answer to one call; `useCache` false always asks the source (and refreshes the entry). */
+  async answer(operation: Operation, args: Record<string, string>, lang: string, useCache: boolean, signal: AbortSignal): Promise<Answered> {
+    const source = this.sources.get(operation.catalogue)!;
+    if (this.cache === undefined) {
+      return { answer: (await fetchers[operation.id](source, args, signal)) as Answered["answer"], fromCache: false, memo: undefined };
+    }
+    const key = [operation.id, ...operation.args.map((a) => args[a.name] ?? ""), lang].join("\u0000");
+    const stored = this.cache.get(key);
+    if (useCache && stored !== undefined && stored.freshUntil > this.now()) return this.fromEntry(stored, true);
+    try {
+      return this.fromEntry(await this.fetchOnce(key, operation, source, args), false);
+    } catch (e) {
+      // Stale-if-error: a fault of the source, and an answer young enough to stand in.
+      if (e instanceof GatewayError && stored !== undefined && stored.staleUntil > this.now()) return this.fromEntry(stored, true);
+      throw e;
+    }
+  }
+
+  /** One source call per key at a time; the others wait for it and share its answer. */
+  private fetchOnce(key: string, operation: Operation, source: CatalogueSource, args: Record<string, string>): Promise<CacheEntry> {
+    const running = this.inFlight.get(key);
+    if (running !== undefined) return running;
+    const call = (async () => {
+      // The shared call is not tied to the first caller's connection: others wait on it too.
+      const answer = await fetchers[operation.id](source, args, new AbortController().signal);
+      const now = this.now();
+      const ttl = answer.found ? this.policy.ttlSeconds[operation.id] : this.policy.notFoundTtlSeconds;
+      const storedAt = answer.found ? answer.storedAt : Math.floor(now / 1000);
+      const value = answer.found ? answer.value : null;
+      const reason = answer.found ? "" : answer.reason;
+      const entry: CacheEntry = {
+        value,
+        reason,
+        storedAt,
+        token: answer.found ? answer.token : createHash("md5").update(`${key}\u0000${storedAt}`).digest("hex"),
+        freshUntil: now + ttl * 1000,
+        staleUntil: now + (ttl + this.policy.staleIfErrorSeconds) * 1000,
+        bytes: approximateBytes(operation.id, value, reason),
+        memo: new Map(),
+      };
+      if (ttl > 0) this.cache!.set(key, entry);
+      return entry;
+    })();
+    this.inFlight.set(key, call);
+    const clear = () => this.inFlight.delete(key);
+    call.then(clear, clear);
+    return call;
+  }
+
+  private fromEntry(entry: CacheEntry, fromCache: boolean): Answered {
+    const answer: Answered["answer"] =
+      entry.value === null
+        ? { found: false, reason: entry.reason }
+        : ({ found: true, value: entry.value, storedAt: entry.storedAt, token: entry.token } as Found<ItemDetail>);
+    return { answer, fromCache, memo: entry.memo };
+  }
+}

@@ -1,0 +1,237 @@
+import {
+  BrokenCircuitError,
+  circuitBreaker,
+  ExponentialBackoff,
+  handleType,
+  handleWhen,
+  retry,
+  SamplingBreaker,
+  wrap,
+  type IPolicy,
+} from "cockatiel";
+import { createHash } from "node:crypto";
+import { Pool } from "undici";
+import { readLegacyMessage } from "../../catalogue/catalogue-record.ts";
+import type { CatalogueSource, Found, NotFound } from "../../core/catalogue-source.ts";
+import { formatDateTime } from "../../core/clock.ts";
+import { GatewayError } from "../../core/gateway-error.ts";
+import { legacySign, legacySigningKey } from "../../core/legacy-signature.ts";
+import { ItemDetailSchema, type ItemDetail } from "../../gen/gateway/catalogue/v1/retail_pb.js";
+import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
+import { PeerViewedItemSchema, type PeerViewedItem } from "../../gen/gateway/catalogue/v1/wholesale_pb.js";
+
+export interface UpstreamOptions {
+  /** Base URL of the provider, e.g. http://127.0.0.1:9000 */
+  readonly url: string;
+  /** The provider's name for this catalogue (retail -> "taobao"). */
+  readonly catalogue: string;
+  /** The gateway's own account at the provider. */
+  readonly key: string;
+  readonly secret: string;
+  /** "plain" sends the secret; "md5" signs with dateline and sign instead. */
+  readonly signing: "plain" | "md5";
+  /** Limit of one attempt; past it the attempt is a timeout (4017). */
+  readonly attemptTimeoutMs: number;
+  /** Limit of the whole call, retries included (4017). */
+  readonly deadlineMs: number;
+  /** Most attempts per call, the first included. */
+  readonly maxAttempts: number;
+  /** Retries may add at most this share of extra calls (0.2 = 20%). */
+  readonly retryBudget: number;
+  /** Open the breaker when this share of calls fails over `breakerWindowMs`… */
+  readonly breakerThreshold: number;
+  readonly breakerWindowMs: number;
+  /** …given at least this many calls a second. */
+  readonly breakerMinimumRps: number;
+  /** How long an open breaker answers 4002 at once before a probe goes through. */
+  readonly breakerHalfOpenAfterMs: number;
+  /** Keep-alive connections to the provider. */
+  readonly connections: number;
+  /** Zone of the signed `dateline`. */
+  readonly timeZone: string;
+  readonly now: () => number;
+}
+
+export const defaultUpstreamOptions: Omit<UpstreamOptions, "url" | "catalogue" | "key" | "secret"> = {
+  signing: "plain",
+  attemptTimeoutMs: 3000,
+  deadlineMs: 8000,
+  maxAttempts: 3,
+  retryBudget: 0.2,
+  breakerThreshold: 0.5,
+  breakerWindowMs: 10_000,
+  breakerMinimumRps: 2,
+  breakerHalfOpenAfterMs: 5000,
+  connections: 32,
+  timeZone: "Asia/Shanghai",
+  now: Date.now,
+};
+
+/** A failure it is safe to try again: the provider cannot have acted on the request. */
+class RetryableFault extends GatewayError {}
+
+/**
+ * Retries may add at most `share` of extra load: every first attempt earns
+ * `share` of a token, every retry spends one (a token bucket, capped).
+ */
+class RetryBudget {
+  private tokens: number;
+  private readonly share: number;
+
+  constructor(share: number) {
+    this.share = share;
+    this.tokens = Math.min(10, share * 10);
+  }
+
+  earn(): void {
+    this.tokens = Math.min(10, this.tokens + this.share);
+  }
+
+  spend(): boolean {
+    if (this.tokens < 1) return false;
+    this.tokens -= 1;
+    return true;
+  }
+}
+
+const connectFaults = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "UND_ERR_SOCKET", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
+const timeoutFaults = new Set(["UND_ERR_CONNECT_TIMEOUT", "UND_ERR_HEADERS_TIMEOUT", "UND_ERR_BODY_TIMEOUT"]);
+
+/**
+ * A catalogue source that asks a paid upstream provider speaking the legacy
+ * query-string protocol. Every fault becomes the right code, and none leaks
+ * the gateway's own provider credentials: a timeout of an attempt is 4017, a
+ * refused or reset connection 4001, an HTTP 5xx, a body that is not JSON, a
+ * 0000 without its payload or the provider refusing the gateway's account
+ * 4002; the provider's 2000 is a real answer. Refused connections and 502/
+ * 503/504 are retried with jittered backoff within a retry budget; a circuit
+ * breaker answers 4002 at once while the provider keeps failing.
+ */
+export class UpstreamSource implements CatalogueSource {
+  readonly label = "upstream";
+  private readonly options: UpstreamOptions;
+  private readonly pool: Pool;
+  private readonly base: URL;
+  private readonly policy: IPolicy;
+  private readonly budget: RetryBudget;
+
+  constructor(options: Partial<UpstreamOptions> & Pick<UpstreamOptions, "url" | "catalogue" | "key" | "secret">) {
+    this.options = { ...defaultUpstreamOptions, ...options };
+    this.base = new URL(this.options.url);
+    this.pool = new Pool(this.base.origin, { connections: this.options.connections, keepAliveTimeout: 30_000, connectTimeout: this.options.attemptTimeoutMs });
+    this.budget = new RetryBudget(this.options.retryBudget);
+    const retrying = retry(
+      handleWhen((e) => e instanceof RetryableFault && this.budget.spend()),
+      { maxAttempts: this.options.maxAttempts - 1, backoff: new ExponentialBackoff({ initialDelay: 50, maxDelay: 1000 }) },
+    );
+    const breaker = circuitBreaker(handleType(GatewayError), {
+      halfOpenAfter: this.options.breakerHalfOpenAfterMs,
+      breaker: new SamplingBreaker({
+        threshold: this.options.breakerThreshold,
+        duration: this.options.breakerWindowMs,
+        minimumRps: this.options.breakerMinimumRps,
+      }),
+    });
+    this.policy = wrap(retrying, breaker);
+  }
+
+  async itemDetail(numIid: string, promotion: boolean): Promise<Found<ItemDetail> | NotFound> {
+    const body = await this.call("item_get", { num_iid: numIid, ...(promotion ? { is_promotion: "1" } : {}) });
+    if (body === "not-found") return { found: false, reason: `item ${numIid} was not found` };
+    const item = body.item;
+    if (typeof item !== "object" || item === null || Array.isArray(item)) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, "the upstream answered 0000 without its item");
+    return this.found(readPayload(() => readLegacyMessage(ItemDetailSchema, item, "item")), numIid);
+  }
+
+  async peerViewed(numIid: string, sid: string): Promise<Found<PeerViewedItem[]> | NotFound> {
+    const body = await this.call("item_search_peerbuy", { num_iid: numIid, sid });
+    if (body === "not-found") return { found: false, reason: `no peer-viewed items for item ${numIid} of shop ${sid}` };
+    const items = body.item;
+    if (!Array.isArray(items) || items.length === 0) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, "the upstream answered 0000 without its item list");
+    return this.found(readPayload(() => items.map((e, i) => readLegacyMessage(PeerViewedItemSchema, e, `item[${i}]`))), `${numIid}/${sid}`);
+  }
+
+  async close(): Promise<void> {
+    await this.pool.close();
+  }
+
+  private found<T>(value: T, id: string): Found<T> {
+    const storedAt = Math.floor(this.options.now() / 1000);
+    return { found: true, value, storedAt, token: createHash("md5").update(`${this.options.catalogue}\u0000${id}\u0000${storedAt}`).digest("hex") };
+  }
+
+  /** One upstream call under the deadline, retry and breaker policies. */
+  private async call(apiName: string, args: Record<string, string>): Promise<Record<string, unknown> | "not-found"> {
+    this.budget.earn();
+    const deadline = AbortSignal.timeout(this.options.deadlineMs);
+    try {
+      return await this.policy.execute(() => this.attempt(apiName, args, deadline), deadline);
+    } catch (e) {
+      if (e instanceof GatewayError) throw e;
+      if (e instanceof BrokenCircuitError) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, "the upstream provider is failing; calls are held back for a few seconds");
+      if (deadline.aborted) throw new GatewayError(ErrorCode.TIMEOUT, `the upstream provider did not answer within ${this.options.deadlineMs} ms`);
+      throw e;
+    }
+  }
+
+  private url(apiName: string, args: Record<string, string>): string {
+    const params: Record<string, string> = { ...args, result_type: "json", lang: "cn", key: this.options.key };
+    if (this.options.signing === "md5") {
+      params.dateline = formatDateTime(this.options.now(), this.options.timeZone);
+      params.sign = legacySign({ ...params, api_name: apiName }, legacySigningKey(this.options.secret));
+    } else {
+      params.secret = this.options.secret;
+    }
+    const path = `${this.base.pathname.replace(/\/$/, "")}/${this.options.catalogue}/${apiName}/`;
+    return `${path}?${new URLSearchParams(params)}`;
+  }
+
+  private async attempt(apiName: string, args: Record<string, string>, deadline: AbortSignal): Promise<Record<string, unknown> | "not-found"> {
+    const signal = AbortSignal.any([deadline, AbortSignal.timeout(this.options.attemptTimeoutMs)]);
+    let status: number;
+    let text: string;
+    try {
+      const res = await this.pool.request({ method: "GET", path: this.url(apiName, args), signal, headers: { "accept-encoding": "identity" } });
+      status = res.statusCode;
+      text = await res.body.text();
+    } catch (e) {
+      throw this.fault(e, signal);
+    }
+    if (status === 502 || status === 503 || status === 504) throw new RetryableFault(ErrorCode.TARGET_SERVER_ERROR, `the upstream answered HTTP ${status}`);
+    if (status >= 500) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, `the upstream answered HTTP ${status}`);
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, `the upstream answered something that is not JSON (HTTP ${status})`);
+    }
+    if (typeof body !== "object" || body === null || Array.isArray(body)) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, "the upstream answered JSON that is not a response");
+    const record = body as Record<string, unknown>;
+    const code = String(record.error_code ?? "");
+    if (code === "0000") return record;
+    if (code === "2000") return "not-found";
+    const n = Number(code);
+    if (n >= 4004 && n <= 4016) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, `the upstream provider refused the gateway's call (its code ${code}); the operator must check the upstream account`);
+    throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, /^\d{4}$/.test(code) ? `the upstream provider failed (its code ${code})` : "the upstream answered without an error_code");
+  }
+
+  /** A transport failure as its code; never with the URL, which carries credentials. */
+  private fault(e: unknown, signal: AbortSignal): GatewayError {
+    const code = (e as { code?: string }).code ?? "";
+    const name = (e as { name?: string }).name ?? "";
+    if (signal.aborted || timeoutFaults.has(code) || name === "TimeoutError" || name === "AbortError") {
+      return new GatewayError(ErrorCode.TIMEOUT, `the upstream provider did not answer within ${this.options.attemptTimeoutMs} ms`);
+    }
+    if (code === "ECONNREFUSED") return new RetryableFault(ErrorCode.NETWORK_ERROR, "the upstream provider refused the connection");
+    if (connectFaults.has(code)) return new GatewayError(ErrorCode.NETWORK_ERROR, `the connection to the upstream provider failed (${code})`);
+    return new GatewayError(ErrorCode.NETWORK_ERROR, `the upstream provider could not be reached${code ? ` (${code})` : ""}`);
+  }
+}
+
+function readPayload<T>(read: () => T): T {
+  try {
+    return read();
+  } catch (e) {
+    throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, `the upstream's payload does not fit the contract: ${(e as Error).message.slice(0, 200)}`);
+  }
+}
