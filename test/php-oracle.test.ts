@@ -11,7 +11,7 @@ import { operationById } from "../src/contract/operations.ts";
 import type { CallInput } from "../src/core/gateway.ts";
 import { legacyFormats } from "../src/render/legacy-formats.ts";
 import { legacyResponse } from "../src/render/legacy-response.ts";
-import { PhpFloat, type PhpMap, type PhpValue } from "../src/render/php-value.ts";
+import { PhpFloat, PhpFragment, type PhpMap, type PhpValue } from "../src/render/php-value.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
 // The tagged form the PHP side builds values from (test/php/oracle.php).
@@ -25,6 +25,7 @@ function tag(v: PhpValue): Node {
   if (typeof v === "boolean") return { b: v };
   if (v === null) return { n: 1 };
   if (v instanceof PhpFloat) return { d: Object.is(v.value, -0) ? "-0" : String(v.value) };
+  if (v instanceof PhpFragment) return tag(v.value);
   if (Array.isArray(v)) return { l: v.map(tag) };
   return { m: [...v].map(([k, x]) => [b64(k), tag(x)] as [string, Node]) };
 }
@@ -155,6 +156,21 @@ function mapFromXml(children: XmlNode[]): PhpMap {
   return out;
 }
 
+describe("cached items (fragments)", () => {
+  it("render to the same bytes as the plain value, in every format, first time and from the memo", () => {
+    const withItem = corpus.filter(([, v]) => v.has("item"));
+    expect(withItem.length).toBeGreaterThan(5);
+    for (const [name, value] of withItem) {
+      const wrapped: PhpMap = new Map([...value].map(([k, v]) => [k, k === "item" ? new PhpFragment(v) : v]));
+      for (const [format, { render }] of Object.entries(legacyFormats)) {
+        const plain = render(value);
+        expect(render(wrapped), `${name} ${format}`).toBe(plain);
+        expect(render(wrapped), `${name} ${format} from the memo`).toBe(plain);
+      }
+    }
+  });
+});
+
 describe("xml read by a JS parser", () => {
   it("reads back to the same value for the whole corpus", () => {
     const parser = new XMLParser({ preserveOrder: true, ignoreAttributes: false, trimValues: false, parseTagValue: false, parseAttributeValue: false, processEntities: true, htmlEntities: true });
@@ -170,6 +186,7 @@ describe("xml read by a JS parser", () => {
 
 /** A comparable form: Maps as entry lists, floats tagged, strings as PHP would hold them. */
 function normalise(v: PhpValue): unknown {
+  if (v instanceof PhpFragment) return normalise(v.value);
   if (v instanceof PhpFloat) return { float: Object.is(v.value, -0) ? 0 : v.value };
   if (typeof v === "string") return v.toWellFormed();
   if (Array.isArray(v)) return v.map(normalise);

@@ -184,8 +184,8 @@ export class Gateway {
     status.language = create(LanguageInfoSchema, { currentLang: "cn", sourceLang: "cn" });
     status.executionTime = (performance.now() - started) / 1000;
 
-    if (answer === undefined || !answer.found) return { kind: "error", operation, status };
     status.cache = fromCache;
+    if (answer === undefined || !answer.found) return { kind: "error", operation, status };
     status.ddf = this.ports.catalogue.source(operation)!.label;
     status.secache = answer.token;
     status.secacheTime = BigInt(answer.storedAt);

@@ -6,7 +6,7 @@ import type { Outcome } from "../core/gateway.ts";
 import { ItemDetailSchema } from "../gen/gateway/catalogue/v1/retail_pb.js";
 import type { StatusBlock } from "../gen/gateway/catalogue/v1/status_pb.js";
 import { PeerViewedItemSchema } from "../gen/gateway/catalogue/v1/wholesale_pb.js";
-import { PhpFloat, type PhpMap, type PhpValue } from "./php-value.ts";
+import { PhpFloat, PhpFragment, type PhpMap, type PhpValue } from "./php-value.ts";
 
 type Plan = readonly { readonly key: string; readonly read: (message: Record<string, unknown>) => PhpValue }[];
 
@@ -132,6 +132,22 @@ function statusValue(key: LegacyStatusKey, s: StatusBlock): PhpValue {
   }
 }
 
+const memoKey = "legacy-item";
+
+/**
+ * The `item` of a success. A cached answer keeps it in the entry's memo as a
+ * fragment, so every later hit reuses the item's renderings.
+ */
+function itemValue(outcome: Exclude<Outcome, { kind: "error" }>): PhpValue {
+  const known = outcome.memo?.get(memoKey);
+  if (known instanceof PhpFragment) return known;
+  const value = outcome.kind === "item-detail" ? messageValue(ItemDetailSchema, outcome.item) : outcome.item.map((i) => messageValue(PeerViewedItemSchema, i));
+  if (outcome.memo === undefined) return value;
+  const fragment = new PhpFragment(value);
+  outcome.memo.set(memoKey, fragment);
+  return fragment;
+}
+
 /** The legacy response of an outcome: `item` (on success) and the status block, keys in wire order. */
 export function legacyResponse(outcome: Outcome): PhpMap {
   const out: PhpMap = new Map();
@@ -139,8 +155,7 @@ export function legacyResponse(outcome: Outcome): PhpMap {
     outcome.kind === "item-detail" ? legacyLayouts.itemDetail : outcome.kind === "peer-viewed" ? legacyLayouts.peerViewed : legacyLayouts.error;
   for (const key of layout) {
     if (key === "item") {
-      if (outcome.kind === "item-detail") out.set("item", messageValue(ItemDetailSchema, outcome.item));
-      else if (outcome.kind === "peer-viewed") out.set("item", outcome.item.map((i) => messageValue(PeerViewedItemSchema, i)));
+      if (outcome.kind !== "error") out.set("item", itemValue(outcome));
     } else {
       out.set(key, statusValue(key, outcome.status));
     }

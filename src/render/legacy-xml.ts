@@ -1,5 +1,5 @@
 import { phpFloatText } from "./php-json.ts";
-import { PhpFloat, type PhpMap, type PhpValue } from "./php-value.ts";
+import { PhpFloat, PhpFragment, type PhpMap, type PhpValue } from "./php-value.ts";
 
 // The XML mapping of a legacy response (README, "result_type=xml"):
 // - the document is `<?xml version="1.0" encoding="UTF-8"?>` and one `<response>` element
@@ -25,6 +25,7 @@ function attribute(s: string): string {
 }
 
 function element(tag: string, attrs: string, value: PhpValue): string {
+  if (value instanceof PhpFragment) return value.text(`xml:${tag}${attrs}`, () => element(tag, attrs, value.value));
   if (typeof value === "string") {
     const s = value.isWellFormed() ? value : value.toWellFormed();
     if (s === "") return `<${tag}${attrs}/>`;

@@ -1,4 +1,4 @@
-import { PhpFloat, type PhpValue } from "./php-value.ts";
+import { PhpFloat, PhpFragment, type PhpValue } from "./php-value.ts";
 
 export interface PhpJsonOptions {
   /** JSON_UNESCAPED_UNICODE: write non-ASCII characters as UTF-8 (`jsonu`). */
@@ -91,6 +91,7 @@ export function phpJsonEncode(value: PhpValue, options: PhpJsonOptions): string 
   if (typeof value === "boolean") return value ? "true" : "false";
   if (value === null) return "null";
   if (value instanceof PhpFloat) return phpFloatText(value.value);
+  if (value instanceof PhpFragment) return value.text(options.unescapedUnicode ? "jsonu" : "json", () => phpJsonEncode(value.value, options));
   if (Array.isArray(value)) {
     let out = "[";
     for (let i = 0; i < value.length; i++) out += (i === 0 ? "" : ",") + phpJsonEncode(value[i]!, options);

@@ -1,5 +1,5 @@
 import { phpFloatText } from "./php-json.ts";
-import { PhpFloat, phpArrayKey, type PhpValue } from "./php-value.ts";
+import { PhpFloat, PhpFragment, phpArrayKey, type PhpValue } from "./php-value.ts";
 
 const floatStyle = { exponent: "E", zeroFraction: false } as const;
 
@@ -20,6 +20,7 @@ export function phpSerialize(value: PhpValue): string {
   if (typeof value === "boolean") return value ? "b:1;" : "b:0;";
   if (value === null) return "N;";
   if (value instanceof PhpFloat) return `d:${phpFloatText(value.value, floatStyle)};`;
+  if (value instanceof PhpFragment) return value.text("serialize", () => phpSerialize(value.value));
   if (Array.isArray(value)) {
     let out = `a:${value.length}:{`;
     for (let i = 0; i < value.length; i++) out += `i:${i};${phpSerialize(value[i]!)}`;

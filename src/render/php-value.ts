@@ -7,8 +7,9 @@
  * - array: a PHP list;
  * - Map: a PHP array with keys, in order. An empty one is PHP's empty array,
  *   which json_encode writes as `[]`.
+ * - PhpFragment: a value whose renderings are kept once made (see below).
  */
-export type PhpValue = string | number | boolean | null | PhpFloat | PhpValue[] | PhpMap;
+export type PhpValue = string | number | boolean | null | PhpFloat | PhpFragment | PhpValue[] | PhpMap;
 
 export type PhpMap = Map<string, PhpValue>;
 
@@ -33,4 +34,28 @@ export function phpArrayKey(key: string): string | bigint {
   if (!/^(0|-?[1-9][0-9]*)$/.test(key) || key.length > 20) return key;
   const n = BigInt(key);
   return n >= int64Min && n <= int64Max ? n : key;
+}
+
+/**
+ * A value that remembers how each renderer wrote it. A cached item is
+ * wrapped in one, so a cache hit splices the item's text in and renders only
+ * the status block. Every renderer produces the same bytes with or without
+ * the wrapper; `key` names the renderer and anything the text depends on.
+ */
+export class PhpFragment {
+  readonly value: PhpValue;
+  private readonly texts = new Map<string, string>();
+
+  constructor(value: PhpValue) {
+    this.value = value;
+  }
+
+  text(key: string, render: () => string): string {
+    let t = this.texts.get(key);
+    if (t === undefined) {
+      t = render();
+      this.texts.set(key, t);
+    }
+    return t;
+  }
 }

@@ -1,5 +1,5 @@
 import { phpFloatText } from "./php-json.ts";
-import { PhpFloat, phpArrayKey, type PhpValue } from "./php-value.ts";
+import { PhpFloat, PhpFragment, phpArrayKey, type PhpValue } from "./php-value.ts";
 
 const floatStyle = { exponent: "E", zeroFraction: true } as const;
 
@@ -20,6 +20,7 @@ function exportValue(value: PhpValue, level: number): string {
   if (typeof value === "boolean") return value ? "true" : "false";
   if (value === null) return "NULL";
   if (value instanceof PhpFloat) return phpFloatText(value.value, floatStyle);
+  if (value instanceof PhpFragment) return value.text(`var_export:${level}`, () => exportValue(value.value, level));
   // php_var_export_ex: a nested array starts on its own line, indented.
   const indent = " ".repeat(level - 1);
   let out = level > 1 ? `\n${indent}array (\n` : "array (\n";

@@ -32,12 +32,19 @@ export const demo = demoExampleIds(demoRecords());
 export const adminToken = "test-admin-token-0123456789";
 
 /** The real app on a real loopback port, over a fresh embedded store seeded with the demo catalogue. */
-export async function startGateway(options: { clock?: Clock; app?: Partial<AppOptions> } = {}): Promise<GatewayFixture> {
+export async function startGateway(
+  options: { clock?: Clock; app?: Partial<AppOptions>; config?: Partial<GatewayConfig>; logLines?: string[] } = {},
+): Promise<GatewayFixture> {
   const dataDir = mkdtempSync(join(tmpdir(), "gateway-test-"));
-  const config: GatewayConfig = { ...defaultConfig, dataDir, port: 0 };
-  const runtime = openRuntime(config, options.clock ? { clock: options.clock } : {});
+  const config: GatewayConfig = { ...defaultConfig, dataDir, port: 0, ...options.config };
+  const lines = options.logLines;
+  const runtime = openRuntime(config, {
+    ...(options.clock ? { clock: options.clock } : {}),
+    ...(lines ? { log: { error: (obj: unknown, msg: string) => lines.push(`${msg} ${JSON.stringify(obj, (_k, v) => (v instanceof Error ? { message: v.message, stack: v.stack } : v))}`) } } : {}),
+  });
   await seedDemoCatalogue(runtime);
-  const app = await buildApp({ gateway: runtime.gateway, logLevel: false, admin: { ports: runtime, token: adminToken }, ...options.app });
+  const logging = lines ? { logLevel: "info", logStream: { write: (line: string) => lines.push(line) } as unknown as NodeJS.WritableStream } : { logLevel: false as const };
+  const app = await buildApp({ gateway: runtime.gateway, ...logging, admin: { ports: runtime, token: adminToken }, ...options.app });
   await app.listen({ host: "127.0.0.1", port: 0 });
   const port = (app.server.address() as { port: number }).port;
   const newAccount = (plan: Partial<AccountPlan> = {}) => {

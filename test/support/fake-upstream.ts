@@ -1,0 +1,96 @@
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { demoRecords } from "../../src/catalogue/demo-dataset.ts";
+
+/** What a scripted answer does. */
+export type Behaviour =
+  | { kind: "normal"; delayMs?: number }
+  | { kind: "status"; status: number; body?: string }
+  | { kind: "garbage" }
+  | { kind: "code"; code: string; reason?: string }
+  | { kind: "zero-without-item" }
+  | { kind: "hang" }
+  | { kind: "reset" };
+
+export interface UpstreamRequest {
+  readonly path: string;
+  readonly query: URLSearchParams;
+}
+
+/**
+ * A stand-in for the paid upstream provider: a real HTTP server on loopback
+ * that answers the legacy protocol from the demo records, and misbehaves on
+ * purpose when a test scripts it to.
+ */
+export class FakeUpstream {
+  readonly requests: UpstreamRequest[] = [];
+  /** Decides each answer; the default answers normally. */
+  script: (req: UpstreamRequest) => Behaviour = () => ({ kind: "normal" });
+  private server!: http.Server;
+  private readonly items = new Map<string, unknown>();
+  private readonly peers = new Map<string, unknown[]>();
+
+  constructor() {
+    for (const r of demoRecords()) {
+      if (r.kind === "item_detail" && r.obtainable) this.items.set((r.item as { num_iid: string }).num_iid, r.item);
+      if (r.kind === "peer_viewed") this.peers.set(`${String(r.num_iid)}/${String(r.sid)}`, r.item as unknown[]);
+    }
+  }
+
+  get url(): string {
+    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  }
+
+  async start(): Promise<this> {
+    this.server = http.createServer((req, res) => this.answer(req, res));
+    await new Promise<void>((r) => this.server.listen(0, "127.0.0.1", r));
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    this.server.closeAllConnections();
+    await new Promise((r) => this.server.close(r));
+  }
+
+  private answer(req: http.IncomingMessage, res: http.ServerResponse): void {
+    const url = new URL(req.url ?? "/", "http://upstream");
+    const request = { path: url.pathname, query: url.searchParams };
+    this.requests.push(request);
+    const b = this.script(request);
+    const json = (body: unknown) => {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify(body));
+    };
+    switch (b.kind) {
+      case "reset":
+        req.socket.destroy();
+        return;
+      case "hang":
+        return;
+      case "status":
+        res.writeHead(b.status, { "content-type": "text/plain" });
+        res.end(b.body ?? "upstream trouble");
+        return;
+      case "garbage":
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end("<html>502 gateway</html>");
+        return;
+      case "code":
+        json({ error: "err", reason: b.reason ?? `failed with ${b.code}`, error_code: b.code, success: 0 });
+        return;
+      case "zero-without-item":
+        json({ error: "", reason: "", error_code: "0000" });
+        return;
+      case "normal": {
+        const send = () => {
+          const numIid = url.searchParams.get("num_iid") ?? "";
+          const item = url.pathname.endsWith("/item_get/") ? this.items.get(numIid) : this.peers.get(`${numIid}/${url.searchParams.get("sid")}`);
+          if (item === undefined || (Array.isArray(item) && item.length === 0)) json({ error: "item-not-found", reason: "no such item", error_code: "2000", success: 0 });
+          else json({ item, error: "", reason: "", error_code: "0000", cache: 0, api_info: "today:1 max:99" });
+        };
+        if (b.delayMs) setTimeout(send, b.delayMs);
+        else send();
+      }
+    }
+  }
+}

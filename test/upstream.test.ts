@@ -1,0 +1,269 @@
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { demoRecords } from "../src/catalogue/demo-dataset.ts";
+import { legacySign, legacySigningKey } from "../src/core/legacy-signature.ts";
+import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { UpstreamSource } from "../src/sources/upstream/upstream-source.ts";
+import { FakeUpstream, type Behaviour } from "./support/fake-upstream.ts";
+import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+
+const upstreamKey = "UPKEY-9f3a1c";
+const upstreamSecret = "UPSECRET-7d2e41b0c9a84f55aa";
+const retailIds = demoRecords().filter((r) => r.kind === "item_detail" && r.obtainable).map((r) => (r.item as { num_iid: string }).num_iid);
+let nextId = 0;
+/** A retail item no earlier test has asked for, so the cache has not seen it. */
+const freshItem = () => retailIds[++nextId]!;
+
+let upstream: FakeUpstream;
+let gw: GatewayFixture;
+const logLines: string[] = [];
+const bodies: string[] = [];
+const clock = { at: Date.now(), now() { return this.at; } };
+
+/** A gateway whose sources are the fake upstream (each with a fresh circuit breaker). */
+function gatewayOnUpstream() {
+  return startGateway({
+    clock,
+    logLines,
+    config: {
+      upstreamUrl: upstream.url,
+      upstreamKey,
+      upstreamSecret,
+      upstreamTimeoutMs: 400,
+      upstreamDeadlineMs: 1500,
+      cacheTtlSeconds: "item_get=60,item_search_peerbuy=60",
+      cacheNotFoundTtlSeconds: 10,
+      cacheStaleIfErrorSeconds: 300,
+    },
+  });
+}
+
+beforeAll(async () => {
+  upstream = await new FakeUpstream().start();
+  gw = await gatewayOnUpstream();
+});
+afterAll(async () => {
+  await gw.close();
+  await upstream.stop();
+});
+
+async function get(numIid: string, extra: Record<string, string> = {}) {
+  const r = await legacyGet(gw.base, "/retail/item_get/", { key: gw.account.key, secret: gw.account.secret, num_iid: numIid, ...extra });
+  bodies.push(r.body);
+  return r.json;
+}
+
+function scripted(b: Behaviour) {
+  upstream.script = () => b;
+}
+
+describe("the upstream source", () => {
+  it("serves both operations from the provider, with the gateway's own credentials and the provider's catalogue names", async () => {
+    scripted({ kind: "normal" });
+    const before = upstream.requests.length;
+    const id = freshItem();
+    const item = await get(id, { is_promotion: "1" });
+    expect(item.error_code).toBe("0000");
+    expect(item._ddf).toBeUndefined();
+    expect((item.item as { num_iid: string }).num_iid).toBe(id);
+    const peers = await legacyGet(gw.base, "/wholesale/item_search_peerbuy/", { key: gw.account.key, secret: gw.account.secret, num_iid: demo.wholesaleNumIid, sid: demo.wholesaleSid });
+    expect(peers.json.error_code).toBe("0000");
+    expect(peers.json._ddf).toBe("upstream");
+    const [a, b] = upstream.requests.slice(before);
+    expect(a!.path).toBe("/taobao/item_get/");
+    expect(Object.fromEntries(a!.query)).toEqual({ num_iid: id, is_promotion: "1", result_type: "json", lang: "cn", key: upstreamKey, secret: upstreamSecret });
+    expect(b!.path).toBe("/1688/item_search_peerbuy/");
+    expect(b!.query.get("sid")).toBe(demo.wholesaleSid);
+  });
+
+  it.each([
+    ["a slow answer", { kind: "normal", delayMs: 2000 }, "4017"],
+    ["HTTP 500", { kind: "status", status: 500 }, "4002"],
+    ["HTTP 503 (retried)", { kind: "status", status: 503 }, "4002"],
+    ["a body that is not JSON", { kind: "garbage" }, "4002"],
+    ["0000 without its item", { kind: "zero-without-item" }, "4002"],
+    ["its own 4005", { kind: "code", code: "4005", reason: `bad key ${upstreamKey}` }, "4002"],
+    ["its own 4013", { kind: "code", code: "4013" }, "4002"],
+    ["its own 5000", { kind: "code", code: "5000" }, "4002"],
+    ["a reset connection", { kind: "reset" }, "4001"],
+  ] as [string, Behaviour, string][])("maps %s to %s, uncharged", async (_name, behaviour, code) => {
+    scripted(behaviour);
+    const a = gw.newAccount();
+    const r = await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: freshItem() });
+    bodies.push(r.body);
+    expect(r.json.error_code).toBe(code);
+    expect(r.json.api_info).toMatch(/^today:0 /);
+    const [row] = gw.runtime.meter.query({ account: a.key, rows: 5 }).rows;
+    expect(row?.charge).toBe("uncharged");
+    expect(row?.price).toBe(0n);
+    scripted({ kind: "normal" });
+  });
+
+  it("answers the provider's 2000 as a charged 2000", async () => {
+    const a = gw.newAccount();
+    const r = await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: "999999999999" });
+    expect(r.json.error_code).toBe("2000");
+    expect(r.json.api_info).toMatch(/^today:1 /);
+  });
+
+  it("maps a refused connection to 4001, on the RPC path too", async () => {
+    const closed = new FakeUpstream();
+    await closed.start();
+    const url = closed.url;
+    await closed.stop();
+    const source = new UpstreamSource({ url, catalogue: "taobao", key: upstreamKey, secret: upstreamSecret, attemptTimeoutMs: 300, deadlineMs: 1000 });
+    const err = await source.itemDetail("1", false).then(() => undefined, (e: Error & { code?: number }) => e);
+    expect(err?.code).toBe(4001);
+    await source.close();
+    scripted({ kind: "reset" });
+    const rpc = await createClient(RetailService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }))
+      .itemGet({ numIid: freshItem() }, { headers: { "x-api-key": gw.account.key, "x-api-secret": gw.account.secret } })
+      .then(() => undefined, ConnectError.from);
+    expect(rpc?.code).toBe(Code.Unavailable);
+    expect(rpc?.findDetails(StatusBlockSchema)[0]?.errorCode).toBe(4001);
+    scripted({ kind: "normal" });
+  });
+});
+
+describe("signed upstream calls", () => {
+  it("sends dateline and sign instead of the secret, signed as the wire notes say", async () => {
+    const source = new UpstreamSource({ url: upstream.url, catalogue: "taobao", key: upstreamKey, secret: upstreamSecret, signing: "md5", now: () => Date.parse("2026-11-22T01:02:03Z") });
+    scripted({ kind: "normal" });
+    const before = upstream.requests.length;
+    const answer = await source.itemDetail(demo.retailNumIid, true);
+    expect(answer.found).toBe(true);
+    const q = Object.fromEntries(upstream.requests[before]!.query);
+    expect(q.secret).toBeUndefined();
+    expect(q.dateline).toBe("2026-11-22 09:02:03");
+    const { sign, ...rest } = q;
+    expect(sign).toBe(legacySign({ ...rest, api_name: "item_get" }, legacySigningKey(upstreamSecret)));
+    expect(sign).toMatch(/^[0-9a-f]{32}$/);
+    await source.close();
+  });
+});
+
+describe("resilience", () => {
+  it("keeps retries within the budget (about 20% extra calls)", async () => {
+    scripted({ kind: "status", status: 503 });
+    const source = new UpstreamSource({ url: upstream.url, catalogue: "taobao", key: upstreamKey, secret: upstreamSecret, breakerThreshold: 0.99, breakerMinimumRps: 1e9 });
+    const before = upstream.requests.length;
+    for (let i = 0; i < 50; i++) await source.itemDetail("1", false).catch(() => undefined);
+    const made = upstream.requests.length - before;
+    expect(made).toBeGreaterThan(50);
+    expect(made).toBeLessThanOrEqual(50 * 1.2 + 2);
+    await source.close();
+    scripted({ kind: "normal" });
+  });
+
+  it("opens the breaker on a failing provider, answers 4002 fast, and closes after a good probe", async () => {
+    scripted({ kind: "status", status: 500 });
+    const source = new UpstreamSource({
+      url: upstream.url, catalogue: "taobao", key: upstreamKey, secret: upstreamSecret,
+      breakerThreshold: 0.5, breakerWindowMs: 1000, breakerMinimumRps: 1, breakerHalfOpenAfterMs: 300,
+    });
+    for (let i = 0; i < 10; i++) await source.itemDetail("1", false).catch(() => undefined);
+    const before = upstream.requests.length;
+    const started = performance.now();
+    const open = await source.itemDetail("1", false).then(() => undefined, (e: Error & { code?: number }) => e);
+    expect(open?.code).toBe(4002);
+    expect(open?.message).toContain("held back");
+    expect(upstream.requests.length).toBe(before);
+    expect(performance.now() - started).toBeLessThan(100);
+    scripted({ kind: "normal" });
+    await new Promise((r) => setTimeout(r, 350));
+    expect((await source.itemDetail(demo.retailNumIid, false)).found).toBe(true);
+    expect((await source.itemDetail(demo.retailNumIid, false)).found).toBe(true);
+    await source.close();
+  });
+});
+
+describe("the response cache", () => {
+  // The fault tests above have (rightly) opened the first gateway's breaker.
+  beforeAll(async () => {
+    await gw.close();
+    gw = await gatewayOnUpstream();
+  });
+
+  it("makes one upstream call for 100 simultaneous misses, and meters each caller", async () => {
+    scripted({ kind: "normal", delayMs: 100 });
+    const a = gw.newAccount({ concurrency: 200 });
+    const id = freshItem();
+    const before = upstream.requests.length;
+    const codes = await Promise.all(Array.from({ length: 100 }, () => legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: id }).then((r) => r.json.error_code)));
+    expect(codes).toEqual(Array(100).fill("0000"));
+    expect(upstream.requests.length - before).toBe(1);
+    const charged = gw.runtime.meter.query({ account: a.key }).totals.filter((t) => t.charge === "charged").reduce((n, t) => n + t.calls, 0);
+    expect(charged).toBe(100);
+    scripted({ kind: "normal" });
+  });
+
+  it("serves hits with cache 1 and the entry's secache; cache=no asks again and refreshes the entry", async () => {
+    const id = freshItem();
+    const first = await get(id);
+    const before = upstream.requests.length;
+    const hit = await get(id);
+    expect(upstream.requests.length).toBe(before);
+    expect([first.cache, hit.cache]).toEqual([0, 1]);
+    expect(hit.secache).toBe(first.secache);
+    expect(hit.secache_time).toBe(first.secache_time);
+    expect(hit.item).toEqual(first.item);
+    const hitLedger = gw.runtime.meter.query({ rows: 1000 }).rows.find((r) => r.requestId === hit.request_id);
+    expect(hitLedger).toMatchObject({ cacheHit: true, charge: "charged" });
+
+    clock.at += 5000;
+    const refreshed = await get(id, { cache: "no" });
+    expect(upstream.requests.length).toBe(before + 1);
+    expect(refreshed.cache).toBe(0);
+    expect(refreshed.secache_time).toBe((first.secache_time as number) + 5);
+    const after = await get(id);
+    expect(after.cache).toBe(1);
+    expect(after.secache).toBe(refreshed.secache);
+  });
+
+  it("caches 2000 for a shorter time, and never caches a fault", async () => {
+    const before = upstream.requests.length;
+    expect((await get("888888888888")).error_code).toBe("2000");
+    const again = await get("888888888888");
+    expect(again.error_code).toBe("2000");
+    expect(again.cache).toBe(1);
+    expect(upstream.requests.length).toBe(before + 1);
+    clock.at += 11_000;
+    await get("888888888888");
+    expect(upstream.requests.length).toBe(before + 2);
+
+    scripted({ kind: "status", status: 500 });
+    const id = freshItem();
+    expect((await get(id)).error_code).toBe("4002");
+    scripted({ kind: "normal" });
+    expect((await get(id)).error_code).toBe("0000");
+  });
+
+  it("serves an expired answer instead of a fault while it is young enough (stale-if-error), charged", async () => {
+    const id = freshItem();
+    const stored = await get(id);
+    clock.at += 120_000; // past the 60 s freshness
+    scripted({ kind: "status", status: 500 });
+    const a = gw.newAccount();
+    const stale = await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: id });
+    expect(stale.json.error_code).toBe("0000");
+    expect(stale.json.cache).toBe(1);
+    expect(stale.json.secache).toBe(stored.secache);
+    expect(stale.json.api_info).toMatch(/^today:1 /);
+    clock.at += 400_000; // past the 300 s stale bound too
+    expect((await get(id)).error_code).toBe("4002");
+    scripted({ kind: "normal" });
+  });
+});
+
+describe("the gateway's provider credentials", () => {
+  it("appear in no response and no log line", () => {
+    expect(bodies.length).toBeGreaterThan(10);
+    expect(logLines.length).toBeGreaterThan(10);
+    for (const text of [...bodies, ...logLines]) {
+      expect(text).not.toContain(upstreamKey);
+      expect(text).not.toContain(upstreamSecret);
+    }
+  });
+});
