@@ -267,3 +267,39 @@ describe("the gateway's provider credentials", () => {
     }
   });
 });
+
+describe("configured as the README says", () => {
+  it("a gateway started with GATEWAY_UPSTREAM_* serves from the provider", async () => {
+    const { spawn } = await import("node:child_process");
+    const { mkdtempSync, rmSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const { join } = await import("node:path");
+    const { root } = await import("./support/cli.ts");
+    scripted({ kind: "normal" });
+    const dir = mkdtempSync(join(tmpdir(), "gateway-upstream-"));
+    const child = spawn(process.execPath, [join(root, "bin", "gateway.js"), "serve", "--demo"], {
+      cwd: root,
+      env: { ...process.env, GATEWAY_DATA_DIR: dir, GATEWAY_PORT: "0", GATEWAY_UPSTREAM_URL: upstream.url, GATEWAY_UPSTREAM_KEY: upstreamKey, GATEWAY_UPSTREAM_SECRET: upstreamSecret, GATEWAY_UPSTREAM_TIMEOUT_MS: "3000" },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (out += d.toString()));
+    try {
+      const until = Date.now() + 20_000;
+      while (!/Demo account\s+key: \S+\s+secret: \S+/.test(out) && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+      const base = /listening on (http:\/\/\S+)/.exec(out)![1]!;
+      const [, key, secret] = /Demo account\s+key: (\S+)\s+secret: (\S+)/.exec(out)!;
+      const before = upstream.requests.length;
+      const r = await legacyGet(base, "/wholesale/item_search_peerbuy/", { key: key!, secret: secret!, num_iid: demo.wholesaleNumIid, sid: demo.wholesaleSid });
+      expect(r.json.error_code).toBe("0000");
+      expect(r.json._ddf).toBe("upstream");
+      expect(upstream.requests.slice(before).map((q) => [q.path, q.query.get("key")])).toEqual([["/1688/item_search_peerbuy/", upstreamKey]]);
+      expect(out).not.toContain(upstreamSecret);
+    } finally {
+      child.kill("SIGTERM");
+      await new Promise((r) => child.once("exit", r));
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
