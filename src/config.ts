@@ -54,6 +54,21 @@ export interface GatewayConfig {
   cacheNotFoundTtlSeconds: number;
   /** GATEWAY_CACHE_STALE_IF_ERROR_SECONDS: how long past freshness an answer may stand in for a failing source. */
   cacheStaleIfErrorSeconds: number;
+  /** GATEWAY_SIGNATURE_WINDOW_SECONDS: how far a signed call's dateline or timestamp may be from the server's time. */
+  signatureWindowSeconds: number;
+  /** GATEWAY_AUTH_SLOW_AFTER / GATEWAY_AUTH_LOCK_AFTER: failed authentications a minute from one address before answers slow, and before it is refused. */
+  authSlowAfter: number;
+  authLockAfter: number;
+  /** GATEWAY_AUTH_LOCK_SECONDS: how long a refused address stays refused (4008). */
+  authLockSeconds: number;
+  /** GATEWAY_MAX_HEADER_BYTES: request line and headers, together. */
+  maxHeaderBytes: number;
+  /** GATEWAY_REQUEST_TIMEOUT_MS: time a client has to send a whole request. */
+  requestTimeoutMs: number;
+  /** GATEWAY_KEEP_ALIVE_TIMEOUT_MS: how long an idle connection stays open. */
+  keepAliveTimeoutMs: number;
+  /** GATEWAY_MAX_CONNECTIONS: open connections at once; more are refused. */
+  maxConnections: number;
 }
 
 export const defaultConfig: GatewayConfig = {
@@ -83,6 +98,14 @@ export const defaultConfig: GatewayConfig = {
   cacheTtlSeconds: "item_get=600,item_search_peerbuy=600",
   cacheNotFoundTtlSeconds: 60,
   cacheStaleIfErrorSeconds: 86400,
+  signatureWindowSeconds: 300,
+  authSlowAfter: 5,
+  authLockAfter: 20,
+  authLockSeconds: 300,
+  maxHeaderBytes: 16384,
+  requestTimeoutMs: 30000,
+  keepAliveTimeoutMs: 72000,
+  maxConnections: 10000,
 };
 
 const envNames: Record<keyof GatewayConfig, string> = {
@@ -112,6 +135,14 @@ const envNames: Record<keyof GatewayConfig, string> = {
   cacheTtlSeconds: "GATEWAY_CACHE_TTL_SECONDS",
   cacheNotFoundTtlSeconds: "GATEWAY_CACHE_NOT_FOUND_TTL_SECONDS",
   cacheStaleIfErrorSeconds: "GATEWAY_CACHE_STALE_IF_ERROR_SECONDS",
+  signatureWindowSeconds: "GATEWAY_SIGNATURE_WINDOW_SECONDS",
+  authSlowAfter: "GATEWAY_AUTH_SLOW_AFTER",
+  authLockAfter: "GATEWAY_AUTH_LOCK_AFTER",
+  authLockSeconds: "GATEWAY_AUTH_LOCK_SECONDS",
+  maxHeaderBytes: "GATEWAY_MAX_HEADER_BYTES",
+  requestTimeoutMs: "GATEWAY_REQUEST_TIMEOUT_MS",
+  keepAliveTimeoutMs: "GATEWAY_KEEP_ALIVE_TIMEOUT_MS",
+  maxConnections: "GATEWAY_MAX_CONNECTIONS",
 };
 
 export class ConfigError extends Error {
@@ -169,6 +200,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     ["cacheMaxBytes", 0, 2 ** 40, "bytes"],
     ["cacheNotFoundTtlSeconds", 0, 31_536_000, "seconds"],
     ["cacheStaleIfErrorSeconds", 0, 31_536_000, "seconds"],
+    ["signatureWindowSeconds", 1, 86_400, "seconds"],
+    ["authSlowAfter", 1, 1_000_000, "failures"],
+    ["authLockAfter", 1, 1_000_000, "failures"],
+    ["authLockSeconds", 0, 86_400, "seconds"],
+    ["maxHeaderBytes", 1024, 1_048_576, "bytes"],
+    ["requestTimeoutMs", 100, 600_000, "milliseconds"],
+    ["keepAliveTimeoutMs", 100, 600_000, "milliseconds"],
+    ["maxConnections", 1, 1_000_000, "connections"],
   ];
   for (const [k, min, max, unit] of numbers) {
     const n = integer(raw[k], min, max);

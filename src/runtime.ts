@@ -78,7 +78,19 @@ export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {})
   const answers = new CachedCatalogue(sources, cache, cachePolicy(config), () => clock.now());
   const gateway = new Gateway(
     { accounts, meter, switches, catalogue: answers, log: options.log },
-    { timeZone: config.timeZone, zoneLabel: config.zoneLabel, nodeLabel: config.nodeLabel, clock, lastRequestId: meter.lastRequestId() },
+    {
+      timeZone: config.timeZone,
+      zoneLabel: config.zoneLabel,
+      nodeLabel: config.nodeLabel,
+      clock,
+      lastRequestId: meter.lastRequestId(),
+      authentication: {
+        signatureWindowSeconds: config.signatureWindowSeconds,
+        slowAfterFailures: config.authSlowAfter,
+        lockAfterFailures: config.authLockAfter,
+        lockSeconds: config.authLockSeconds,
+      },
+    },
   );
   return {
     gateway,

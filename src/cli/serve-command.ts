@@ -48,6 +48,12 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
     logLevel: config.logLevel === "silent" ? false : config.logLevel,
     ...(tls ? { tls } : {}),
     maxBodyBytes: config.maxBodyBytes,
+    limits: {
+      maxHeaderBytes: config.maxHeaderBytes,
+      requestTimeoutMs: config.requestTimeoutMs,
+      keepAliveTimeoutMs: config.keepAliveTimeoutMs,
+      maxConnections: config.maxConnections,
+    },
     admin: { ports: runtime, token: adminToken },
     corsOrigins: corsOriginList(config),
   });

@@ -1,4 +1,5 @@
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
+import { legacySigningKey } from "./legacy-signature.ts";
 import type { OperationId } from "../contract/operations.ts";
 import type { Micros } from "./money.ts";
 
@@ -11,6 +12,14 @@ export interface Account {
   /** sha256(salt || secret), hex. The plain secret is never stored. */
   readonly secretHash: string;
   readonly secretSalt: string;
+  /**
+   * What signed calls are checked with, derived from the secret: the legacy
+   * scheme's key (md5 of the secret, which is never 32 characters, so it is
+   * not itself a usable secret) and the HMAC signing key. Absent on accounts
+   * whose secret predates signed calls, until it is rotated.
+   */
+  readonly legacySigningKey?: string | undefined;
+  readonly hmacKey?: string | undefined;
   readonly status: "active" | "stopped";
   /** Operations added to the account; absent ones answer 4012. */
   readonly operations: ReadonlyMap<OperationId, OperationState>;
@@ -79,9 +88,27 @@ export function hashSecret(secret: string, salt: string): string {
   return createHash("sha256").update(salt).update(secret).digest("hex");
 }
 
-export function sealSecret(secret: string): { secretHash: string; secretSalt: string } {
+/** Everything the store keeps of a secret: a salted hash for plain calls and the two signing keys. */
+export function sealSecret(secret: string): { secretHash: string; secretSalt: string; legacySigningKey: string; hmacKey: string } {
   const secretSalt = randomBytes(16).toString("hex");
-  return { secretHash: hashSecret(secret, secretSalt), secretSalt };
+  return {
+    secretHash: hashSecret(secret, secretSalt),
+    secretSalt,
+    legacySigningKey: legacySigningKey(secret),
+    // The same derivation as deriveSigningKey in src/client/browser-signature.ts.
+    hmacKey: createHmac("sha256", secret).update("gateway-browser-signing-v1").digest("hex"),
+  };
+}
+
+/** Compares two hex digests in constant time; a length mismatch compares against itself first. */
+export function sameHex(expected: string, presented: string): boolean {
+  const a = Buffer.from(expected, "utf8");
+  const b = Buffer.from(presented, "utf8");
+  if (a.length !== b.length) {
+    timingSafeEqual(a, a);
+    return false;
+  }
+  return timingSafeEqual(a, b);
 }
 
 /** Constant-time check of a presented secret against the stored hash. */

@@ -57,3 +57,23 @@ export function previousDay(day: string): string {
   d.setUTCDate(d.getUTCDate() - 1);
   return d.toISOString().slice(0, 10);
 }
+
+/**
+ * The instant of a wall-clock time `YYYY-MM-DD HH:MM:SS` in a zone, in Unix
+ * milliseconds; undefined when the text is not such a time. In a gap or an
+ * overlap of daylight saving, the earlier reading wins.
+ */
+export function zonedTimeToEpoch(text: string, zone: string): number | undefined {
+  const m = /^(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})$/.exec(text);
+  if (m === null) return undefined;
+  const [y, mo, d, h, mi, s] = m.slice(1).map(Number) as [number, number, number, number, number, number];
+  const asUtc = Date.UTC(y, mo - 1, d, h, mi, s);
+  if (new Date(asUtc).toISOString().slice(0, 19) !== `${m[1]}-${m[2]}-${m[3]}T${m[4]}:${m[5]}:${m[6]}`) return undefined;
+  // The zone's offset at that instant, found from how the zone writes it; twice, for offsets that change near it.
+  let guess = asUtc;
+  for (let i = 0; i < 2; i++) {
+    const written = Date.parse(`${formatDateTime(guess, zone).replace(" ", "T")}Z`);
+    guess = asUtc - (written - guess);
+  }
+  return guess;
+}

@@ -4,7 +4,8 @@ import type { Operation } from "../contract/operations.ts";
 import type { ItemDetail } from "../gen/gateway/catalogue/v1/retail_pb.js";
 import { ErrorCode, LanguageInfoSchema, StatusBlockSchema, type StatusBlock } from "../gen/gateway/catalogue/v1/status_pb.js";
 import type { PeerViewedItem } from "../gen/gateway/catalogue/v1/wholesale_pb.js";
-import { secretMatches, type Account, type AccountStore } from "./accounts.ts";
+import type { Account, AccountStore } from "./accounts.ts";
+import { Authenticator, MemoryReplayGuard, type AuthenticationOptions, type Credentials, type ReplayGuard } from "./authentication.ts";
 import type { CachedCatalogue } from "./cached-catalogue.ts";
 import type { Found, NotFound } from "./catalogue-source.ts";
 import { dayOf, formatDateTime, previousDay, systemClock, type Clock } from "./clock.ts";
@@ -14,10 +15,7 @@ import type { Admission, Meter, OperatorSwitches, Transport } from "./meter.ts";
 
 export type { Transport } from "./meter.ts";
 
-export interface Credentials {
-  readonly key?: string | undefined;
-  readonly secret?: string | undefined;
-}
+export type { Credentials } from "./authentication.ts";
 
 /**
  * One call as a transport hands it to the core. Values are the legacy
@@ -58,6 +56,8 @@ export interface GatewayOptions {
   readonly nodeLabel: string;
   /** The newest request id already used (e.g. from the ledger): new ids come after it. */
   readonly lastRequestId: string | undefined;
+  /** Signature windows and the limits on failed authentications. */
+  readonly authentication: Partial<AuthenticationOptions>;
   readonly clock: Clock;
 }
 
@@ -66,6 +66,7 @@ export const defaultGatewayOptions: GatewayOptions = {
   zoneLabel: "Beijing",
   nodeLabel: "gw-1",
   lastRequestId: undefined,
+  authentication: {},
   clock: systemClock,
 };
 
@@ -73,6 +74,8 @@ export interface GatewayPorts {
   readonly accounts: AccountStore;
   readonly meter: Meter;
   readonly switches: OperatorSwitches;
+  /** Where used signatures are remembered (default: this process's memory). */
+  readonly replays?: ReplayGuard;
   /** The catalogue sources, behind the response cache. */
   readonly catalogue: CachedCatalogue;
   readonly log?: { error(obj: unknown, msg: string): void };
@@ -87,7 +90,6 @@ type Answer = Found<ItemDetail> | Found<PeerViewedItem[]> | NotFound;
 
 const argForms = { numeric: /^[0-9]*$/, token: /^[A-Za-z0-9_-]*$/ };
 const argFormText = { numeric: "numeric text", token: "letters, digits, _ or -" };
-const maxKeyLength = 64;
 const neverAborted = new AbortController().signal;
 
 /**
@@ -99,12 +101,17 @@ export class Gateway {
   private readonly ports: GatewayPorts;
   private readonly options: GatewayOptions;
   private readonly nextRequestId: () => string;
+  private readonly authenticator: Authenticator;
   private memory = { at: 0, text: "" };
 
   constructor(ports: GatewayPorts, options: Partial<GatewayOptions> = {}) {
     this.ports = ports;
     this.options = { ...defaultGatewayOptions, ...options };
     this.nextRequestId = createRequestIdGenerator(this.options.nodeLabel, () => this.options.clock.now(), this.options.lastRequestId);
+    this.authenticator = new Authenticator(ports.accounts, ports.replays ?? new MemoryReplayGuard(), {
+      timeZone: this.options.timeZone,
+      ...this.options.authentication,
+    });
   }
 
   async call(operation: Operation, input: CallInput): Promise<Outcome> {
@@ -120,7 +127,8 @@ export class Gateway {
     let fromCache = false;
     let memo: Map<string, unknown> | undefined;
     try {
-      account = this.authenticate(operation, input.credentials, now);
+      this.authenticator.checkAddress(input.clientIp, now);
+      account = this.authenticator.authenticate(operation, input.credentials, input.args, now);
       if (input.rejection !== undefined) throw new GatewayError(ErrorCode.PARAM_ERROR, input.rejection);
       const args = checkArgs(operation, input.args);
       options = checkOptions(input);
@@ -142,6 +150,12 @@ export class Gateway {
         code = ErrorCode.SERVER_INTERNAL_ERROR;
         reason = `internal error; quote request id ${requestId}`;
       }
+    }
+
+    // A failed authentication counts against the caller's address, and is answered more slowly as they pile up.
+    if (code === ErrorCode.ACCOUNT_NOT_FOUND || code === ErrorCode.INVALID_CREDENTIALS) {
+      const hold = this.authenticator.failed(input.clientIp, now);
+      if (hold > 0) await new Promise((r) => setTimeout(r, hold));
     }
 
     // The response waits for its ledger row: nothing charged goes unrecorded.
@@ -244,25 +258,6 @@ export class Gateway {
     });
     if (code !== ErrorCode.SUCCESS) status.success = 0;
     return status;
-  }
-
-  private authenticate(operation: Operation, credentials: Credentials, now: number): Account {
-    const { key, secret } = credentials;
-    if (key === undefined || key === "") throw new GatewayError(ErrorCode.MISSING_URL_PARAM, "missing url param: key");
-    const account = key.length <= maxKeyLength ? this.ports.accounts.find(key) : undefined;
-    if (account === undefined) throw new GatewayError(ErrorCode.ACCOUNT_NOT_FOUND, "no account has this key");
-    if (secret === undefined || secret === "") throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "missing secret");
-    if (!secretMatches(account, secret)) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "the secret does not match the key");
-    if (account.status === "stopped") throw new GatewayError(ErrorCode.ACCOUNT_STOPPED, "this account is stopped");
-    if (dayOf(now, account.zone) > account.expires) {
-      throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, `the key expired on ${account.expires}`);
-    }
-    const state = account.operations.get(operation.id);
-    if (state === undefined) {
-      throw new GatewayError(ErrorCode.API_NOT_ADDED, `${operation.id} has not been added to this account`);
-    }
-    if (state === "stopped") throw new GatewayError(ErrorCode.API_STOPPED, `${operation.id} is stopped for this account`);
-    return account;
   }
 
   private apiInfo(account: Account, today: string): string {

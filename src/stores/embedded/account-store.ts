@@ -16,6 +16,8 @@ interface Row {
   expires: string;
   zone: string;
   created_at: bigint;
+  legacy_signing_key: string | null;
+  hmac_key: string | null;
 }
 
 function fromRow(r: Row): Account {
@@ -24,6 +26,8 @@ function fromRow(r: Row): Account {
     name: r.name,
     secretHash: r.secret_hash,
     secretSalt: r.secret_salt,
+    legacySigningKey: r.legacy_signing_key ?? undefined,
+    hmacKey: r.hmac_key ?? undefined,
     status: r.status === "stopped" ? "stopped" : "active",
     operations: new Map(Object.entries(JSON.parse(r.operations) as Record<OperationId, OperationState>)) as Map<OperationId, OperationState>,
     dailyMax: Number(r.daily_max),
@@ -42,6 +46,8 @@ function toParams(a: Account) {
     name: a.name,
     secret_hash: a.secretHash,
     secret_salt: a.secretSalt,
+    legacy_signing_key: a.legacySigningKey ?? null,
+    hmac_key: a.hmacKey ?? null,
     status: a.status,
     operations: JSON.stringify(Object.fromEntries(a.operations)),
     daily_max: a.dailyMax,
@@ -72,8 +78,8 @@ export class SqliteAccountStore implements AccountStore {
     this.byKey.setReadBigInts(true);
     this.all = db.prepare("SELECT * FROM accounts ORDER BY created_at, key");
     this.all.setReadBigInts(true);
-    const columns = "key, name, secret_hash, secret_salt, status, operations, daily_max, concurrency, balance, prices, expires, zone, created_at";
-    const values = ":key, :name, :secret_hash, :secret_salt, :status, :operations, :daily_max, :concurrency, :balance, :prices, :expires, :zone, :created_at";
+    const columns = "key, name, secret_hash, secret_salt, legacy_signing_key, hmac_key, status, operations, daily_max, concurrency, balance, prices, expires, zone, created_at";
+    const values = ":key, :name, :secret_hash, :secret_salt, :legacy_signing_key, :hmac_key, :status, :operations, :daily_max, :concurrency, :balance, :prices, :expires, :zone, :created_at";
     this.insertRow = db.prepare(`INSERT INTO accounts (${columns}) VALUES (${values})`);
     const settable = columns.split(", ").filter((c) => c !== "key" && c !== "balance" && c !== "created_at");
     this.replaceRow = db.prepare(`UPDATE accounts SET ${settable.map((c) => `${c} = :${c}`).join(", ")} WHERE key = :key`);

@@ -60,6 +60,9 @@ const migrations: readonly string[] = [
   CREATE INDEX ledger_by_account_day ON ledger (account, day);
   CREATE INDEX ledger_by_day ON ledger (day);
   CREATE TABLE maintenance (operation TEXT PRIMARY KEY) STRICT, WITHOUT ROWID;`,
+  // 3: what signed calls need, derived from the secret (never the secret itself).
+  `ALTER TABLE accounts ADD COLUMN legacy_signing_key TEXT;
+  ALTER TABLE accounts ADD COLUMN hmac_key TEXT;`,
 ];
 
 /**

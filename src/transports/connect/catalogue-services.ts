@@ -1,7 +1,9 @@
 import { ConnectError, createContextKey, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
 import { errorCodeInfo, fourDigits } from "../../contract/error-codes.ts";
 import { operationById, type Operation, type OperationId } from "../../contract/operations.ts";
+import type { Credentials } from "../../core/authentication.ts";
 import type { CallInput, Gateway, Transport } from "../../core/gateway.ts";
+import { parseAuthorization } from "../authorization-header.ts";
 import { RetailService } from "../../gen/gateway/catalogue/v1/retail_pb.js";
 import { CacheMode, Lang, StatusBlockSchema, type StatusBlock } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { WholesaleService } from "../../gen/gateway/catalogue/v1/wholesale_pb.js";
@@ -28,14 +30,28 @@ function option(table: Record<number, string | undefined>, value: number): strin
   return value in table ? table[value] : `enum value ${value}`;
 }
 
-function callInput(ctx: HandlerContext, args: Record<string, string>, cache: CacheMode, lang: Lang): CallInput {
+/**
+ * An RPC caller's credentials: the HMAC form in the Authorization header
+ * (method RPC, path /<service>/<method>), or key and secret headers; a
+ * `Gateway-Key` Authorization header may carry the key.
+ */
+function credentialsOf(ctx: HandlerContext, operation: Operation): Credentials {
+  const header = parseAuthorization(ctx.requestHeader.get("authorization"));
+  if (header?.scheme === "hmac") {
+    const path = `/${operation.service.typeName}/${operation.method.name}`;
+    return { kind: "hmac", key: header.key, timestamp: header.timestamp, nonce: header.nonce, signature: header.signature, method: "RPC", path };
+  }
+  return { kind: "plain", key: ctx.requestHeader.get(credentialHeaders.key) ?? header?.key, secret: ctx.requestHeader.get(credentialHeaders.secret) ?? undefined };
+}
+
+function callInput(ctx: HandlerContext, operation: Operation, args: Record<string, string>, cache: CacheMode, lang: Lang): CallInput {
   const given: Record<string, string | undefined> = {};
   for (const [name, value] of Object.entries(args)) given[name] = value === "" ? undefined : value;
   return {
     args: given,
     cache: option(cacheText, cache),
     lang: option(langText, lang),
-    credentials: { key: ctx.requestHeader.get(credentialHeaders.key) ?? undefined, secret: ctx.requestHeader.get(credentialHeaders.secret) ?? undefined },
+    credentials: credentialsOf(ctx, operation),
     transport: transportOf(ctx),
     clientIp: ctx.values.get(clientIpKey),
     signal: ctx.signal,
@@ -59,14 +75,14 @@ export function catalogueRoutes(gateway: Gateway): (router: ConnectRouter) => vo
   return (router) => {
     router.service(RetailService, {
       async itemGet(req, ctx) {
-        const outcome = await gateway.call(itemGet, callInput(ctx, { num_iid: req.numIid, is_promotion: req.isPromotion }, req.cache, req.lang));
+        const outcome = await gateway.call(itemGet, callInput(ctx, itemGet, { num_iid: req.numIid, is_promotion: req.isPromotion }, req.cache, req.lang));
         if (outcome.kind !== "item-detail") throw statusError(outcome.status);
         return { item: outcome.item, status: outcome.status };
       },
     });
     router.service(WholesaleService, {
       async itemSearchPeerbuy(req, ctx) {
-        const outcome = await gateway.call(peerbuy, callInput(ctx, { num_iid: req.numIid, sid: req.sid }, req.cache, req.lang));
+        const outcome = await gateway.call(peerbuy, callInput(ctx, peerbuy, { num_iid: req.numIid, sid: req.sid }, req.cache, req.lang));
         if (outcome.kind !== "peer-viewed") throw statusError(outcome.status);
         return { item: outcome.item, status: outcome.status };
       },

@@ -1,6 +1,8 @@
 /** The parameters of a legacy call, and what is wrong with their form, if anything. */
 export interface LegacyParams {
   get(name: string): string | undefined;
+  /** Every parameter, as received (for the legacy signature). */
+  all(): Record<string, string>;
   /** Set when the parameters cannot be read unambiguously: answered 4003. */
   readonly problem: string | undefined;
 }
@@ -54,5 +56,5 @@ export function legacyParams(url: string, body?: unknown): LegacyParams {
       else if (!credentials.has(name) && inQuery !== value) problem = `parameter ${short(name)} differs between the query string and the body`;
     }
   }
-  return { get: (name) => values.get(name), problem };
+  return { get: (name) => values.get(name), all: () => Object.fromEntries(values), problem };
 }

@@ -5,11 +5,13 @@ import Fastify, { type FastifyInstance, type FastifyServerOptions } from "fastif
 import http2 from "node:http2";
 import type { Gateway } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
+import { legacyFormats } from "../../render/legacy-formats.ts";
+import { legacyResponse } from "../../render/legacy-response.ts";
 import { operations } from "../../contract/operations.ts";
 import { adminRoutes, type AdminPorts } from "../connect/admin-service.ts";
 import { catalogueRoutes, clientIpKey, credentialHeaders } from "../connect/catalogue-services.ts";
 import { legacyBodyTypes, legacyMethods, legacyShim, sendLegacy, unroutableHandler } from "../legacy/legacy-shim.ts";
-import { createOnePortServer } from "./one-port-server.ts";
+import { createOnePortServer, type OnePortServerOptions } from "./one-port-server.ts";
 import { redactUrl } from "./redact.ts";
 
 export interface AppOptions {
@@ -22,13 +24,21 @@ export interface AppOptions {
   readonly tls?: { readonly cert: string | Buffer; readonly key: string | Buffer };
   /** Largest request body on any path, legacy or RPC. */
   readonly maxBodyBytes?: number;
+  /** Header, timeout and connection limits of the server. */
+  readonly limits?: Partial<Omit<OnePortServerOptions, "http2SessionTimeoutMs">>;
   /** The AdminService's ports and the bearer token it requires (empty: the admin API answers Unauthenticated). */
   readonly admin?: { readonly ports: AdminPorts; readonly token: string };
   /** Origins browsers may call from: a list, or ["*"] for any. Empty turns CORS off. */
   readonly corsOrigins?: readonly string[];
 }
 
-const timeouts = { keepAliveTimeoutMs: 72_000, requestTimeoutMs: 30_000, http2SessionTimeoutMs: 120_000 };
+const defaultLimits: OnePortServerOptions = {
+  keepAliveTimeoutMs: 72_000,
+  requestTimeoutMs: 30_000,
+  http2SessionTimeoutMs: 120_000,
+  maxHeaderBytes: 16_384,
+  maxConnections: 10_000,
+};
 
 /**
  * Builds the gateway's one Fastify app: the legacy query-string shim and the
@@ -39,9 +49,10 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const { gateway } = options;
   const maxBodyBytes = options.maxBodyBytes ?? 1048576;
   const tls = options.tls;
+  const limits = { ...defaultLimits, ...options.limits };
   const serverFactory: FastifyServerOptions["serverFactory"] = tls
     ? (handler) => http2.createSecureServer({ allowHTTP1: true, cert: tls.cert, key: tls.key }, handler as never) as never
-    : (handler) => createOnePortServer(handler, timeouts) as never;
+    : (handler) => createOnePortServer(handler, limits) as never;
   const app = Fastify({
     serverFactory,
     routerOptions: { ignoreTrailingSlash: true },
@@ -58,6 +69,27 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
               req: (req: { method: string; url: string; ip?: string }) => ({ method: req.method, url: redactUrl(req.url), remoteAddress: req.ip }),
             },
           },
+    // A request the HTTP parser refuses (bad syntax, headers too large, too slow) still gets a status block.
+    clientErrorHandler: (error: Error & { code?: string }, socket) => {
+      if (!socket.writable) return;
+      // HTTP is done with this socket; the answer waits for its ledger row, so keep
+      // Node from ending the socket when a half-closing client's FIN arrives meanwhile.
+      socket.removeAllListeners("end");
+      const code = error.code === "ERR_HTTP_REQUEST_TIMEOUT" ? ErrorCode.TIMEOUT : ErrorCode.PARAM_ERROR;
+      const [status, reason] =
+        error.code === "HPE_HEADER_OVERFLOW"
+          ? ["431 Request Header Fields Too Large", `the request line and headers are larger than ${limits.maxHeaderBytes} bytes`]
+          : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
+            ? ["408 Request Timeout", `the request was not sent within ${limits.requestTimeoutMs} ms`]
+            : ["400 Bad Request", "the request is not valid HTTP"];
+      void gateway.refuse(code, "", reason, { clientIp: socket.remoteAddress ?? "", transport: "legacy" }).then(
+        (outcome) => {
+          const body = Buffer.from(legacyFormats.json.render(legacyResponse(outcome)));
+          socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body.toString("latin1")}`, "latin1");
+        },
+        () => socket.destroy(),
+      );
+    },
     // A path Fastify cannot decode still gets a status block.
     frameworkErrors: (error, req, reply) => {
       void gateway

@@ -8,11 +8,16 @@ const h2Preface = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
 /** Fastify's request handler, which serves both HTTP/1.1 and HTTP/2 compatibility objects. */
 export type Handler = (req: http.IncomingMessage, res: http.ServerResponse) => void;
 
-/** Limits for the plain-text server; Fastify passes its own options. */
+/** Limits of the server. */
 export interface OnePortServerOptions {
   keepAliveTimeoutMs: number;
+  /** Time a client has to send a whole request (also the limit for its headers). */
   requestTimeoutMs: number;
   http2SessionTimeoutMs: number;
+  /** Request line and headers together, in bytes. */
+  maxHeaderBytes: number;
+  /** Open connections at once, both protocols. */
+  maxConnections: number;
 }
 
 /**
@@ -24,10 +29,15 @@ export interface OnePortServerOptions {
  * it; `closeHttp2Sessions` lets Fastify drain the HTTP/2 side on close.
  */
 export function createOnePortServer(handler: Handler, options: OnePortServerOptions): http.Server {
-  const h1 = http.createServer(handler);
+  const h1 = http.createServer({ maxHeaderSize: options.maxHeaderBytes }, handler);
   h1.keepAliveTimeout = options.keepAliveTimeoutMs;
   h1.requestTimeout = options.requestTimeoutMs;
-  const h2 = http2.createServer({}, handler as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
+  h1.headersTimeout = Math.min(options.requestTimeoutMs, 60_000);
+  h1.maxConnections = options.maxConnections;
+  // A client may finish sending (half-close) and still read the answer, as `printf … | nc`
+  // does; by default Node would drop the request if the answer is not ready yet.
+  (h1 as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
+  const h2 = http2.createServer({ maxSessionMemory: 10, settings: { maxHeaderListSize: options.maxHeaderBytes } }, handler as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on("session", (session) => {
     sessions.add(session);
