@@ -2,6 +2,7 @@ import { cors as connectCors, createContextValues } from "@connectrpc/connect";
 import fastifyCors from "@fastify/cors";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from "fastify";
+import http from "node:http";
 import http2 from "node:http2";
 import type { Gateway } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
@@ -72,20 +73,35 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // A request the HTTP parser refuses (bad syntax, headers too large, too slow) still gets a status block.
     clientErrorHandler: (error: Error & { code?: string }, socket) => {
       if (!socket.writable) return;
-      // HTTP is done with this socket; the answer waits for its ledger row, so keep
-      // Node from ending the socket when a half-closing client's FIN arrives meanwhile.
+      // The head was read and a handler owns the answer (the fault is in the body,
+      // e.g. cut short): once that answer has started, let it finish, then close.
+      const answering = (socket as unknown as { _httpMessage?: import("node:http").ServerResponse })._httpMessage;
+      if (answering?.headersSent) {
+        if (answering.writableFinished) socket.end();
+        else answering.once("finish", () => socket.end());
+        return;
+      }
+      // Otherwise the answer is ours; keep Node from ending the socket when a
+      // half-closing client's FIN arrives while the refusal is being recorded.
       socket.removeAllListeners("end");
       const code = error.code === "ERR_HTTP_REQUEST_TIMEOUT" ? ErrorCode.TIMEOUT : ErrorCode.PARAM_ERROR;
       const [status, reason] =
         error.code === "HPE_HEADER_OVERFLOW"
-          ? ["431 Request Header Fields Too Large", `the request line and headers are larger than ${limits.maxHeaderBytes} bytes`]
+          ? [431, `the request line and headers are larger than ${limits.maxHeaderBytes} bytes`]
           : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
-            ? ["408 Request Timeout", `the request was not sent within ${limits.requestTimeoutMs} ms`]
-            : ["400 Bad Request", "the request is not valid HTTP"];
+            ? [408, `the request was not sent within ${limits.requestTimeoutMs} ms`]
+            : [400, answering ? "the request body is not complete" : "the request is not valid HTTP"];
       void gateway.refuse(code, "", reason, { clientIp: socket.remoteAddress ?? "", transport: "legacy" }).then(
         (outcome) => {
           const body = Buffer.from(legacyFormats.json.render(legacyResponse(outcome)));
-          socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body.toString("latin1")}`, "latin1");
+          const headers = { "content-type": "application/json; charset=utf-8", "content-length": String(body.length), connection: "close" };
+          if (answering !== undefined && !answering.headersSent) {
+            answering.writeHead(status, headers).end(body);
+            answering.once("finish", () => socket.end());
+          } else if (answering === undefined) {
+            const head = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join("");
+            socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\n${head}\r\n`), body]));
+          }
         },
         () => socket.destroy(),
       );

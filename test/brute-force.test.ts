@@ -1,0 +1,49 @@
+import http from "node:http";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+
+let gw: GatewayFixture;
+beforeAll(async () => {
+  gw = await startGateway({ config: { authSlowAfter: 3, authLockAfter: 6, authLockSeconds: 60 } });
+});
+afterAll(() => gw.close());
+
+/** A legacy call from a chosen loopback address. */
+function call(from: string, secret: string): Promise<{ code: string; reason: string; ms: number }> {
+  const q = new URLSearchParams({ key: gw.account.key, secret, num_iid: demo.retailNumIid });
+  const started = performance.now();
+  return new Promise((resolve, reject) => {
+    http
+      .get(`${gw.base}/retail/item_get/?${q}`, { localAddress: from, agent: false }, (res) => {
+        let body = "";
+        res.on("data", (d: Buffer) => (body += d.toString()));
+        res.on("end", () => {
+          const json = JSON.parse(body) as { error_code: string; reason: string };
+          resolve({ code: json.error_code, reason: json.reason, ms: performance.now() - started });
+        });
+      })
+      .on("error", reject);
+  });
+}
+
+describe("repeated authentication failures from one address", () => {
+  it("are slowed, then refused with 4008 for a while, without touching other addresses", async () => {
+    const attacker = "127.0.0.1";
+    const results = [];
+    for (let i = 0; i < 6; i++) results.push(await call(attacker, `guess-${i}`));
+    expect(results.map((r) => r.code)).toEqual(["4005", "4005", "4005", "4005", "4005", "4005"]);
+    // From the third failure on, answers are held back (100 ms, then 200 ms, …).
+    expect(results[2]!.ms).toBeGreaterThanOrEqual(90);
+    expect(results[3]!.ms).toBeGreaterThanOrEqual(190);
+
+    const locked = await call(attacker, gw.account.secret);
+    expect(locked.code).toBe("4008");
+    expect(locked.reason).toMatch(/^too many failed authentications from this address; try again in \d+ s$/);
+    // A refused address is refused before any account lookup, even with the right secret, and quickly.
+    expect(locked.ms).toBeLessThan(1000);
+
+    const bystander = "127.0.0.2";
+    expect((await call(bystander, gw.account.secret)).code).toBe("0000");
+    expect((await call(bystander, "wrong")).code).toBe("4005");
+  });
+});

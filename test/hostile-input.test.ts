@@ -1,0 +1,218 @@
+import fc from "fast-check";
+import net from "node:net";
+import zlib from "node:zlib";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ItemGetRequestSchema } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { toBinary, create } from "@bufbuild/protobuf";
+import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+
+const seed = Number(process.env.FUZZ_SEED ?? Date.now() % 2_147_483_647);
+let gw: GatewayFixture;
+const maxBodyBytes = 16_384;
+
+beforeAll(async () => {
+  // Lockouts would answer most of the flood with 4008 and hide the paths under test; they have their own test.
+  gw = await startGateway({ app: { maxBodyBytes }, config: { authSlowAfter: 10_000_000, authLockAfter: 10_000_000 } });
+});
+afterAll(() => gw.close());
+
+const legacyPaths = ["/retail/item_get/", "/retail/item_get", "/wholesale/item_search_peerbuy/", "/wholesale/item_search/", "/retail/%zz/", "/", "/a/b/c", "//retail//item_get", "/%00", "/retail/item_get/%ff"];
+const rpcPaths = ["/gateway.catalogue.v1.RetailService/ItemGet", "/gateway.catalogue.v1.WholesaleService/ItemSearchPeerbuy", "/gateway.admin.v1.AdminService/ListAccounts", "/gateway.catalogue.v1.RetailService/Nope"];
+const names = ["key", "secret", "num_iid", "num_iid[]", "sid", "is_promotion", "cache", "lang", "result_type", "sign", "dateline", "signature", "timestamp", "nonceStr", "api_name", "", "%zz", "a b"];
+const tokens = ["", "1", demo.retailNumIid, demo.wholesaleSid, "abc", "-1", "1.5", "yes", "no", "json", "jsonu", "xml", "serialize", "var_export", "cn", "en", "ru", "0", "%", "%zz", "%e4%b8", "%00", "%ff%fe", "a%2Fb", "@file", "2026-11-22 10:00:00"];
+
+const value = fc.oneof(
+  { weight: 4, arbitrary: fc.constantFrom(...tokens) },
+  { weight: 2, arbitrary: fc.string({ maxLength: 30 }) },
+  { weight: 2, arbitrary: fc.string({ unit: "grapheme", maxLength: 12 }) },
+  { weight: 1, arbitrary: fc.string({ unit: "binary", maxLength: 12 }) },
+  { weight: 1, arbitrary: fc.string({ minLength: 2000, maxLength: 12_000, unit: "grapheme-ascii" }) },
+);
+/** Raw, percent-encoded, or with bytes that are not UTF-8. */
+const encoded = (arb: fc.Arbitrary<string>) =>
+  fc.tuple(arb, fc.constantFrom("encode", "raw", "latin1")).map(([s, how]) =>
+    how === "encode" ? Buffer.from(encodeURIComponent(s.toWellFormed())) : how === "raw" ? Buffer.from(s.toWellFormed()) : Buffer.from(s, "latin1"),
+  );
+const query = fc.array(fc.tuple(encoded(fc.oneof(fc.constantFrom(...names), fc.string({ maxLength: 10 }))), encoded(value)), { maxLength: 8 }).map((pairs) =>
+  Buffer.concat(pairs.flatMap(([n, v], i) => [Buffer.from(i === 0 ? "" : "&"), n, Buffer.from("="), v])),
+);
+const header = fc.record({
+  contentType: fc.constantFrom(undefined, "application/json", "application/x-www-form-urlencoded", "text/plain", "application/proto", "application/grpc", "application/grpc-web+proto", "application/connect+json", "multipart/form-data; boundary=x", "application/json; charset=latin1", "\u0000"),
+  authorization: fc.constantFrom(undefined, "GATEWAY-HMAC-SHA256 key=x, timestamp=1, nonce=abcdefgh, signature=zz", "GATEWAY-HMAC-SHA256", "Gateway-Key ", "Bearer x", "Basic Zm9vOmJhcg=="),
+  acceptEncoding: fc.constantFrom(undefined, "gzip", "br", "deflate", "gzip;q=0, br", "*", "identity;q=0", "zstd"),
+});
+const body = fc.oneof(
+  { weight: 4, arbitrary: fc.constant<{ bytes: Buffer; declared?: number }>({ bytes: Buffer.alloc(0) }) },
+  { weight: 2, arbitrary: fc.uint8Array({ maxLength: 400 }).map((b) => ({ bytes: Buffer.from(b) })) },
+  { weight: 2, arbitrary: fc.dictionary(fc.constantFrom(...names), fc.oneof(value, fc.integer(), fc.boolean(), fc.constant(null), fc.array(fc.integer(), { maxLength: 3 }))).map((o) => ({ bytes: Buffer.from(JSON.stringify(o)) })) },
+  { weight: 1, arbitrary: fc.integer({ min: 1, max: 200 }).map((n) => ({ bytes: Buffer.from('{"num_iid":"1","key":"x"}').subarray(0, n % 25), declared: 25 })) },
+  { weight: 1, arbitrary: fc.constant({ bytes: Buffer.alloc(maxBodyBytes + 100, 0x61) }) },
+);
+
+interface Sent {
+  method: string;
+  path: string;
+  bytes: Buffer;
+}
+
+function rawRequest(method: string, path: string, q: Buffer, h: { contentType?: string | undefined; authorization?: string | undefined; acceptEncoding?: string | undefined }, b: { bytes: Buffer; declared?: number }): Sent {
+  const head = [`${method} ${path}`];
+  const lines = ["Host: 127.0.0.1", "Connection: close"];
+  if (h.contentType !== undefined) lines.push(`Content-Type: ${h.contentType}`);
+  if (h.authorization !== undefined) lines.push(`Authorization: ${h.authorization}`);
+  if (h.acceptEncoding !== undefined) lines.push(`Accept-Encoding: ${h.acceptEncoding}`);
+  if (b.bytes.length > 0 || b.declared !== undefined) lines.push(`Content-Length: ${b.declared ?? b.bytes.length}`);
+  const requestLine = Buffer.concat([Buffer.from(head[0]!), q.length > 0 ? Buffer.from("?") : Buffer.alloc(0), q, Buffer.from(" HTTP/1.1\r\n")]);
+  return { method, path, bytes: Buffer.concat([requestLine, Buffer.from(`${lines.join("\r\n")}\r\n\r\n`), b.bytes]) };
+}
+
+const legacyRequest = fc
+  .tuple(fc.constantFrom("GET", "GET", "GET", "POST", "POST", "HEAD", "OPTIONS", "PUT", "DELETE", "BREW", "get"), fc.oneof(fc.constantFrom(...legacyPaths), fc.string({ maxLength: 20 }).map((s) => `/${s}`)), query, header, body)
+  .map(([m, p, q, h, b]) => rawRequest(m, p, q, h, b));
+
+const rpcRequest = fc
+  .tuple(
+    fc.constantFrom(...rpcPaths),
+    fc.constantFrom("application/proto", "application/json", "application/grpc-web+proto", "application/connect+proto", "text/plain"),
+    fc.oneof(
+      fc.uint8Array({ maxLength: 200 }).map((b) => Buffer.from(b)),
+      fc.record({ numIid: fc.string({ maxLength: 25 }), isPromotion: fc.string({ maxLength: 3 }), cache: fc.integer({ min: -1, max: 5 }) }).map((r) =>
+        Buffer.from(toBinary(ItemGetRequestSchema, create(ItemGetRequestSchema, { numIid: r.numIid.toWellFormed(), isPromotion: r.isPromotion.toWellFormed(), cache: r.cache }))),
+      ),
+      fc.json().map((j) => Buffer.from(j)),
+    ),
+    fc.constantFrom(undefined, "x-api-key: k\r\nx-api-secret: s", "connect-protocol-version: 1", "connect-timeout-ms: abc"),
+  )
+  .map(([path, type, payload, extra]) => {
+    const lines = ["Host: 127.0.0.1", "Connection: close", `Content-Type: ${type}`, `Content-Length: ${payload.length}`, ...(extra ? [extra] : [])];
+    return { method: "POST", path, bytes: Buffer.concat([Buffer.from(`POST ${path} HTTP/1.1\r\n${lines.join("\r\n")}\r\n\r\n`), payload]) };
+  });
+
+interface Answer {
+  status: number;
+  headers: Map<string, string>;
+  body: Buffer;
+}
+
+function send(sent: Sent): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect(gw.port, "127.0.0.1");
+    const chunks: Buffer[] = [];
+    const timer = setTimeout(() => {
+      s.destroy();
+      reject(new Error(`no answer within 10 s to ${JSON.stringify(sent.bytes.subarray(0, 300).toString("latin1"))}`));
+    }, 10_000);
+    s.on("data", (d: Buffer) => chunks.push(d));
+    s.on("error", () => undefined);
+    s.on("close", () => {
+      clearTimeout(timer);
+      const raw = Buffer.concat(chunks);
+      const end = raw.indexOf("\r\n\r\n");
+      const head = raw.subarray(0, end < 0 ? raw.length : end).toString("latin1").split("\r\n");
+      const headers = new Map(head.slice(1).map((l) => [l.slice(0, l.indexOf(":")).toLowerCase(), l.slice(l.indexOf(":") + 1).trim()] as [string, string]));
+      let payload: Buffer = end < 0 ? Buffer.alloc(0) : raw.subarray(end + 4);
+      if (headers.get("transfer-encoding") === "chunked") payload = dechunk(payload);
+      resolve({ status: Number(head[0]?.split(" ")[1] ?? 0), headers, body: payload });
+    });
+    s.end(sent.bytes);
+  });
+}
+
+function dechunk(b: Buffer): Buffer {
+  const out: Buffer[] = [];
+  let at = 0;
+  for (;;) {
+    const eol = b.indexOf("\r\n", at);
+    if (eol < 0) break;
+    const size = Number.parseInt(b.subarray(at, eol).toString(), 16);
+    if (!(size > 0)) break;
+    out.push(b.subarray(eol + 2, eol + 2 + size));
+    at = eol + 2 + size + 2;
+  }
+  return Buffer.concat(out);
+}
+
+function decode(a: Answer): string {
+  const enc = a.headers.get("content-encoding");
+  const b = enc === "gzip" ? zlib.gunzipSync(a.body) : enc === "br" ? zlib.brotliDecompressSync(a.body) : enc === "deflate" ? zlib.inflateSync(a.body) : a.body;
+  return b.toString("utf8");
+}
+
+const connectCodes = new Set(["canceled", "invalid_argument", "deadline_exceeded", "not_found", "permission_denied", "resource_exhausted", "failed_precondition", "unimplemented", "unavailable", "unauthenticated", "out_of_range", "aborted", "already_exists"]);
+
+/** Why an answer is not acceptable, or undefined when it is. */
+function fault(sent: Sent, a: Answer): string | undefined {
+  if (a.status < 100) return "no HTTP status line";
+  let text: string;
+  try {
+    text = decode(a);
+  } catch (e) {
+    return `a body that does not decode as its content-encoding ${a.headers.get("content-encoding")} says (${(e as Error).message}; HTTP ${a.status}, ${a.body.length} bytes)`;
+  }
+  if (/\n\s+at [^\n]+:\d+:\d+/.test(text)) return "a stack trace in the body";
+  // A request line the parser refused (400/408/431) has no trustworthy method: its status block may follow.
+  const parserRefusal = a.status === 400 || a.status === 408 || a.status === 431;
+  if ((sent.method === "HEAD" && !parserRefusal) || a.status === 204 || a.status === 304) return text === "" ? undefined : "a body where none belongs";
+  const contentType = a.headers.get("content-type") ?? "";
+  // Connect's answer to a content type it does not speak (its protocol spec: HTTP 415).
+  if (a.status === 415 && sent.path.startsWith("/gateway.")) return undefined;
+  if (contentType.startsWith("application/xml")) return /<error_code>\d{4}<\/error_code>|<item type=/.test(text) ? undefined : "xml without a status block";
+  if (contentType.startsWith("text/plain")) {
+    return /s:10:"error_code";s:4:"\d{4}";|'error_code' => '\d{4}',/.test(text) ? undefined : "serialize/var_export without a status block";
+  }
+  if (contentType.startsWith("application/grpc-web")) return a.status === 200 ? undefined : `gRPC-Web answered HTTP ${a.status}`;
+  if (contentType.startsWith("application/proto") || contentType.startsWith("application/connect+proto")) return a.status === 200 ? undefined : `a ${contentType} error`;
+  let json: Record<string, unknown>;
+  try {
+    json = JSON.parse(text) as Record<string, unknown>;
+  } catch {
+    return `a body that is not JSON (HTTP ${a.status}, ${contentType})`;
+  }
+  if (typeof json.error_code === "string") {
+    if (!/^\d{4}$/.test(json.error_code)) return "an error_code that is not four digits";
+    if (json.error_code === "4000" || json.error_code === "5000") return `a server fault ${json.error_code}: ${String(json.reason)}`;
+    return a.status >= 500 ? `HTTP ${a.status} with a status block` : undefined;
+  }
+  if (typeof json.code === "string") {
+    if (connectCodes.has(json.code)) return undefined;
+    // connect-es codes undecodable protobuf bytes `internal` (its serializer serves clients too);
+    // invalid_argument would be right. Known, narrow, and recorded as a follow-up.
+    if (json.code === "internal" && String(json.message).startsWith("parse binary:")) return undefined;
+    return `Connect code ${json.code}: ${String(json.message)}`;
+  }
+  if (a.status === 200 && ("item" in json || "status" in json)) return undefined;
+  return `neither a status block nor a Connect error (HTTP ${a.status}): ${text.slice(0, 120)}`;
+}
+
+async function flood(requests: Sent[], concurrency: number): Promise<string[]> {
+  const problems: string[] = [];
+  let next = 0;
+  const worker = async () => {
+    while (next < requests.length) {
+      const sent = requests[next++]!;
+      const answer = await send(sent);
+      const why = fault(sent, answer);
+      if (why !== undefined) problems.push(`${why} <- ${JSON.stringify(sent.bytes.subarray(0, 240).toString("latin1"))}`);
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  return problems;
+}
+
+describe(`hostile input (fast-check seed ${seed}; rerun with FUZZ_SEED=${seed})`, () => {
+  it("answers 10,000 generated requests with a well-formed status block or Connect error, stays up and keeps its memory", async () => {
+    const legacy = fc.sample(legacyRequest, { numRuns: 7000, seed });
+    const rpc = fc.sample(rpcRequest, { numRuns: 3000, seed: seed + 1 });
+    const warmup = await flood(legacy.slice(0, 500), 16);
+    expect(warmup).toEqual([]);
+    const heapBefore = process.memoryUsage().heapUsed;
+    const problems = [...(await flood(legacy.slice(500), 24)), ...(await flood(rpc, 24))];
+    expect(problems.slice(0, 10)).toEqual([]);
+    const grown = (process.memoryUsage().heapUsed - heapBefore) / 1048576;
+    console.info(`hostile input: ${legacy.length + rpc.length} requests, heap ${(heapBefore / 1048576).toFixed(1)} MB -> grew ${grown.toFixed(1)} MB`);
+    expect(grown).toBeLessThan(200);
+    // Still serving.
+    const ok = await fetch(`${gw.base}/retail/item_get/?${new URLSearchParams({ key: gw.account.key, secret: gw.account.secret, num_iid: demo.retailNumIid })}`);
+    expect(((await ok.json()) as { error_code: string }).error_code).toBe("0000");
+  }, 240_000);
+});

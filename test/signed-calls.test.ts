@@ -1,0 +1,147 @@
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { createHmac } from "node:crypto";
+import { join } from "node:path";
+import { DatabaseSync } from "node:sqlite";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { canonicalString, deriveSigningKey, newNonce, signCall } from "../src/client/browser-signature.ts";
+import { formatDateTime } from "../src/core/clock.ts";
+import { legacySign, legacySigningKey } from "../src/core/legacy-signature.ts";
+import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+
+let gw: GatewayFixture;
+beforeAll(async () => {
+  // These tests fail authentication on purpose many times; the lockout has its own test.
+  gw = await startGateway({ config: { authSlowAfter: 1000, authLockAfter: 1000 } });
+});
+afterAll(() => gw.close());
+
+const now = () => Date.now();
+const nowSeconds = () => Math.floor(Date.now() / 1000);
+
+async function legacy(params: Record<string, string>, headers: Record<string, string> = {}) {
+  const res = await fetch(`${gw.base}/retail/item_get/?${new URLSearchParams(params)}`, { headers });
+  return (await res.json()) as { error_code: string; reason: string };
+}
+
+/** A legacy signed call's parameters, as a legacy client builds them. */
+function legacySigned(secret: string, args: Record<string, string>, at = now()) {
+  const params = { ...args, key: gw.account.key, dateline: formatDateTime(at, "Asia/Shanghai") };
+  return { ...params, sign: legacySign({ ...params, api_name: "item_get" }, legacySigningKey(secret)) };
+}
+
+describe("the legacy signed form (dateline, sign)", () => {
+  it("authenticates without the secret in the URL", async () => {
+    const params = legacySigned(gw.account.secret, { num_iid: demo.retailNumIid, result_type: "json" });
+    expect(params).not.toHaveProperty("secret");
+    expect((await legacy(params)).error_code).toBe("0000");
+  });
+
+  it("refuses a replay, a stale or future dateline, a bad sign and a tampered argument, saying which", async () => {
+    const params = legacySigned(gw.account.secret, { num_iid: demo.retailNumIid });
+    expect((await legacy(params)).error_code).toBe("0000");
+    const replay = await legacy(params);
+    expect([replay.error_code, replay.reason]).toEqual(["4005", "this sign was already used; sign each call anew"]);
+    for (const offset of [-301_000, 301_000]) {
+      const stale = await legacy(legacySigned(gw.account.secret, { num_iid: demo.retailNumIid }, now() + offset));
+      expect(stale.error_code).toBe("4005");
+      expect(stale.reason).toContain("away from the server's time");
+    }
+    const wrong = await legacy(legacySigned("not-the-secret", { num_iid: demo.retailNumIid }));
+    expect(wrong.error_code).toBe("4005");
+    expect(wrong.reason).toContain("sign does not match");
+    const tampered = { ...legacySigned(gw.account.secret, { num_iid: demo.retailNumIid }), num_iid: "123" };
+    expect((await legacy(tampered)).error_code).toBe("4005");
+    const badDate = await legacy({ ...legacySigned(gw.account.secret, { num_iid: "1" }), dateline: "yesterday" });
+    expect(badDate.reason).toContain("YYYY-MM-DD HH:MM:SS");
+  });
+});
+
+describe("the browser-safe form (timestamp, nonceStr, signature)", () => {
+  async function browserParams(args: Record<string, string>, opts: { method?: string; timestamp?: number; nonce?: string; secret?: string } = {}) {
+    const signingKey = await deriveSigningKey(opts.secret ?? gw.account.secret); // on the caller's back end
+    const timestamp = opts.timestamp ?? nowSeconds();
+    const nonce = opts.nonce ?? newNonce();
+    const signature = await signCall(signingKey, { method: opts.method ?? "GET", path: "/retail/item_get/", args, timestamp, nonce });
+    return { ...args, key: gw.account.key, timestamp: String(timestamp), nonceStr: nonce, signature };
+  }
+
+  it("authenticates a call signed by the caller's back end, over GET and POST", async () => {
+    expect((await legacy(await browserParams({ num_iid: demo.retailNumIid, is_promotion: "1" }))).error_code).toBe("0000");
+    const body = await browserParams({ num_iid: demo.retailNumIid }, { method: "POST" });
+    const res = await fetch(`${gw.base}/retail/item_get/`, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: new URLSearchParams(body).toString() });
+    expect(((await res.json()) as { error_code: string }).error_code).toBe("0000");
+  });
+
+  it("refuses a reused nonce, a stale timestamp, another method and a tampered argument", async () => {
+    const params = await browserParams({ num_iid: demo.retailNumIid });
+    expect((await legacy(params)).error_code).toBe("0000");
+    const replay = await legacy(params);
+    expect([replay.error_code, replay.reason]).toEqual(["4005", "this nonce was already used; use a fresh nonceStr for every call"]);
+    expect((await legacy(await browserParams({ num_iid: demo.retailNumIid }, { timestamp: nowSeconds() - 600 }))).reason).toContain("timestamp is more than 300 s");
+    expect((await legacy(await browserParams({ num_iid: demo.retailNumIid }, { method: "POST" }))).error_code).toBe("4005");
+    expect((await legacy({ ...(await browserParams({ num_iid: demo.retailNumIid })), num_iid: "123" })).error_code).toBe("4005");
+    expect((await legacy(await browserParams({ num_iid: "1" }, { nonce: "short" }))).reason).toContain("nonceStr");
+  });
+
+  it("matches the worked example in the README", async () => {
+    const signingKey = await deriveSigningKey("Rr3vQ8xKpL2mN7tY5wZ1bC4dF6gH9jS0aE8uI2oP");
+    const call = { method: "GET", path: "/retail/item_get/", args: { num_iid: "600000006151", is_promotion: "1" }, timestamp: 1795315200, nonce: "q3Jx9vLmT2pW8sKd" };
+    expect(signingKey).toBe("a02097088580a187ee3c235c73c5c824aa5a0dc085d72bae93c24143ec4e801b");
+    expect(canonicalString(call)).toBe("GATEWAY-HMAC-SHA256\nGET\n/retail/item_get/\nis_promotion=1&num_iid=600000006151\n1795315200\nq3Jx9vLmT2pW8sKd");
+    const signature = await signCall(signingKey, call);
+    expect(signature).toBe("07af71061ffaa70eb5549409cc9694b4ceb3152d234e96f62acd358c1b6c1da2");
+    // The same with node:crypto, independent of the WebCrypto helper.
+    const nodeKey = createHmac("sha256", "Rr3vQ8xKpL2mN7tY5wZ1bC4dF6gH9jS0aE8uI2oP").update("gateway-browser-signing-v1").digest();
+    expect(createHmac("sha256", nodeKey).update(canonicalString(call)).digest("hex")).toBe(signature);
+  });
+});
+
+describe("the Authorization header", () => {
+  async function hmacHeader(method: string, path: string, args: Record<string, string>, nonce = newNonce()) {
+    const timestamp = nowSeconds();
+    const signature = await signCall(await deriveSigningKey(gw.account.secret), { method, path, args, timestamp, nonce });
+    return `GATEWAY-HMAC-SHA256 key=${gw.account.key}, timestamp=${timestamp}, nonce=${nonce}, signature=${signature}`;
+  }
+
+  it("carries a signed call on the legacy path, with nothing secret in the URL", async () => {
+    const authorization = await hmacHeader("GET", "/retail/item_get/", { num_iid: demo.retailNumIid });
+    expect((await legacy({ num_iid: demo.retailNumIid }, { authorization })).error_code).toBe("0000");
+    expect((await legacy({ num_iid: demo.retailNumIid }, { authorization })).error_code).toBe("4005");
+  });
+
+  it("carries the key alone (Gateway-Key), with the secret elsewhere", async () => {
+    expect((await legacy({ num_iid: demo.retailNumIid, secret: gw.account.secret }, { authorization: `Gateway-Key ${gw.account.key}` })).error_code).toBe("0000");
+  });
+
+  it.each([
+    ["Connect", () => createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" })],
+    ["gRPC", () => createGrpcTransport({ baseUrl: gw.base })],
+  ])("carries a signed call on the RPC path (%s), and a replay is refused with 4005", async (_name, transport) => {
+    const client = createClient(RetailService, transport());
+    const authorization = await hmacHeader("RPC", "/gateway.catalogue.v1.RetailService/ItemGet", { num_iid: demo.retailNumIid, is_promotion: "1" });
+    const res = await client.itemGet({ numIid: demo.retailNumIid, isPromotion: "1" }, { headers: { authorization } });
+    expect(res.item?.numIid).toBe(demo.retailNumIid);
+    const err = await client.itemGet({ numIid: demo.retailNumIid, isPromotion: "1" }, { headers: { authorization } }).then(() => undefined, ConnectError.from);
+    expect(err?.code).toBe(Code.Unauthenticated);
+    expect(err?.findDetails(StatusBlockSchema)[0]?.errorCode).toBe(4005);
+  });
+});
+
+describe("secrets at rest", () => {
+  it("keeps no plain secret: nothing in a dump of the store makes a plain-secret call", async () => {
+    const { key, secret } = gw.newAccount();
+    const db = new DatabaseSync(join(gw.config.dataDir, "gateway.db"), { readOnly: true });
+    const row = db.prepare("SELECT * FROM accounts WHERE key = ?").get(key) as Record<string, unknown>;
+    db.close();
+    const dump = JSON.stringify(row);
+    expect(dump).not.toContain(secret);
+    for (const value of Object.values(row)) {
+      if (typeof value !== "string" || value === key) continue;
+      expect((await legacy({ key, secret: value, num_iid: demo.retailNumIid })).error_code).toBe("4005");
+    }
+    expect((await legacy({ key, secret, num_iid: demo.retailNumIid })).error_code).toBe("0000");
+  });
+});
