@@ -59,6 +59,13 @@ describe("the legacy signed form (dateline, sign)", () => {
   });
 });
 
+it("the legacy signed form matches the worked example in the README", () => {
+  const secret = "Rr3vQ8xKpL2mN7tY5wZ1bC4dF6gH9jS0aE8uI2oP";
+  expect(legacySigningKey(secret)).toBe("eaabcb2bae49eb8a950655a8b00a8872");
+  const params = { num_iid: "600000006151", is_promotion: "1", key: "k3y0example0001", dateline: "2026-11-22 10:00:00", api_name: "item_get" };
+  expect(legacySign(params, legacySigningKey(secret))).toBe("e3c7dea41a5b149953b0dccf6784ae32");
+});
+
 describe("the browser-safe form (timestamp, nonceStr, signature)", () => {
   async function browserParams(args: Record<string, string>, opts: { method?: string; timestamp?: number; nonce?: string; secret?: string } = {}) {
     const signingKey = await deriveSigningKey(opts.secret ?? gw.account.secret); // on the caller's back end
