@@ -69,6 +69,17 @@ export interface GatewayConfig {
   keepAliveTimeoutMs: number;
   /** GATEWAY_MAX_CONNECTIONS: open connections at once; more are refused. */
   maxConnections: number;
+  /** GATEWAY_TRANSLATION_ENGINE: glossary (built in), libretranslate, or none. */
+  translationEngine: string;
+  /** GATEWAY_TRANSLATE_URL / GATEWAY_TRANSLATE_API_KEY: a LibreTranslate-compatible server. */
+  translateUrl: string;
+  translateApiKey: string;
+  /** GATEWAY_TRANSLATE_SOURCE: that server's code for Chinese. */
+  translateSource: string;
+  /** GATEWAY_TRANSLATE_TIMEOUT_MS: limit of one translation request. */
+  translateTimeoutMs: number;
+  /** GATEWAY_TRANSLATE_CONCURRENCY: translation requests in flight at once. */
+  translateConcurrency: number;
 }
 
 export const defaultConfig: GatewayConfig = {
@@ -106,6 +117,12 @@ export const defaultConfig: GatewayConfig = {
   requestTimeoutMs: 30000,
   keepAliveTimeoutMs: 72000,
   maxConnections: 10000,
+  translationEngine: "glossary",
+  translateUrl: "",
+  translateApiKey: "",
+  translateSource: "zh",
+  translateTimeoutMs: 2000,
+  translateConcurrency: 4,
 };
 
 const envNames: Record<keyof GatewayConfig, string> = {
@@ -143,6 +160,12 @@ const envNames: Record<keyof GatewayConfig, string> = {
   requestTimeoutMs: "GATEWAY_REQUEST_TIMEOUT_MS",
   keepAliveTimeoutMs: "GATEWAY_KEEP_ALIVE_TIMEOUT_MS",
   maxConnections: "GATEWAY_MAX_CONNECTIONS",
+  translationEngine: "GATEWAY_TRANSLATION_ENGINE",
+  translateUrl: "GATEWAY_TRANSLATE_URL",
+  translateApiKey: "GATEWAY_TRANSLATE_API_KEY",
+  translateSource: "GATEWAY_TRANSLATE_SOURCE",
+  translateTimeoutMs: "GATEWAY_TRANSLATE_TIMEOUT_MS",
+  translateConcurrency: "GATEWAY_TRANSLATE_CONCURRENCY",
 };
 
 export class ConfigError extends Error {
@@ -184,7 +207,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
 
   const where = (k: keyof GatewayConfig) => `${envNames[k]} (${k})`;
   const config = { ...defaultConfig };
-  for (const k of ["host", "dataDir", "timeZone", "zoneLabel", "nodeLabel", "tlsCert", "tlsKey", "logLevel", "corsOrigins", "adminToken", "upstreamUrl", "upstreamKey", "upstreamSecret", "upstreamSigning", "upstreamCatalogues", "sources", "cacheTtlSeconds"] as const) {
+  for (const k of ["host", "dataDir", "timeZone", "zoneLabel", "nodeLabel", "tlsCert", "tlsKey", "logLevel", "corsOrigins", "adminToken", "upstreamUrl", "upstreamKey", "upstreamSecret", "upstreamSigning", "upstreamCatalogues", "sources", "cacheTtlSeconds", "translationEngine", "translateUrl", "translateApiKey", "translateSource"] as const) {
     if (typeof raw[k] === "string") config[k] = raw[k];
     else problems.push(`${where(k)} must be text`);
   }
@@ -208,6 +231,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     ["requestTimeoutMs", 100, 600_000, "milliseconds"],
     ["keepAliveTimeoutMs", 100, 600_000, "milliseconds"],
     ["maxConnections", 1, 1_000_000, "connections"],
+    ["translateTimeoutMs", 1, 600_000, "milliseconds"],
+    ["translateConcurrency", 1, 1000, "requests"],
   ];
   for (const [k, min, max, unit] of numbers) {
     const n = integer(raw[k], min, max);
@@ -254,6 +279,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
   const upstreamUsed = sourceOf(config, "retail") === "upstream" || sourceOf(config, "wholesale") === "upstream";
   if (upstreamUsed && config.upstreamUrl === "") problems.push("GATEWAY_SOURCES names the upstream but GATEWAY_UPSTREAM_URL is not set");
   if (upstreamUsed && (config.upstreamKey === "" || config.upstreamSecret === "")) problems.push("GATEWAY_UPSTREAM_KEY and GATEWAY_UPSTREAM_SECRET must be set to use the upstream");
+  if (!["glossary", "libretranslate", "none"].includes(config.translationEngine)) problems.push(`${where("translationEngine")} must be glossary, libretranslate or none`);
+  if (config.translationEngine === "libretranslate" && !/^https?:\/\//.test(config.translateUrl)) problems.push("GATEWAY_TRANSLATE_URL must be an http(s) URL to use libretranslate");
   if (config.adminToken !== "" && config.adminToken.length < 16) problems.push(`${where("adminToken")} must be at least 16 characters`);
   if (problems.length > 0) throw new ConfigError(`bad configuration:\n  - ${problems.join("\n  - ")}`);
   config.dataDir = isAbsolute(config.dataDir) ? config.dataDir : resolve(config.dataDir);

@@ -5,7 +5,10 @@ import { pairList, sourceOf, type GatewayConfig } from "./config.ts";
 import { findOperation, operations, type OperationId } from "./contract/operations.ts";
 import { CachedCatalogue, defaultCachePolicy, type CachePolicy } from "./core/cached-catalogue.ts";
 import type { CatalogueSource } from "./core/catalogue-source.ts";
+import { Translator, type TranslationEngine } from "./core/translation.ts";
 import { UpstreamSource } from "./sources/upstream/upstream-source.ts";
+import { GlossaryEngine } from "./translation/glossary-engine.ts";
+import { LibreTranslateEngine } from "./translation/libretranslate-engine.ts";
 import { MemoryCache } from "./stores/embedded/memory-cache.ts";
 import { AccountAdmin } from "./core/account-admin.ts";
 import { systemClock, type Clock } from "./core/clock.ts";
@@ -31,6 +34,20 @@ export interface Runtime {
 export interface RuntimeOptions {
   readonly clock?: Clock;
   readonly log?: { error(obj: unknown, msg: string): void };
+}
+
+function translationEngine(config: GatewayConfig): TranslationEngine | undefined {
+  if (config.translationEngine === "none") return undefined;
+  if (config.translationEngine === "libretranslate") {
+    return new LibreTranslateEngine({
+      url: config.translateUrl,
+      apiKey: config.translateApiKey,
+      source: config.translateSource,
+      timeoutMs: config.translateTimeoutMs,
+      concurrency: config.translateConcurrency,
+    });
+  }
+  return new GlossaryEngine();
 }
 
 function cachePolicy(config: GatewayConfig): CachePolicy {
@@ -75,7 +92,7 @@ export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {})
     sources.set(name, upstream);
   }
   const cache = config.cacheMaxBytes > 0 ? new MemoryCache(config.cacheMaxBytes, () => clock.now()) : undefined;
-  const answers = new CachedCatalogue(sources, cache, cachePolicy(config), () => clock.now());
+  const answers = new CachedCatalogue(sources, cache, cachePolicy(config), () => clock.now(), new Translator(translationEngine(config)));
   const gateway = new Gateway(
     { accounts, meter, switches, catalogue: answers, log: options.log },
     {

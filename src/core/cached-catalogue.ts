@@ -6,6 +6,7 @@ import { PeerViewedItemSchema, type PeerViewedItem } from "../gen/gateway/catalo
 import type { CatalogueSource, Found, NotFound } from "./catalogue-source.ts";
 import { GatewayError } from "./gateway-error.ts";
 import type { CacheEntry, ResponseCache } from "./response-cache.ts";
+import type { TargetLanguage, TranslationReport, Translator } from "./translation.ts";
 
 export interface CachePolicy {
   /** How long a found answer is fresh, per operation, in seconds. */
@@ -29,6 +30,8 @@ export interface Answered {
   readonly fromCache: boolean;
   /** The entry's memo for renderers, when the answer is a stored one. */
   readonly memo: Map<string, unknown> | undefined;
+  /** For a call in another language than the source's: how the translation went. */
+  readonly translation?: TranslationReport | undefined;
 }
 
 type Fetch = (source: CatalogueSource, args: Record<string, string>, signal: AbortSignal) => Promise<Found<unknown> | NotFound>;
@@ -61,25 +64,80 @@ export class CachedCatalogue {
   private readonly policy: CachePolicy;
   private readonly now: () => number;
   private readonly inFlight = new Map<string, Promise<CacheEntry>>();
+  private readonly translator: Translator | undefined;
 
-  constructor(sources: ReadonlyMap<string, CatalogueSource>, cache: ResponseCache | undefined, policy: CachePolicy = defaultCachePolicy, now: () => number = Date.now) {
+  constructor(
+    sources: ReadonlyMap<string, CatalogueSource>,
+    cache: ResponseCache | undefined,
+    policy: CachePolicy = defaultCachePolicy,
+    now: () => number = Date.now,
+    translator?: Translator,
+  ) {
     this.sources = sources;
     this.cache = cache;
     this.policy = policy;
     this.now = now;
+    this.translator = translator;
   }
 
   source(operation: Operation): CatalogueSource | undefined {
     return this.sources.get(operation.catalogue);
   }
 
-  /** The answer to one call; `useCache` false always asks the source (and refreshes the entry). */
+  /**
+   * The answer to one call; `useCache` false always asks the source (and
+   * refreshes the entry). An answer in another language is translated from
+   * the source-language answer (itself cached, so the item is bought once)
+   * and stored under its language, unless its translation failed.
+   */
   async answer(operation: Operation, args: Record<string, string>, lang: string, useCache: boolean, signal: AbortSignal): Promise<Answered> {
+    if (lang === "cn") return this.sourceAnswer(operation, args, useCache, signal);
+    const target = lang as TargetLanguage;
+    const key = this.key(operation, args, lang);
+    const stored = this.cache?.get(key);
+    if (useCache && stored !== undefined && stored.freshUntil > this.now() && stored.translation !== undefined) {
+      return { ...this.fromEntry(stored, true), translation: { ...stored.translation, seconds: 0 } };
+    }
+    const base = await this.sourceAnswer(operation, args, useCache, signal);
+    if (!base.answer.found) return base;
+    const translator = this.translator;
+    const translated =
+      translator === undefined
+        ? { value: base.answer.value, report: { status: "error" as const, engine: "", seconds: 0 } }
+        : operation.id === "retail/item_get"
+          ? await translator.itemDetail(base.answer.value as ItemDetail, target, signal)
+          : await translator.peerViewed(base.answer.value as PeerViewedItem[], target, signal);
+    const report = translated.report;
+    const token = createHash("md5").update(`${base.answer.token}\u0000${lang}`).digest("hex");
+    const answer = { ...base.answer, value: translated.value, token } as Answered["answer"];
+    if (this.cache === undefined || report.status === "error" || answer.found !== true) return { answer, fromCache: base.fromCache, memo: undefined, translation: report };
+    const now = this.now();
+    const ttl = this.policy.ttlSeconds[operation.id];
+    const entry: CacheEntry = {
+      value: translated.value,
+      reason: "",
+      storedAt: answer.storedAt,
+      token,
+      freshUntil: now + ttl * 1000,
+      staleUntil: now + (ttl + this.policy.staleIfErrorSeconds) * 1000,
+      bytes: approximateBytes(operation.id, translated.value, ""),
+      memo: new Map(),
+      translation: { status: report.status, engine: report.engine },
+    };
+    if (ttl > 0) this.cache.set(key, entry);
+    return { answer, fromCache: base.fromCache, memo: entry.memo, translation: report };
+  }
+
+  private key(operation: Operation, args: Record<string, string>, lang: string): string {
+    return [operation.id, ...operation.args.map((a) => args[a.name] ?? ""), lang].join("\u0000");
+  }
+
+  private async sourceAnswer(operation: Operation, args: Record<string, string>, useCache: boolean, signal: AbortSignal): Promise<Answered> {
     const source = this.sources.get(operation.catalogue)!;
     if (this.cache === undefined) {
       return { answer: (await fetchers[operation.id](source, args, signal)) as Answered["answer"], fromCache: false, memo: undefined };
     }
-    const key = [operation.id, ...operation.args.map((a) => args[a.name] ?? ""), lang].join("\u0000");
+    const key = this.key(operation, args, "cn");
     const stored = this.cache.get(key);
     if (useCache && stored !== undefined && stored.freshUntil > this.now()) return this.fromEntry(stored, true);
     try {

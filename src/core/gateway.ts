@@ -7,6 +7,7 @@ import type { PeerViewedItem } from "../gen/gateway/catalogue/v1/wholesale_pb.js
 import type { Account, AccountStore } from "./accounts.ts";
 import { Authenticator, MemoryReplayGuard, type AuthenticationOptions, type Credentials, type ReplayGuard } from "./authentication.ts";
 import type { CachedCatalogue } from "./cached-catalogue.ts";
+import type { TranslationReport } from "./translation.ts";
 import type { Found, NotFound } from "./catalogue-source.ts";
 import { dayOf, formatDateTime, previousDay, systemClock, type Clock } from "./clock.ts";
 import { GatewayError } from "./gateway-error.ts";
@@ -126,6 +127,7 @@ export class Gateway {
     let admission: Admission | undefined;
     let fromCache = false;
     let memo: Map<string, unknown> | undefined;
+    let translation: TranslationReport | undefined;
     try {
       this.authenticator.checkAddress(input.clientIp, now);
       account = this.authenticator.authenticate(operation, input.credentials, input.args, now);
@@ -138,7 +140,7 @@ export class Gateway {
       }
       admission = this.ports.meter.admit(account, operation.id, dayOf(now, account.zone));
       const answered = await this.ports.catalogue.answer(operation, args, options.lang, options.useCache, input.signal ?? neverAborted);
-      ({ answer, fromCache, memo } = answered);
+      ({ answer, fromCache, memo, translation } = answered);
       code = answer.found ? ErrorCode.SUCCESS : ErrorCode.NO_RESULT;
       if (!answer.found) reason = answer.reason;
     } catch (e) {
@@ -189,13 +191,15 @@ export class Gateway {
     const status = this.statusBlock(code, reason, now, requestId, operation.catalogue, input.clientIp);
     status.apiInfo = apiInfo;
     status.callArgs = echoArgs(operation, input.args);
-    // Translation engines arrive with the translation work; until then a
-    // request for en or ru is answered untranslated and says so.
-    if (options.lang !== "cn") {
-      status.translateLanguage = options.lang;
-      status.translateStatus = "error";
+    // The text is in the target language unless its translation failed (then it stays Chinese).
+    if (options.lang !== "cn") status.translateLanguage = options.lang;
+    if (translation !== undefined) {
+      status.translateEngine = translation.engine;
+      status.translateStatus = translation.status;
+      status.translateTime = translation.seconds;
     }
-    status.language = create(LanguageInfoSchema, { currentLang: "cn", sourceLang: "cn" });
+    const translated = translation !== undefined && translation.status !== "error";
+    status.language = create(LanguageInfoSchema, { currentLang: translated ? options.lang : "cn", sourceLang: "cn" });
     status.executionTime = (performance.now() - started) / 1000;
 
     status.cache = fromCache;

@@ -14,6 +14,8 @@ export interface CacheEntry<T = unknown> {
   readonly staleUntil: number;
   /** Approximate bytes it holds. */
   readonly bytes: number;
+  /** For a translated answer: how its translation went. */
+  readonly translation?: { readonly status: "" | "partial"; readonly engine: string } | undefined;
   /**
    * What renderers worked out for this entry (e.g. the item already encoded
    * per legacy format), so a hit costs little more than the status block.
