@@ -1,0 +1,263 @@
+// npm run bench: the gateway against bare baselines, side by side in one run.
+// Every server is a child process on loopback; everything started is stopped.
+import { create, toBinary } from "@bufbuild/protobuf";
+import autocannon from "autocannon";
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { availableParallelism, tmpdir } from "node:os";
+import { join } from "node:path";
+import { demoRecords } from "../src/catalogue/demo-dataset.ts";
+import { ItemGetRequestSchema } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { grpcLoad, type LoadResult } from "./grpc-load.ts";
+
+const root = join(import.meta.dirname, "..");
+const seconds = Number(process.env.BENCH_SECONDS ?? 8);
+const warmupSeconds = Number(process.env.BENCH_WARMUP_SECONDS ?? 2);
+const connections = Number(process.env.BENCH_CONNECTIONS ?? 64);
+const children: ChildProcess[] = [];
+const dirs: string[] = [];
+
+const profileDir = process.env.BENCH_PROFILE ? join(root, "bench-results", `profile-${Date.now()}`) : undefined;
+
+function start(script: string, env: Record<string, string>, args: string[] = [], profile = false): Promise<{ child: ChildProcess; ports: number[] }> {
+  const flags = profile && profileDir ? ["--cpu-prof", "--cpu-prof-dir", profileDir] : [];
+  const child = spawn(process.execPath, [...flags, join(root, script), ...args], { cwd: root, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  children.push(child);
+  let out = "";
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${script} did not start: ${out}`)), 30_000);
+    const read = (d: Buffer) => {
+      out += d.toString();
+      const gateway = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(out);
+      const bare = /listening ([\d ]+)\n/.exec(out);
+      if (gateway || bare) {
+        clearTimeout(timer);
+        resolve({ child, ports: (gateway ? [gateway[1]!] : bare![1]!.trim().split(" ")).map(Number) });
+      }
+    };
+    child.stdout!.on("data", read);
+    child.stderr!.on("data", read);
+    child.once("exit", (code) => reject(new Error(`${script} exited ${code}: ${out}`)));
+  });
+}
+
+function cli(args: string[], env: Record<string, string>): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [join(root, "bin/gateway.js"), ...args], { cwd: root, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "inherit"] });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    child.once("exit", (code) => (code === 0 ? resolve(out) : reject(new Error(`gateway ${args.join(" ")} exited ${code}`))));
+  });
+}
+
+interface Row {
+  case: string;
+  rps: number;
+  p50: number;
+  p99: number;
+  max: number;
+  errors: number;
+  baseline?: string;
+  ratio?: number;
+  note?: string;
+}
+
+type AutocannonOptions = Parameters<typeof autocannon>[0];
+
+async function http1(options: Omit<AutocannonOptions, "duration" | "connections" | "pipelining">): Promise<LoadResult> {
+  const run = (duration: number) =>
+    new Promise<autocannon.Result>((resolve, reject) =>
+      autocannon({ ...options, duration, connections, pipelining: 1 } as AutocannonOptions, (err, result) => (err ? reject(err) : resolve(result))),
+    );
+  await run(warmupSeconds);
+  const r = await run(seconds);
+  return { requests: r.requests.total, errors: r.errors + r.timeouts + r.non2xx, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, max: r.latency.max };
+}
+
+async function grpc(url: string, frame: Buffer, headers: Record<string, string>): Promise<LoadResult> {
+  const opts = { sessions: 4, streams: connections };
+  await grpcLoad(url, "/gateway.catalogue.v1.RetailService/ItemGet", frame, headers, { ...opts, seconds: warmupSeconds });
+  return grpcLoad(url, "/gateway.catalogue.v1.RetailService/ItemGet", frame, headers, { ...opts, seconds });
+}
+
+function peakRssMb(pid: number): number {
+  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return m ? Number(m[1]) / 1024 : Number.NaN;
+}
+
+async function main(): Promise<void> {
+  const started = Date.now();
+  const data = mkdtempSync(join(tmpdir(), "gateway-bench-"));
+  dirs.push(data);
+  const env = { GATEWAY_DATA_DIR: data, GATEWAY_PORT: "0", GATEWAY_LOG_LEVEL: "silent" };
+  await cli(["accounts", "list"], env); // creates the store
+  const gateway = await start("bin/gateway.js", env, ["serve", "--demo"], true);
+  const base = `http://127.0.0.1:${gateway.ports[0]}`;
+  const account = JSON.parse(await cli(["accounts", "create", "--json", "--max", "1000000000000", "--concurrency", "100000"], env)) as { key: string; secret: string };
+  const broke = JSON.parse(await cli(["accounts", "create", "--json", "--max", "0"], env)) as { key: string; secret: string };
+
+  // The realistic item: the most SKUs among the demo items with a long description.
+  const records = demoRecords().filter((r) => r.kind === "item_detail" && r.obtainable).map((r) => r.item as { num_iid: string; desc: string; skus: { sku: unknown[] } });
+  const item = records.filter((r) => r.desc.length > 1000).sort((a, b) => b.skus.sku.length - a.skus.sku.length)[0]!;
+  const peers = demoRecords().find((r) => r.kind === "peer_viewed" && (r.item as unknown[]).length > 0)!;
+  const q = (p: Record<string, string>) => new URLSearchParams({ key: account.key, secret: account.secret, ...p }).toString();
+  const itemPath = `/retail/item_get/?${q({ num_iid: item.num_iid, is_promotion: "1" })}`;
+  const body = Buffer.from(await (await fetch(`${base}${itemPath}`)).arrayBuffer()); // also fills the cache
+  const ok = JSON.parse(body.toString()) as { error_code: string };
+  if (ok.error_code !== "0000") throw new Error(`the bench account cannot call: ${body.toString().slice(0, 200)}`);
+  const rpcHeaders = { "x-api-key": account.key, "x-api-secret": account.secret };
+  const request = toBinary(ItemGetRequestSchema, create(ItemGetRequestSchema, { numIid: item.num_iid, isPromotion: "1" }));
+  const binaryAnswer = Buffer.from(
+    await (await fetch(`${base}/gateway.catalogue.v1.RetailService/ItemGet`, { method: "POST", headers: { "content-type": "application/proto", ...rpcHeaders }, body: request })).arrayBuffer(),
+  );
+
+  const files = mkdtempSync(join(tmpdir(), "gateway-bench-files-"));
+  dirs.push(files);
+  writeFileSync(join(files, "body.json"), body);
+  writeFileSync(join(files, "answer.bin"), binaryAnswer);
+  const bareFastify = await start("bench/servers/bare-fastify.ts", { BENCH_BODY_FILE: join(files, "body.json") });
+  const bareConnect = await start("bench/servers/bare-connect.ts", { BENCH_MESSAGE_FILE: join(files, "answer.bin") });
+  const fastifyBase = `http://127.0.0.1:${bareFastify.ports[0]}`;
+  const connectBase = `http://127.0.0.1:${bareConnect.ports[0]}`;
+  const connectH2 = `http://127.0.0.1:${bareConnect.ports[1]}`;
+  const frame = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), request]);
+  frame.writeUInt32BE(request.length, 1);
+  const jsonRequest = JSON.stringify({ numIid: item.num_iid, isPromotion: "1" });
+
+  const rows: Row[] = [];
+  const add = (name: string, r: LoadResult, extra: Partial<Row> = {}) => {
+    rows.push({ case: name, rps: r.rps, p50: r.p50, p99: r.p99, max: r.max, errors: r.errors, ...extra });
+    console.error(`  ${name}: ${r.rps.toFixed(0)} req/s, p99 ${r.p99.toFixed(2)} ms`);
+  };
+  const ratio = (name: string, baseline: string) => {
+    const row = rows.find((r) => r.case === name)!;
+    const b = rows.find((r) => r.case === baseline)!;
+    row.baseline = baseline;
+    row.ratio = row.rps / b.rps;
+  };
+
+  console.error(`benchmark: ${seconds} s per case after ${warmupSeconds} s of warm-up, ${connections} connections, no pipelining`);
+  add("baseline: bare Fastify route (case 1 bytes)", await http1({ url: `${fastifyBase}/retail/item_get/` }));
+  add("baseline: bare connect-node, Connect JSON", await http1({ url: `${connectBase}/gateway.catalogue.v1.RetailService/ItemGet`, method: "POST", headers: { "content-type": "application/json" }, body: jsonRequest }));
+  add("baseline: bare connect-node, Connect binary", await http1({ url: `${connectBase}/gateway.catalogue.v1.RetailService/ItemGet`, method: "POST", headers: { "content-type": "application/proto" }, body: Buffer.from(request) as unknown as string }));
+  add("baseline: bare connect-node, gRPC (h2)", await grpc(connectH2, frame, {}));
+
+  add("1. legacy item_get hit, json", await http1({ url: `${base}${itemPath}` }));
+  add("2a. legacy item_get hit, serialize", await http1({ url: `${base}${itemPath}&result_type=serialize` }));
+  add("2b. legacy item_get hit, xml", await http1({ url: `${base}${itemPath}&result_type=xml` }));
+  add("3. legacy item_search_peerbuy hit", await http1({ url: `${base}/wholesale/item_search_peerbuy/?${q({ num_iid: String(peers.num_iid), sid: String(peers.sid) })}` }));
+  add("4a. Connect JSON ItemGet hit", await http1({ url: `${base}/gateway.catalogue.v1.RetailService/ItemGet`, method: "POST", headers: { "content-type": "application/json", ...rpcHeaders }, body: jsonRequest }));
+  add("4b. Connect binary ItemGet hit", await http1({ url: `${base}/gateway.catalogue.v1.RetailService/ItemGet`, method: "POST", headers: { "content-type": "application/proto", ...rpcHeaders }, body: Buffer.from(request) as unknown as string }));
+  add("5. gRPC ItemGet hit (h2, node:http2 client)", await grpc(base, frame, rpcHeaders));
+  add("7a. flood of wrong secrets", await http1({ url: `${base}/retail/item_get/?${new URLSearchParams({ key: account.key, secret: "wrong", num_iid: item.num_iid })}` }), { note: "after 20 failures the address is refused (4008) before any lookup" });
+  add("7b. over-quota rejections (4013)", await http1({ url: `${base}/retail/item_get/?${new URLSearchParams({ key: broke.key, secret: broke.secret, num_iid: item.num_iid })}` }));
+  const peakRss = peakRssMb(gateway.child.pid!);
+
+  // 6: a cold cache in front of an upstream answering in 20 ms: many callers, few items.
+  const upstream = await start("bench/servers/fake-upstream.ts", {});
+  const data6 = mkdtempSync(join(tmpdir(), "gateway-bench-upstream-"));
+  dirs.push(data6);
+  const env6 = { GATEWAY_DATA_DIR: data6, GATEWAY_PORT: "0", GATEWAY_LOG_LEVEL: "silent", GATEWAY_UPSTREAM_URL: `http://127.0.0.1:${upstream.ports[0]}`, GATEWAY_UPSTREAM_KEY: "bench", GATEWAY_UPSTREAM_SECRET: "bench-secret" };
+  await cli(["accounts", "list"], env6);
+  const account6 = JSON.parse(await cli(["accounts", "create", "--json", "--max", "1000000000000", "--concurrency", "100000"], env6)) as { key: string; secret: string };
+  const upstreamGateway = await start("bin/gateway.js", env6, ["serve"]);
+  const distinct = records.slice(0, 50).map((r) => r.num_iid);
+  const requests = distinct.map((id) => ({ path: `/retail/item_get/?${new URLSearchParams({ key: account6.key, secret: account6.secret, num_iid: id })}` }));
+  const r6 = await new Promise<autocannon.Result>((resolve, reject) =>
+    autocannon({ url: `http://127.0.0.1:${upstreamGateway.ports[0]}`, requests, duration: seconds, connections, pipelining: 1 } as AutocannonOptions, (e, r) => (e ? reject(e) : resolve(r))),
+  );
+  const upstreamCalls = ((await (await fetch(`http://127.0.0.1:${upstream.ports[0]}/stats`)).json()) as { calls: number }).calls;
+  const perCall = upstreamCalls / r6.requests.total;
+  const allowed = distinct.length / r6.requests.total + 0.01;
+  add("6. cold cache, upstream at 20 ms, 50 items", { requests: r6.requests.total, errors: r6.errors + r6.non2xx, rps: r6.requests.average, p50: r6.latency.p50, p99: r6.latency.p99, max: r6.latency.max }, {
+    note: `${upstreamCalls} upstream calls for ${r6.requests.total} gateway calls = ${perCall.toFixed(5)} per call (target at most ${allowed.toFixed(5)})`,
+  });
+
+  for (const c of ["1. legacy item_get hit, json", "2a. legacy item_get hit, serialize", "2b. legacy item_get hit, xml", "3. legacy item_search_peerbuy hit"]) ratio(c, "baseline: bare Fastify route (case 1 bytes)");
+  ratio("4a. Connect JSON ItemGet hit", "baseline: bare connect-node, Connect JSON");
+  ratio("4b. Connect binary ItemGet hit", "baseline: bare connect-node, Connect binary");
+  ratio("5. gRPC ItemGet hit (h2, node:http2 client)", "baseline: bare connect-node, gRPC (h2)");
+  const fastifyRps = rows[0]!.rps;
+  const rpcVsFastify = rows.filter((r) => /^[45]\w*\./.test(r.case)).map((r) => `${r.case}: ${(r.rps / fastifyRps).toFixed(2)}x of the bare Fastify route`);
+
+  const legacyHits = rows.filter((r) => /^[123]\w*\./.test(r.case));
+  const targets = [
+    { target: "legacy item_get hit ≥ 0.6x bare Fastify", met: (rows.find((r) => r.case.startsWith("1."))!.ratio ?? 0) >= 0.6 },
+    { target: "Connect and gRPC hits ≥ 0.9x bare connect-node", met: rows.filter((r) => /^[45]\w*\./.test(r.case)).every((r) => (r.ratio ?? 0) >= 0.9) },
+    { target: "p99 < 10 ms at 64 connections, every legacy cache-hit case", met: legacyHits.every((r) => r.p99 < 10) },
+    { target: "upstream calls per gateway call ≤ distinct/total + 1%", met: perCall <= allowed },
+  ];
+
+  const report = {
+    when: new Date().toISOString(),
+    machine: { cores: availableParallelism(), node: process.version },
+    load: { http1: `autocannon, ${connections} connections, pipelining 1`, grpc: `node:http2 closed loop, ${connections} streams over 4 connections`, seconds, warmupSeconds },
+    item: { num_iid: item.num_iid, skus: item.skus.sku.length, descBytes: item.desc.length, answerBytes: body.length },
+    gatewayPeakRssMb: peakRss,
+    rows,
+    rpcVsFastify,
+    targets,
+    elapsedSeconds: (Date.now() - started) / 1000,
+  };
+  mkdirSync(join(root, "bench-results"), { recursive: true });
+  const file = join(root, "bench-results", `bench-${report.when.replace(/[:.]/g, "-")}.json`);
+  writeFileSync(file, JSON.stringify(report, null, 2));
+
+  const pad = (s: string, n: number) => s.padEnd(n);
+  console.log(`\n${report.machine.cores} cores, Node ${report.machine.node}; HTTP/1.1 load: ${report.load.http1}; gRPC load: ${report.load.grpc}; ${seconds} s per case after ${warmupSeconds} s warm-up`);
+  console.log(`item ${item.num_iid}: ${item.skus.sku.length} SKUs, ${item.desc.length} characters of description, ${body.length} bytes as json; gateway peak RSS ${peakRss.toFixed(1)} MB\n`);
+  console.log(`| ${pad("case", 46)} | req/s | p50 ms | p99 ms | max ms | errors | vs baseline |`);
+  console.log(`|${"-".repeat(48)}|-------|--------|--------|--------|--------|-------------|`);
+  for (const r of rows) {
+    console.log(`| ${pad(r.case, 46)} | ${r.rps.toFixed(0).padStart(5)} | ${r.p50.toFixed(2).padStart(6)} | ${r.p99.toFixed(2).padStart(6)} | ${r.max.toFixed(1).padStart(6)} | ${String(r.errors).padStart(6)} | ${r.ratio === undefined ? "" : `${r.ratio.toFixed(2)}x`.padStart(11)} |`);
+  }
+  for (const r of rows) if (r.note) console.log(`\n${r.case}: ${r.note}`);
+  console.log(`\n${rpcVsFastify.join("\n")}`);
+  console.log("\ntargets:");
+  for (const t of targets) console.log(`  ${t.met ? "met    " : "MISSED "} ${t.target}`);
+  console.log(`\nwritten to ${file} (${report.elapsedSeconds.toFixed(0)} s)`);
+  if (profileDir) {
+    // A CPU profile is written when the process exits on its own: stop the gateway gracefully.
+    gateway.child.kill("SIGTERM");
+    await new Promise((r) => gateway.child.once("exit", r));
+    printProfile(profileDir);
+  }
+}
+
+/** The functions with the most self time in the gateway's CPU profile, over every case above. */
+function printProfile(dir: string): void {
+  const file = readdirSync(dir).find((f) => f.endsWith(".cpuprofile"));
+  if (file === undefined) return void console.log("no CPU profile was written");
+  const profile = JSON.parse(readFileSync(join(dir, file), "utf8")) as {
+    nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; hitCount: number }[];
+  };
+  const self = new Map<string, number>();
+  let total = 0;
+  for (const n of profile.nodes) {
+    total += n.hitCount;
+    const where = `${n.callFrame.functionName || "(anonymous)"} ${n.callFrame.url.replace(/^.*node_modules\//, "").replace(/^file:\/\/.*\/work\/main\//, "").replace(/^file:\/\/.*?\/(src|bench)\//, "$1/")}:${n.callFrame.lineNumber + 1}`;
+    self.set(where, (self.get(where) ?? 0) + n.hitCount);
+  }
+  console.log(`\ngateway CPU profile (${join(dir, file)}), top self time:`);
+  for (const [where, hits] of [...self].sort((a, b) => b[1] - a[1]).slice(0, 25)) console.log(`  ${((100 * hits) / total).toFixed(1).padStart(5)}%  ${where}`);
+}
+
+const cleanup = () => {
+  for (const c of children) c.kill("SIGKILL");
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+};
+process.once("SIGINT", () => {
+  cleanup();
+  process.exit(130);
+});
+main().then(
+  () => {
+    cleanup();
+    process.exit(0);
+  },
+  (e: unknown) => {
+    console.error(e);
+    cleanup();
+    process.exit(1);
+  },
+);
