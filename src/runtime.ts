@@ -14,6 +14,7 @@ import { AccountAdmin } from "./core/account-admin.ts";
 import { systemClock, type Clock } from "./core/clock.ts";
 import { Gateway } from "./core/gateway.ts";
 import { SqliteAccountStore } from "./stores/embedded/account-store.ts";
+import { ChangeWatch } from "./stores/embedded/change-watch.ts";
 import { EmbeddedCatalogue } from "./stores/embedded/catalogue-store.ts";
 import { openDatabase } from "./stores/embedded/sqlite-database.ts";
 import { SqliteMeter } from "./stores/embedded/sqlite-meter.ts";
@@ -66,10 +67,16 @@ export function databasePath(config: Pick<GatewayConfig, "dataDir">): string {
 export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {}): Runtime {
   const clock = options.clock ?? systemClock;
   const db = openDatabase(databasePath(config));
-  const accounts = new SqliteAccountStore(db);
+  const watch = new ChangeWatch(db);
+  const accounts = new SqliteAccountStore(db, watch);
   const catalogue = new EmbeddedCatalogue(db);
-  const meter = new SqliteMeter(db, { commitIntervalMs: config.ledgerCommitMs });
-  const switches = new SqliteOperatorSwitches(db);
+  const meter = new SqliteMeter(db, {
+    commitIntervalMs: config.ledgerCommitMs,
+    onBalancesChanged: (keys) => {
+      for (const key of keys) accounts.forget(key);
+    },
+  });
+  const switches = new SqliteOperatorSwitches(db, watch);
   const upstreams: UpstreamSource[] = [];
   const sources = new Map<string, CatalogueSource>();
   for (const name of new Set(operations.map((op) => op.catalogue))) {

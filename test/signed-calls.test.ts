@@ -44,7 +44,8 @@ describe("the legacy signed form (dateline, sign)", () => {
     expect((await legacy(params)).error_code).toBe("0000");
     const replay = await legacy(params);
     expect([replay.error_code, replay.reason]).toEqual(["4005", "this sign was already used; sign each call anew"]);
-    for (const offset of [-301_000, 301_000]) {
+    // dateline has whole seconds: keep clear of the 300 s edge by more than a second.
+    for (const offset of [-305_000, 305_000]) {
       const stale = await legacy(legacySigned(gw.account.secret, { num_iid: demo.retailNumIid }, now() + offset));
       expect(stale.error_code).toBe("4005");
       expect(stale.reason).toContain("away from the server's time");

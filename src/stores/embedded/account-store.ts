@@ -1,6 +1,7 @@
 import type { DatabaseSync, StatementSync } from "node:sqlite";
 import type { Account, AccountStore, OperationState } from "../../core/accounts.ts";
 import type { OperationId } from "../../contract/operations.ts";
+import type { ChangeWatch } from "./change-watch.ts";
 
 interface Row {
   key: string;
@@ -61,10 +62,15 @@ function toParams(a: Account) {
 }
 
 /**
- * Accounts in the embedded SQLite store. Every lookup reads the table, so a
- * change made by the CLI in another process takes effect on the next call.
+ * Accounts in the embedded SQLite store. Lookups are served from memory;
+ * the cache is dropped when another process (the CLI) commits, so its
+ * changes apply within the change watch's interval, and an entry is dropped
+ * when this process changes that account (including balance deductions).
  */
 export class SqliteAccountStore implements AccountStore {
+  private readonly watch: ChangeWatch;
+  private readonly cached = new Map<string, Account | undefined>();
+  private seenVersion = -1;
   private readonly byKey: StatementSync;
   private readonly all: StatementSync;
   private readonly insertRow: StatementSync;
@@ -72,7 +78,8 @@ export class SqliteAccountStore implements AccountStore {
   private readonly addBalance: StatementSync;
   private readonly setBalance: StatementSync;
 
-  constructor(db: DatabaseSync) {
+  constructor(db: DatabaseSync, watch: ChangeWatch) {
+    this.watch = watch;
     // Balances are micro-units: read every integer as bigint, never as a float.
     this.byKey = db.prepare("SELECT * FROM accounts WHERE key = ?");
     this.byKey.setReadBigInts(true);
@@ -88,8 +95,23 @@ export class SqliteAccountStore implements AccountStore {
   }
 
   find(key: string): Account | undefined {
+    const version = this.watch.current();
+    if (version !== this.seenVersion) {
+      this.cached.clear();
+      this.seenVersion = version;
+    }
+    if (this.cached.has(key)) return this.cached.get(key);
     const row = this.byKey.get(key) as Row | undefined;
-    return row === undefined ? undefined : fromRow(row);
+    const account = row === undefined ? undefined : fromRow(row);
+    // Unknown keys are remembered too (bounded), so a flood of bad keys costs no query each.
+    if (this.cached.size >= 100_000) this.cached.clear();
+    this.cached.set(key, account);
+    return account;
+  }
+
+  /** Drops what is remembered of an account, after this process changed it. */
+  forget(key: string): void {
+    this.cached.delete(key);
   }
 
   list(): Account[] {
@@ -98,6 +120,7 @@ export class SqliteAccountStore implements AccountStore {
 
   insert(account: Account): void {
     this.insertRow.run(toParams(account));
+    this.forget(account.key);
   }
 
   update(key: string, change: Partial<Omit<Account, "key" | "createdAt" | "balance">>): Account {
@@ -107,12 +130,14 @@ export class SqliteAccountStore implements AccountStore {
     // Every column but the balance: the serving process deducts from it concurrently.
     const { balance: _balance, created_at: _created, ...settable } = toParams(next);
     this.replaceRow.run(settable);
+    this.forget(key);
     return next;
   }
 
   adjustBalance(key: string, change: bigint | "unbilled"): Account {
     if (change === "unbilled") this.setBalance.run(null, key);
     else this.addBalance.run(change, key);
+    this.forget(key);
     const account = this.find(key);
     if (account === undefined) throw new Error(`no account has the key ${key}`);
     return account;

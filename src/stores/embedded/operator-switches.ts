@@ -1,27 +1,36 @@
 import type { DatabaseSync, StatementSync } from "node:sqlite";
 import type { OperationId } from "../../contract/operations.ts";
 import type { OperatorSwitches } from "../../core/meter.ts";
+import type { ChangeWatch } from "./change-watch.ts";
 
-/** Maintenance switches in the embedded store, read on every call so a change applies at once. */
+/** Maintenance switches in the embedded store, kept in memory and reread when another process commits. */
 export class SqliteOperatorSwitches implements OperatorSwitches {
-  private readonly one: StatementSync;
+  private readonly watch: ChangeWatch;
+  private seenVersion = -1;
+  private onNow = new Set<OperationId>();
   private readonly all: StatementSync;
   private readonly on: StatementSync;
   private readonly off: StatementSync;
 
-  constructor(db: DatabaseSync) {
-    this.one = db.prepare("SELECT 1 AS on_ FROM maintenance WHERE operation = ?");
+  constructor(db: DatabaseSync, watch: ChangeWatch) {
+    this.watch = watch;
     this.all = db.prepare("SELECT operation FROM maintenance ORDER BY operation");
     this.on = db.prepare("INSERT OR IGNORE INTO maintenance (operation) VALUES (?)");
     this.off = db.prepare("DELETE FROM maintenance WHERE operation = ?");
   }
 
   inMaintenance(operation: OperationId): boolean {
-    return this.one.get(operation) !== undefined;
+    const version = this.watch.current();
+    if (version !== this.seenVersion) {
+      this.onNow = new Set(this.maintenance());
+      this.seenVersion = version;
+    }
+    return this.onNow.has(operation);
   }
 
   setMaintenance(operation: OperationId, on: boolean): void {
     (on ? this.on : this.off).run(operation);
+    this.onNow = new Set(this.maintenance());
   }
 
   maintenance(): OperationId[] {

@@ -4,6 +4,7 @@ import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
 import type { Admission, LedgerRow, Meter, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
+import { previousDay } from "../../core/clock.ts";
 import { formatMoney } from "../../core/money.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 
@@ -12,9 +13,11 @@ export interface SqliteMeterOptions {
   readonly commitIntervalMs: number;
   /** A batch this large commits at once. */
   readonly maxBatch: number;
+  /** Told, after each commit, which accounts' balances it changed. */
+  readonly onBalancesChanged: (accounts: ReadonlySet<string>) => void;
 }
 
-export const defaultMeterOptions: SqliteMeterOptions = { commitIntervalMs: 2, maxBatch: 512 };
+export const defaultMeterOptions: SqliteMeterOptions = { commitIntervalMs: 2, maxBatch: 512, onBalancesChanged: () => {} };
 
 interface Queued {
   readonly row: LedgerRow;
@@ -41,14 +44,19 @@ export class SqliteMeter implements Meter {
   private readonly pendingCalls = new Map<string, number>();
   private readonly pendingAmount = new Map<string, bigint>();
   private queue: Queued[] = [];
+  /**
+   * Committed counts per account for its current day, kept in step with each
+   * commit: this process is the only writer of day counts, so they need no
+   * query per call.
+   */
+  private readonly summaries = new Map<string, { day: string; summary: { today: number; yesterday: number; before: number } }>();
   private timer: NodeJS.Timeout | undefined;
-  private readonly sql: Record<"today" | "insert" | "count" | "deduct" | "sums", StatementSync>;
+  private readonly sql: Record<"insert" | "count" | "deduct" | "sums", StatementSync>;
 
   constructor(db: DatabaseSync, options: Partial<SqliteMeterOptions> = {}) {
     this.db = db;
     this.options = { ...defaultMeterOptions, ...options };
     this.sql = {
-      today: db.prepare("SELECT charged FROM usage_daily WHERE account = ? AND day = ?"),
       insert: db.prepare(
         "INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       ),
@@ -70,7 +78,7 @@ export class SqliteMeter implements Meter {
     if (inFlight >= account.concurrency) {
       throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `this account already has ${inFlight} calls in flight, its limit`);
     }
-    const committed = Number((this.sql.today.get(key, day) as { charged: number } | undefined)?.charged ?? 0);
+    const committed = this.usage(key, day, previousDay(day)).today;
     const pending = this.pendingCalls.get(dayKey(key, day)) ?? 0;
     if (committed + pending >= account.dailyMax) {
       throw new GatewayError(ErrorCode.CALLS_EXCEEDED, `the daily maximum of ${account.dailyMax} calls is reached; it resets at midnight ${account.zone}`);
@@ -120,6 +128,19 @@ export class SqliteMeter implements Meter {
       failure = e;
       this.db.exec("ROLLBACK");
     }
+    if (failure === undefined) {
+      const balances = new Set<string>();
+      for (const { row } of batch) {
+        if (row.charge !== "charged" || row.account === undefined) continue;
+        if (row.price > 0n) balances.add(row.account);
+        const known = this.summaries.get(row.account);
+        if (known === undefined) continue;
+        if (known.day === row.day) known.summary.today++;
+        else if (previousDay(known.day) === row.day) known.summary.yesterday++;
+        else this.summaries.delete(row.account);
+      }
+      if (balances.size > 0) this.options.onBalancesChanged(balances);
+    }
     // Committed (or given up): the admissions' places are no longer pending.
     for (const { admission } of batch) if (admission !== undefined) this.settle(admission);
     for (const { done } of batch) {
@@ -138,8 +159,13 @@ export class SqliteMeter implements Meter {
   }
 
   usage(account: string, today: string, yesterday: string): UsageSummary {
+    const known = this.summaries.get(account);
+    if (known !== undefined && known.day === today) return { ...known.summary };
     const r = this.sql.sums.get({ account, today, yesterday }) as Record<keyof UsageSummary, number>;
-    return { today: Number(r.today), yesterday: Number(r.yesterday), before: Number(r.before) };
+    const summary = { today: Number(r.today), yesterday: Number(r.yesterday), before: Number(r.before) };
+    if (this.summaries.size >= 100_000) this.summaries.clear();
+    this.summaries.set(account, { day: today, summary });
+    return { ...summary };
   }
 
   query(q: UsageQuery): UsageReport {
