@@ -9,7 +9,7 @@ import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { errorCodes } from "../src/contract/error-codes.ts";
 import { operationById } from "../src/contract/operations.ts";
 import type { CallInput } from "../src/core/gateway.ts";
-import { legacyFormats } from "../src/render/legacy-formats.ts";
+import { legacyFormats, renderLegacy, type LegacyFormatName } from "../src/render/legacy-formats.ts";
 import { legacyResponse } from "../src/render/legacy-response.ts";
 import { PhpFloat, PhpFragment, type PhpMap, type PhpValue } from "../src/render/php-value.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
@@ -166,6 +166,9 @@ describe("cached items (fragments)", () => {
         const plain = render(value);
         expect(render(wrapped), `${name} ${format}`).toBe(plain);
         expect(render(wrapped), `${name} ${format} from the memo`).toBe(plain);
+        // As sent: the item's bytes spliced around a placeholder.
+        const fresh: PhpMap = new Map([...value].map(([k, v]) => [k, k === "item" ? new PhpFragment(v) : v]));
+        for (let i = 0; i < 2; i++) expect(renderLegacy(format as LegacyFormatName, fresh).equals(Buffer.from(plain, "utf8")), `${name} ${format} spliced, pass ${i}`).toBe(true);
       }
     }
   });

@@ -31,18 +31,21 @@ export function assertTimeZone(zone: string): void {
   formatterFor(zone);
 }
 
-// The text changes once a second, and formatToParts is the costly step.
-const lastFormatted = new Map<string, { second: number; text: string }>();
+// formatToParts is the costly step, and a call formats a few instants (now, the
+// stored entry's time) in a few zones, each the same for a second or longer.
+const formatted = new Map<string, string>();
 
 /** `YYYY-MM-DD HH:MM:SS` of the instant in the zone. */
 export function formatDateTime(ms: number, zone: string): string {
   const second = Math.floor(ms / 1000);
-  const last = lastFormatted.get(zone);
-  if (last !== undefined && last.second === second) return last.text;
+  const key = `${zone}\u0000${second}`;
+  const known = formatted.get(key);
+  if (known !== undefined) return known;
   const p: Record<string, string> = {};
   for (const part of formatterFor(zone).formatToParts(second * 1000)) p[part.type] = part.value;
   const text = `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute}:${p.second}`;
-  lastFormatted.set(zone, { second, text });
+  if (formatted.size >= 256) formatted.clear();
+  formatted.set(key, text);
   return text;
 }
 
@@ -51,11 +54,17 @@ export function dayOf(ms: number, zone: string): string {
   return formatDateTime(ms, zone).slice(0, 10);
 }
 
+let lastDay = "";
+let lastPrevious = "";
+
 /** The day before a `YYYY-MM-DD` day. */
 export function previousDay(day: string): string {
+  if (day === lastDay) return lastPrevious;
   const d = new Date(`${day}T00:00:00Z`);
   d.setUTCDate(d.getUTCDate() - 1);
-  return d.toISOString().slice(0, 10);
+  lastDay = day;
+  lastPrevious = d.toISOString().slice(0, 10);
+  return lastPrevious;
 }
 
 /**

@@ -1,6 +1,7 @@
 import { phpJsonEncode } from "./php-json.ts";
 import { phpSerialize } from "./php-serialize.ts";
-import type { PhpMap } from "./php-value.ts";
+import { randomBytes } from "node:crypto";
+import { PhpFragment, PhpPlaceholder, type PhpMap } from "./php-value.ts";
 import { phpVarExport } from "./php-var-export.ts";
 import { legacyXml } from "./legacy-xml.ts";
 
@@ -19,6 +20,30 @@ export const legacyFormats = {
 } as const satisfies Record<string, LegacyFormat>;
 
 export type LegacyFormatName = keyof typeof legacyFormats;
+
+/** Unguessable, so no caller-supplied text can contain it. */
+const marker = `\u0000gateway-item-${randomBytes(16).toString("hex")}\u0000`;
+
+/**
+ * The response as bytes. When its item is a cached fragment whose rendering
+ * in this format is already made, the rest is rendered around a placeholder
+ * and the item's bytes are spliced in, so a cache hit encodes only the
+ * status block. The bytes are the same as rendering the whole value.
+ */
+export function renderLegacy(format: LegacyFormatName, response: PhpMap): Buffer {
+  const item = response.get("item");
+  const render = legacyFormats[format].render;
+  if (!(item instanceof PhpFragment) || item instanceof PhpPlaceholder) return Buffer.from(render(response), "utf8");
+  const placeholder = new PhpPlaceholder(marker);
+  response.set("item", placeholder);
+  const text = render(response);
+  response.set("item", item);
+  const itemBytes = placeholder.asked === undefined ? undefined : item.bytes(placeholder.asked);
+  const at = text.indexOf(marker);
+  // First use in this format: render it whole, which fills the fragment for next time.
+  if (itemBytes === undefined || at < 0) return Buffer.from(render(response), "utf8");
+  return Buffer.concat([Buffer.from(text.slice(0, at), "utf8"), itemBytes, Buffer.from(text.slice(at + marker.length), "utf8")]);
+}
 
 export function isLegacyFormat(name: string): name is LegacyFormatName {
   return Object.hasOwn(legacyFormats, name);

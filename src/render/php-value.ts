@@ -45,6 +45,7 @@ export function phpArrayKey(key: string): string | bigint {
 export class PhpFragment {
   readonly value: PhpValue;
   private readonly texts = new Map<string, string>();
+  private readonly encoded = new Map<string, Buffer>();
 
   constructor(value: PhpValue) {
     this.value = value;
@@ -57,5 +58,37 @@ export class PhpFragment {
       this.texts.set(key, t);
     }
     return t;
+  }
+
+  /** A rendering already made, as UTF-8 bytes (kept, so a hit does not encode it again). */
+  bytes(key: string): Buffer | undefined {
+    let b = this.encoded.get(key);
+    if (b === undefined) {
+      const t = this.texts.get(key);
+      if (t === undefined) return undefined;
+      b = Buffer.from(t, "utf8");
+      this.encoded.set(key, b);
+    }
+    return b;
+  }
+}
+
+/**
+ * Stands in for a fragment while the rest of a document is rendered: it
+ * writes `marker` and remembers which rendering was asked for, so the
+ * fragment's bytes can be spliced in at the marker.
+ */
+export class PhpPlaceholder extends PhpFragment {
+  readonly marker: string;
+  asked: string | undefined;
+
+  constructor(marker: string) {
+    super(null);
+    this.marker = marker;
+  }
+
+  override text(key: string): string {
+    this.asked = key;
+    return this.marker;
   }
 }

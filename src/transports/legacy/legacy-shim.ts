@@ -3,7 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { operations, unspecifiedApiNames, type Operation } from "../../contract/operations.ts";
 import type { Gateway, Outcome } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
-import { isLegacyFormat, legacyFormats, type LegacyFormatName } from "../../render/legacy-formats.ts";
+import { isLegacyFormat, legacyFormats, renderLegacy, type LegacyFormatName } from "../../render/legacy-formats.ts";
 import { legacyResponse } from "../../render/legacy-response.ts";
 import type { Credentials } from "../../core/authentication.ts";
 import { parseAuthorization } from "../authorization-header.ts";
@@ -27,10 +27,10 @@ function formatOf(params: LegacyParams): { format: LegacyFormatName; rejection?:
 
 /** Renders an outcome in a legacy format. Business errors travel as HTTP 200: legacy clients decide on error_code. */
 export function sendLegacy(reply: FastifyReply, outcome: Outcome, format: LegacyFormatName): FastifyReply {
-  const { contentType, render } = legacyFormats[format];
+  const { contentType } = legacyFormats[format];
   // Vary on every answer, compressed or not, so no cache serves a compressed body
   // to a client that did not ask for one (the compressor adds it only when it compresses).
-  return reply.code(200).header("content-type", contentType).header("vary", "accept-encoding").send(render(legacyResponse(outcome)));
+  return reply.code(200).header("content-type", contentType).header("vary", "accept-encoding").send(renderLegacy(format, legacyResponse(outcome)));
 }
 
 /**
