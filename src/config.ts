@@ -27,7 +27,7 @@ export interface GatewayConfig {
   shutdownGraceMs: number;
   /** GATEWAY_CORS_ORIGINS: origins browsers may call from, comma-separated; `*` for any, empty for none. */
   corsOrigins: string;
-  /** GATEWAY_LEDGER_COMMIT_MS: how long a ledger row may wait for its group commit. */
+  /** GATEWAY_LEDGER_COMMIT_MS: how long a ledger row may wait for its group commit; 0 commits at the end of each event-loop turn. */
   ledgerCommitMs: number;
   /** GATEWAY_ADMIN_TOKEN: bearer token of the AdminService; empty turns it off. */
   adminToken: string;
@@ -95,7 +95,7 @@ export const defaultConfig: GatewayConfig = {
   maxBodyBytes: 1048576,
   shutdownGraceMs: 10000,
   corsOrigins: "*",
-  ledgerCommitMs: 2,
+  ledgerCommitMs: 0,
   adminToken: "",
   upstreamUrl: "",
   upstreamKey: "",

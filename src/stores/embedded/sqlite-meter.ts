@@ -50,7 +50,7 @@ export class SqliteMeter implements Meter {
    * query per call.
    */
   private readonly summaries = new Map<string, { day: string; summary: { today: number; yesterday: number; before: number } }>();
-  private timer: NodeJS.Timeout | undefined;
+  private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
   private readonly sql: Record<"insert" | "count" | "deduct" | "sums", StatementSync>;
 
   constructor(db: DatabaseSync, options: Partial<SqliteMeterOptions> = {}) {
@@ -100,12 +100,16 @@ export class SqliteMeter implements Meter {
     return new Promise((resolve, reject) => {
       this.queue.push({ row, admission, done: { resolve, reject } });
       if (this.queue.length >= this.options.maxBatch) this.flush();
-      else this.timer ??= setTimeout(() => this.flush(), this.options.commitIntervalMs);
+      // 0: commit at the end of this turn of the event loop, with every row written in it.
+      else this.timer ??= this.options.commitIntervalMs === 0 ? setImmediate(() => this.flush()) : setTimeout(() => this.flush(), this.options.commitIntervalMs);
     });
   }
 
   flush(): void {
-    if (this.timer !== undefined) clearTimeout(this.timer);
+    if (this.timer !== undefined) {
+      clearTimeout(this.timer as NodeJS.Timeout);
+      clearImmediate(this.timer as NodeJS.Immediate);
+    }
     this.timer = undefined;
     const batch = this.queue;
     this.queue = [];
