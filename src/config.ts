@@ -211,13 +211,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     if (typeof raw[k] === "string") config[k] = raw[k];
     else problems.push(`${where(k)} must be text`);
   }
-  const port = integer(raw.port, 0, 65535);
-  if (port === undefined) problems.push(`${where("port")} must be a whole number from 0 to 65535, not ${JSON.stringify(raw.port)}`);
-  else config.port = port;
-  const body = integer(raw.maxBodyBytes, 1024, 1 << 30);
-  if (body === undefined) problems.push(`${where("maxBodyBytes")} must be a whole number of bytes from 1024 to 1073741824`);
-  else config.maxBodyBytes = body;
   const numbers: [keyof GatewayConfig, number, number, string][] = [
+    ["port", 0, 65_535, "port"],
+    ["maxBodyBytes", 1024, 1 << 30, "bytes"],
+    ["shutdownGraceMs", 0, 600_000, "milliseconds"],
+    ["ledgerCommitMs", 0, 1000, "milliseconds"],
     ["upstreamTimeoutMs", 1, 600_000, "milliseconds"],
     ["upstreamDeadlineMs", 1, 600_000, "milliseconds"],
     ["cacheMaxBytes", 0, 2 ** 40, "bytes"],
@@ -236,7 +234,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
   ];
   for (const [k, min, max, unit] of numbers) {
     const n = integer(raw[k], min, max);
-    if (n === undefined) problems.push(`${where(k)} must be a whole number of ${unit} from ${min} to ${max}`);
+    if (n === undefined) problems.push(`${where(k)} must be a whole number (${unit}) from ${min} to ${max}, not ${JSON.stringify(raw[k])}`);
     else (config as Record<string, unknown>)[k] = n;
   }
   if (config.upstreamUrl !== "") {
@@ -259,12 +257,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
       problems.push(`${where(k)}: ${(e as Error).message} is not valid here`);
     }
   }
-  const commit = integer(raw.ledgerCommitMs, 0, 1000);
-  if (commit === undefined) problems.push(`${where("ledgerCommitMs")} must be a whole number of milliseconds up to 1000`);
-  else config.ledgerCommitMs = commit;
-  const grace = integer(raw.shutdownGraceMs, 0, 600000);
-  if (grace === undefined) problems.push(`${where("shutdownGraceMs")} must be a whole number of milliseconds up to 600000`);
-  else config.shutdownGraceMs = grace;
   try {
     assertTimeZone(config.timeZone);
   } catch {
