@@ -138,6 +138,30 @@ describe("the Authorization header", () => {
   });
 });
 
+describe("every form on the RPC path, in headers", () => {
+  const client = () => createClient(RetailService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }));
+  const failCode = (p: Promise<unknown>) => p.then(() => undefined, (e: unknown) => ConnectError.from(e).findDetails(StatusBlockSchema)[0]?.errorCode);
+
+  it("the legacy signed form: x-api-dateline and x-api-sign over the request's arguments", async () => {
+    const dateline = formatDateTime(now(), "Asia/Shanghai");
+    const sign = legacySign({ num_iid: demo.retailNumIid, is_promotion: "1", key: gw.account.key, dateline, api_name: "item_get" }, legacySigningKey(gw.account.secret));
+    const headers = { "x-api-key": gw.account.key, "x-api-dateline": dateline, "x-api-sign": sign };
+    const res = await client().itemGet({ numIid: demo.retailNumIid, isPromotion: "1" }, { headers });
+    expect(res.item?.numIid).toBe(demo.retailNumIid);
+    expect(await failCode(client().itemGet({ numIid: demo.retailNumIid, isPromotion: "1" }, { headers }))).toBe(4005);
+    expect(await failCode(client().itemGet({ numIid: "123", isPromotion: "1" }, { headers: { ...headers, "x-api-sign": sign.replace(/^./, "0") } }))).toBe(4005);
+  });
+
+  it("the browser form: x-api-timestamp, x-api-nonce and x-api-signature", async () => {
+    const timestamp = nowSeconds();
+    const nonce = newNonce();
+    const signature = await signCall(await deriveSigningKey(gw.account.secret), { method: "RPC", path: "/gateway.catalogue.v1.RetailService/ItemGet", args: { num_iid: demo.retailNumIid }, timestamp, nonce });
+    const headers = { "x-api-key": gw.account.key, "x-api-timestamp": String(timestamp), "x-api-nonce": nonce, "x-api-signature": signature };
+    expect((await client().itemGet({ numIid: demo.retailNumIid }, { headers })).item?.numIid).toBe(demo.retailNumIid);
+    expect(await failCode(client().itemGet({ numIid: demo.retailNumIid }, { headers }))).toBe(4005);
+  });
+});
+
 describe("secrets at rest", () => {
   it("keeps no plain secret: nothing in a dump of the store makes a plain-secret call", async () => {
     const { key, secret } = gw.newAccount();

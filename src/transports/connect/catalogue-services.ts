@@ -12,7 +12,17 @@ import { WholesaleService } from "../../gen/gateway/catalogue/v1/wholesale_pb.js
 export const clientIpKey = createContextKey<string>("", { description: "caller's network address" });
 
 /** Request headers (gRPC metadata) that carry an RPC caller's credentials. */
-export const credentialHeaders = { key: "x-api-key", secret: "x-api-secret" } as const;
+export const credentialHeaders = {
+  key: "x-api-key",
+  secret: "x-api-secret",
+  /** The legacy signed form. */
+  dateline: "x-api-dateline",
+  sign: "x-api-sign",
+  /** The browser-safe form (also accepted as an Authorization header). */
+  timestamp: "x-api-timestamp",
+  nonce: "x-api-nonce",
+  signature: "x-api-signature",
+} as const;
 
 function transportOf(ctx: HandlerContext): Transport {
   const contentType = ctx.requestHeader.get("content-type") ?? "";
@@ -31,17 +41,35 @@ function option(table: Record<number, string | undefined>, value: number): strin
 }
 
 /**
- * An RPC caller's credentials: the HMAC form in the Authorization header
- * (method RPC, path /<service>/<method>), or key and secret headers; a
+ * An RPC caller's credentials, in the same forms as the legacy path's, from
+ * headers: the HMAC form in the Authorization header or in x-api-timestamp,
+ * x-api-nonce and x-api-signature (method RPC, path /<service>/<method>); the
+ * legacy signed form in x-api-dateline and x-api-sign (signing the request's
+ * own arguments, key, dateline and api_name); or key and secret. A
  * `Gateway-Key` Authorization header may carry the key.
  */
-function credentialsOf(ctx: HandlerContext, operation: Operation): Credentials {
-  const header = parseAuthorization(ctx.requestHeader.get("authorization"));
+function credentialsOf(ctx: HandlerContext, operation: Operation, args: Record<string, string | undefined>): Credentials {
+  const get = (name: string) => ctx.requestHeader.get(name) ?? undefined;
+  const header = parseAuthorization(get("authorization"));
+  const key = get(credentialHeaders.key) ?? header?.key;
+  const path = `/${operation.service.typeName}/${operation.method.name}`;
   if (header?.scheme === "hmac") {
-    const path = `/${operation.service.typeName}/${operation.method.name}`;
-    return { kind: "hmac", key: header.key, timestamp: header.timestamp, nonce: header.nonce, signature: header.signature, method: "RPC", path };
+    return { kind: "hmac", key: header.key ?? key, timestamp: header.timestamp, nonce: header.nonce, signature: header.signature, method: "RPC", path };
   }
-  return { kind: "plain", key: ctx.requestHeader.get(credentialHeaders.key) ?? header?.key, secret: ctx.requestHeader.get(credentialHeaders.secret) ?? undefined };
+  const sign = get(credentialHeaders.sign);
+  if (sign !== undefined) {
+    const dateline = get(credentialHeaders.dateline);
+    const params: Record<string, string> = {};
+    for (const [name, value] of Object.entries(args)) if (value !== undefined) params[name] = value;
+    if (key !== undefined) params.key = key;
+    if (dateline !== undefined) params.dateline = dateline;
+    return { kind: "legacy-signed", key, dateline, sign, params };
+  }
+  const signature = get(credentialHeaders.signature);
+  if (signature !== undefined) {
+    return { kind: "hmac", key, timestamp: get(credentialHeaders.timestamp), nonce: get(credentialHeaders.nonce), signature, method: "RPC", path };
+  }
+  return { kind: "plain", key, secret: get(credentialHeaders.secret) };
 }
 
 function callInput(ctx: HandlerContext, operation: Operation, args: Record<string, string>, cache: CacheMode, lang: Lang): CallInput {
@@ -51,7 +79,7 @@ function callInput(ctx: HandlerContext, operation: Operation, args: Record<strin
     args: given,
     cache: option(cacheText, cache),
     lang: option(langText, lang),
-    credentials: credentialsOf(ctx, operation),
+    credentials: credentialsOf(ctx, operation, given),
     transport: transportOf(ctx),
     clientIp: ctx.values.get(clientIpKey),
     signal: ctx.signal,

@@ -139,7 +139,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(fastifyCors, {
     origin: corsOrigins.length === 0 ? false : corsOrigins.includes("*") ? "*" : [...corsOrigins],
     methods: ["GET", "HEAD", "POST", "OPTIONS"],
-    allowedHeaders: [...connectCors.allowedHeaders, credentialHeaders.key, credentialHeaders.secret, "Authorization"],
+    allowedHeaders: [...connectCors.allowedHeaders, ...Object.values(credentialHeaders), "Authorization"],
     exposedHeaders: [...connectCors.exposedHeaders],
     maxAge: 7200,
     // A plain OPTIONS (no Origin) is answered too, with its Allow header.
