@@ -175,9 +175,6 @@ function fault(sent: Sent, a: Answer): string | undefined {
   }
   if (typeof json.code === "string") {
     if (connectCodes.has(json.code)) return undefined;
-    // connect-es codes undecodable protobuf bytes `internal` (its serializer serves clients too);
-    // invalid_argument would be right. Known, narrow, and recorded as a follow-up.
-    if (json.code === "internal" && String(json.message).startsWith("parse binary:")) return undefined;
     return `Connect code ${json.code}: ${String(json.message)}`;
   }
   if (a.status === 200 && ("item" in json || "status" in json)) return undefined;

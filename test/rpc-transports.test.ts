@@ -133,3 +133,33 @@ describe("handlers alone (in-memory router transport)", () => {
     expect(logged).toHaveLength(1);
   });
 });
+
+describe("a request whose protobuf bytes do not decode", () => {
+  const bad = Buffer.from([0xff, 0xff, 0x07]);
+  const framed = Buffer.concat([Buffer.from([0, 0, 0, 0, bad.length]), bad]);
+
+  it("is invalid_argument on Connect (connect-es alone would say internal)", async () => {
+    const res = await fetch(`${gw.base}/gateway.catalogue.v1.RetailService/ItemGet`, { method: "POST", headers: { "content-type": "application/proto" }, body: bad });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { code: string }).code).toBe("invalid_argument");
+  });
+
+  it("is invalid_argument on gRPC-Web", async () => {
+    const res = await fetch(`${gw.base}/gateway.catalogue.v1.RetailService/ItemGet`, { method: "POST", headers: { "content-type": "application/grpc-web+proto" }, body: framed });
+    expect(Buffer.from(await res.arrayBuffer()).toString("latin1")).toMatch(/grpc-status: 3\r\n/);
+  });
+
+  it("is INVALID_ARGUMENT on gRPC", async () => {
+    const http2 = await import("node:http2");
+    const session = http2.connect(gw.base);
+    const status = await new Promise<string>((resolve) => {
+      const stream = session.request({ ":method": "POST", ":path": "/gateway.catalogue.v1.RetailService/ItemGet", "content-type": "application/grpc", te: "trailers" });
+      stream.on("trailers", (t) => resolve(String(t["grpc-status"])));
+      stream.on("response", (h) => h["grpc-status"] !== undefined && resolve(String(h["grpc-status"])));
+      stream.resume();
+      stream.end(framed);
+    });
+    session.close();
+    expect(status).toBe("3");
+  });
+});

@@ -9,7 +9,9 @@ import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { legacyFormats } from "../../render/legacy-formats.ts";
 import { legacyResponse } from "../../render/legacy-response.ts";
 import { operations } from "../../contract/operations.ts";
+import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import { adminRoutes, type AdminPorts } from "../connect/admin-service.ts";
+import { undecodableIsInvalidArgument } from "../connect/undecodable-request.ts";
 import { catalogueRoutes, clientIpKey, credentialHeaders } from "../connect/catalogue-services.ts";
 import { legacyBodyTypes, legacyMethods, legacyShim, sendLegacy, unroutableHandler } from "../legacy/legacy-shim.ts";
 import { createOnePortServer, type OnePortServerOptions } from "./one-port-server.ts";
@@ -150,6 +152,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     routes: (router) => {
       catalogueRoutes(gateway)(router);
       if (options.admin) adminRoutes(options.admin.ports, options.admin.token)(router);
+      const handlers = router.handlers as UniversalHandler[];
+      handlers.forEach((h, i) => (handlers[i] = undecodableIsInvalidArgument(h)));
     },
     readMaxBytes: maxBodyBytes,
     contextValues: (req) => createContextValues().set(clientIpKey, req.ip),
