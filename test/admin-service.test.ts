@@ -143,6 +143,12 @@ describe("the CLI", () => {
     const bad = await runCli(["accounts", "create", "--balance", "lots"], env);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain("not an amount");
+    const rotated = JSON.parse((await runCli(["accounts", "rotate-secret", a.key as string, "--json"], env)).stdout) as { key: string; secret: string };
+    expect(rotated.secret).not.toBe(a.secret);
+    const call = (secret: string) => legacyGet(gw.base, "/retail/item_get/", { key: a.key as string, secret, num_iid: demo.retailNumIid }).then((r) => r.json.error_code);
+    let codes = [await call(rotated.secret), await call(a.secret as string)];
+    for (let i = 0; i < 20 && codes[0] !== "0000"; i++) codes = [await call(rotated.secret), await call(a.secret as string)];
+    expect(codes).toEqual(["0000", "4005"]);
     const maintenance = await runCli(["maintenance", "list"], env);
     expect(maintenance.stdout).toContain("under maintenance: nothing");
   });

@@ -126,6 +126,15 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         );
         return 0;
       }
+      case "rotate-secret": {
+        const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { json: { type: "boolean", default: false } } });
+        const [key] = positionals;
+        if (key === undefined) throw new AccountAdminError("usage: gateway accounts rotate-secret KEY [--json]");
+        const secret = runtime.admin.rotateSecret(key);
+        if (values.json) console.log(JSON.stringify({ key, secret }));
+        else console.log(`key:    ${key}\nsecret: ${secret}\n(the old secret no longer works; the new one is shown once)`);
+        return 0;
+      }
       case "top-up": {
         const [key, amount] = rest;
         if (key === undefined || amount === undefined) throw new AccountAdminError("usage: gateway accounts top-up KEY AMOUNT");
@@ -139,7 +148,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         return 0;
       }
       default:
-        console.error("usage: gateway accounts create|list|stop|resume|enable-api|disable-api|remove-api|set-plan|top-up|set-price …");
+        console.error("usage: gateway accounts create|list|stop|resume|enable-api|disable-api|remove-api|set-plan|top-up|set-price|rotate-secret …");
         return 2;
     }
   } finally {

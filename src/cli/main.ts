@@ -18,6 +18,7 @@ commands:
   accounts enable-api KEY OP | disable-api KEY OP | remove-api KEY OP
   accounts set-plan KEY [--max N] [--concurrency N] [--expires YYYY-MM-DD] [--zone Z]
   accounts top-up KEY AMOUNT | set-price KEY OP PRICE
+  accounts rotate-secret KEY [--json]  a new secret (shown once); the old one stops working
   maintenance on|off OP | list       put an operation under maintenance (4009 for everyone)
   usage [--account K] [--day D | --from D --to D] [--operation OP] [--code NNNN] [--rows N] [--json]
   import FILE.ndjson [--json]        load item records into the embedded catalogue
