@@ -238,3 +238,20 @@ describe("the ledger", () => {
     expect(row?.charge).toBe("ignored");
   });
 });
+
+describe("a group commit with a row that cannot be written", () => {
+  it("refuses that row alone; its batch-mates are committed", async () => {
+    const base = { at: Date.now(), day: "2026-01-01", account: undefined, operation: undefined, code: 4010, charge: "ignored" as const, price: 0n, cacheHit: false, latencyMicros: 1, transport: "legacy" as const };
+    const id = (n: number) => `gw-test.dup${n}-${Date.now()}`;
+    const [a, b] = [id(1), id(2)];
+    const results = await Promise.allSettled([
+      gw.runtime.meter.record({ ...base, requestId: a }, undefined),
+      gw.runtime.meter.record({ ...base, requestId: a }, undefined), // the same id again: cannot be written twice
+      gw.runtime.meter.record({ ...base, requestId: b }, undefined),
+    ]);
+    expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+    const rows = gw.runtime.meter.query({ from: "2026-01-01", to: "2026-01-01", rows: 10 }).rows.map((r) => r.requestId);
+    expect(rows.filter((r) => r === a)).toHaveLength(1);
+    expect(rows).toContain(b);
+  });
+});

@@ -114,42 +114,53 @@ export class SqliteMeter implements Meter {
     const batch = this.queue;
     this.queue = [];
     if (batch.length === 0) return;
-    let failure: unknown;
-    this.db.exec("BEGIN IMMEDIATE");
-    try {
-      for (const { row } of batch) {
-        this.sql.insert.run(
-          row.requestId, row.at, row.day, row.account ?? null, row.operation ?? null, row.code, row.charge,
-          row.price, row.cacheHit ? 1 : 0, row.latencyMicros, row.transport,
-        );
-        if (row.charge === "charged" && row.account !== undefined) {
-          this.sql.count.run(row.account, row.day);
-          if (row.price > 0n) this.sql.deduct.run(row.price, row.account);
+    // One transaction for the batch; if it fails, each row in its own, so one
+    // bad row (say, an id written before) does not cost the others theirs.
+    const failures = new Map<Queued, unknown>();
+    const write = (rows: Queued[]) => {
+      this.db.exec("BEGIN IMMEDIATE");
+      try {
+        for (const { row } of rows) {
+          this.sql.insert.run(
+            row.requestId, row.at, row.day, row.account ?? null, row.operation ?? null, row.code, row.charge,
+            row.price, row.cacheHit ? 1 : 0, row.latencyMicros, row.transport,
+          );
+          if (row.charge === "charged" && row.account !== undefined) {
+            this.sql.count.run(row.account, row.day);
+            if (row.price > 0n) this.sql.deduct.run(row.price, row.account);
+          }
         }
+        this.db.exec("COMMIT");
+        return undefined;
+      } catch (e) {
+        this.db.exec("ROLLBACK");
+        return e;
       }
-      this.db.exec("COMMIT");
-    } catch (e) {
-      failure = e;
-      this.db.exec("ROLLBACK");
-    }
-    if (failure === undefined) {
-      const balances = new Set<string>();
-      for (const { row } of batch) {
-        if (row.charge !== "charged" || row.account === undefined) continue;
-        if (row.price > 0n) balances.add(row.account);
-        const known = this.summaries.get(row.account);
-        if (known === undefined) continue;
-        if (known.day === row.day) known.summary.today++;
-        else if (previousDay(known.day) === row.day) known.summary.yesterday++;
-        else this.summaries.delete(row.account);
+    };
+    if (write(batch) !== undefined) {
+      for (const queued of batch) {
+        const e = write([queued]);
+        if (e !== undefined) failures.set(queued, e);
       }
-      if (balances.size > 0) this.options.onBalancesChanged(balances);
     }
+    const balances = new Set<string>();
+    for (const queued of batch) {
+      const row = queued.row;
+      if (failures.has(queued) || row.charge !== "charged" || row.account === undefined) continue;
+      if (row.price > 0n) balances.add(row.account);
+      const known = this.summaries.get(row.account);
+      if (known === undefined) continue;
+      if (known.day === row.day) known.summary.today++;
+      else if (previousDay(known.day) === row.day) known.summary.yesterday++;
+      else this.summaries.delete(row.account);
+    }
+    if (balances.size > 0) this.options.onBalancesChanged(balances);
     // Committed (or given up): the admissions' places are no longer pending.
     for (const { admission } of batch) if (admission !== undefined) this.settle(admission);
-    for (const { done } of batch) {
-      if (failure === undefined) done.resolve();
-      else done.reject(failure);
+    for (const queued of batch) {
+      const e = failures.get(queued);
+      if (e === undefined) queued.done.resolve();
+      else queued.done.reject(e);
     }
   }
 
