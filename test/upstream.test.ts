@@ -170,7 +170,8 @@ describe("resilience", () => {
     expect(open?.code).toBe(4002);
     expect(open?.message).toContain("held back");
     expect(upstream.requests.length).toBe(before);
-    expect(performance.now() - started).toBeLessThan(100);
+    // Far below the 3 s an attempt may take: the breaker answered without trying.
+    expect(performance.now() - started).toBeLessThan(1000);
     scripted({ kind: "normal" });
     await new Promise((r) => setTimeout(r, 350));
     expect((await source.itemDetail(demo.retailNumIid, false)).found).toBe(true);
