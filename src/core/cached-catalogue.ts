@@ -111,20 +111,13 @@ export class CachedCatalogue {
     const token = createHash("md5").update(`${base.answer.token}\u0000${lang}`).digest("hex");
     const answer = { ...base.answer, value: translated.value, token } as Answered["answer"];
     if (this.cache === undefined || report.status === "error" || answer.found !== true) return { answer, fromCache: base.fromCache, memo: undefined, translation: report };
-    const now = this.now();
-    const ttl = this.policy.ttlSeconds[operation.id];
-    const entry: CacheEntry = {
+    const entry = this.store(key, operation, this.policy.ttlSeconds[operation.id], {
       value: translated.value,
       reason: "",
       storedAt: answer.storedAt,
       token,
-      freshUntil: now + ttl * 1000,
-      staleUntil: now + (ttl + this.policy.staleIfErrorSeconds) * 1000,
-      bytes: approximateBytes(operation.id, translated.value, ""),
-      memo: new Map(),
       translation: { status: report.status, engine: report.engine },
-    };
-    if (ttl > 0) this.cache.set(key, entry);
+    });
     return { answer, fromCache: base.fromCache, memo: entry.memo, translation: report };
   }
 
@@ -156,28 +149,31 @@ export class CachedCatalogue {
     const call = (async () => {
       // The shared call is not tied to the first caller's connection: others wait on it too.
       const answer = await fetchers[operation.id](source, args, new AbortController().signal);
-      const now = this.now();
-      const ttl = answer.found ? this.policy.ttlSeconds[operation.id] : this.policy.notFoundTtlSeconds;
-      const storedAt = answer.found ? answer.storedAt : Math.floor(now / 1000);
-      const value = answer.found ? answer.value : null;
-      const reason = answer.found ? "" : answer.reason;
-      const entry: CacheEntry = {
-        value,
-        reason,
-        storedAt,
-        token: answer.found ? answer.token : createHash("md5").update(`${key}\u0000${storedAt}`).digest("hex"),
-        freshUntil: now + ttl * 1000,
-        staleUntil: now + (ttl + this.policy.staleIfErrorSeconds) * 1000,
-        bytes: approximateBytes(operation.id, value, reason),
-        memo: new Map(),
-      };
-      if (ttl > 0) this.cache!.set(key, entry);
-      return entry;
+      if (answer.found) {
+        return this.store(key, operation, this.policy.ttlSeconds[operation.id], { value: answer.value, reason: "", storedAt: answer.storedAt, token: answer.token });
+      }
+      const storedAt = Math.floor(this.now() / 1000);
+      const token = createHash("md5").update(`${key}\u0000${storedAt}`).digest("hex");
+      return this.store(key, operation, this.policy.notFoundTtlSeconds, { value: null, reason: answer.reason, storedAt, token });
     })();
     this.inFlight.set(key, call);
     const clear = () => this.inFlight.delete(key);
     call.then(clear, clear);
     return call;
+  }
+
+  /** An answer as a cache entry, fresh for `ttl` seconds and kept as a stand-in for the stale bound after; `ttl` 0 keeps nothing. */
+  private store(key: string, operation: Operation, ttl: number, answer: Pick<CacheEntry, "value" | "reason" | "storedAt" | "token" | "translation">): CacheEntry {
+    const now = this.now();
+    const entry: CacheEntry = {
+      ...answer,
+      freshUntil: now + ttl * 1000,
+      staleUntil: now + (ttl + this.policy.staleIfErrorSeconds) * 1000,
+      bytes: approximateBytes(operation.id, answer.value, answer.reason),
+      memo: new Map(),
+    };
+    if (ttl > 0) this.cache?.set(key, entry);
+    return entry;
   }
 
   private fromEntry(entry: CacheEntry, fromCache: boolean): Answered {
