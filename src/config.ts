@@ -80,6 +80,18 @@ export interface GatewayConfig {
   translateTimeoutMs: number;
   /** GATEWAY_TRANSLATE_CONCURRENCY: translation requests in flight at once. */
   translateConcurrency: number;
+  /** GATEWAY_STORE_MAX_BYTES: largest size of the embedded store's file (0: no cap); past it the gateway behaves as on a full disk. */
+  storeMaxBytes: number;
+  /** GATEWAY_MIN_FREE_MB: below this much free space in the data directory new calls are refused with 4000 (0: no floor). */
+  minFreeMb: number;
+  /** GATEWAY_LEDGER_RETENTION_DAYS: ledger rows older than this many days are folded into per-day totals (0: kept for ever). */
+  ledgerRetentionDays: number;
+  /** GATEWAY_REFUSAL_ADDRESSES_PER_DAY: distinct addresses counted per day for calls with no account; more count as "other". */
+  refusalAddressesPerDay: number;
+  /** GATEWAY_FIRST_REQUEST_TIMEOUT_MS: time a new connection has to send a whole first request head (or the HTTP/2 preface). */
+  firstRequestTimeoutMs: number;
+  /** GATEWAY_UPSTREAM_MAX_BODY_BYTES: largest answer read from the upstream provider (4002 past it). */
+  upstreamMaxBodyBytes: number;
 }
 
 export const defaultConfig: GatewayConfig = {
@@ -123,6 +135,12 @@ export const defaultConfig: GatewayConfig = {
   translateSource: "zh",
   translateTimeoutMs: 2000,
   translateConcurrency: 4,
+  storeMaxBytes: 0,
+  minFreeMb: 64,
+  ledgerRetentionDays: 0,
+  refusalAddressesPerDay: 10_000,
+  firstRequestTimeoutMs: 5000,
+  upstreamMaxBodyBytes: 4 * 1048576,
 };
 
 const envNames: Record<keyof GatewayConfig, string> = {
@@ -166,6 +184,12 @@ const envNames: Record<keyof GatewayConfig, string> = {
   translateSource: "GATEWAY_TRANSLATE_SOURCE",
   translateTimeoutMs: "GATEWAY_TRANSLATE_TIMEOUT_MS",
   translateConcurrency: "GATEWAY_TRANSLATE_CONCURRENCY",
+  storeMaxBytes: "GATEWAY_STORE_MAX_BYTES",
+  minFreeMb: "GATEWAY_MIN_FREE_MB",
+  ledgerRetentionDays: "GATEWAY_LEDGER_RETENTION_DAYS",
+  refusalAddressesPerDay: "GATEWAY_REFUSAL_ADDRESSES_PER_DAY",
+  firstRequestTimeoutMs: "GATEWAY_FIRST_REQUEST_TIMEOUT_MS",
+  upstreamMaxBodyBytes: "GATEWAY_UPSTREAM_MAX_BODY_BYTES",
 };
 
 export class ConfigError extends Error {
@@ -231,6 +255,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
     ["maxConnections", 1, 1_000_000, "connections"],
     ["translateTimeoutMs", 1, 600_000, "milliseconds"],
     ["translateConcurrency", 1, 1000, "requests"],
+    ["storeMaxBytes", 0, 2 ** 50, "bytes"],
+    ["minFreeMb", 0, 1_000_000_000, "megabytes"],
+    ["ledgerRetentionDays", 0, 36_500, "days"],
+    ["refusalAddressesPerDay", 1, 10_000_000, "addresses"],
+    ["firstRequestTimeoutMs", 100, 600_000, "milliseconds"],
+    ["upstreamMaxBodyBytes", 1024, 1 << 30, "bytes"],
   ];
   for (const [k, min, max, unit] of numbers) {
     const n = integer(raw[k], min, max);

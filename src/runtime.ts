@@ -11,7 +11,8 @@ import { GlossaryEngine } from "./translation/glossary-engine.ts";
 import { LibreTranslateEngine } from "./translation/libretranslate-engine.ts";
 import { MemoryCache } from "./stores/embedded/memory-cache.ts";
 import { AccountAdmin } from "./core/account-admin.ts";
-import { systemClock, type Clock } from "./core/clock.ts";
+import { AddressLockout } from "./core/address-lockout.ts";
+import { dayOf, systemClock, type Clock } from "./core/clock.ts";
 import { Gateway } from "./core/gateway.ts";
 import { SqliteAccountStore } from "./stores/embedded/account-store.ts";
 import { ChangeWatch } from "./stores/embedded/change-watch.ts";
@@ -19,10 +20,13 @@ import { EmbeddedCatalogue } from "./stores/embedded/catalogue-store.ts";
 import { openDatabase } from "./stores/embedded/sqlite-database.ts";
 import { SqliteMeter } from "./stores/embedded/sqlite-meter.ts";
 import { SqliteOperatorSwitches } from "./stores/embedded/operator-switches.ts";
+import { SqliteReplayGuard } from "./stores/embedded/replay-guard.ts";
 
 /** The gateway's parts, wired to the embedded store under the data directory. */
 export interface Runtime {
   readonly gateway: Gateway;
+  /** Failed authentications per address, shared by the catalogue calls and the admin API. */
+  readonly lockout: AddressLockout;
   readonly accounts: SqliteAccountStore;
   readonly admin: AccountAdmin;
   readonly meter: SqliteMeter;
@@ -32,9 +36,16 @@ export interface Runtime {
   close(): void;
 }
 
+/** Where the runtime reports what an operator must hear of: errors, and the store's health. */
+export interface RuntimeLog {
+  error(obj: unknown, msg: string): void;
+  warn?(obj: unknown, msg: string): void;
+  info?(obj: unknown, msg: string): void;
+}
+
 export interface RuntimeOptions {
   readonly clock?: Clock;
-  readonly log?: { error(obj: unknown, msg: string): void };
+  readonly log?: RuntimeLog;
 }
 
 function translationEngine(config: GatewayConfig): TranslationEngine | undefined {
@@ -66,7 +77,8 @@ export function databasePath(config: Pick<GatewayConfig, "dataDir">): string {
 
 export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {}): Runtime {
   const clock = options.clock ?? systemClock;
-  const db = openDatabase(databasePath(config));
+  const log = options.log;
+  const db = openDatabase(databasePath(config), { maxBytes: config.storeMaxBytes });
   const watch = new ChangeWatch(db);
   const accounts = new SqliteAccountStore(db, watch);
   const catalogue = new EmbeddedCatalogue(db);
@@ -75,6 +87,32 @@ export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {})
     onBalancesChanged: (keys) => {
       for (const key of keys) accounts.forget(key);
     },
+    refusalAddressesPerDay: config.refusalAddressesPerDay,
+    dataDir: config.dataDir,
+    minFreeBytes: config.minFreeMb * 1048576,
+    onHealth: (problem, detail) => {
+      if (problem !== undefined) log?.error({ err: detail?.cause }, `${problem}: new calls are refused with 4000 until it can be written`);
+      else (log?.info ?? log?.error)?.call(log, { droppedRefusals: detail?.droppedRefusals ?? 0 }, "the usage ledger can be written again: calls are served");
+    },
+  });
+  // Retention: at start, then hourly.
+  const expire = () => {
+    if (config.ledgerRetentionDays <= 0) return;
+    const before = dayOf(clock.now() - config.ledgerRetentionDays * 86_400_000, config.timeZone);
+    try {
+      const removed = meter.expire(before);
+      if (removed > 0) log?.info?.({ removed, before }, "ledger rows past retention folded into per-day totals");
+    } catch (e) {
+      log?.error({ err: e }, "ledger retention could not run");
+    }
+  };
+  expire();
+  const retention = setInterval(expire, 3_600_000);
+  retention.unref();
+  const lockout = new AddressLockout({
+    slowAfterFailures: config.authSlowAfter,
+    lockAfterFailures: config.authLockAfter,
+    lockSeconds: config.authLockSeconds,
   });
   const switches = new SqliteOperatorSwitches(db, watch);
   const upstreams: UpstreamSource[] = [];
@@ -92,6 +130,7 @@ export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {})
       signing: config.upstreamSigning === "md5" ? "md5" : "plain",
       attemptTimeoutMs: config.upstreamTimeoutMs,
       deadlineMs: config.upstreamDeadlineMs,
+      maxBodyBytes: config.upstreamMaxBodyBytes,
       timeZone: config.timeZone,
       now: () => clock.now(),
     });
@@ -101,29 +140,26 @@ export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {})
   const cache = config.cacheMaxBytes > 0 ? new MemoryCache(config.cacheMaxBytes, () => clock.now()) : undefined;
   const answers = new CachedCatalogue(sources, cache, cachePolicy(config), () => clock.now(), new Translator(translationEngine(config)));
   const gateway = new Gateway(
-    { accounts, meter, switches, catalogue: answers, log: options.log },
+    { accounts, meter, switches, catalogue: answers, replays: new SqliteReplayGuard(db), lockout, ...(log ? { log } : {}) },
     {
       timeZone: config.timeZone,
       zoneLabel: config.zoneLabel,
       nodeLabel: config.nodeLabel,
       clock,
       lastRequestId: meter.lastRequestId(),
-      authentication: {
-        signatureWindowSeconds: config.signatureWindowSeconds,
-        slowAfterFailures: config.authSlowAfter,
-        lockAfterFailures: config.authLockAfter,
-        lockSeconds: config.authLockSeconds,
-      },
+      authentication: { signatureWindowSeconds: config.signatureWindowSeconds },
     },
   );
   return {
     gateway,
+    lockout,
     accounts,
     admin: new AccountAdmin(accounts, clock),
     meter,
     switches,
     catalogue,
     close: () => {
+      clearInterval(retention);
       meter.flush();
       db.close();
       for (const u of upstreams) void u.close();

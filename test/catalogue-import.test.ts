@@ -17,7 +17,7 @@ const lines = [
   "{not json",
   item("700000000002", { price: "cheap" }),
   "",
-  JSON.stringify({ kind: "peer_viewed", num_iid: "710000000001", sid: "b2b-1", item: [{ num_iid: "1", price: "1.00", title: "袜子" }] }),
+  JSON.stringify({ kind: "peer_viewed", num_iid: "710000000001", sid: "b2b-1", item: [{ num_iid: "1", price: "1.00", pic_url: "https://img.example.com/1.jpg", title: "袜子", sales: "3", seller_id: "9", detail_url: "https://detail.example.com/1" }] }),
   JSON.stringify({ kind: "peer_viewed", num_iid: "abc", sid: "b2b-1", item: [] }),
   JSON.stringify({ kind: "shop" }),
   item("700000000003", { props_list: [], seller_info: [], promo_type: null }),

@@ -70,7 +70,7 @@ const cases: Case[] = [
   { name: "operation stopped", code: "4006", connect: Code.PermissionDenied, op: "item_get", account: "apiStopped", args: retail },
   { name: "account stopped", code: "4007", connect: Code.PermissionDenied, op: "peerbuy", account: "stopped", args: wholesale },
   { name: "operation not added", code: "4012", connect: Code.PermissionDenied, op: "peerbuy", account: "apiMissing", args: wholesale },
-  { name: "missing key", code: "4014", connect: Code.InvalidArgument, op: "item_get", credentials: { key: "" }, args: retail },
+  { name: "missing key", code: "4014", connect: Code.Unauthenticated, op: "item_get", credentials: { key: "" }, args: retail },
   { name: "missing num_iid", code: "4014", connect: Code.InvalidArgument, op: "item_get", args: {} },
   { name: "missing sid", code: "4014", connect: Code.InvalidArgument, op: "peerbuy", args: { num_iid: "1" } },
 ];

@@ -94,9 +94,9 @@ interface Answer {
   body: Buffer;
 }
 
-function send(sent: Sent): Promise<Answer> {
+function send(sent: Sent, port = gw.port): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const s = net.connect(gw.port, "127.0.0.1");
+    const s = net.connect(port, "127.0.0.1");
     const chunks: Buffer[] = [];
     const timer = setTimeout(() => {
       s.destroy();
@@ -140,8 +140,8 @@ function decode(a: Answer): string {
 
 const connectCodes = new Set(["canceled", "invalid_argument", "deadline_exceeded", "not_found", "permission_denied", "resource_exhausted", "failed_precondition", "unimplemented", "unavailable", "unauthenticated", "out_of_range", "aborted", "already_exists"]);
 
-/** Why an answer is not acceptable, or undefined when it is. */
-function fault(sent: Sent, a: Answer): string | undefined {
+/** Why an answer is not acceptable, or undefined when it is. `ledgerFull`: a 4000 saying the ledger cannot be written is right. */
+function fault(sent: Sent, a: Answer, ledgerFull = false): string | undefined {
   if (a.status < 100) return "no HTTP status line";
   let text: string;
   try {
@@ -170,6 +170,7 @@ function fault(sent: Sent, a: Answer): string | undefined {
   }
   if (typeof json.error_code === "string") {
     if (!/^\d{4}$/.test(json.error_code)) return "an error_code that is not four digits";
+    if (ledgerFull && json.error_code === "4000" && /usage ledger cannot be written/.test(String(json.reason))) return undefined;
     if (json.error_code === "4000" || json.error_code === "5000") return `a server fault ${json.error_code}: ${String(json.reason)}`;
     return a.status >= 500 ? `HTTP ${a.status} with a status block` : undefined;
   }
@@ -181,14 +182,14 @@ function fault(sent: Sent, a: Answer): string | undefined {
   return `neither a status block nor a Connect error (HTTP ${a.status}): ${text.slice(0, 120)}`;
 }
 
-async function flood(requests: Sent[], concurrency: number): Promise<string[]> {
+async function flood(requests: Sent[], concurrency: number, target: { port?: number; ledgerFull?: boolean } = {}): Promise<string[]> {
   const problems: string[] = [];
   let next = 0;
   const worker = async () => {
     while (next < requests.length) {
       const sent = requests[next++]!;
-      const answer = await send(sent);
-      const why = fault(sent, answer);
+      const answer = await send(sent, target.port);
+      const why = fault(sent, answer, target.ledgerFull);
       if (why !== undefined) problems.push(`${why} <- ${JSON.stringify(sent.bytes.subarray(0, 240).toString("latin1"))}`);
     }
   };
@@ -212,4 +213,72 @@ describe(`hostile input (fast-check seed ${seed}; rerun with FUZZ_SEED=${seed})`
     const ok = await fetch(`${gw.base}/retail/item_get/?${new URLSearchParams({ key: gw.account.key, secret: gw.account.secret, num_iid: demo.retailNumIid })}`);
     expect(((await ok.json()) as { error_code: string }).error_code).toBe("0000");
   }, 240_000);
+});
+
+const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/** What a connection sends before it falls silent: nothing, part of the HTTP/2 preface, part of a request, or noise. */
+const opening = fc.oneof(
+  fc.constant(Buffer.alloc(0)),
+  fc.integer({ min: 1, max: h2Preface.length - 1 }).map((n) => Buffer.from(h2Preface.slice(0, n))),
+  fc.integer({ min: 1, max: 60 }).map((n) => Buffer.from(`GET /retail/item_get/?key=k&secret=s HTTP/1.1\r\nHost: x\r\n`.slice(0, n))),
+  fc.uint8Array({ minLength: 1, maxLength: 20 }).map((b) => Buffer.from(b)),
+);
+
+describe(`hostile input at the protocol-sniffing stage (fast-check seed ${seed})`, () => {
+  it("closes every connection that sends no whole first request in time, half-closed or silent, and keeps serving", async () => {
+    const sniff = await startGateway({ app: { limits: { maxConnections: 64, firstRequestTimeoutMs: 400 } } });
+    try {
+      const plans = fc.sample(fc.tuple(opening, fc.boolean()), { numRuns: 200, seed: seed + 2 });
+      const closedWithin = await Promise.all(
+        plans.map(
+          ([bytes, halfClose]) =>
+            new Promise<number>((resolve) => {
+              const started = performance.now();
+              const s = net.connect(sniff.port, "127.0.0.1", () => {
+                if (bytes.length > 0) s.write(bytes);
+                if (halfClose) s.end();
+              });
+              s.on("error", () => undefined);
+              s.resume();
+              const give = setTimeout(() => (s.destroy(), resolve(Infinity)), 8000);
+              s.on("close", () => (clearTimeout(give), resolve(performance.now() - started)));
+            }),
+        ),
+      );
+      // The timeout is 400 ms; a loaded 2-core machine gets generous slack, never eight seconds.
+      const stuck = closedWithin.filter((ms) => ms === Infinity).length;
+      expect(stuck, "connections the server never closed").toBe(0);
+      const ok = await fetch(`${sniff.base}/retail/item_get/?${new URLSearchParams({ key: sniff.account.key, secret: sniff.account.secret, num_iid: demo.retailNumIid })}`);
+      expect(((await ok.json()) as { error_code: string }).error_code).toBe("0000");
+    } finally {
+      await sniff.close();
+    }
+  }, 60_000);
+});
+
+describe(`hostile input against a full disk (fast-check seed ${seed})`, () => {
+  it("answers every request well-formed while the ledger cannot be written: 4000 only where a call would be served", async () => {
+    const { DatabaseSync } = await import("node:sqlite");
+    const { databasePath } = await import("../src/runtime.ts");
+    const full = await startGateway({ config: { storeMaxBytes: 40 * 1048576, authSlowAfter: 10_000_000, authLockAfter: 10_000_000 }, app: { maxBodyBytes } });
+    const filler = new DatabaseSync(databasePath(full.config));
+    try {
+      filler.exec("CREATE TABLE filler (b BLOB)");
+      const pageSize = Number((filler.prepare("PRAGMA page_size").get() as { page_size: number }).page_size);
+      while (Number((filler.prepare("PRAGMA page_count").get() as { page_count: number }).page_count) * pageSize < 41 * 1048576) {
+        filler.exec("INSERT INTO filler VALUES (zeroblob(1048576))");
+      }
+      // Real calls first, until the ledger is full.
+      const q = new URLSearchParams({ key: full.account.key, secret: full.account.secret, num_iid: demo.retailNumIid, cache: "no" });
+      let code = "";
+      for (let i = 0; i < 400 && code !== "4000"; i++) code = ((await (await fetch(`${full.base}/retail/item_get/?${q}`)).json()) as { error_code: string }).error_code;
+      expect(code).toBe("4000");
+      const requests = [...fc.sample(legacyRequest, { numRuns: 1500, seed: seed + 3 }), ...fc.sample(rpcRequest, { numRuns: 500, seed: seed + 4 })];
+      const problems = await flood(requests, 16, { port: full.port, ledgerFull: true });
+      expect(problems.slice(0, 10)).toEqual([]);
+    } finally {
+      filler.close();
+      await full.close();
+    }
+  }, 120_000);
 });

@@ -200,7 +200,7 @@ describe("maintenance", () => {
 });
 
 describe("the ledger", () => {
-  it("has one row per call with the charge class of its code, and agrees with today's count", async () => {
+  it("has one row per call of an identified account, with the charge class of its code, and agrees with today's count", async () => {
     const a = gw.newAccount({ dailyMax: 3, prices: new Map([["retail/item_get", parseMoney("0.5")]]) });
     const plan: [Record<string, string>, string, string][] = [
       [item(a), "0000", "charged"],
@@ -219,29 +219,40 @@ describe("the ledger", () => {
     const rows = new Map(gw.runtime.meter.query({ rows: 100000 }).rows.map((r) => [r.requestId, r]));
     plan.forEach(([, code, charge], i) => {
       const row = rows.get(ids[i]!)!;
+      // A wrong secret identifies no account: that call is counted, not stored (see below).
+      if (code === "4005") return expect(row).toBeUndefined();
       expect(row, ids[i]).toBeDefined();
       expect(String(row.code).padStart(4, "0")).toBe(code);
       expect(row.charge).toBe(charge);
       expect(row.price).toBe(charge === "charged" ? parseMoney("0.5") : 0n);
       expect(row.transport).toBe("legacy");
-      expect(row.account).toBe(code === "4005" ? undefined : a.key);
+      expect(row.account).toBe(a.key);
     });
     const last = await legacyGet(gw.base, "/retail/item_get/", item(a));
     const chargedRows = gw.runtime.meter.query({ account: a.key }).totals.filter((t) => t.charge === "charged").reduce((s, t) => s + t.calls, 0);
     expect(today(last.json.api_info)).toBe(chargedRows);
   });
 
-  it("records unroutable requests too", async () => {
+  it("counts calls with no account (unroutable, wrong secret) per day and code instead of storing them", async () => {
+    const counted = (code: number) =>
+      gw.runtime.meter
+        .query({ code })
+        .totals.filter((t) => t.account === undefined)
+        .reduce((n, t) => n + t.calls, 0);
+    const [unroutable, wrongSecret] = [counted(4010), counted(4005)];
     const r = await legacyGet(gw.base, "/wholesale/item_search/", {});
-    const row = gw.runtime.meter.query({ rows: 100000 }).rows.find((x) => x.requestId === r.json.request_id);
-    expect(row?.code).toBe(4010);
-    expect(row?.charge).toBe("ignored");
+    await legacyGet(gw.base, "/retail/item_get/", { ...item(gw.account), secret: "wrong" });
+    expect(gw.runtime.meter.query({ rows: 100000 }).rows.find((x) => x.requestId === r.json.request_id)).toBeUndefined();
+    expect(counted(4010)).toBe(unroutable + 1);
+    expect(counted(4005)).toBe(wrongSecret + 1);
+    const total = gw.runtime.meter.query({ code: 4010 }).totals.find((t) => t.account === undefined);
+    expect(total?.charge).toBe("ignored");
   });
 });
 
 describe("a group commit with a row that cannot be written", () => {
   it("refuses that row alone; its batch-mates are committed", async () => {
-    const base = { at: Date.now(), day: "2026-01-01", account: undefined, operation: undefined, code: 4010, charge: "ignored" as const, price: 0n, cacheHit: false, latencyMicros: 1, transport: "legacy" as const };
+    const base = { at: Date.now(), day: "2026-01-01", account: "gw-test-account", operation: undefined, code: 4010, charge: "ignored" as const, price: 0n, cacheHit: false, latencyMicros: 1, transport: "legacy" as const };
     const id = (n: number) => `gw-test.dup${n}-${Date.now()}`;
     const [a, b] = [id(1), id(2)];
     const results = await Promise.allSettled([

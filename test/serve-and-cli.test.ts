@@ -70,7 +70,7 @@ describe("npm start", () => {
       expect(line).not.toContain(demoSecret);
       expect(line).not.toContain(demoKey);
     }
-    expect(logLines.join("\n")).toContain("secret=%5Bredacted%5D");
+    expect(logLines.join("\n")).toContain("secret=[redacted]");
   });
 });
 

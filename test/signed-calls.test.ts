@@ -72,7 +72,7 @@ describe("the browser-safe form (timestamp, nonceStr, signature)", () => {
     const signingKey = await deriveSigningKey(opts.secret ?? gw.account.secret); // on the caller's back end
     const timestamp = opts.timestamp ?? nowSeconds();
     const nonce = opts.nonce ?? newNonce();
-    const signature = await signCall(signingKey, { method: opts.method ?? "GET", path: "/retail/item_get/", args, timestamp, nonce });
+    const signature = await signCall(signingKey, { method: opts.method ?? "GET", path: "/retail/item_get/", params: args, timestamp, nonce });
     return { ...args, key: gw.account.key, timestamp: String(timestamp), nonceStr: nonce, signature };
   }
 
@@ -96,7 +96,7 @@ describe("the browser-safe form (timestamp, nonceStr, signature)", () => {
 
   it("matches the worked example in the README", async () => {
     const signingKey = await deriveSigningKey("Rr3vQ8xKpL2mN7tY5wZ1bC4dF6gH9jS0aE8uI2oP");
-    const call = { method: "GET", path: "/retail/item_get/", args: { num_iid: "600000006151", is_promotion: "1" }, timestamp: 1795315200, nonce: "q3Jx9vLmT2pW8sKd" };
+    const call = { method: "GET", path: "/retail/item_get/", params: { num_iid: "600000006151", is_promotion: "1" }, timestamp: 1795315200, nonce: "q3Jx9vLmT2pW8sKd" };
     expect(signingKey).toBe("a02097088580a187ee3c235c73c5c824aa5a0dc085d72bae93c24143ec4e801b");
     expect(canonicalString(call)).toBe("GATEWAY-HMAC-SHA256\nGET\n/retail/item_get/\nis_promotion=1&num_iid=600000006151\n1795315200\nq3Jx9vLmT2pW8sKd");
     const signature = await signCall(signingKey, call);
@@ -110,7 +110,7 @@ describe("the browser-safe form (timestamp, nonceStr, signature)", () => {
 describe("the Authorization header", () => {
   async function hmacHeader(method: string, path: string, args: Record<string, string>, nonce = newNonce()) {
     const timestamp = nowSeconds();
-    const signature = await signCall(await deriveSigningKey(gw.account.secret), { method, path, args, timestamp, nonce });
+    const signature = await signCall(await deriveSigningKey(gw.account.secret), { method, path, params: args, timestamp, nonce });
     return `GATEWAY-HMAC-SHA256 key=${gw.account.key}, timestamp=${timestamp}, nonce=${nonce}, signature=${signature}`;
   }
 
@@ -155,7 +155,7 @@ describe("every form on the RPC path, in headers", () => {
   it("the browser form: x-api-timestamp, x-api-nonce and x-api-signature", async () => {
     const timestamp = nowSeconds();
     const nonce = newNonce();
-    const signature = await signCall(await deriveSigningKey(gw.account.secret), { method: "RPC", path: "/gateway.catalogue.v1.RetailService/ItemGet", args: { num_iid: demo.retailNumIid }, timestamp, nonce });
+    const signature = await signCall(await deriveSigningKey(gw.account.secret), { method: "RPC", path: "/gateway.catalogue.v1.RetailService/ItemGet", params: { num_iid: demo.retailNumIid }, timestamp, nonce });
     const headers = { "x-api-key": gw.account.key, "x-api-timestamp": String(timestamp), "x-api-nonce": nonce, "x-api-signature": signature };
     expect((await client().itemGet({ numIid: demo.retailNumIid }, { headers })).item?.numIid).toBe(demo.retailNumIid);
     expect(await failCode(client().itemGet({ numIid: demo.retailNumIid }, { headers }))).toBe(4005);

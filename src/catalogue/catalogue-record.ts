@@ -54,6 +54,37 @@ export function readLegacyMessage<D extends DescMessage>(desc: D, value: unknown
   }
 }
 
+/**
+ * The first field of the contract the record leaves out, as a path
+ * (`item.seller_info.sid`), or undefined when every one is there. Fields
+ * declared `optional` in the proto (promo_type) may be left out; PHP's empty
+ * array stands for an empty message or map.
+ */
+export function missingField(desc: DescMessage, value: Record<string, unknown>, where: string): string | undefined {
+  for (const field of desc.fields) {
+    if (field.proto.proto3Optional === true) continue;
+    const name = field.name in value ? field.name : field.jsonName in value ? field.jsonName : undefined;
+    if (name === undefined) return `${where}.${field.name}`;
+    const v = value[name];
+    if (field.fieldKind === "message" && isObject(v)) {
+      const inner = missingField(field.message, v, `${where}.${field.name}`);
+      if (inner !== undefined) return inner;
+    } else if (field.fieldKind === "list" && field.listKind === "message" && Array.isArray(v)) {
+      for (const [i, e] of v.entries()) {
+        const inner = isObject(e) ? missingField(field.message, e, `${where}.${field.name}[${i}]`) : undefined;
+        if (inner !== undefined) return inner;
+      }
+    }
+  }
+  return undefined;
+}
+
+function requireComplete(desc: DescMessage, value: unknown, where: string): void {
+  if (!isObject(value)) return; // the reader says what is wrong with it
+  const missing = missingField(desc, value, where);
+  if (missing !== undefined) throw new Error(`${missing} is missing; a record carries every field of the contract`);
+}
+
 function requireId(value: unknown, name: string, form: RegExp): string {
   if (typeof value !== "string" || !form.test(value)) throw new Error(`${name} must be a string matching ${form.source}`);
   return value;
@@ -67,13 +98,17 @@ export function readCatalogueRecord(value: unknown): CatalogueRecord {
       const item = readLegacyMessage(ItemDetailSchema, value.item, "item");
       requireId(item.numIid, "item.num_iid", numericId);
       if (value.obtainable !== undefined && typeof value.obtainable !== "boolean") throw new Error("obtainable must be true or false");
-      return { kind: "item_detail", item, obtainable: value.obtainable !== false };
+      const obtainable = value.obtainable !== false;
+      // An item that cannot be obtained answers 2000 and never shows its fields: its id is enough.
+      if (obtainable) requireComplete(ItemDetailSchema, value.item, "item");
+      return { kind: "item_detail", item, obtainable };
     }
     case "peer_viewed": {
       const numIid = requireId(value.num_iid, "num_iid", numericId);
       const sid = requireId(value.sid, "sid", shopId);
       if (!Array.isArray(value.item)) throw new Error("item must be a list of peer-viewed items");
       const items = value.item.map((e, i) => readLegacyMessage(PeerViewedItemSchema, e, `item[${i}]`));
+      value.item.forEach((e, i) => requireComplete(PeerViewedItemSchema, e, `item[${i}]`));
       return { kind: "peer_viewed", numIid, sid, items };
     }
     default:

@@ -23,7 +23,7 @@ export function describeAccount(a: Account) {
 
 function wholeNumber(flag: string, value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
-  if (!/^[0-9]{1,15}$/.test(value)) throw new AccountAdminError(`--${flag} takes a whole number`);
+  if (!/^[0-9]{1,15}$/.test(value)) throw new AccountAdminError(`--${flag} takes a whole number, not ${JSON.stringify(value)}`);
   return Number(value);
 }
 

@@ -57,7 +57,8 @@ main(process.argv.slice(2)).then(
   },
   (e: unknown) => {
     if (e instanceof ConfigError || e instanceof AccountAdminError || e instanceof MoneyError || String((e as { code?: string }).code).startsWith("ERR_PARSE_ARGS")) {
-      console.error((e as Error).message);
+      // One line: the bad value and what is accepted; never a stack.
+      console.error((e as Error).message.split("\n").filter(Boolean).join(" "));
       process.exitCode = 2;
     } else {
       console.error(e);

@@ -3,8 +3,9 @@ import { readFileSync } from "node:fs";
 import { demoExampleIds } from "../catalogue/demo-dataset.ts";
 import { corsOriginList, type GatewayConfig } from "../config.ts";
 import { demoAccount, openRuntime, seedDemoCatalogue } from "../runtime.ts";
-import { credentialHeaders } from "../transports/connect/catalogue-services.ts";
+import { credentialHeaders } from "../transports/credentials.ts";
 import { buildApp } from "../transports/server/app.ts";
+import { createLogger } from "../transports/server/logger.ts";
 
 function banner(base: string, tls: boolean, demo: { key: string; secret: string }, adminToken: string | undefined): string {
   const ids = demoExampleIds();
@@ -38,14 +39,17 @@ function banner(base: string, tls: boolean, demo: { key: string; secret: string 
 }
 
 export async function serveCommand(config: GatewayConfig, options: { demo: boolean }): Promise<number> {
-  const runtime = openRuntime(config);
+  // One logger for the runtime and the app, so every error line (a ledger that cannot be written, an internal RPC) is seen.
+  const log = createLogger({ level: config.logLevel });
+  const runtime = openRuntime(config, { log });
   if (options.demo && (await seedDemoCatalogue(runtime))) console.log(`seeded the demo catalogue into ${config.dataDir}`);
   // A demo without a configured admin token gets one for this run, printed below.
   const adminToken = config.adminToken === "" && options.demo ? randomBytes(24).toString("base64url") : config.adminToken;
   const tls = config.tlsCert !== "" ? { cert: readFileSync(config.tlsCert), key: readFileSync(config.tlsKey) } : undefined;
   const app = await buildApp({
     gateway: runtime.gateway,
-    logLevel: config.logLevel === "silent" ? false : config.logLevel,
+    logger: log,
+    lockout: runtime.lockout,
     ...(tls ? { tls } : {}),
     maxBodyBytes: config.maxBodyBytes,
     limits: {
@@ -53,6 +57,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
       requestTimeoutMs: config.requestTimeoutMs,
       keepAliveTimeoutMs: config.keepAliveTimeoutMs,
       maxConnections: config.maxConnections,
+      firstRequestTimeoutMs: config.firstRequestTimeoutMs,
     },
     admin: { ports: runtime, token: adminToken },
     corsOrigins: corsOriginList(config),
@@ -63,7 +68,16 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   const host = config.host.includes(":") ? `[${config.host}]` : config.host;
   const base = `${tls ? "https" : "http"}://${host}:${port}`;
   console.log(`gateway listening on ${base} (legacy GET, Connect, gRPC-Web and gRPC on one port)`);
-  if (options.demo) console.log(banner(base, tls !== undefined, demoAccount(runtime), adminToken === config.adminToken ? undefined : adminToken));
+  if (options.demo) {
+    let demo: { key: string; secret: string } | undefined;
+    try {
+      demo = demoAccount(runtime);
+    } catch (e) {
+      // A store that cannot be written (a full disk) still serves; the demo account waits for space.
+      log.error({ err: e }, "the demo account could not be written; the gateway serves without one");
+    }
+    if (demo !== undefined) console.log(banner(base, tls !== undefined, demo, adminToken === config.adminToken ? undefined : adminToken));
+  }
 
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {

@@ -11,9 +11,14 @@
  *     GATEWAY-HMAC-SHA256
  *     <method>        GET or POST on the legacy paths, RPC on the RPC paths
  *     <path>          /retail/item_get/ or /gateway.catalogue.v1.RetailService/ItemGet
- *     <arguments>     the operation's own arguments with a value, sorted by name,
+ *     <parameters>    every parameter the call sends with a value, sorted by name,
  *                     as name=value with both sides percent-encoded
- *                     (encodeURIComponent), joined by "&"
+ *                     (encodeURIComponent), joined by "&": on the legacy
+ *                     paths every query and body parameter (num_iid, cache,
+ *                     lang, result_type, …) but the signature's own key,
+ *                     timestamp, nonceStr and signature; on the RPC paths the
+ *                     request's fields under their legacy names (num_iid,
+ *                     is_promotion, sid, cache=yes|no, lang=cn|en|ru)
  *     <timestamp>     Unix seconds, as decimal text
  *     <nonce>         8 to 64 characters of A-Z a-z 0-9 _ -, never reused
  *
@@ -24,25 +29,28 @@
 export const signatureScheme = "GATEWAY-HMAC-SHA256";
 const derivationLabel = "gateway-browser-signing-v1";
 
+/** Parameters the signature carries itself: the key selects the signing key, the rest have their own lines. */
+export const signatureFields: ReadonlySet<string> = new Set(["key", "timestamp", "nonceStr", "signature"]);
+
 export interface SignedCall {
   /** GET or POST (legacy paths) or RPC. */
   readonly method: string;
   /** The operation's path: legacy (/retail/item_get/) or RPC (/gateway.catalogue.v1.RetailService/ItemGet). */
   readonly path: string;
-  /** The operation's own arguments (num_iid, is_promotion, sid); empty values are left out. */
-  readonly args: Readonly<Record<string, string | undefined>>;
+  /** Every parameter the call sends (see above); empty values are left out. */
+  readonly params: Readonly<Record<string, string | undefined>>;
   /** Unix seconds. */
   readonly timestamp: number;
   readonly nonce: string;
 }
 
 export function canonicalString(call: SignedCall): string {
-  const args = Object.keys(call.args)
-    .filter((name) => (call.args[name] ?? "") !== "")
+  const params = Object.keys(call.params)
+    .filter((name) => !signatureFields.has(name) && (call.params[name] ?? "") !== "")
     .sort()
-    .map((name) => `${encodeURIComponent(name)}=${encodeURIComponent(call.args[name]!)}`)
+    .map((name) => `${encodeURIComponent(name)}=${encodeURIComponent(call.params[name]!)}`)
     .join("&");
-  return [signatureScheme, call.method, call.path, args, String(call.timestamp), call.nonce].join("\n");
+  return [signatureScheme, call.method, call.path, params, String(call.timestamp), call.nonce].join("\n");
 }
 
 const text = new TextEncoder();

@@ -1,7 +1,7 @@
 import { operations, type OperationId } from "../contract/operations.ts";
 import { newKey, newSecret, sealSecret, type Account, type AccountStore, type OperationState } from "./accounts.ts";
 import { assertTimeZone, dayOf, type Clock } from "./clock.ts";
-import type { Micros } from "./money.ts";
+import { formatMoney, type Micros } from "./money.ts";
 
 /** What a new account gets unless told otherwise. */
 export interface AccountPlan {
@@ -44,8 +44,13 @@ export class AccountNotFoundError extends AccountAdminError {
 }
 
 function validDay(day: string): boolean {
-  return isoDay.test(day) && new Date(`${day}T00:00:00Z`).toISOString().slice(0, 10) === day;
+  if (!isoDay.test(day)) return false;
+  const t = Date.parse(`${day}T00:00:00Z`);
+  return !Number.isNaN(t) && new Date(t).toISOString().slice(0, 10) === day;
 }
+
+/** The largest balance the store can hold: a signed 64-bit count of micro-units. */
+const maxBalance: Micros = 2n ** 63n - 1n;
 
 function checkLimits(p: Pick<AccountPlan, "dailyMax" | "concurrency" | "expires" | "zone">): void {
   if (!Number.isSafeInteger(p.dailyMax) || p.dailyMax < 0) throw new AccountAdminError("the daily maximum must be a whole number, 0 or more");
@@ -138,8 +143,9 @@ export class AccountAdmin {
 
   /** Adds a positive amount to the balance (an unbilled account becomes prepaid). */
   topUp(key: string, amount: Micros): Account {
-    this.get(key);
+    const account = this.get(key);
     if (amount <= 0n) throw new AccountAdminError("a top-up must be more than 0");
+    if ((account.balance ?? 0n) + amount > maxBalance) throw new AccountAdminError(`a top-up of ${formatMoney(amount)} would take the balance past the largest it can hold, ${formatMoney(maxBalance)}`);
     return this.store.adjustBalance(key, amount);
   }
 

@@ -4,8 +4,9 @@ import type { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 export class GatewayError extends Error {
   readonly code: ErrorCode;
 
-  constructor(code: ErrorCode, reason: string) {
-    super(reason);
+  /** `cause` is for the log, never for the caller. */
+  constructor(code: ErrorCode, reason: string, options?: { cause?: unknown }) {
+    super(reason, options);
     this.name = "GatewayError";
     this.code = code;
   }

@@ -5,6 +5,7 @@ import type { ItemDetail } from "../gen/gateway/catalogue/v1/retail_pb.js";
 import { ErrorCode, LanguageInfoSchema, StatusBlockSchema, type StatusBlock } from "../gen/gateway/catalogue/v1/status_pb.js";
 import type { PeerViewedItem } from "../gen/gateway/catalogue/v1/wholesale_pb.js";
 import type { Account, AccountStore } from "./accounts.ts";
+import { AddressLockout } from "./address-lockout.ts";
 import { Authenticator, MemoryReplayGuard, type AuthenticationOptions, type Credentials, type ReplayGuard } from "./authentication.ts";
 import type { CachedCatalogue } from "./cached-catalogue.ts";
 import type { TranslationReport } from "./translation.ts";
@@ -33,7 +34,13 @@ export interface CallInput {
   readonly credentials: Credentials;
   readonly transport: Transport;
   readonly clientIp: string;
-  /** A fault the transport found in the request's form; answered 4003 once the caller is authenticated. */
+  /**
+   * The request cannot be read unambiguously (a repeated parameter, say):
+   * answered 4003 before authentication, since its credentials cannot be
+   * trusted either, and not counted as a failed authentication.
+   */
+  readonly malformed?: string | undefined;
+  /** A fault in the request's options (e.g. an unknown result_type); answered 4003 once the caller is authenticated. */
   readonly rejection?: string | undefined;
   readonly signal?: AbortSignal | undefined;
 }
@@ -46,7 +53,13 @@ export interface CallInput {
 export type Outcome =
   | { readonly kind: "item-detail"; readonly operation: Operation; readonly status: StatusBlock; readonly item: ItemDetail; readonly memo?: Map<string, unknown> | undefined }
   | { readonly kind: "peer-viewed"; readonly operation: Operation; readonly status: StatusBlock; readonly item: PeerViewedItem[]; readonly memo?: Map<string, unknown> | undefined }
-  | { readonly kind: "error"; readonly operation: Operation | undefined; readonly status: StatusBlock };
+  | {
+      readonly kind: "error";
+      readonly operation: Operation | undefined;
+      readonly status: StatusBlock;
+      /** The call said nothing of who the caller is (no key): RPC callers see `unauthenticated`. */
+      readonly unauthenticated?: boolean;
+    };
 
 export interface GatewayOptions {
   /** IANA zone of `server_time` and `secache_date`. */
@@ -57,7 +70,7 @@ export interface GatewayOptions {
   readonly nodeLabel: string;
   /** The newest request id already used (e.g. from the ledger): new ids come after it. */
   readonly lastRequestId: string | undefined;
-  /** Signature windows and the limits on failed authentications. */
+  /** Signature windows. */
   readonly authentication: Partial<AuthenticationOptions>;
   readonly clock: Clock;
 }
@@ -77,6 +90,8 @@ export interface GatewayPorts {
   readonly switches: OperatorSwitches;
   /** Where used signatures are remembered (default: this process's memory). */
   readonly replays?: ReplayGuard;
+  /** Failed authentications per address (default: this gateway's own). */
+  readonly lockout?: AddressLockout;
   /** The catalogue sources, behind the response cache. */
   readonly catalogue: CachedCatalogue;
   readonly log?: { error(obj: unknown, msg: string): void };
@@ -103,12 +118,14 @@ export class Gateway {
   private readonly options: GatewayOptions;
   private readonly nextRequestId: () => string;
   private readonly authenticator: Authenticator;
+  private readonly lockout: AddressLockout;
   private memory = { at: 0, text: "" };
 
   constructor(ports: GatewayPorts, options: Partial<GatewayOptions> = {}) {
     this.ports = ports;
     this.options = { ...defaultGatewayOptions, ...options };
     this.nextRequestId = createRequestIdGenerator(this.options.nodeLabel, () => this.options.clock.now(), this.options.lastRequestId);
+    this.lockout = ports.lockout ?? new AddressLockout();
     this.authenticator = new Authenticator(ports.accounts, ports.replays ?? new MemoryReplayGuard(), {
       timeZone: this.options.timeZone,
       ...this.options.authentication,
@@ -129,8 +146,10 @@ export class Gateway {
     let memo: Map<string, unknown> | undefined;
     let translation: TranslationReport | undefined;
     try {
-      this.authenticator.checkAddress(input.clientIp, now);
-      account = this.authenticator.authenticate(operation, input.credentials, input.args, now);
+      this.lockout.check(input.clientIp, now);
+      if (input.malformed !== undefined) throw new GatewayError(ErrorCode.PARAM_ERROR, input.malformed);
+      account = this.authenticator.identify(operation, input.credentials, now);
+      this.authenticator.authorize(account, operation, now);
       if (input.rejection !== undefined) throw new GatewayError(ErrorCode.PARAM_ERROR, input.rejection);
       const args = checkArgs(operation, input.args);
       options = checkOptions(input);
@@ -138,6 +157,9 @@ export class Gateway {
       if (source === undefined || this.ports.switches.inMaintenance(operation.id)) {
         throw new GatewayError(ErrorCode.API_MAINTENANCE, `${operation.id} is under maintenance; try again later`);
       }
+      // Nothing is bought that could not be recorded: refusals keep their own codes, a call that would be served waits for the ledger.
+      const unavailable = this.ports.meter.unavailable(now);
+      if (unavailable !== undefined) throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, unavailable);
       admission = this.ports.meter.admit(account, operation.id, dayOf(now, account.zone));
       const answered = await this.ports.catalogue.answer(operation, args, options.lang, options.useCache, input.signal ?? neverAborted);
       ({ answer, fromCache, memo, translation } = answered);
@@ -147,6 +169,7 @@ export class Gateway {
       if (e instanceof GatewayError) {
         code = e.code;
         reason = e.message;
+        if (code === ErrorCode.SERVER_INTERNAL_ERROR) this.ports.log?.error({ err: e.cause ?? e, requestId }, e.message);
       } else {
         this.ports.log?.error({ err: e, requestId }, "call failed inside the gateway");
         code = ErrorCode.SERVER_INTERNAL_ERROR;
@@ -156,7 +179,7 @@ export class Gateway {
 
     // A failed authentication counts against the caller's address, and is answered more slowly as they pile up.
     if (code === ErrorCode.ACCOUNT_NOT_FOUND || code === ErrorCode.INVALID_CREDENTIALS) {
-      const hold = this.authenticator.failed(input.clientIp, now);
+      const hold = this.lockout.failed(input.clientIp, now);
       if (hold > 0) await new Promise((r) => setTimeout(r, hold));
     }
 
@@ -177,14 +200,18 @@ export class Gateway {
           cacheHit: fromCache,
           latencyMicros: Math.round((performance.now() - started) * 1000),
           transport: input.transport,
+          clientIp: input.clientIp,
         },
         admission,
       );
     } catch (e) {
-      this.ports.log?.error({ err: e, requestId }, "the ledger row could not be written");
-      code = ErrorCode.SERVER_INTERNAL_ERROR;
-      reason = `the call could not be recorded, so it was not charged; quote request id ${requestId}`;
-      answer = undefined;
+      // A call that would be charged is not answered unrecorded; a refusal keeps its own code.
+      this.ports.log?.error({ err: e, requestId }, "the usage ledger cannot be written");
+      if (charge === "charged") {
+        code = ErrorCode.SERVER_INTERNAL_ERROR;
+        reason = `the usage ledger cannot be written, so the call was not charged; quote request id ${requestId}`;
+        answer = undefined;
+      }
     }
     const apiInfo = account === undefined ? "" : this.apiInfo(account, day);
 
@@ -203,7 +230,9 @@ export class Gateway {
     status.executionTime = (performance.now() - started) / 1000;
 
     status.cache = fromCache;
-    if (answer === undefined || !answer.found) return { kind: "error", operation, status };
+    if (answer === undefined || !answer.found) {
+      return { kind: "error", operation, status, unauthenticated: code === ErrorCode.MISSING_URL_PARAM && account === undefined };
+    }
     status.ddf = this.ports.catalogue.source(operation)!.label;
     status.secache = answer.token;
     status.secacheTime = BigInt(answer.storedAt);
@@ -222,10 +251,11 @@ export class Gateway {
    * none (4010), or a request the HTTP layer could not read (4003). Nothing
    * is charged; there is no account to charge.
    */
-  async refuse(code: ErrorCode, apiType: string, reason: string, input: Pick<CallInput, "clientIp" | "transport">): Promise<Outcome> {
+  async refuse(code: ErrorCode, apiType: string, reason: string, input: Pick<CallInput, "clientIp" | "transport">, cause?: unknown): Promise<Outcome> {
     const started = performance.now();
     const now = this.options.clock.now();
     const requestId = this.nextRequestId();
+    if (code === ErrorCode.SERVER_INTERNAL_ERROR) this.ports.log?.error({ err: cause, requestId }, reason);
     const status = this.statusBlock(code, reason, now, requestId, apiType, input.clientIp);
     await this.ports.meter.record(
       {
@@ -240,6 +270,7 @@ export class Gateway {
         cacheHit: false,
         latencyMicros: Math.round((performance.now() - started) * 1000),
         transport: input.transport,
+        clientIp: input.clientIp,
       },
       undefined,
     );

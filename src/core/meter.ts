@@ -23,6 +23,8 @@ export interface LedgerRow {
   readonly cacheHit: boolean;
   readonly latencyMicros: number;
   readonly transport: Transport;
+  /** The caller's address: kept only for calls with no account, which are counted per address rather than stored. */
+  readonly clientIp?: string | undefined;
 }
 
 /** A call let through the account's limits; `record` settles it. */
@@ -72,9 +74,12 @@ export interface UsageReport {
  * admission: a charged row counts against the day and deducts its price in
  * the same commit, anything else gives the reservation back. `record`
  * resolves only once the row is durable, and must be called exactly once
- * for every call, admitted or not.
+ * for every call, admitted or not. A call with no account is not stored
+ * row by row: it is counted per day, code and address.
  */
 export interface Meter {
+  /** Why new calls cannot be recorded now (the ledger cannot be written, the disk is nearly full), or undefined. */
+  unavailable(now: number): string | undefined;
   admit(account: Account, operation: OperationId, day: string): Admission;
   record(row: LedgerRow, admission: Admission | undefined): Promise<void>;
   usage(account: string, today: string, yesterday: string): UsageSummary;

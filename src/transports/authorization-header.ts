@@ -1,22 +1,29 @@
 import { signatureScheme } from "../client/browser-signature.ts";
 
-/** What an `Authorization` header says, when it is one of the gateway's forms. */
+/** What an `Authorization` header says. */
 export type AuthorizationHeader =
   | { readonly scheme: "hmac"; readonly key?: string; readonly timestamp?: string; readonly nonce?: string; readonly signature: string }
-  | { readonly scheme: "key"; readonly key: string };
+  | { readonly scheme: "key"; readonly key: string }
+  | { readonly scheme: "unsupported"; readonly name: string };
 
 /**
- * Reads `Authorization: GATEWAY-HMAC-SHA256 key=…, timestamp=…, nonce=…, signature=…`
- * (values optionally quoted) or `Authorization: Gateway-Key <key>`. Anything
- * else is not the gateway's and is left alone.
+ * Reads the Authorization forms a caller may use:
+ * - `GATEWAY-HMAC-SHA256 key=…, timestamp=…, nonce=…, signature=…` (values optionally quoted);
+ * - the key alone (`Authorization: KEY`, as legacy client examples send it),
+ *   `Bearer KEY` or `Gateway-Key KEY`: the key, the secret coming as usual.
+ * Any other scheme is `unsupported`, named so the caller can be told.
  */
 export function parseAuthorization(header: string | undefined | null): AuthorizationHeader | undefined {
   if (header === undefined || header === null) return undefined;
-  const space = header.indexOf(" ");
-  const scheme = space < 0 ? header : header.slice(0, space);
-  const rest = space < 0 ? "" : header.slice(space + 1).trim();
-  if (scheme.toLowerCase() === "gateway-key" && rest !== "") return { scheme: "key", key: rest };
-  if (scheme.toUpperCase() !== signatureScheme) return undefined;
+  const trimmed = header.trim();
+  if (trimmed === "") return undefined;
+  const space = trimmed.indexOf(" ");
+  if (space < 0) return { scheme: "key", key: trimmed };
+  const scheme = trimmed.slice(0, space);
+  const rest = trimmed.slice(space + 1).trim();
+  const lower = scheme.toLowerCase();
+  if ((lower === "gateway-key" || lower === "bearer") && rest !== "" && !rest.includes(" ")) return { scheme: "key", key: rest };
+  if (scheme.toUpperCase() !== signatureScheme) return { scheme: "unsupported", name: /^[A-Za-z0-9._~+-]{1,32}$/.test(scheme) ? scheme : "given" };
   const fields: Record<string, string> = {};
   for (const part of rest.split(",")) {
     const eq = part.indexOf("=");

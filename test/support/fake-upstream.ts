@@ -4,7 +4,7 @@ import { demoRecords } from "../../src/catalogue/demo-dataset.ts";
 
 /** What a scripted answer does. */
 export type Behaviour =
-  | { kind: "normal"; delayMs?: number }
+  | { kind: "normal"; delayMs?: number; padBytes?: number }
   | { kind: "status"; status: number; body?: string }
   | { kind: "garbage" }
   | { kind: "code"; code: string; reason?: string }
@@ -26,6 +26,9 @@ export class FakeUpstream {
   readonly requests: UpstreamRequest[] = [];
   /** Decides each answer; the default answers normally. */
   script: (req: UpstreamRequest) => Behaviour = () => ({ kind: "normal" });
+  /** Connections the gateway (or anyone) closed, and body bytes the sockets took. */
+  closedConnections = 0;
+  bytesWritten = 0;
   private server!: http.Server;
   private readonly items = new Map<string, unknown>();
   private readonly peers = new Map<string, unknown[]>();
@@ -43,6 +46,7 @@ export class FakeUpstream {
 
   async start(): Promise<this> {
     this.server = http.createServer((req, res) => this.answer(req, res));
+    this.server.on("connection", (socket) => socket.on("close", () => this.closedConnections++));
     await new Promise<void>((r) => this.server.listen(0, "127.0.0.1", r));
     return this;
   }
@@ -50,6 +54,29 @@ export class FakeUpstream {
   async stop(): Promise<void> {
     this.server.closeAllConnections();
     await new Promise((r) => this.server.close(r));
+  }
+
+  /** A valid answer with a `padding` string of about `bytes`, written as the socket takes it. */
+  private async padded(body: Record<string, unknown>, bytes: number, res: http.ServerResponse): Promise<void> {
+    res.writeHead(200, { "content-type": "application/json" });
+    const head = JSON.stringify(body).slice(0, -1) + ',"padding":"';
+    const chunk = "x".repeat(65536);
+    const write = (text: string) =>
+      new Promise<void>((resolve) => {
+        if (res.destroyed) return resolve();
+        this.bytesWritten += text.length;
+        if (res.write(text)) return resolve();
+        const done = () => {
+          res.off("drain", done);
+          res.off("close", done);
+          resolve();
+        };
+        res.on("drain", done);
+        res.on("close", done);
+      });
+    await write(head);
+    for (let sent = 0; sent < bytes && !res.destroyed; sent += chunk.length) await write(chunk);
+    if (!res.destroyed) res.end('"}');
   }
 
   private answer(req: http.IncomingMessage, res: http.ServerResponse): void {
@@ -86,6 +113,7 @@ export class FakeUpstream {
           const numIid = url.searchParams.get("num_iid") ?? "";
           const item = url.pathname.endsWith("/item_get/") ? this.items.get(numIid) : this.peers.get(`${numIid}/${url.searchParams.get("sid")}`);
           if (item === undefined || (Array.isArray(item) && item.length === 0)) json({ error: "item-not-found", reason: "no such item", error_code: "2000", success: 0 });
+          else if (b.padBytes) void this.padded({ item, error: "", reason: "", error_code: "0000" }, b.padBytes, res);
           else json({ item, error: "", reason: "", error_code: "0000", cache: 0, api_info: "today:1 max:99" });
         };
         if (b.delayMs) setTimeout(send, b.delayMs);

@@ -11,6 +11,7 @@ import { Gateway } from "../../src/core/gateway.ts";
 import { demoExampleIds, demoRecords } from "../../src/catalogue/demo-dataset.ts";
 import { openRuntime, seedDemoCatalogue, type Runtime } from "../../src/runtime.ts";
 import { buildApp, type AppOptions } from "../../src/transports/server/app.ts";
+import { createLogger } from "../../src/transports/server/logger.ts";
 
 export interface GatewayFixture {
   readonly base: string;
@@ -33,18 +34,18 @@ export const adminToken = "test-admin-token-0123456789";
 
 /** The real app on a real loopback port, over a fresh embedded store seeded with the demo catalogue. */
 export async function startGateway(
-  options: { clock?: Clock; app?: Partial<AppOptions>; config?: Partial<GatewayConfig>; logLines?: string[] } = {},
+  options: { clock?: Clock; app?: Partial<AppOptions>; config?: Partial<GatewayConfig>; logLines?: string[]; dataDir?: string } = {},
 ): Promise<GatewayFixture> {
-  const dataDir = mkdtempSync(join(tmpdir(), "gateway-test-"));
+  // A given data directory is the caller's (e.g. to restart on it); a fresh one is removed on close.
+  const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), "gateway-test-"));
   const config: GatewayConfig = { ...defaultConfig, dataDir, port: 0, ...options.config };
   const lines = options.logLines;
-  const runtime = openRuntime(config, {
-    ...(options.clock ? { clock: options.clock } : {}),
-    ...(lines ? { log: { error: (obj: unknown, msg: string) => lines.push(`${msg} ${JSON.stringify(obj, (_k, v) => (v instanceof Error ? { message: v.message, stack: v.stack } : v))}`) } } : {}),
-  });
+  // As `serve` does: one logger for the runtime and the app (when the test reads the lines).
+  const logger = lines ? createLogger({ level: options.app?.logLevel || "info", stream: { write: (line: string) => lines.push(line) } as unknown as NodeJS.WritableStream }) : undefined;
+  const runtime = openRuntime(config, { ...(options.clock ? { clock: options.clock } : {}), ...(logger ? { log: logger } : {}) });
   await seedDemoCatalogue(runtime);
-  const logging = lines ? { logLevel: "info", logStream: { write: (line: string) => lines.push(line) } as unknown as NodeJS.WritableStream } : { logLevel: false as const };
-  const app = await buildApp({ gateway: runtime.gateway, ...logging, admin: { ports: runtime, token: adminToken }, ...options.app });
+  const logging = logger ? { logger } : { logLevel: false as const };
+  const app = await buildApp({ gateway: runtime.gateway, ...logging, lockout: runtime.lockout, admin: { ports: runtime, token: adminToken }, ...options.app });
   await app.listen({ host: "127.0.0.1", port: 0 });
   const port = (app.server.address() as { port: number }).port;
   const newAccount = (plan: Partial<AccountPlan> = {}) => {
@@ -64,7 +65,7 @@ export async function startGateway(
     async close() {
       await app.close();
       runtime.close();
-      rmSync(dataDir, { recursive: true, force: true });
+      if (options.dataDir === undefined) rmSync(dataDir, { recursive: true, force: true });
     },
   };
 }

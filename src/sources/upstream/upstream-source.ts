@@ -10,7 +10,7 @@ import {
   type IPolicy,
 } from "cockatiel";
 import { createHash } from "node:crypto";
-import { Pool } from "undici";
+import { Pool, type Dispatcher } from "undici";
 import { readLegacyMessage } from "../../catalogue/catalogue-record.ts";
 import type { CatalogueSource, Found, NotFound } from "../../core/catalogue-source.ts";
 import { formatDateTime } from "../../core/clock.ts";
@@ -47,6 +47,8 @@ export interface UpstreamOptions {
   readonly breakerHalfOpenAfterMs: number;
   /** Keep-alive connections to the provider. */
   readonly connections: number;
+  /** Largest answer read, in bytes: past it the answer is 4002 and its connection is dropped. */
+  readonly maxBodyBytes: number;
   /** Zone of the signed `dateline`. */
   readonly timeZone: string;
   readonly now: () => number;
@@ -63,6 +65,7 @@ export const defaultUpstreamOptions: Omit<UpstreamOptions, "url" | "catalogue" |
   breakerMinimumRps: 2,
   breakerHalfOpenAfterMs: 5000,
   connections: 32,
+  maxBodyBytes: 4 * 1048576,
   timeZone: "Asia/Shanghai",
   now: Date.now,
 };
@@ -193,8 +196,9 @@ export class UpstreamSource implements CatalogueSource {
     try {
       const res = await this.pool.request({ method: "GET", path: this.url(apiName, args), signal, headers: { "accept-encoding": "identity" } });
       status = res.statusCode;
-      text = await res.body.text();
+      text = await this.readBody(res.body);
     } catch (e) {
+      if (e instanceof GatewayError) throw e;
       throw this.fault(e, signal);
     }
     if (status === 502 || status === 503 || status === 504) throw new RetryableFault(ErrorCode.TARGET_SERVER_ERROR, `the upstream answered HTTP ${status}`);
@@ -213,6 +217,26 @@ export class UpstreamSource implements CatalogueSource {
     const n = Number(code);
     if (n >= 4004 && n <= 4016) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, `the upstream provider refused the gateway's call (its code ${code}); the operator must check the upstream account`);
     throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, /^\d{4}$/.test(code) ? `the upstream provider failed (its code ${code})` : "the upstream answered without an error_code");
+  }
+
+  /**
+   * The answer's body as text, read as it arrives and never more than
+   * `maxBodyBytes`: a larger one is cut off, and destroying the body drops
+   * its connection instead of returning it to the pool half read.
+   */
+  private async readBody(body: Dispatcher.ResponseData["body"]): Promise<string> {
+    const max = this.options.maxBodyBytes;
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of body as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > max) {
+        body.destroy();
+        throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, `the upstream's answer is larger than ${max} bytes`);
+      }
+      chunks.push(chunk);
+    }
+    return Buffer.concat(chunks, size).toString("utf8");
   }
 
   /** A transport failure as its code; never with the URL, which carries credentials. */

@@ -63,7 +63,34 @@ const migrations: readonly string[] = [
   // 3: what signed calls need, derived from the secret (never the secret itself).
   `ALTER TABLE accounts ADD COLUMN legacy_signing_key TEXT;
   ALTER TABLE accounts ADD COLUMN hmac_key TEXT;`,
+  // 4: calls with no account counted rather than stored; per-day totals of rows past retention; used signatures.
+  `CREATE TABLE refusals (
+    day TEXT NOT NULL,
+    operation TEXT NOT NULL,
+    error_code INTEGER NOT NULL,
+    charge TEXT NOT NULL,
+    client_ip TEXT NOT NULL,
+    transport TEXT NOT NULL,
+    calls INTEGER NOT NULL,
+    PRIMARY KEY (day, operation, error_code, client_ip, transport)
+  ) STRICT, WITHOUT ROWID;
+  CREATE TABLE ledger_daily_totals (
+    day TEXT NOT NULL,
+    account TEXT NOT NULL,
+    operation TEXT NOT NULL,
+    error_code INTEGER NOT NULL,
+    charge TEXT NOT NULL,
+    calls INTEGER NOT NULL,
+    amount INTEGER NOT NULL,
+    PRIMARY KEY (day, account, operation, error_code, charge)
+  ) STRICT, WITHOUT ROWID;
+  CREATE TABLE used_signatures (id TEXT PRIMARY KEY, until INTEGER NOT NULL) STRICT, WITHOUT ROWID;`,
 ];
+
+export interface DatabaseOptions {
+  /** Largest size the file may grow to, in bytes (0: no cap). Past it every write fails as on a full disk. */
+  readonly maxBytes?: number;
+}
 
 /**
  * Opens (and creates or upgrades) the embedded store: one SQLite file under
@@ -71,7 +98,7 @@ const migrations: readonly string[] = [
  * reads. With WAL, a committed transaction survives the process being
  * killed; synchronous=NORMAL trades only power-loss durability for speed.
  */
-export function openDatabase(path: string): DatabaseSync {
+export function openDatabase(path: string, options: DatabaseOptions = {}): DatabaseSync {
   if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
   const db = new DatabaseSync(path);
   db.exec("PRAGMA journal_mode = WAL");
@@ -90,9 +117,14 @@ export function openDatabase(path: string): DatabaseSync {
       }
       db.exec("COMMIT");
     } catch (e) {
-      db.exec("ROLLBACK");
+      if (db.isTransaction) db.exec("ROLLBACK");
       throw e;
     }
+  }
+  if (options.maxBytes !== undefined && options.maxBytes > 0) {
+    const pageSize = Number((db.prepare("PRAGMA page_size").get() as { page_size: number }).page_size);
+    // SQLite keeps the cap at no less than the file's current size.
+    db.exec(`PRAGMA max_page_count = ${Math.max(1, Math.floor(options.maxBytes / pageSize))}`);
   }
   return db;
 }

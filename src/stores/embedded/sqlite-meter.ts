@@ -4,6 +4,8 @@ import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
 import type { Admission, LedgerRow, Meter, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
+import { statfsSync } from "node:fs";
+import { errorCodeInfo } from "../../contract/error-codes.ts";
 import { previousDay } from "../../core/clock.ts";
 import { formatMoney } from "../../core/money.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
@@ -15,9 +17,41 @@ export interface SqliteMeterOptions {
   readonly maxBatch: number;
   /** Told, after each commit, which accounts' balances it changed. */
   readonly onBalancesChanged: (accounts: ReadonlySet<string>) => void;
+  /** Distinct addresses counted per day for calls with no account; past it they are counted as "other". */
+  readonly refusalAddressesPerDay: number;
+  /** The data directory, watched for `minFreeBytes`. */
+  readonly dataDir: string | undefined;
+  /** Below this much free space new calls are refused (0: no floor). */
+  readonly minFreeBytes: number;
+  /**
+   * Told when new calls stop being recordable (with why) and when they can be
+   * again (undefined, with how many refused calls could not be counted meanwhile).
+   */
+  readonly onHealth: (problem: string | undefined, detail?: { cause?: unknown; droppedRefusals?: number }) => void;
 }
 
-export const defaultMeterOptions: SqliteMeterOptions = { commitIntervalMs: 2, maxBatch: 512, onBalancesChanged: () => {} };
+export const defaultMeterOptions: SqliteMeterOptions = {
+  commitIntervalMs: 0,
+  maxBatch: 512,
+  onBalancesChanged: () => {},
+  refusalAddressesPerDay: 10_000,
+  dataDir: undefined,
+  minFreeBytes: 0,
+  onHealth: () => {},
+};
+
+/** Calls with no account, counted per day, operation, code, address and transport until the next commit. */
+interface RefusalCount {
+  readonly day: string;
+  readonly operation: string;
+  readonly code: ErrorCode;
+  readonly ip: string;
+  readonly transport: Transport;
+  calls: number;
+}
+
+/** Distinct refusal keys held while the store cannot be written; past it, counts are dropped (and said so). */
+const maxHeldRefusals = 100_000;
 
 interface Queued {
   readonly row: LedgerRow;
@@ -36,6 +70,12 @@ const dayKey = (account: string, day: string) => `${account}\u0000${day}`;
  * balance deductions of the charged ones, so counts, balances and the
  * ledger always agree. Only the serving process admits calls; a process that
  * dies takes its in-flight slots with it.
+ *
+ * Calls with no account to charge (unknown keys, locked-out addresses,
+ * unroutable paths) are not stored row by row, or a flood would fill the
+ * disk: they are counted per day, operation, code and address. A commit that
+ * fails (a full disk) fails only its rows' calls; from then on new calls are
+ * refused, but for one probe a second, until a commit succeeds again.
  */
 export class SqliteMeter implements Meter {
   private readonly db: DatabaseSync;
@@ -51,7 +91,15 @@ export class SqliteMeter implements Meter {
    */
   private readonly summaries = new Map<string, { day: string; summary: { today: number; yesterday: number; before: number } }>();
   private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
-  private readonly sql: Record<"insert" | "count" | "deduct" | "sums", StatementSync>;
+  private readonly sql: Record<"insert" | "count" | "deduct" | "sums" | "refusal" | "refusalAddresses", StatementSync>;
+  private readonly refusals = new Map<string, RefusalCount>();
+  private refusalWaiters: (() => void)[] = [];
+  private readonly refusalAddresses = new Map<string, Set<string>>();
+  private droppedRefusals = 0;
+  /** Why the last commit failed, while it keeps failing. */
+  private problem: string | undefined;
+  private nextProbe = 0;
+  private space = { checkedAt: -Infinity, low: false };
 
   constructor(db: DatabaseSync, options: Partial<SqliteMeterOptions> = {}) {
     this.db = db;
@@ -69,7 +117,41 @@ export class SqliteMeter implements Meter {
           coalesce(sum(CASE WHEN day = :yesterday THEN charged END), 0) AS yesterday,
           coalesce(sum(CASE WHEN day < :yesterday THEN charged END), 0) AS before
         FROM usage_daily WHERE account = :account`),
+      refusal: db.prepare(
+        `INSERT INTO refusals (day, operation, error_code, charge, client_ip, transport, calls) VALUES (?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (day, operation, error_code, client_ip, transport) DO UPDATE SET calls = calls + excluded.calls`,
+      ),
+      refusalAddresses: db.prepare("SELECT DISTINCT client_ip FROM refusals WHERE day = ? AND client_ip != 'other'"),
     };
+  }
+
+  unavailable(now: number): string | undefined {
+    if (this.problem !== undefined) {
+      // One call a second goes through: its commit says whether the store can be written again.
+      if (now >= this.nextProbe) {
+        this.nextProbe = now + 1000;
+        return undefined;
+      }
+      return `the usage ledger cannot be written (${this.problem}); calls are refused, and not charged, until it can`;
+    }
+    const { dataDir, minFreeBytes } = this.options;
+    if (dataDir === undefined || minFreeBytes <= 0) return undefined;
+    if (now - this.space.checkedAt >= 1000 || now < this.space.checkedAt) {
+      let low = false;
+      try {
+        const fs = statfsSync(dataDir);
+        low = fs.bavail * fs.bsize < minFreeBytes;
+      } catch {
+        low = false; // a directory that cannot be measured is left to the commits to report
+      }
+      if (low !== this.space.low) this.options.onHealth(low ? this.lowSpaceReason() : undefined);
+      this.space = { checkedAt: now, low };
+    }
+    return this.space.low ? `${this.lowSpaceReason()}; the usage ledger cannot be written safely, so calls are refused, and not charged, until space returns` : undefined;
+  }
+
+  private lowSpaceReason(): string {
+    return `the data directory has less than ${Math.round(this.options.minFreeBytes / 1048576)} MB free`;
   }
 
   admit(account: Account, operation: OperationId, day: string): Admission {
@@ -97,12 +179,81 @@ export class SqliteMeter implements Meter {
   }
 
   record(row: LedgerRow, admission: Admission | undefined): Promise<void> {
+    if (row.account === undefined && admission === undefined) return this.count(row);
     return new Promise((resolve, reject) => {
       this.queue.push({ row, admission, done: { resolve, reject } });
       if (this.queue.length >= this.options.maxBatch) this.flush();
-      // 0: commit at the end of this turn of the event loop, with every row written in it.
-      else this.timer ??= this.options.commitIntervalMs === 0 ? setImmediate(() => this.flush()) : setTimeout(() => this.flush(), this.options.commitIntervalMs);
+      else this.schedule();
     });
+  }
+
+  /** A call with no account: one more in its day's count, committed with the next batch. */
+  private count(row: LedgerRow): Promise<void> {
+    const ip = this.refusalAddress(row.day, row.clientIp ?? "");
+    const operation = row.operation ?? "";
+    const k = `${row.day}\u0000${operation}\u0000${row.code}\u0000${ip}\u0000${row.transport}`;
+    const known = this.refusals.get(k);
+    if (known !== undefined) known.calls++;
+    else if (this.refusals.size < maxHeldRefusals) this.refusals.set(k, { day: row.day, operation, code: row.code, ip, transport: row.transport, calls: 1 });
+    else this.droppedRefusals++;
+    return new Promise((resolve) => {
+      this.refusalWaiters.push(resolve);
+      this.schedule();
+    });
+  }
+
+  /** The address a refusal is counted under: itself, or "other" once the day has its share of addresses. */
+  private refusalAddress(day: string, ip: string): string {
+    let seen = this.refusalAddresses.get(day);
+    if (seen === undefined) {
+      if (this.refusalAddresses.size >= 3) this.refusalAddresses.clear();
+      try {
+        seen = new Set((this.sql.refusalAddresses.all(day) as { client_ip: string }[]).map((r) => r.client_ip));
+      } catch {
+        seen = new Set();
+      }
+      this.refusalAddresses.set(day, seen);
+    }
+    if (seen.has(ip)) return ip;
+    if (seen.size >= this.options.refusalAddressesPerDay) return "other";
+    seen.add(ip);
+    return ip;
+  }
+
+  private schedule(): void {
+    // 0: commit at the end of this turn of the event loop, with every row written in it.
+    this.timer ??= this.options.commitIntervalMs === 0 ? setImmediate(() => this.flush()) : setTimeout(() => this.flush(), this.options.commitIntervalMs);
+  }
+
+  /** One transaction; an error is returned, never thrown, and the transaction is never left open. */
+  private transaction(work: () => void): unknown {
+    try {
+      this.db.exec("BEGIN IMMEDIATE");
+      work();
+      this.db.exec("COMMIT");
+      return undefined;
+    } catch (e) {
+      // SQLite may already have rolled back (a full disk does): only an open transaction is rolled back.
+      try {
+        if (this.db.isTransaction) this.db.exec("ROLLBACK");
+      } catch {
+        // the connection is in trouble; the next transaction will say so
+      }
+      return e;
+    }
+  }
+
+  private setProblem(cause: unknown): void {
+    const first = this.problem === undefined;
+    this.problem = (cause as Error)?.message ?? String(cause);
+    if (first) this.options.onHealth(`the usage ledger cannot be written (${this.problem})`, { cause });
+  }
+
+  private clearProblem(): void {
+    if (this.problem === undefined) return;
+    this.problem = undefined;
+    this.options.onHealth(undefined, { droppedRefusals: this.droppedRefusals });
+    this.droppedRefusals = 0;
   }
 
   flush(): void {
@@ -113,13 +264,32 @@ export class SqliteMeter implements Meter {
     this.timer = undefined;
     const batch = this.queue;
     this.queue = [];
-    if (batch.length === 0) return;
+    const waiters = this.refusalWaiters;
+    this.refusalWaiters = [];
+    try {
+      if (batch.length > 0) this.commitRows(batch);
+      this.commitRefusals();
+    } finally {
+      for (const resolve of waiters) resolve();
+    }
+  }
+
+  /** Counts of calls with no account; kept for a later commit when this one fails. */
+  private commitRefusals(): void {
+    if (this.refusals.size === 0) return;
+    const counts = [...this.refusals.values()];
+    const e = this.transaction(() => {
+      for (const c of counts) this.sql.refusal.run(c.day, c.operation, c.code, errorCodeInfo(c.code).charge, c.ip, c.transport, c.calls);
+    });
+    if (e === undefined) this.refusals.clear();
+  }
+
+  private commitRows(batch: Queued[]): void {
     // One transaction for the batch; if it fails, each row in its own, so one
     // bad row (say, an id written before) does not cost the others theirs.
     const failures = new Map<Queued, unknown>();
-    const write = (rows: Queued[]) => {
-      this.db.exec("BEGIN IMMEDIATE");
-      try {
+    const write = (rows: Queued[]) =>
+      this.transaction(() => {
         for (const { row } of rows) {
           this.sql.insert.run(
             row.requestId, row.at, row.day, row.account ?? null, row.operation ?? null, row.code, row.charge,
@@ -130,19 +300,16 @@ export class SqliteMeter implements Meter {
             if (row.price > 0n) this.sql.deduct.run(row.price, row.account);
           }
         }
-        this.db.exec("COMMIT");
-        return undefined;
-      } catch (e) {
-        this.db.exec("ROLLBACK");
-        return e;
-      }
-    };
-    if (write(batch) !== undefined) {
+      });
+    const whole = write(batch);
+    if (whole !== undefined) {
       for (const queued of batch) {
         const e = write([queued]);
         if (e !== undefined) failures.set(queued, e);
       }
     }
+    if (failures.size === batch.length) this.setProblem(whole);
+    else this.clearProblem();
     const balances = new Set<string>();
     for (const queued of batch) {
       const row = queued.row;
@@ -183,27 +350,39 @@ export class SqliteMeter implements Meter {
     return { ...summary };
   }
 
+  /**
+   * Totals per account, day, operation, code and charge: the ledger's rows,
+   * the per-day totals of rows past retention, and (with no account asked
+   * for) the counted calls that had no account.
+   */
   query(q: UsageQuery): UsageReport {
     const where: string[] = [];
     const params: Record<string, string | number> = {};
-    if (q.account !== undefined) (where.push("account = :account"), (params.account = q.account));
     if (q.from !== undefined) (where.push("day >= :from"), (params.from = q.from));
     if (q.to !== undefined) (where.push("day <= :to"), (params.to = q.to));
     if (q.operation !== undefined) (where.push("operation = :operation"), (params.operation = q.operation));
     if (q.code !== undefined) (where.push("error_code = :code"), (params.code = q.code));
-    const filter = where.length > 0 ? `WHERE ${where.join(" AND ")}` : "";
+    const accountWhere = q.account !== undefined ? [...where, "account = :account"] : where;
+    if (q.account !== undefined) params.account = q.account;
+    const filter = (w: string[]) => (w.length > 0 ? `WHERE ${w.join(" AND ")}` : "");
+    const parts = [
+      `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, count(*) AS calls, sum(price) AS amount
+       FROM ledger ${filter(accountWhere)} GROUP BY 1, 2, 3, 4, 5`,
+      `SELECT account, day, operation, error_code, charge, calls, amount FROM ledger_daily_totals ${filter(accountWhere)}`,
+      ...(q.account === undefined ? [`SELECT '' AS account, day, operation, error_code, charge, calls, 0 AS amount FROM refusals ${filter(where)}`] : []),
+    ];
     const totals = this.db.prepare(
-      `SELECT account, day, operation, error_code, charge, count(*) AS calls, sum(price) AS amount FROM ledger ${filter}
+      `SELECT account, day, operation, error_code, charge, sum(calls) AS calls, sum(amount) AS amount FROM (${parts.join(" UNION ALL ")})
        GROUP BY account, day, operation, error_code, charge ORDER BY day, account, operation, error_code`,
     );
     totals.setReadBigInts(true);
-    const rows = this.db.prepare(`SELECT * FROM ledger ${filter} ORDER BY at DESC, request_id DESC LIMIT :limit`);
+    const rows = this.db.prepare(`SELECT * FROM ledger ${filter(accountWhere)} ORDER BY at DESC, request_id DESC LIMIT :limit`);
     rows.setReadBigInts(true);
     return {
       totals: (totals.all(params) as Record<string, unknown>[]).map((t) => ({
-        account: (t.account as string | null) ?? undefined,
+        account: (t.account as string) || undefined,
         day: t.day as string,
-        operation: (t.operation as string | null) ?? undefined,
+        operation: (t.operation as string) || undefined,
         code: Number(t.error_code) as ErrorCode,
         charge: t.charge as ChargeClass,
         calls: Number(t.calls),
@@ -211,6 +390,29 @@ export class SqliteMeter implements Meter {
       })),
       rows: q.rows ? (rows.all({ ...params, limit: q.rows }) as Record<string, unknown>[]).map(rowFromSql) : [],
     };
+  }
+
+  /**
+   * Retention: folds the ledger rows of days before `beforeDay` into per-day
+   * totals and deletes them, with the counted refusals of those days. Day
+   * counts (api_info) are kept apart and stay. Returns the rows removed.
+   */
+  expire(beforeDay: string): number {
+    let removed = 0;
+    const e = this.transaction(() => {
+      this.db
+        .prepare(
+          `INSERT INTO ledger_daily_totals (day, account, operation, error_code, charge, calls, amount)
+           SELECT day, coalesce(account, ''), coalesce(operation, ''), error_code, charge, count(*), sum(price) FROM ledger WHERE day < ?
+           GROUP BY 1, 2, 3, 4, 5
+           ON CONFLICT (day, account, operation, error_code, charge) DO UPDATE SET calls = calls + excluded.calls, amount = amount + excluded.amount`,
+        )
+        .run(beforeDay);
+      removed = Number(this.db.prepare("DELETE FROM ledger WHERE day < ?").run(beforeDay).changes);
+      this.db.prepare("DELETE FROM refusals WHERE day < ?").run(beforeDay);
+    });
+    if (e !== undefined) throw e;
+    return removed;
   }
 
   /** The newest request id in the ledger, so a restarted process never reuses one. */
@@ -230,8 +432,8 @@ function rowFromSql(r: Record<string, unknown>): LedgerRow {
     requestId: r.request_id as string,
     at: Number(r.at),
     day: r.day as string,
-    account: (r.account as string | null) ?? undefined,
-    operation: ((r.operation as string | null) ?? undefined) as OperationId | undefined,
+    account: (r.account as string | null) || undefined,
+    operation: ((r.operation as string | null) || undefined) as OperationId | undefined,
     code: Number(r.error_code) as ErrorCode,
     charge: r.charge as ChargeClass,
     price: r.price as bigint,

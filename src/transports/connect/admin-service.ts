@@ -4,6 +4,8 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import type { OperationId } from "../../contract/operations.ts";
 import { AccountAdminError, AccountNotFoundError, type AccountAdmin } from "../../core/account-admin.ts";
 import type { Account } from "../../core/accounts.ts";
+import type { AddressLockout } from "../../core/address-lockout.ts";
+import { clientIpKey } from "./context.ts";
 import type { LedgerRow, Meter, OperatorSwitches, UsageTotal } from "../../core/meter.ts";
 import { formatMoney, MoneyError, parseMoney } from "../../core/money.ts";
 import {
@@ -71,15 +73,26 @@ function digest(s: string): Buffer {
 /**
  * Only `authorization: Bearer <admin token>` passes. The token is compared
  * in constant time (as digests, so its length does not show); with no token
- * configured the admin API is off.
+ * configured the admin API is off. Wrong tokens count against the caller's
+ * address as failed account credentials do: slowed, then refused for a while.
  */
-export function requireAdminToken(token: string): Interceptor {
+export function requireAdminToken(token: string, lockout: AddressLockout): Interceptor {
   const expected = digest(token);
   return (next) => async (req) => {
     if (token === "") throw new ConnectError("the admin API is off: set GATEWAY_ADMIN_TOKEN", Code.Unauthenticated);
+    const ip = req.contextValues.get(clientIpKey);
+    try {
+      lockout.check(ip, Date.now());
+    } catch (e) {
+      throw new ConnectError((e as Error).message, Code.ResourceExhausted);
+    }
     const presented = /^Bearer (.+)$/.exec(req.header.get("authorization") ?? "")?.[1];
     if (presented === undefined) throw new ConnectError("send authorization: Bearer <admin token>", Code.Unauthenticated);
-    if (!timingSafeEqual(digest(presented), expected)) throw new ConnectError("the admin token is not valid", Code.Unauthenticated);
+    if (!timingSafeEqual(digest(presented), expected)) {
+      const hold = lockout.failed(ip, Date.now());
+      if (hold > 0) await new Promise((r) => setTimeout(r, hold));
+      throw new ConnectError("the admin token is not valid", Code.Unauthenticated);
+    }
     return next(req);
   };
 }
@@ -107,8 +120,16 @@ export interface AdminPorts {
   readonly switches: OperatorSwitches;
 }
 
+export interface AdminRouteOptions {
+  /** The bearer token; empty turns the admin API off. */
+  readonly token: string;
+  readonly lockout: AddressLockout;
+  /** Run before the token check (a service's interceptors replace the router's). */
+  readonly interceptors?: readonly Interceptor[];
+}
+
 /** The AdminService over the same core the CLI uses. */
-export function adminRoutes(ports: AdminPorts, adminToken: string): (router: ConnectRouter) => void {
+export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (router: ConnectRouter) => void {
   const { admin, meter, switches } = ports;
   const money = (text: string | undefined) => (text === undefined || text === "" ? undefined : parseMoney(text));
   const priceMap = (prices: Record<string, string>) => new Map(Object.entries(prices).map(([op, p]) => [admin.operation(op), parseMoney(p)]));
@@ -179,6 +200,6 @@ export function adminRoutes(ports: AdminPorts, adminToken: string): (router: Con
           return { totals: report.totals.map(totalMessage), rows: report.rows.map(rowMessage), calls, chargedCalls: charged, amount: formatMoney(amount) };
         }),
       },
-      { interceptors: [requireAdminToken(adminToken)] },
+      { interceptors: [...(options.interceptors ?? []), requireAdminToken(options.token, options.lockout)] },
     );
 }

@@ -1,28 +1,12 @@
-import { ConnectError, createContextKey, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
+import { Code, ConnectError, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
 import { errorCodeInfo, fourDigits } from "../../contract/error-codes.ts";
 import { operationById, type Operation, type OperationId } from "../../contract/operations.ts";
-import type { Credentials } from "../../core/authentication.ts";
 import type { CallInput, Gateway, Transport } from "../../core/gateway.ts";
-import { parseAuthorization } from "../authorization-header.ts";
+import { credentialFields, readCredentials } from "../credentials.ts";
+import { clientIpKey } from "./context.ts";
 import { RetailService } from "../../gen/gateway/catalogue/v1/retail_pb.js";
 import { CacheMode, Lang, StatusBlockSchema, type StatusBlock } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { WholesaleService } from "../../gen/gateway/catalogue/v1/wholesale_pb.js";
-
-/** The caller's address, put into the handler context by the HTTP server. */
-export const clientIpKey = createContextKey<string>("", { description: "caller's network address" });
-
-/** Request headers (gRPC metadata) that carry an RPC caller's credentials. */
-export const credentialHeaders = {
-  key: "x-api-key",
-  secret: "x-api-secret",
-  /** The legacy signed form. */
-  dateline: "x-api-dateline",
-  sign: "x-api-sign",
-  /** The browser-safe form (also accepted as an Authorization header). */
-  timestamp: "x-api-timestamp",
-  nonce: "x-api-nonce",
-  signature: "x-api-signature",
-} as const;
 
 function transportOf(ctx: HandlerContext): Transport {
   const contentType = ctx.requestHeader.get("content-type") ?? "";
@@ -40,55 +24,34 @@ function option(table: Record<number, string | undefined>, value: number): strin
   return value in table ? table[value] : `enum value ${value}`;
 }
 
-/**
- * An RPC caller's credentials, in the same forms as the legacy path's, from
- * headers: the HMAC form in the Authorization header or in x-api-timestamp,
- * x-api-nonce and x-api-signature (method RPC, path /<service>/<method>); the
- * legacy signed form in x-api-dateline and x-api-sign (signing the request's
- * own arguments, key, dateline and api_name); or key and secret. A
- * `Gateway-Key` Authorization header may carry the key.
- */
-function credentialsOf(ctx: HandlerContext, operation: Operation, args: Record<string, string | undefined>): Credentials {
-  const get = (name: string) => ctx.requestHeader.get(name) ?? undefined;
-  const header = parseAuthorization(get("authorization"));
-  const key = get(credentialHeaders.key) ?? header?.key;
-  const path = `/${operation.service.typeName}/${operation.method.name}`;
-  if (header?.scheme === "hmac") {
-    return { kind: "hmac", key: header.key ?? key, timestamp: header.timestamp, nonce: header.nonce, signature: header.signature, method: "RPC", path };
-  }
-  const sign = get(credentialHeaders.sign);
-  if (sign !== undefined) {
-    const dateline = get(credentialHeaders.dateline);
-    const params: Record<string, string> = {};
-    for (const [name, value] of Object.entries(args)) if (value !== undefined) params[name] = value;
-    if (key !== undefined) params.key = key;
-    if (dateline !== undefined) params.dateline = dateline;
-    return { kind: "legacy-signed", key, dateline, sign, params };
-  }
-  const signature = get(credentialHeaders.signature);
-  if (signature !== undefined) {
-    return { kind: "hmac", key, timestamp: get(credentialHeaders.timestamp), nonce: get(credentialHeaders.nonce), signature, method: "RPC", path };
-  }
-  return { kind: "plain", key, secret: get(credentialHeaders.secret) };
-}
-
 function callInput(ctx: HandlerContext, operation: Operation, args: Record<string, string>, cache: CacheMode, lang: Lang): CallInput {
   const given: Record<string, string | undefined> = {};
   for (const [name, value] of Object.entries(args)) given[name] = value === "" ? undefined : value;
+  const options = { cache: option(cacheText, cache), lang: option(langText, lang) };
   return {
     args: given,
-    cache: option(cacheText, cache),
-    lang: option(langText, lang),
-    credentials: credentialsOf(ctx, operation, given),
+    ...options,
+    // What the RPC sends, under the legacy names: what a signature covers.
+    credentials: readCredentials({
+      field: (name) => ctx.requestHeader.get(credentialFields[name].header) ?? undefined,
+      authorization: ctx.requestHeader.get("authorization") ?? undefined,
+      method: "RPC",
+      path: `/${operation.service.typeName}/${operation.method.name}`,
+      params: { ...given, ...options },
+    }),
     transport: transportOf(ctx),
     clientIp: ctx.values.get(clientIpKey),
     signal: ctx.signal,
   };
 }
 
-/** A non-success outcome as an RPC error: the matching Code, and the status block as detail. */
-export function statusError(status: StatusBlock): ConnectError {
-  const code = errorCodeInfo(status.errorCode).connectCode;
+/**
+ * A non-success outcome as an RPC error: the matching Code, and the status
+ * block as detail. A call that says nothing of who the caller is is
+ * `unauthenticated` whatever its four digits (4014 for a missing key).
+ */
+export function statusError(status: StatusBlock, unauthenticated = false): ConnectError {
+  const code = unauthenticated ? Code.Unauthenticated : errorCodeInfo(status.errorCode).connectCode;
   return new ConnectError(`${fourDigits(status.errorCode)} ${status.reason}`, code, undefined, [{ desc: StatusBlockSchema, value: status }]);
 }
 
@@ -104,14 +67,14 @@ export function catalogueRoutes(gateway: Gateway): (router: ConnectRouter) => vo
     router.service(RetailService, {
       async itemGet(req, ctx) {
         const outcome = await gateway.call(itemGet, callInput(ctx, itemGet, { num_iid: req.numIid, is_promotion: req.isPromotion }, req.cache, req.lang));
-        if (outcome.kind !== "item-detail") throw statusError(outcome.status);
+        if (outcome.kind !== "item-detail") throw statusError(outcome.status, outcome.kind === "error" && outcome.unauthenticated === true);
         return { item: outcome.item, status: outcome.status };
       },
     });
     router.service(WholesaleService, {
       async itemSearchPeerbuy(req, ctx) {
         const outcome = await gateway.call(peerbuy, callInput(ctx, peerbuy, { num_iid: req.numIid, sid: req.sid }, req.cache, req.lang));
-        if (outcome.kind !== "peer-viewed") throw statusError(outcome.status);
+        if (outcome.kind !== "peer-viewed") throw statusError(outcome.status, outcome.kind === "error" && outcome.unauthenticated === true);
         return { item: outcome.item, status: outcome.status };
       },
     });

@@ -5,8 +5,7 @@ import type { Gateway, Outcome } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { isLegacyFormat, legacyFormats, renderLegacy, type LegacyFormatName } from "../../render/legacy-formats.ts";
 import { legacyResponse } from "../../render/legacy-response.ts";
-import type { Credentials } from "../../core/authentication.ts";
-import { parseAuthorization } from "../authorization-header.ts";
+import { credentialFields, readCredentials } from "../credentials.ts";
 import { legacyParams, type LegacyParams } from "./legacy-params.ts";
 
 const operationList = operations.map((op) => op.id).join(", ");
@@ -31,28 +30,6 @@ export function sendLegacy(reply: FastifyReply, outcome: Outcome, format: Legacy
   // Vary on every answer, compressed or not, so no cache serves a compressed body
   // to a client that did not ask for one (the compressor adds it only when it compresses).
   return reply.code(200).header("content-type", contentType).header("vary", "accept-encoding").send(renderLegacy(format, legacyResponse(outcome)));
-}
-
-/**
- * The caller's credentials in whichever form it used: the HMAC form in the
- * Authorization header, the legacy signed form (`sign`), the browser form
- * (`signature`), or key and secret. `Authorization: Gateway-Key <key>` may
- * carry the key of any query form.
- */
-function credentialsOf(params: LegacyParams, authorization: string | undefined, operation: Operation, method: string): Credentials {
-  const header = parseAuthorization(authorization);
-  const key = params.get("key") ?? header?.key;
-  const signedMethod = method === "HEAD" ? "GET" : method;
-  if (header?.scheme === "hmac") {
-    return { kind: "hmac", key, timestamp: header.timestamp, nonce: header.nonce, signature: header.signature, method: signedMethod, path: operation.path };
-  }
-  const sign = params.get("sign");
-  if (sign !== undefined) return { kind: "legacy-signed", key, dateline: params.get("dateline"), sign, params: params.all() };
-  const signature = params.get("signature");
-  if (signature !== undefined) {
-    return { kind: "hmac", key, timestamp: params.get("timestamp"), nonce: params.get("nonceStr"), signature, method: signedMethod, path: operation.path };
-  }
-  return { kind: "plain", key, secret: params.get("secret") };
 }
 
 function unroutableReason(catalogue: string, apiName: string): string {
@@ -83,10 +60,17 @@ export function legacyShim(gateway: Gateway) {
         args,
         cache: params.get("cache"),
         lang: params.get("lang"),
-        credentials: credentialsOf(params, req.headers.authorization, operation, req.method),
+        credentials: readCredentials({
+          field: (name) => params.get(credentialFields[name].param),
+          authorization: req.headers.authorization,
+          method: req.method === "HEAD" ? "GET" : req.method,
+          path: operation.path,
+          params: params.all(),
+        }),
         transport: "legacy",
         clientIp: req.ip,
-        rejection: params.problem ?? rejection,
+        malformed: params.problem,
+        rejection,
       });
       return sendLegacy(reply, outcome, format);
     };

@@ -1,7 +1,7 @@
 import { cors as connectCors, createContextValues } from "@connectrpc/connect";
 import fastifyCors from "@fastify/cors";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
-import Fastify, { type FastifyInstance, type FastifyServerOptions } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from "fastify";
 import http from "node:http";
 import http2 from "node:http2";
 import type { Gateway } from "../../core/gateway.ts";
@@ -12,13 +12,19 @@ import { operations } from "../../contract/operations.ts";
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import { adminRoutes, type AdminPorts } from "../connect/admin-service.ts";
 import { undecodableIsInvalidArgument } from "../connect/undecodable-request.ts";
-import { catalogueRoutes, clientIpKey, credentialHeaders } from "../connect/catalogue-services.ts";
+import { catalogueRoutes } from "../connect/catalogue-services.ts";
+import { clientIpKey, requestIdKey } from "../connect/context.ts";
+import { logInternalErrors } from "../connect/internal-errors.ts";
+import { credentialHeaders } from "../credentials.ts";
 import { legacyBodyTypes, legacyMethods, legacyShim, sendLegacy, unroutableHandler } from "../legacy/legacy-shim.ts";
 import { createOnePortServer, type OnePortServerOptions } from "./one-port-server.ts";
-import { redactUrl } from "./redact.ts";
+import { AddressLockout } from "../../core/address-lockout.ts";
+import { createLogger, type Logger } from "./logger.ts";
 
 export interface AppOptions {
   readonly gateway: Gateway;
+  /** The logger to share with the runtime; without one, the app makes its own from `logLevel` and `logStream`. */
+  readonly logger?: Logger;
   /** Log level, or false for no logging. */
   readonly logLevel?: string | false;
   /** Where log lines go (default stdout). */
@@ -31,6 +37,8 @@ export interface AppOptions {
   readonly limits?: Partial<Omit<OnePortServerOptions, "http2SessionTimeoutMs">>;
   /** The AdminService's ports and the bearer token it requires (empty: the admin API answers Unauthenticated). */
   readonly admin?: { readonly ports: AdminPorts; readonly token: string };
+  /** Failed admin-token guesses count here, as failed account credentials do (default: the admin API's own). */
+  readonly lockout?: AddressLockout;
   /** Origins browsers may call from: a list, or ["*"] for any. Empty turns CORS off. */
   readonly corsOrigins?: readonly string[];
 }
@@ -41,6 +49,7 @@ const defaultLimits: OnePortServerOptions = {
   http2SessionTimeoutMs: 120_000,
   maxHeaderBytes: 16_384,
   maxConnections: 10_000,
+  firstRequestTimeoutMs: 5000,
 };
 
 /**
@@ -48,6 +57,23 @@ const defaultLimits: OnePortServerOptions = {
  * Connect, gRPC-Web and gRPC services, all on one port. Tests build the same
  * app, so what is tested is what runs.
  */
+function callerFaultReason(code: string | undefined, maxBodyBytes: number): string {
+  switch (code) {
+    case "FST_ERR_CTP_BODY_TOO_LARGE":
+      return `the request body is larger than ${maxBodyBytes} bytes`;
+    case "FST_ERR_CTP_INVALID_MEDIA_TYPE":
+      return `a body must be sent as ${legacyBodyTypes.join(" or ")}`;
+    case "FST_ERR_CTP_EMPTY_JSON_BODY":
+      return "the JSON body is empty";
+    case "FST_ERR_CTP_INVALID_CONTENT_LENGTH":
+      return "the Content-Length does not match the body";
+    case "FST_ERR_CTP_INVALID_JSON_BODY":
+      return "the request body is not valid JSON";
+    default:
+      return "the request could not be read";
+  }
+}
+
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const { gateway } = options;
   const maxBodyBytes = options.maxBodyBytes ?? 1048576;
@@ -62,16 +88,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     bodyLimit: maxBodyBytes,
     // Requests on open connections are still answered while in-flight calls drain.
     return503OnClosing: false,
-    logger:
-      options.logLevel === false
-        ? false
-        : {
-            level: options.logLevel ?? "info",
-            ...(options.logStream ? { stream: options.logStream } : {}),
-            serializers: {
-              req: (req: { method: string; url: string; ip?: string }) => ({ method: req.method, url: redactUrl(req.url), remoteAddress: req.ip }),
-            },
-          },
+    ...(options.logger !== undefined
+      ? { loggerInstance: options.logger as FastifyBaseLogger }
+      : options.logLevel === false
+        ? { logger: false }
+        : { loggerInstance: createLogger({ level: options.logLevel ?? "info", stream: options.logStream }) as FastifyBaseLogger }),
     // A request the HTTP parser refuses (bad syntax, headers too large, too slow) still gets a status block.
     clientErrorHandler: (error: Error & { code?: string }, socket) => {
       if (!socket.writable) return;
@@ -108,26 +129,19 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         () => socket.destroy(),
       );
     },
-    // A path Fastify cannot decode still gets a status block.
+    // A path Fastify cannot decode still gets a status block; the reason never quotes the URL, which may hold credentials.
     frameworkErrors: (error, req, reply) => {
-      void gateway
-        .refuse(ErrorCode.PARAM_ERROR, "", `the request could not be read: ${error.message}`, { clientIp: req.ip, transport: "legacy" })
-        .then((outcome) => sendLegacy(reply, outcome, "json"));
+      const reason = error.code === "FST_ERR_BAD_URL" ? "the request path is not valid percent-encoding" : "the request could not be read";
+      void gateway.refuse(ErrorCode.PARAM_ERROR, "", reason, { clientIp: req.ip, transport: "legacy" }).then((outcome) => sendLegacy(reply, outcome, "json"));
     },
   });
 
+  // A reason names what is wrong with a request, never quotes it: a body or URL may hold credentials.
   app.setErrorHandler(async (error: Error & { statusCode?: number; code?: string }, req, reply) => {
     const callerFault = error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500;
-    if (!callerFault) req.log.error({ err: error }, "request failed");
-    const reason =
-      error.code === "FST_ERR_CTP_BODY_TOO_LARGE"
-        ? `the request body is larger than ${maxBodyBytes} bytes`
-        : error.code === "FST_ERR_CTP_INVALID_MEDIA_TYPE"
-          ? `a body must be sent as ${legacyBodyTypes.join(" or ")}`
-          : `the request could not be read: ${error.message}`;
     const outcome = await (callerFault
-      ? gateway.refuse(ErrorCode.PARAM_ERROR, "", reason, { clientIp: req.ip, transport: "legacy" })
-      : gateway.refuse(ErrorCode.SERVER_INTERNAL_ERROR, "", "internal error", { clientIp: req.ip, transport: "legacy" }));
+      ? gateway.refuse(ErrorCode.PARAM_ERROR, "", callerFaultReason(error.code, maxBodyBytes), { clientIp: req.ip, transport: "legacy" })
+      : gateway.refuse(ErrorCode.SERVER_INTERNAL_ERROR, "", "internal error", { clientIp: req.ip, transport: "legacy" }, error));
     return sendLegacy(reply, outcome, "json");
   });
   app.setNotFoundHandler(unroutableHandler(gateway));
@@ -148,15 +162,18 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     strictPreflight: false,
   });
   await app.register(legacyShim(gateway));
+  const logInternal = logInternalErrors(app.log);
+  const lockout = options.lockout ?? new AddressLockout();
   await app.register(fastifyConnectPlugin, {
+    interceptors: [logInternal],
     routes: (router) => {
       catalogueRoutes(gateway)(router);
-      if (options.admin) adminRoutes(options.admin.ports, options.admin.token)(router);
+      if (options.admin) adminRoutes(options.admin.ports, { token: options.admin.token, lockout, interceptors: [logInternal] })(router);
       const handlers = router.handlers as UniversalHandler[];
       handlers.forEach((h, i) => (handlers[i] = undecodableIsInvalidArgument(h)));
     },
     readMaxBytes: maxBodyBytes,
-    contextValues: (req) => createContextValues().set(clientIpKey, req.ip),
+    contextValues: (req) => createContextValues().set(clientIpKey, req.ip).set(requestIdKey, req.id),
   });
   return app;
 }

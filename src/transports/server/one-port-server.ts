@@ -18,6 +18,20 @@ export interface OnePortServerOptions {
   maxHeaderBytes: number;
   /** Open connections at once, both protocols. */
   maxConnections: number;
+  /**
+   * Time a new connection has to send its first request head (HTTP/1.1) or
+   * the whole HTTP/2 preface; a connection silent past it is closed, so
+   * sockets that send nothing cannot hold the connection cap.
+   */
+  firstRequestTimeoutMs: number;
+}
+
+const firstRequestTimer = Symbol("firstRequestTimer");
+type PendingSocket = Socket & { [firstRequestTimer]?: NodeJS.Timeout };
+
+function firstRequestArrived(socket: PendingSocket): void {
+  clearTimeout(socket[firstRequestTimer]);
+  delete socket[firstRequestTimer];
 }
 
 /**
@@ -47,7 +61,10 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
 
   const h1Listeners = h1.listeners("connection") as ((socket: Socket) => void)[];
   h1.removeAllListeners("connection");
-  h1.on("connection", (socket: Socket) => {
+  h1.on("connection", (socket: PendingSocket) => {
+    socket[firstRequestTimer] = setTimeout(() => socket.destroy(), options.firstRequestTimeoutMs);
+    socket[firstRequestTimer].unref();
+    socket.once("close", () => firstRequestArrived(socket));
     let seen = Buffer.alloc(0);
     const decide = () => {
       let chunk: Buffer | null;
@@ -58,7 +75,10 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
       socket.off("readable", decide);
       socket.off("end", onEnd);
       socket.unshift(seen);
-      if (isH2) h2.emit("connection", socket);
+      if (isH2) {
+        firstRequestArrived(socket); // the preface is whole: the session's own timeout takes over
+        h2.emit("connection", socket);
+      }
       else for (const listener of h1Listeners) listener.call(h1, socket);
     };
     const onEnd = () => socket.destroy();
@@ -69,7 +89,8 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   // Once closing starts, every HTTP/1.1 connection ends with its current
   // response, and HTTP/2 sessions get a GOAWAY and end with their streams.
   let closing = false;
-  h1.on("request", (_req: http.IncomingMessage, res: http.ServerResponse) => {
+  h1.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {
+    firstRequestArrived(req.socket);
     if (closing) res.shouldKeepAlive = false;
     res.once("finish", () => {
       if (closing) setImmediate(() => h1.closeIdleConnections());

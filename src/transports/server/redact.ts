@@ -1,17 +1,34 @@
-/** Query parameters whose values never reach a log line. */
-const secretParams = new Set(["key", "secret", "sign", "signature", "dateline", "nonceStr", "timestamp"]);
+import { credentialNames } from "../credentials.ts";
 
-/** A request URL with the values of credential parameters replaced, for logs. */
+/** A parameter name as a reader would take it: percent-decoded, trimmed, lowercased. */
+function normalName(raw: string): string {
+  let name = raw.replace(/\+/g, " ");
+  try {
+    name = decodeURIComponent(name);
+  } catch {
+    // a malformed escape: judged as written
+  }
+  return name.trim().toLowerCase();
+}
+
+/**
+ * A request URL with the value of every credential parameter replaced, for
+ * logs. Names match whatever their case or percent-encoding (`SECRET=`,
+ * `se%63ret=`, `secret%20=`); the rest of the URL is kept as sent.
+ */
 export function redactUrl(url: string): string {
   const q = url.indexOf("?");
   if (q < 0) return url;
-  const params = new URLSearchParams(url.slice(q + 1));
   let redacted = false;
-  for (const name of new Set(params.keys())) {
-    if (secretParams.has(name)) {
-      params.set(name, "[redacted]");
+  const parts = url
+    .slice(q + 1)
+    .split("&")
+    .map((part) => {
+      const eq = part.indexOf("=");
+      const name = eq < 0 ? part : part.slice(0, eq);
+      if (!credentialNames.has(normalName(name))) return part;
       redacted = true;
-    }
-  }
-  return redacted ? `${url.slice(0, q)}?${params.toString()}` : url;
+      return `${name}=[redacted]`;
+    });
+  return redacted ? `${url.slice(0, q)}?${parts.join("&")}` : url;
 }

@@ -1,0 +1,7 @@
+import { createContextKey } from "@connectrpc/connect";
+
+/** The caller's address, put into the handler context by the HTTP server. */
+export const clientIpKey = createContextKey<string>("", { description: "caller's network address" });
+
+/** The HTTP server's id of the request, the one its log lines carry. */
+export const requestIdKey = createContextKey<string>("", { description: "the HTTP request's id in the logs" });
