@@ -96,11 +96,13 @@ describe("the browser-safe form (timestamp, nonceStr, signature)", () => {
 
   it("matches the worked example in the README", async () => {
     const signingKey = await deriveSigningKey("Rr3vQ8xKpL2mN7tY5wZ1bC4dF6gH9jS0aE8uI2oP");
-    const call = { method: "GET", path: "/retail/item_get/", params: { num_iid: "600000006151", is_promotion: "1" }, timestamp: 1795315200, nonce: "q3Jx9vLmT2pW8sKd" };
+    // Every parameter of the URL goes in; key, timestamp, nonceStr (and signature) are left out of the parameters line.
+    const url = "key=k3y0example0001&num_iid=600000006151&is_promotion=1&lang=en&result_type=json&timestamp=1795315200&nonceStr=q3Jx9vLmT2pW8sKd";
+    const call = { method: "GET", path: "/retail/item_get/", params: Object.fromEntries(new URLSearchParams(url)), timestamp: 1795315200, nonce: "q3Jx9vLmT2pW8sKd" };
     expect(signingKey).toBe("a02097088580a187ee3c235c73c5c824aa5a0dc085d72bae93c24143ec4e801b");
-    expect(canonicalString(call)).toBe("GATEWAY-HMAC-SHA256\nGET\n/retail/item_get/\nis_promotion=1&num_iid=600000006151\n1795315200\nq3Jx9vLmT2pW8sKd");
+    expect(canonicalString(call)).toBe("GATEWAY-HMAC-SHA256\nGET\n/retail/item_get/\nis_promotion=1&lang=en&num_iid=600000006151&result_type=json\n1795315200\nq3Jx9vLmT2pW8sKd");
     const signature = await signCall(signingKey, call);
-    expect(signature).toBe("07af71061ffaa70eb5549409cc9694b4ceb3152d234e96f62acd358c1b6c1da2");
+    expect(signature).toBe("f74e2931ad103ffdc362546137f1cbe9752f76cc58904d0bce46e3cda580b658");
     // The same with node:crypto, independent of the WebCrypto helper.
     const nodeKey = createHmac("sha256", "Rr3vQ8xKpL2mN7tY5wZ1bC4dF6gH9jS0aE8uI2oP").update("gateway-browser-signing-v1").digest();
     expect(createHmac("sha256", nodeKey).update(canonicalString(call)).digest("hex")).toBe(signature);
