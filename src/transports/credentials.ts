@@ -38,8 +38,8 @@ export interface CredentialSource {
   /** What an HMAC signature binds: GET/POST on the legacy paths, RPC on the RPC paths, and the path. */
   readonly method: string;
   readonly path: string;
-  /** Every parameter the call sends, as the signatures cover them. */
-  readonly params: Readonly<Record<string, string | undefined>>;
+  /** Every parameter the call sends, as the signatures cover them; read only for a signed call. */
+  params(): Readonly<Record<string, string | undefined>>;
 }
 
 /**
@@ -52,14 +52,14 @@ export function readCredentials(source: CredentialSource): Credentials {
   const header = parseAuthorization(source.authorization);
   if (header?.scheme === "unsupported") return { kind: "unsupported", scheme: header.name };
   const key = source.field("key") ?? (header?.scheme === "key" ? header.key : undefined);
-  const { method, path, params } = source;
+  const { method, path } = source;
   if (header?.scheme === "hmac") {
-    return { kind: "hmac", key: header.key ?? key, timestamp: header.timestamp, nonce: header.nonce, signature: header.signature, method, path, params };
+    return { kind: "hmac", key: header.key ?? key, timestamp: header.timestamp, nonce: header.nonce, signature: header.signature, method, path, params: source.params() };
   }
   const sign = source.field("sign");
   if (sign !== undefined) {
     const signed: Record<string, string> = {};
-    for (const [name, value] of Object.entries(params)) if (value !== undefined) signed[name] = value;
+    for (const [name, value] of Object.entries(source.params())) if (value !== undefined) signed[name] = value;
     if (key !== undefined) signed.key = key;
     const dateline = source.field("dateline");
     if (dateline !== undefined) signed.dateline = dateline;
@@ -69,7 +69,7 @@ export function readCredentials(source: CredentialSource): Credentials {
   }
   const signature = source.field("signature");
   if (signature !== undefined) {
-    return { kind: "hmac", key, timestamp: source.field("timestamp"), nonce: source.field("nonce"), signature, method, path, params };
+    return { kind: "hmac", key, timestamp: source.field("timestamp"), nonce: source.field("nonce"), signature, method, path, params: source.params() };
   }
   return { kind: "plain", key, secret: source.field("secret") };
 }

@@ -37,7 +37,7 @@ function callInput(ctx: HandlerContext, operation: Operation, args: Record<strin
       authorization: ctx.requestHeader.get("authorization") ?? undefined,
       method: "RPC",
       path: `/${operation.service.typeName}/${operation.method.name}`,
-      params: { ...given, ...options },
+      params: () => ({ ...given, ...options }),
     }),
     transport: transportOf(ctx),
     clientIp: ctx.values.get(clientIpKey),

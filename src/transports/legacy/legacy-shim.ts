@@ -65,7 +65,7 @@ export function legacyShim(gateway: Gateway) {
           authorization: req.headers.authorization,
           method: req.method === "HEAD" ? "GET" : req.method,
           path: operation.path,
-          params: params.all(),
+          params: () => params.all(),
         }),
         transport: "legacy",
         clientIp: req.ip,
