@@ -302,7 +302,8 @@ export class SqliteMeter implements Meter {
         }
       });
     const whole = write(batch);
-    if (whole !== undefined) {
+    if (whole !== undefined && batch.length === 1) failures.set(batch[0]!, whole);
+    else if (whole !== undefined) {
       for (const queued of batch) {
         const e = write([queued]);
         if (e !== undefined) failures.set(queued, e);
