@@ -1,4 +1,5 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
+import { signingKeyLabel } from "../contract/browser-signature.ts";
 import { legacySigningKey } from "./legacy-signature.ts";
 import type { OperationId } from "../contract/operations.ts";
 import type { Micros } from "./money.ts";
@@ -96,7 +97,7 @@ export function sealSecret(secret: string): { secretHash: string; secretSalt: st
     secretSalt,
     legacySigningKey: legacySigningKey(secret),
     // The same derivation as deriveSigningKey in src/client/browser-signature.ts.
-    hmacKey: createHmac("sha256", secret).update("gateway-browser-signing-v1").digest("hex"),
+    hmacKey: createHmac("sha256", secret).update(signingKeyLabel).digest("hex"),
   };
 }
 

@@ -1,5 +1,5 @@
 import { createHmac } from "node:crypto";
-import { canonicalString, signatureScheme } from "../client/browser-signature.ts";
+import { canonicalString, signatureScheme } from "../contract/browser-signature.ts";
 import type { Operation } from "../contract/operations.ts";
 import { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 import { sameHex, secretMatches, type Account, type AccountStore } from "./accounts.ts";

@@ -1,4 +1,4 @@
-import { signatureScheme } from "../client/browser-signature.ts";
+import { signatureScheme } from "../contract/browser-signature.ts";
 
 /** What an `Authorization` header says. */
 export type AuthorizationHeader =

@@ -1,11 +1,11 @@
-import { Code, ConnectError, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
-import { errorCodeInfo, fourDigits } from "../../contract/error-codes.ts";
+import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
 import { operationById, type Operation, type OperationId } from "../../contract/operations.ts";
 import type { CallInput, Gateway, Transport } from "../../core/gateway.ts";
 import { credentialFields, readCredentials } from "../credentials.ts";
 import { clientIpKey } from "./context.ts";
+import { statusError } from "./status-error.ts";
 import { RetailService } from "../../gen/gateway/catalogue/v1/retail_pb.js";
-import { CacheMode, Lang, StatusBlockSchema, type StatusBlock } from "../../gen/gateway/catalogue/v1/status_pb.js";
+import { CacheMode, Lang } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { WholesaleService } from "../../gen/gateway/catalogue/v1/wholesale_pb.js";
 
 function transportOf(ctx: HandlerContext): Transport {
@@ -43,16 +43,6 @@ function callInput(ctx: HandlerContext, operation: Operation, args: Record<strin
     clientIp: ctx.values.get(clientIpKey),
     signal: ctx.signal,
   };
-}
-
-/**
- * A non-success outcome as an RPC error: the matching Code, and the status
- * block as detail. A call that says nothing of who the caller is is
- * `unauthenticated` whatever its four digits (4014 for a missing key).
- */
-export function statusError(status: StatusBlock, unauthenticated = false): ConnectError {
-  const code = unauthenticated ? Code.Unauthenticated : errorCodeInfo(status.errorCode).connectCode;
-  return new ConnectError(`${fourDigits(status.errorCode)} ${status.reason}`, code, undefined, [{ desc: StatusBlockSchema, value: status }]);
 }
 
 function operation(id: OperationId): Operation {
