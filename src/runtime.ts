@@ -1,7 +1,8 @@
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { demoRecords } from "./catalogue/demo-dataset.ts";
 import { importRecords } from "./catalogue/catalogue-import.ts";
-import { pairList, sourceOf, type GatewayConfig } from "./config.ts";
+import { catalogues, corsOriginList, pairList, sourceOf, type GatewayConfig } from "./config.ts";
 import { findOperation, operations, type OperationId } from "./contract/operations.ts";
 import { CachedCatalogue, defaultCachePolicy, type CachePolicy } from "./core/cached-catalogue.ts";
 import type { CatalogueSource } from "./core/catalogue-source.ts";
@@ -21,6 +22,8 @@ import { openDatabase } from "./stores/embedded/sqlite-database.ts";
 import { SqliteMeter } from "./stores/embedded/sqlite-meter.ts";
 import { SqliteOperatorSwitches } from "./stores/embedded/operator-switches.ts";
 import { SqliteReplayGuard } from "./stores/embedded/replay-guard.ts";
+import type { AppOptions } from "./transports/server/app.ts";
+import type { Logger } from "./transports/server/logger.ts";
 
 /** The gateway's parts, wired to the embedded store under the data directory. */
 export interface Runtime {
@@ -117,7 +120,7 @@ export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {})
   const switches = new SqliteOperatorSwitches(db, watch);
   const upstreams: UpstreamSource[] = [];
   const sources = new Map<string, CatalogueSource>();
-  for (const name of new Set(operations.map((op) => op.catalogue))) {
+  for (const name of catalogues()) {
     if (sourceOf(config, name) === "embedded") {
       sources.set(name, catalogue);
       continue;
@@ -186,4 +189,29 @@ export function demoAccount(runtime: Runtime): { key: string; secret: string } {
     return { key: account.key, secret };
   }
   return { key: existing.key, secret: runtime.admin.rotateSecret(existing.key) };
+}
+
+/**
+ * The app's options as the configuration sets them: TLS, body and header
+ * limits, timeouts, connections, CORS and the admin API. `serve` and the
+ * test fixture both build the app from this, so what is tested is what runs.
+ */
+export function appOptions(config: GatewayConfig, runtime: Runtime, extra: { readonly logger?: Logger; readonly adminToken?: string } = {}): AppOptions {
+  const tls = config.tlsCert !== "" ? { cert: readFileSync(config.tlsCert), key: readFileSync(config.tlsKey) } : undefined;
+  return {
+    gateway: runtime.gateway,
+    ...(extra.logger ? { logger: extra.logger } : { logLevel: config.logLevel === "silent" ? false : config.logLevel }),
+    lockout: runtime.lockout,
+    ...(tls ? { tls } : {}),
+    maxBodyBytes: config.maxBodyBytes,
+    limits: {
+      maxHeaderBytes: config.maxHeaderBytes,
+      requestTimeoutMs: config.requestTimeoutMs,
+      keepAliveTimeoutMs: config.keepAliveTimeoutMs,
+      maxConnections: config.maxConnections,
+      firstRequestTimeoutMs: config.firstRequestTimeoutMs,
+    },
+    admin: { ports: runtime, token: extra.adminToken ?? config.adminToken },
+    corsOrigins: corsOriginList(config),
+  };
 }

@@ -2,7 +2,14 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { ConfigError, defaultConfig, loadConfig } from "../src/config.ts";
+import { readFileSync } from "node:fs";
+import { ConfigError, defaultConfig, loadConfig, settings } from "../src/config.ts";
+import { defaultCachePolicy } from "../src/core/cached-catalogue.ts";
+import { defaultUpstreamOptions } from "../src/sources/upstream/upstream-source.ts";
+import { defaultMeterOptions } from "../src/stores/embedded/sqlite-meter.ts";
+import { defaultAppSettings } from "../src/transports/server/app.ts";
+import { withSettingsTable } from "../scripts/docs.ts";
+import { startGateway } from "./support/gateway-fixture.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "gateway-config-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -48,5 +55,39 @@ describe("configuration", () => {
 
   it("keeps the defaults object the single place defaults live", () => {
     expect(loadConfig({ GATEWAY_DATA_DIR: "/srv/gw" })).toEqual({ ...defaultConfig, dataDir: "/srv/gw" });
+  });
+
+  it("takes each default from the component that owns it, so the two cannot disagree", () => {
+    expect(defaultConfig.ledgerCommitMs).toBe(defaultMeterOptions.commitIntervalMs);
+    expect(defaultConfig.minFreeMb * 1_048_576).toBe(defaultMeterOptions.minFreeBytes);
+    expect(defaultConfig.upstreamTimeoutMs).toBe(defaultUpstreamOptions.attemptTimeoutMs);
+    expect(defaultConfig.cacheNotFoundTtlSeconds).toBe(defaultCachePolicy.notFoundTtlSeconds);
+    expect(defaultConfig.maxHeaderBytes).toBe(defaultAppSettings.limits.maxHeaderBytes);
+    expect(defaultConfig.maxBodyBytes).toBe(defaultAppSettings.maxBodyBytes);
+    const names = Object.values(settings).map((s) => s.env);
+    expect(new Set(names).size).toBe(names.length);
+    for (const name of names) expect(name).toMatch(/^GATEWAY_[A-Z0-9_]+$/);
+  });
+
+  it("the README's settings table is the one generated from the rows (npm run docs)", () => {
+    const readme = readFileSync(join(import.meta.dirname, "..", "README.md"), "utf8");
+    expect(readme).toBe(withSettingsTable(readme));
+    for (const s of Object.values(settings)) expect(readme).toContain(`\`${s.env}\``);
+  });
+
+  it("the app the tests build is the one serve builds from the same configuration", async () => {
+    const gw = await startGateway({ config: { maxHeaderBytes: 2048, corsOrigins: "https://shop.example.com", maxBodyBytes: 2048 } });
+    try {
+      const big = await fetch(`${gw.base}/retail/item_get/`, { headers: { "x-padding": "a".repeat(3000) } });
+      expect(big.status).toBe(431);
+      const allowed = await gw.app.inject({ method: "OPTIONS", url: "/retail/item_get/", headers: { origin: "https://shop.example.com", "access-control-request-method": "GET" } });
+      expect(allowed.headers["access-control-allow-origin"]).toBe("https://shop.example.com");
+      const other = await gw.app.inject({ method: "OPTIONS", url: "/retail/item_get/", headers: { origin: "https://evil.example.com", "access-control-request-method": "GET" } });
+      expect(other.headers["access-control-allow-origin"]).toBeUndefined();
+      const body = await gw.app.inject({ method: "POST", url: "/retail/item_get/", headers: { "content-type": "application/json" }, payload: JSON.stringify({ pad: "x".repeat(4000) }) });
+      expect(JSON.parse(body.body).reason).toContain("larger than 2048 bytes");
+    } finally {
+      await gw.close();
+    }
   });
 });

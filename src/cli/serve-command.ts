@@ -1,8 +1,7 @@
 import { randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { demoExampleIds } from "../catalogue/demo-dataset.ts";
-import { corsOriginList, type GatewayConfig } from "../config.ts";
-import { demoAccount, openRuntime, seedDemoCatalogue } from "../runtime.ts";
+import type { GatewayConfig } from "../config.ts";
+import { appOptions, demoAccount, openRuntime, seedDemoCatalogue } from "../runtime.ts";
 import { credentialHeaders } from "../transports/credentials.ts";
 import { buildApp } from "../transports/server/app.ts";
 import { createLogger } from "../transports/server/logger.ts";
@@ -45,23 +44,9 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   if (options.demo && (await seedDemoCatalogue(runtime))) console.log(`seeded the demo catalogue into ${config.dataDir}`);
   // A demo without a configured admin token gets one for this run, printed below.
   const adminToken = config.adminToken === "" && options.demo ? randomBytes(24).toString("base64url") : config.adminToken;
-  const tls = config.tlsCert !== "" ? { cert: readFileSync(config.tlsCert), key: readFileSync(config.tlsKey) } : undefined;
-  const app = await buildApp({
-    gateway: runtime.gateway,
-    logger: log,
-    lockout: runtime.lockout,
-    ...(tls ? { tls } : {}),
-    maxBodyBytes: config.maxBodyBytes,
-    limits: {
-      maxHeaderBytes: config.maxHeaderBytes,
-      requestTimeoutMs: config.requestTimeoutMs,
-      keepAliveTimeoutMs: config.keepAliveTimeoutMs,
-      maxConnections: config.maxConnections,
-      firstRequestTimeoutMs: config.firstRequestTimeoutMs,
-    },
-    admin: { ports: runtime, token: adminToken },
-    corsOrigins: corsOriginList(config),
-  });
+  const appSettings = appOptions(config, runtime, { logger: log, adminToken });
+  const tls = appSettings.tls !== undefined;
+  const app = await buildApp(appSettings);
   await app.listen({ host: config.host, port: config.port });
   const address = app.server.address();
   const port = typeof address === "object" && address !== null ? address.port : config.port;
@@ -76,7 +61,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
       // A store that cannot be written (a full disk) still serves; the demo account waits for space.
       log.error({ err: e }, "the demo account could not be written; the gateway serves without one");
     }
-    if (demo !== undefined) console.log(banner(base, tls !== undefined, demo, adminToken === config.adminToken ? undefined : adminToken));
+    if (demo !== undefined) console.log(banner(base, tls, demo, adminToken === config.adminToken ? undefined : adminToken));
   }
 
   await new Promise<void>((resolve) => {

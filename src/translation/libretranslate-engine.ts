@@ -11,6 +11,13 @@ export interface LibreTranslateOptions {
   readonly concurrency: number;
 }
 
+export const defaultLibreTranslateOptions: Omit<LibreTranslateOptions, "url"> = {
+  apiKey: "",
+  source: "zh",
+  timeoutMs: 2000,
+  concurrency: 4,
+};
+
 /**
  * A self-hosted LibreTranslate-compatible server: every segment of one
  * response in one `POST /translate` batch, under a timeout and a cap on
@@ -22,8 +29,8 @@ export class LibreTranslateEngine implements TranslationEngine {
   private running = 0;
   private readonly waiting: (() => void)[] = [];
 
-  constructor(options: LibreTranslateOptions) {
-    this.options = options;
+  constructor(options: Partial<LibreTranslateOptions> & Pick<LibreTranslateOptions, "url">) {
+    this.options = { ...defaultLibreTranslateOptions, ...options };
   }
 
   async translate(segments: readonly string[], target: TargetLanguage, signal: AbortSignal): Promise<{ texts: string[]; partial: ReadonlySet<number> }> {

@@ -9,7 +9,7 @@ import type { Clock } from "../../src/core/clock.ts";
 import { CachedCatalogue } from "../../src/core/cached-catalogue.ts";
 import { Gateway } from "../../src/core/gateway.ts";
 import { demoExampleIds, demoRecords } from "../../src/catalogue/demo-dataset.ts";
-import { openRuntime, seedDemoCatalogue, type Runtime } from "../../src/runtime.ts";
+import { appOptions, openRuntime, seedDemoCatalogue, type Runtime } from "../../src/runtime.ts";
 import { buildApp, type AppOptions } from "../../src/transports/server/app.ts";
 import { createLogger } from "../../src/transports/server/logger.ts";
 
@@ -44,8 +44,8 @@ export async function startGateway(
   const logger = lines ? createLogger({ level: options.app?.logLevel || "info", stream: { write: (line: string) => lines.push(line) } as unknown as NodeJS.WritableStream }) : undefined;
   const runtime = openRuntime(config, { ...(options.clock ? { clock: options.clock } : {}), ...(logger ? { log: logger } : {}) });
   await seedDemoCatalogue(runtime);
-  const logging = logger ? { logger } : { logLevel: false as const };
-  const app = await buildApp({ gateway: runtime.gateway, ...logging, lockout: runtime.lockout, admin: { ports: runtime, token: adminToken }, ...options.app });
+  // The app as `serve` builds it from the same configuration; a test's own app options come last.
+  const app = await buildApp({ ...appOptions(config, runtime, { ...(logger ? { logger } : {}), adminToken }), ...(logger ? {} : { logLevel: false as const }), ...options.app });
   await app.listen({ host: "127.0.0.1", port: 0 });
   const port = (app.server.address() as { port: number }).port;
   const newAccount = (plan: Partial<AccountPlan> = {}) => {

@@ -36,7 +36,7 @@ export const defaultMeterOptions: SqliteMeterOptions = {
   onBalancesChanged: () => {},
   refusalAddressesPerDay: 10_000,
   dataDir: undefined,
-  minFreeBytes: 0,
+  minFreeBytes: 64 * 1_048_576,
   onHealth: () => {},
 };
 

@@ -43,13 +43,18 @@ export interface AppOptions {
   readonly corsOrigins?: readonly string[];
 }
 
-const defaultLimits: OnePortServerOptions = {
-  keepAliveTimeoutMs: 72_000,
-  requestTimeoutMs: 30_000,
-  http2SessionTimeoutMs: 120_000,
-  maxHeaderBytes: 16_384,
-  maxConnections: 10_000,
-  firstRequestTimeoutMs: 5000,
+/** What the app does when its options leave a setting out: the one place these defaults live. */
+export const defaultAppSettings = {
+  maxBodyBytes: 1_048_576,
+  corsOrigins: ["*"] as readonly string[],
+  limits: {
+    keepAliveTimeoutMs: 72_000,
+    requestTimeoutMs: 30_000,
+    http2SessionTimeoutMs: 120_000,
+    maxHeaderBytes: 16_384,
+    maxConnections: 10_000,
+    firstRequestTimeoutMs: 5000,
+  } satisfies OnePortServerOptions as OnePortServerOptions,
 };
 
 /**
@@ -76,9 +81,9 @@ function callerFaultReason(code: string | undefined, maxBodyBytes: number): stri
 
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const { gateway } = options;
-  const maxBodyBytes = options.maxBodyBytes ?? 1048576;
+  const maxBodyBytes = options.maxBodyBytes ?? defaultAppSettings.maxBodyBytes;
   const tls = options.tls;
-  const limits = { ...defaultLimits, ...options.limits };
+  const limits = { ...defaultAppSettings.limits, ...options.limits };
   const serverFactory: FastifyServerOptions["serverFactory"] = tls
     ? (handler) => http2.createSecureServer({ allowHTTP1: true, cert: tls.cert, key: tls.key }, handler as never) as never
     : (handler) => createOnePortServer(handler, limits) as never;
@@ -151,7 +156,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.addHook("onRequest", async (req, reply) => {
     if (req.method === "OPTIONS") reply.header("allow", legacyPaths.has(req.url.split("?")[0]!) ? legacyMethods : "GET, POST, OPTIONS");
   });
-  const corsOrigins = options.corsOrigins ?? ["*"];
+  const corsOrigins = options.corsOrigins ?? defaultAppSettings.corsOrigins;
   await app.register(fastifyCors, {
     origin: corsOrigins.length === 0 ? false : corsOrigins.includes("*") ? "*" : [...corsOrigins],
     methods: ["GET", "HEAD", "POST", "OPTIONS"],
