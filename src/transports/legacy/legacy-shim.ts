@@ -32,6 +32,21 @@ export function sendLegacy(reply: FastifyReply, outcome: Outcome, format: Legacy
   return reply.code(200).header("content-type", contentType).header("vary", "accept-encoding").send(renderLegacy(format, legacyResponse(outcome)));
 }
 
+/**
+ * A request that reached no operation, answered as a legacy status block in
+ * JSON: the one way every refusal outside an operation is written (a path
+ * that names none, a body or URL that cannot be read, an internal fault).
+ */
+export async function refuseLegacy(
+  gateway: Gateway,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  refusal: { readonly code: ErrorCode; readonly reason: string; readonly apiType?: string; readonly cause?: unknown },
+): Promise<FastifyReply> {
+  const outcome = await gateway.refuse(refusal.code, refusal.apiType ?? "", refusal.reason, { clientIp: req.ip, transport: "legacy" }, refusal.cause);
+  return sendLegacy(reply, outcome, "json");
+}
+
 function unroutableReason(catalogue: string, apiName: string): string {
   const known = unspecifiedApiNames.includes(apiName) ? `${apiName} is not available on this gateway` : `no operation ${catalogue}/${apiName}`;
   return `${known}; operations: ${operationList}`;
@@ -43,9 +58,23 @@ function unroutableReason(catalogue: string, apiName: string): string {
  * the trailing slash, on the paths the proto annotations declare. Each
  * request is one call of the same core the RPCs use; the answer is rendered
  * in the `result_type` asked for and compressed as `Accept-Encoding` allows.
+ *
+ * Installed on the root app, before CORS: an OPTIONS request learns from
+ * `Allow` what each path takes (CORS answers the request itself), and any
+ * request no route serves gets a 4010 status block.
  */
-export function legacyShim(gateway: Gateway) {
-  return async function plugin(app: FastifyInstance): Promise<void> {
+export function installLegacyShim(root: FastifyInstance, gateway: Gateway): void {
+  const legacyPaths = new Set(operations.flatMap((op) => [op.path, op.path.replace(/\/$/, "")]));
+  root.addHook("onRequest", async (req, reply) => {
+    if (req.method === "OPTIONS") reply.header("allow", legacyPaths.has(req.url.split("?")[0]!) ? legacyMethods : "GET, POST, OPTIONS");
+  });
+  root.setNotFoundHandler(async (req, reply) => {
+    const path = req.url.split("?")[0]!.slice(0, 200);
+    const reason = `${req.method} ${path} is not an operation of this gateway; operations: ${operationList}`;
+    return refuseLegacy(gateway, req, reply, { code: ErrorCode.API_NOT_FOUND, reason, apiType: path.split("/")[1] ?? "" });
+  });
+  // Encapsulated, so its compression and body parsers touch only the legacy paths.
+  void root.register(async function legacyRoutes(app: FastifyInstance): Promise<void> {
     await app.register(fastifyCompress, { encodings: ["br", "gzip", "deflate"], threshold: 0 });
     // A body is JSON or a form; Fastify's text/plain parser would let other text through.
     app.removeContentTypeParser("text/plain");
@@ -81,20 +110,9 @@ export function legacyShim(gateway: Gateway) {
 
     const unroutable = async (req: FastifyRequest, reply: FastifyReply) => {
       const { catalogue, apiName } = req.params as { catalogue: string; apiName: string };
-      const outcome = await gateway.refuse(ErrorCode.API_NOT_FOUND, catalogue, unroutableReason(catalogue, apiName), { clientIp: req.ip, transport: "legacy" });
-      return sendLegacy(reply, outcome, "json");
+      return refuseLegacy(gateway, req, reply, { code: ErrorCode.API_NOT_FOUND, reason: unroutableReason(catalogue, apiName), apiType: catalogue });
     };
     app.get("/:catalogue/:apiName/", unroutable);
     app.post("/:catalogue/:apiName/", unroutable);
-  };
-}
-
-/** Any request no route serves: a 4010 status block, so every answer has one. */
-export function unroutableHandler(gateway: Gateway) {
-  return async (req: FastifyRequest, reply: FastifyReply) => {
-    const path = req.url.split("?")[0]!.slice(0, 200);
-    const reason = `${req.method} ${path} is not an operation of this gateway; operations: ${operationList}`;
-    const outcome = await gateway.refuse(ErrorCode.API_NOT_FOUND, path.split("/")[1] ?? "", reason, { clientIp: req.ip, transport: "legacy" });
-    return sendLegacy(reply, outcome, "json");
-  };
+  });
 }

@@ -1,0 +1,51 @@
+import http, { type ServerResponse } from "node:http";
+import type { Socket } from "node:net";
+import type { Gateway } from "../../core/gateway.ts";
+import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
+import { legacyFormats } from "../../render/legacy-formats.ts";
+import { legacyResponse } from "../../render/legacy-response.ts";
+import type { OnePortServerOptions } from "./one-port-server.ts";
+
+/**
+ * Fastify's `clientErrorHandler`: a request the HTTP parser refuses (bad
+ * syntax, headers too large, a client too slow) still gets a legacy status
+ * block, recorded like any refusal, written straight to the socket when no
+ * response exists yet.
+ */
+export function clientErrorHandler(gateway: Gateway, limits: Pick<OnePortServerOptions, "maxHeaderBytes" | "requestTimeoutMs">) {
+  return (error: Error & { code?: string }, socket: Socket): void => {
+    if (!socket.writable) return;
+    // The head was read and a handler owns the answer (the fault is in the body,
+    // e.g. cut short): once that answer has started, let it finish, then close.
+    const answering = (socket as unknown as { _httpMessage?: ServerResponse })._httpMessage;
+    if (answering?.headersSent) {
+      if (answering.writableFinished) socket.end();
+      else answering.once("finish", () => socket.end());
+      return;
+    }
+    // Otherwise the answer is ours; keep Node from ending the socket when a
+    // half-closing client's FIN arrives while the refusal is being recorded.
+    socket.removeAllListeners("end");
+    const code = error.code === "ERR_HTTP_REQUEST_TIMEOUT" ? ErrorCode.TIMEOUT : ErrorCode.PARAM_ERROR;
+    const [status, reason] =
+      error.code === "HPE_HEADER_OVERFLOW"
+        ? [431, `the request line and headers are larger than ${limits.maxHeaderBytes} bytes`]
+        : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
+          ? [408, `the request was not sent within ${limits.requestTimeoutMs} ms`]
+          : [400, answering ? "the request body is not complete" : "the request is not valid HTTP"];
+    void gateway.refuse(code, "", reason, { clientIp: socket.remoteAddress ?? "", transport: "legacy" }).then(
+      (outcome) => {
+        const body = Buffer.from(legacyFormats.json.render(legacyResponse(outcome)));
+        const headers = { "content-type": "application/json; charset=utf-8", "content-length": String(body.length), connection: "close" };
+        if (answering !== undefined && !answering.headersSent) {
+          answering.writeHead(status, headers).end(body);
+          answering.once("finish", () => socket.end());
+        } else if (answering === undefined) {
+          const head = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join("");
+          socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\n${head}\r\n`), body]));
+        }
+      },
+      () => socket.destroy(),
+    );
+  };
+}
