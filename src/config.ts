@@ -1,6 +1,5 @@
 import { readFileSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
-import { operations } from "./contract/operations.ts";
 import { defaultAddressLockoutOptions } from "./core/address-lockout.ts";
 import { defaultAuthenticationOptions } from "./core/authentication.ts";
 import { defaultCachePolicy } from "./core/cached-catalogue.ts";
@@ -10,6 +9,7 @@ import { defaultUpstreamOptions } from "./sources/upstream/upstream-source.ts";
 import { defaultCacheMaxBytes } from "./stores/embedded/memory-cache.ts";
 import { defaultMeterOptions } from "./stores/embedded/sqlite-meter.ts";
 import { defaultLibreTranslateOptions } from "./translation/libretranslate-engine.ts";
+import { catalogues, operations, operationsNamed } from "./operations/index.ts";
 import { defaultAppSettings } from "./transports/server/app.ts";
 
 /** One setting: its environment name, its default (read from the component that owns it), how it is read, and what it does. */
@@ -90,7 +90,7 @@ export const settings = {
   upstreamCatalogues: text("GATEWAY_UPSTREAM_CATALOGUES", "retail=taobao,wholesale=1688", "the provider's names for our catalogues"),
   sources: text("GATEWAY_SOURCES", "", "source per catalogue, e.g. `retail=upstream,wholesale=embedded`", { shown: "upstream if a URL is set, else embedded" }),
   cacheMaxBytes: whole("GATEWAY_CACHE_MAX_BYTES", defaultCacheMaxBytes, [0, 2 ** 40], "bytes", "memory of the response cache; 0 turns it off"),
-  cacheTtlSeconds: text("GATEWAY_CACHE_TTL_SECONDS", "", "freshness of a found answer per operation, e.g. `retail/item_get=600`; a bare api name (`item_get=60`) sets every operation of that name; 0 stores nothing", { shown: "each operation's own (600)" }),
+  cacheTtlSeconds: text("GATEWAY_CACHE_TTL_SECONDS", "", "freshness of a found answer per operation, as `<catalogue>/<api_name>=SECONDS`; a bare api name sets every operation of that name; 0 stores nothing", { shown: "each operation's own (600)" }),
   cacheNotFoundTtlSeconds: whole("GATEWAY_CACHE_NOT_FOUND_TTL_SECONDS", defaultCachePolicy.notFoundTtlSeconds, [0, 31_536_000], "seconds", "freshness of a stored 2000"),
   cacheStaleIfErrorSeconds: whole("GATEWAY_CACHE_STALE_IF_ERROR_SECONDS", defaultCachePolicy.staleIfErrorSeconds, [0, 31_536_000], "seconds", "how long an expired answer may stand in for a failing source"),
   signatureWindowSeconds: whole("GATEWAY_SIGNATURE_WINDOW_SECONDS", defaultAuthenticationOptions.signatureWindowSeconds, [1, 86_400], "seconds", "how far a signed call's dateline or timestamp may be from the server's clock"),
@@ -183,9 +183,13 @@ function crossChecks(config: GatewayConfig): string[] {
     ["cacheTtlSeconds", (v: string) => /^\d{1,8}$/.test(v)],
   ] as const) {
     try {
-      for (const [name, value] of pairList(config[k])) if (!check(value)) throw new Error(`${name}=${value}`);
+      for (const [name, value] of pairList(config[k])) {
+        if (!check(value)) throw new Error(`${name}=${value} is not valid here`);
+        const known = k === "cacheTtlSeconds" ? operationsNamed(name).length > 0 : catalogues.includes(name);
+        if (!known) throw new Error(`${name} is not ${k === "cacheTtlSeconds" ? "an operation" : "a catalogue"} of this gateway (${k === "cacheTtlSeconds" ? "operations" : "catalogues"}: ${k === "cacheTtlSeconds" ? operationIds() : catalogues.join(", ")})`);
+      }
     } catch (e) {
-      problems.push(`${where(k)}: ${(e as Error).message} is not valid here`);
+      problems.push(`${where(k)}: ${(e as Error).message}`);
     }
   }
   try {
@@ -198,7 +202,7 @@ function crossChecks(config: GatewayConfig): string[] {
   for (const origin of corsOriginList(config)) {
     if (origin !== "*" && !/^https?:\/\/[^/\s]+$/.test(origin)) problems.push(`${where("corsOrigins")}: ${JSON.stringify(origin)} is not an origin such as https://shop.example.com`);
   }
-  const upstreamUsed = catalogues().some((c) => sourceOf(config, c) === "upstream");
+  const upstreamUsed = catalogues.some((c) => sourceOf(config, c) === "upstream");
   if (upstreamUsed && config.upstreamUrl === "") problems.push("GATEWAY_SOURCES names the upstream but GATEWAY_UPSTREAM_URL is not set");
   if (upstreamUsed && (config.upstreamKey === "" || config.upstreamSecret === "")) problems.push("GATEWAY_UPSTREAM_KEY and GATEWAY_UPSTREAM_SECRET must be set to use the upstream");
   if (config.translationEngine === "libretranslate" && !/^https?:\/\//.test(config.translateUrl)) problems.push("GATEWAY_TRANSLATE_URL must be an http(s) URL to use libretranslate");
@@ -214,6 +218,10 @@ export function settingsTable(): string {
     lines.push(`| \`${s.env}\` (\`${k}\`) | ${shown} | ${s.doc} |`);
   }
   return lines.join("\n");
+}
+
+function operationIds(): string {
+  return operations.map((op) => op.id).join(", ");
 }
 
 /** The CORS origins as a list. */
@@ -244,9 +252,4 @@ export function sourceOf(config: Pick<GatewayConfig, "sources" | "upstreamUrl">,
   }
   if (named !== undefined) return named[1] === "upstream" ? "upstream" : "embedded";
   return config.upstreamUrl !== "" ? "upstream" : "embedded";
-}
-
-/** The catalogues the operations name. */
-export function catalogues(): string[] {
-  return [...new Set(operations.map((op) => op.catalogue))];
 }

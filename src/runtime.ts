@@ -2,8 +2,8 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { demoRecords } from "./catalogue/demo-dataset.ts";
 import { importRecords } from "./catalogue/catalogue-import.ts";
-import { catalogues, corsOriginList, pairList, sourceOf, type GatewayConfig } from "./config.ts";
-import { findOperation, operations, type OperationId } from "./contract/operations.ts";
+import { corsOriginList, pairList, sourceOf, type GatewayConfig } from "./config.ts";
+import { catalogues, operations, operationsNamed } from "./operations/index.ts";
 import { CachedCatalogue, defaultCachePolicy, type CachePolicy } from "./core/cached-catalogue.ts";
 import type { CatalogueSource } from "./core/catalogue-source.ts";
 import { Translator, type TranslationEngine } from "./core/translation.ts";
@@ -66,10 +66,9 @@ function translationEngine(config: GatewayConfig): TranslationEngine | undefined
 }
 
 function cachePolicy(config: GatewayConfig): CachePolicy {
-  const ttlSeconds = { ...defaultCachePolicy.ttlSeconds } as Record<OperationId, number>;
+  const ttlSeconds = new Map(defaultCachePolicy.ttlSeconds);
   for (const [name, seconds] of pairList(config.cacheTtlSeconds)) {
-    const op = findOperation(name);
-    if (op !== undefined) ttlSeconds[op.id] = Number(seconds);
+    for (const op of operationsNamed(name)) ttlSeconds.set(op.id, Number(seconds));
   }
   return { ttlSeconds, notFoundTtlSeconds: config.cacheNotFoundTtlSeconds, staleIfErrorSeconds: config.cacheStaleIfErrorSeconds };
 }
@@ -120,7 +119,7 @@ export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {})
   const switches = new SqliteOperatorSwitches(db, watch);
   const upstreams: UpstreamSource[] = [];
   const sources = new Map<string, CatalogueSource>();
-  for (const name of catalogues()) {
+  for (const name of catalogues) {
     if (sourceOf(config, name) === "embedded") {
       sources.set(name, catalogue);
       continue;
@@ -157,7 +156,7 @@ export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {})
     gateway,
     lockout,
     accounts,
-    admin: new AccountAdmin(accounts, clock),
+    admin: new AccountAdmin(accounts, clock, operations),
     meter,
     switches,
     catalogue,
@@ -172,8 +171,7 @@ export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {})
 
 /** Seeds the demo catalogue into an empty embedded store. Returns whether it did. */
 export async function seedDemoCatalogue(runtime: Runtime, clock: Clock = systemClock): Promise<boolean> {
-  const size = runtime.catalogue.size();
-  if (size.retail + size.wholesale > 0) return false;
+  if (!runtime.catalogue.empty()) return false;
   const report = await importRecords(runtime.catalogue, demoRecords(), { storedAt: Math.floor(clock.now() / 1000) });
   if (report.skipped.length > 0) throw new Error(`the demo dataset has invalid records: ${JSON.stringify(report.skipped.slice(0, 3))}`);
   return true;

@@ -6,6 +6,9 @@ import { importRecords } from "../src/catalogue/catalogue-import.ts";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { defaultConfig } from "../src/config.ts";
 import { openRuntime, type Runtime } from "../src/runtime.ts";
+import type { ItemDetail } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { retailItemGet } from "../src/operations/retail-item-get.ts";
+import { wholesaleItemSearchPeerbuy } from "../src/operations/wholesale-item-search-peerbuy.ts";
 import { runCli } from "./support/cli.ts";
 
 const [retail] = demoRecords();
@@ -50,17 +53,18 @@ describe("import", () => {
     expect(report.skipped.find((s) => s.line === 3)!.message).toMatch(/price/);
     expect(report.skipped.find((s) => s.line === 9)!.message).toMatch(/no_such_field/);
 
+    const itemGet = (num_iid: string) => runtime.catalogue.fetch(retailItemGet, { num_iid, is_promotion: "1" });
     for (const id of ["700000000001", "700000000003"]) {
-      const found = await runtime.catalogue.itemDetail(id, true);
+      const found = await itemGet(id);
       expect(found.found).toBe(true);
     }
-    const stored = await runtime.catalogue.itemDetail("700000000003", true);
-    expect(stored.found && stored.value.promoType).toBeUndefined();
+    const stored = await itemGet("700000000003");
+    expect(stored.found && (stored.value as ItemDetail).promoType).toBeUndefined();
     expect(stored.found && stored.storedAt).toBe(1_700_000_000);
-    const unobtainable = await runtime.catalogue.itemDetail("700000000005", true);
+    const unobtainable = await itemGet("700000000005");
     expect(unobtainable).toEqual({ found: false, reason: "item 700000000005 cannot be obtained" });
-    expect((await runtime.catalogue.peerViewed("710000000001", "b2b-1")).found).toBe(true);
-    expect((await runtime.catalogue.itemDetail("700000000002", true)).found).toBe(false);
+    expect((await runtime.catalogue.fetch(wholesaleItemSearchPeerbuy, { num_iid: "710000000001", sid: "b2b-1" })).found).toBe(true);
+    expect((await itemGet("700000000002")).found).toBe(false);
   });
 
   it("works from the CLI, reporting skipped lines and exiting 1", async () => {

@@ -4,7 +4,8 @@ import { tmpdir } from "node:os";
 import { delimiter, join, relative } from "node:path";
 import { describe, expect, it } from "vitest";
 import { errorCodes, fourDigits } from "../src/contract/error-codes.ts";
-import { operations, unspecifiedApiNames } from "../src/contract/operations.ts";
+import { unspecifiedApiNames } from "../src/contract/operations.ts";
+import { operations } from "../src/operations/index.ts";
 import { ErrorCode } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 
 const root = join(import.meta.dirname, "..");
@@ -33,8 +34,8 @@ describe("the contract", () => {
 
   it("takes the legacy paths from the google.api.http annotations", () => {
     expect(operations.map((op) => [op.id, op.path, op.method.name])).toEqual([
-      ["wholesale/item_search_peerbuy", "/wholesale/item_search_peerbuy/", "ItemSearchPeerbuy"],
       ["retail/item_get", "/retail/item_get/", "ItemGet"],
+      ["wholesale/item_search_peerbuy", "/wholesale/item_search_peerbuy/", "ItemSearchPeerbuy"],
     ]);
     expect(unspecifiedApiNames).toEqual(["item_search", "item_search_shop"]);
   });

@@ -244,9 +244,9 @@ describe("11.11 refusals of a known account carry the account", () => {
       // 4008: the concurrency limit of an account, on a slow source.
       const busy = gw.newAccount({ concurrency: 1 });
       const slow = gw.gatewayWith(
-        new Map([["retail", { label: "slow", itemDetail: () => new Promise((r) => setTimeout(() => r({ found: false, reason: "slow" }), 300)), peerViewed: () => Promise.reject(new Error("unused")) }]]),
+        new Map([["retail", { label: "slow", fetch: () => new Promise((r) => setTimeout(() => r({ found: false, reason: "slow" }), 300)) }]]),
       );
-      const { operationById } = await import("../src/contract/operations.ts");
+      const { operationById } = await import("../src/operations/index.ts");
       const op = operationById.get("retail/item_get")!;
       const input = { args: { num_iid: "1" }, credentials: { key: busy.key, secret: busy.secret }, transport: "legacy" as const, clientIp: "127.0.0.1" };
       const [, second] = await Promise.all([slow.call(op, input), new Promise((r) => setTimeout(r, 50)).then(() => slow.call(op, input))]);

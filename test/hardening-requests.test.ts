@@ -10,6 +10,7 @@ import { GatewayError } from "../src/core/gateway-error.ts";
 import { AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { CacheMode, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { retailItemGet } from "../src/operations/retail-item-get.ts";
 import { UpstreamSource } from "../src/sources/upstream/upstream-source.ts";
 import { FakeUpstream } from "./support/fake-upstream.ts";
 import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
@@ -34,7 +35,7 @@ describe("11.5 upstream bodies have a size cap", () => {
     const source = new UpstreamSource({ url: upstream.url, catalogue: "taobao", key: "k", secret: "s", maxBodyBytes: 1048576, maxAttempts: 1 });
     try {
       upstream.script = () => ({ kind: "normal", padBytes: 24 * 1048576 });
-      const error = await source.itemDetail(demo.retailNumIid, false).then(
+      const error = await source.fetch(retailItemGet, { num_iid: demo.retailNumIid, is_promotion: "" }).then(
         () => undefined,
         (e: unknown) => e,
       );
@@ -46,7 +47,7 @@ describe("11.5 upstream bodies have a size cap", () => {
       expect(upstream.bytesWritten).toBeLessThan(12 * 1048576);
       // Under the cap, the same item is served.
       upstream.script = () => ({ kind: "normal", padBytes: 100_000 });
-      expect((await source.itemDetail(demo.retailNumIid, false)).found).toBe(true);
+      expect((await source.fetch(retailItemGet, { num_iid: demo.retailNumIid, is_promotion: "" })).found).toBe(true);
     } finally {
       await source.close();
       await upstream.stop();

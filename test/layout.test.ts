@@ -1,6 +1,7 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { describe, expect, it } from "vitest";
+import { operations } from "../src/operations/index.ts";
 
 /**
  * The layout's rules, read off the source (STYLE.md): contract, core,
@@ -34,5 +35,14 @@ describe("the layout", () => {
 
   it("the client helpers run in a browser: no Node built-ins, nothing of the server", () => {
     expect(offending("client", (s) => s.startsWith("node:") || /\/(core|transports|stores|sources|cli)\//.test(s))).toEqual([]);
+  });
+
+  it("no source file outside src/operations (and generated code) names an operation", () => {
+    // An operation is named by its id, its legacy path or its RPC's full name; the descriptor table is the one place for them.
+    const names = operations.flatMap((op) => [op.id, op.path, `${op.service.typeName}/${op.method.name}`, `${op.service.name}/${op.method.name}`]);
+    const found = sources(".")
+      .filter(({ path }) => !path.startsWith("operations/") && !path.startsWith("gen/"))
+      .flatMap(({ path, text }) => names.filter((name) => text.includes(name)).map((name) => `${path} names ${name}`));
+    expect(found).toEqual([]);
   });
 });

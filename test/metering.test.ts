@@ -2,7 +2,7 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { CatalogueSource } from "../src/core/catalogue-source.ts";
-import { operationById } from "../src/contract/operations.ts";
+import { operationById } from "../src/operations/index.ts";
 import { parseMoney } from "../src/core/money.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
@@ -20,13 +20,12 @@ function delayed(ms: number, onEnter = () => {}, onLeave = () => {}): CatalogueS
   const real: CatalogueSource = gw.runtime.catalogue;
   return {
     label: "delayed",
-    itemDetail: async (id, promo, signal) => {
+    fetch: async (op, args, signal) => {
       onEnter();
       await new Promise((r) => setTimeout(r, ms));
       onLeave();
-      return real.itemDetail(id, promo, signal);
+      return real.fetch(op, args, signal);
     },
-    peerViewed: (id, sid, signal) => real.peerViewed(id, sid, signal),
   };
 }
 
@@ -92,7 +91,7 @@ describe("daily maximum", () => {
     const outcomes = await Promise.all(
       Array.from({ length: 4 * max }, () => gw.runtime.gateway.call(op, { args: { num_iid: demo.retailNumIid }, credentials: a, transport: "connect", clientIp: "127.0.0.1" })),
     );
-    expect(outcomes.filter((o) => o.kind === "item-detail")).toHaveLength(max);
+    expect(outcomes.filter((o) => o.kind === "success")).toHaveLength(max);
     expect(outcomes.filter((o) => o.status.errorCode === 4013)).toHaveLength(3 * max);
   });
 
@@ -169,7 +168,7 @@ describe("concurrency limit", () => {
       await new Promise((r) => setTimeout(r, 250));
       expect(await Promise.all(Array.from({ length: n }, () => legacyGet(base, "/retail/item_get/", item(a)).then((r) => r.json.error_code)))).toEqual(Array(n).fill("0000"));
       // Slots are released on failures too.
-      const failing = gw.gatewayWith(new Map([["retail", { ...slow, itemDetail: () => Promise.reject(new Error("boom")) }]]));
+      const failing = gw.gatewayWith(new Map([["retail", { ...slow, fetch: () => Promise.reject(new Error("boom")) }]]));
       const op = operationById.get("retail/item_get")!;
       for (let i = 0; i < 2 * n; i++) {
         const out = await failing.call(op, { args: { num_iid: "1" }, credentials: a, transport: "legacy", clientIp: "127.0.0.1" });

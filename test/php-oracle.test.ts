@@ -7,7 +7,7 @@ import { XMLParser } from "fast-xml-parser";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { errorCodes } from "../src/contract/error-codes.ts";
-import { operationById } from "../src/contract/operations.ts";
+import { operationById } from "../src/operations/index.ts";
 import type { CallInput } from "../src/core/gateway.ts";
 import { legacyFormats, renderLegacy, type LegacyFormatName } from "../src/render/legacy-formats.ts";
 import { legacyResponse } from "../src/render/legacy-response.ts";

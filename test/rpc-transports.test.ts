@@ -8,6 +8,7 @@ import type { CatalogueSource } from "../src/core/catalogue-source.ts";
 import { ItemGetRequestSchema, ItemGetResponseSchema, RetailService, type ItemGetResponse } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { ErrorCode, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { WholesaleService } from "../src/gen/gateway/catalogue/v1/wholesale_pb.js";
+import { operations } from "../src/operations/index.ts";
 import { catalogueRoutes } from "../src/transports/connect/catalogue-services.ts";
 import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
@@ -118,12 +119,11 @@ describe("handlers alone (in-memory router transport)", () => {
   it("a source that throws answers 4000 Internal without leaking the cause", async () => {
     const failing: CatalogueSource = {
       label: "broken",
-      itemDetail: () => Promise.reject(new Error("disk on fire at /var/secret/path")),
-      peerViewed: () => Promise.reject(new Error("disk on fire")),
+      fetch: () => Promise.reject(new Error("disk on fire at /var/secret/path")),
     };
     const logged: unknown[] = [];
     const core = gw.gatewayWith(new Map([["retail", failing], ["wholesale", failing]]), { error: (obj) => logged.push(obj) });
-    const client = createClient(RetailService, createRouterTransport(catalogueRoutes(core)));
+    const client = createClient(RetailService, createRouterTransport(catalogueRoutes(core, operations)));
     const err = await client.itemGet({ numIid: "1" }, { headers }).then(() => undefined, ConnectError.from);
     expect(err?.code).toBe(Code.Internal);
     const status = err?.findDetails(StatusBlockSchema)[0];

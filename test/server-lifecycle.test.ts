@@ -23,11 +23,10 @@ function slowGateway(delayMs: number) {
   const real: CatalogueSource = gw.runtime.catalogue;
   const slow: CatalogueSource = {
     label: "slow",
-    itemDetail: async (id, promo, signal) => {
+    fetch: async (op, args, signal) => {
       await new Promise((r) => setTimeout(r, delayMs));
-      return real.itemDetail(id, promo, signal);
+      return real.fetch(op, args, signal);
     },
-    peerViewed: (id, sid, signal) => real.peerViewed(id, sid, signal),
   };
   return gw.gatewayWith(new Map([["retail", slow]]));
 }

@@ -8,6 +8,9 @@ import { clone } from "@bufbuild/protobuf";
 import { ItemDetailSchema, RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { Lang } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { GlossaryEngine } from "../src/translation/glossary-engine.ts";
+import type { ItemDetail } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { itemDetailRecord } from "../src/operations/item-detail.ts";
+import { retailItemGet } from "../src/operations/retail-item-get.ts";
 import { FakeUpstream } from "./support/fake-upstream.ts";
 import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
@@ -74,9 +77,10 @@ describe("translated item detail (glossary, the embedded default)", () => {
   });
 
   it("says partial when the glossary cannot cover a text, and leaves that text as it was", async () => {
-    const found = await gw.runtime.catalogue.itemDetail(demo.retailNumIid, true);
+    const found = await gw.runtime.catalogue.fetch(retailItemGet, { num_iid: demo.retailNumIid, is_promotion: "1" });
     if (!found.found) throw new Error("the demo item is missing");
-    gw.runtime.catalogue.storeItemDetail(clone(ItemDetailSchema, { ...found.value, numIid: "700000000777", title: "神秘面纱连衣裙" }), true, 1);
+    const record = clone(ItemDetailSchema, { ...(found.value as ItemDetail), numIid: "700000000777", title: "神秘面纱连衣裙" });
+    gw.runtime.catalogue.store({ kind: itemDetailRecord, catalogue: "retail", key: record.numIid, record, obtainable: true }, 1);
     const r = await get("700000000777", "en");
     expect(r.translate_status).toBe("partial");
     expect((r.item as Item).title).toBe("神秘面纱 dress");

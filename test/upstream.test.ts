@@ -5,6 +5,7 @@ import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { legacySign, legacySigningKey } from "../src/core/legacy-signature.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { retailItemGet } from "../src/operations/retail-item-get.ts";
 import { UpstreamSource } from "../src/sources/upstream/upstream-source.ts";
 import { FakeUpstream, type Behaviour } from "./support/fake-upstream.ts";
 import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
@@ -114,7 +115,7 @@ describe("the upstream source", () => {
     const url = closed.url;
     await closed.stop();
     const source = new UpstreamSource({ url, catalogue: "taobao", key: upstreamKey, secret: upstreamSecret, attemptTimeoutMs: 300, deadlineMs: 1000 });
-    const err = await source.itemDetail("1", false).then(() => undefined, (e: Error & { code?: number }) => e);
+    const err = await source.fetch(retailItemGet, { num_iid: "1", is_promotion: "" }).then(() => undefined, (e: Error & { code?: number }) => e);
     expect(err?.code).toBe(4001);
     await source.close();
     scripted({ kind: "reset" });
@@ -132,7 +133,7 @@ describe("signed upstream calls", () => {
     const source = new UpstreamSource({ url: upstream.url, catalogue: "taobao", key: upstreamKey, secret: upstreamSecret, signing: "md5", now: () => Date.parse("2026-11-22T01:02:03Z") });
     scripted({ kind: "normal" });
     const before = upstream.requests.length;
-    const answer = await source.itemDetail(demo.retailNumIid, true);
+    const answer = await source.fetch(retailItemGet, { num_iid: demo.retailNumIid, is_promotion: "1" });
     expect(answer.found).toBe(true);
     const q = Object.fromEntries(upstream.requests[before]!.query);
     expect(q.secret).toBeUndefined();
@@ -149,7 +150,7 @@ describe("resilience", () => {
     scripted({ kind: "status", status: 503 });
     const source = new UpstreamSource({ url: upstream.url, catalogue: "taobao", key: upstreamKey, secret: upstreamSecret, breakerThreshold: 0.99, breakerMinimumRps: 1e9 });
     const before = upstream.requests.length;
-    for (let i = 0; i < 50; i++) await source.itemDetail("1", false).catch(() => undefined);
+    for (let i = 0; i < 50; i++) await source.fetch(retailItemGet, { num_iid: "1", is_promotion: "" }).catch(() => undefined);
     const made = upstream.requests.length - before;
     expect(made).toBeGreaterThan(50);
     expect(made).toBeLessThanOrEqual(50 * 1.2 + 2);
@@ -163,10 +164,10 @@ describe("resilience", () => {
       url: upstream.url, catalogue: "taobao", key: upstreamKey, secret: upstreamSecret,
       breakerThreshold: 0.5, breakerWindowMs: 1000, breakerMinimumRps: 1, breakerHalfOpenAfterMs: 300,
     });
-    for (let i = 0; i < 10; i++) await source.itemDetail("1", false).catch(() => undefined);
+    for (let i = 0; i < 10; i++) await source.fetch(retailItemGet, { num_iid: "1", is_promotion: "" }).catch(() => undefined);
     const before = upstream.requests.length;
     const started = performance.now();
-    const open = await source.itemDetail("1", false).then(() => undefined, (e: Error & { code?: number }) => e);
+    const open = await source.fetch(retailItemGet, { num_iid: "1", is_promotion: "" }).then(() => undefined, (e: Error & { code?: number }) => e);
     expect(open?.code).toBe(4002);
     expect(open?.message).toContain("held back");
     expect(upstream.requests.length).toBe(before);
@@ -174,8 +175,8 @@ describe("resilience", () => {
     expect(performance.now() - started).toBeLessThan(1000);
     scripted({ kind: "normal" });
     await new Promise((r) => setTimeout(r, 350));
-    expect((await source.itemDetail(demo.retailNumIid, false)).found).toBe(true);
-    expect((await source.itemDetail(demo.retailNumIid, false)).found).toBe(true);
+    expect((await source.fetch(retailItemGet, { num_iid: demo.retailNumIid, is_promotion: "" })).found).toBe(true);
+    expect((await source.fetch(retailItemGet, { num_iid: demo.retailNumIid, is_promotion: "" })).found).toBe(true);
     await source.close();
   });
 });

@@ -35,10 +35,7 @@ export async function importRecords(
   let batch: ReturnType<typeof readCatalogueRecord>[] = [];
   const flush = () => {
     catalogue.transaction(() => {
-      for (const r of batch) {
-        if (r.kind === "item_detail") catalogue.storeItemDetail(r.item, r.obtainable, options.storedAt);
-        else catalogue.storePeerViewed(r.numIid, r.sid, r.items, options.storedAt);
-      }
+      for (const r of batch) catalogue.store(r, options.storedAt);
     });
     imported += batch.length;
     batch = [];

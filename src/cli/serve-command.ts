@@ -1,32 +1,51 @@
 import { randomBytes } from "node:crypto";
-import { demoExampleIds } from "../catalogue/demo-dataset.ts";
+import { demoRecords } from "../catalogue/demo-dataset.ts";
+import type { Operation } from "../core/operation.ts";
+import { operations } from "../operations/index.ts";
 import type { GatewayConfig } from "../config.ts";
 import { appOptions, demoAccount, openRuntime, seedDemoCatalogue } from "../runtime.ts";
 import { credentialHeaders } from "../transports/credentials.ts";
 import { buildApp } from "../transports/server/app.ts";
 import { createLogger } from "../transports/server/logger.ts";
 
+/** The request's JSON body for a call of `op` with `args` (proto JSON names). */
+function jsonBody(op: Operation, args: Readonly<Record<string, string>>): string {
+  const body: Record<string, string> = {};
+  for (const [name, value] of Object.entries(args)) body[op.method.input.fields.find((f) => f.name === name)!.jsonName] = value;
+  return JSON.stringify(body);
+}
+
+/** Ready-to-paste calls of every operation, with the demo account and an example from the demo catalogue. */
 function banner(base: string, tls: boolean, demo: { key: string; secret: string }, adminToken: string | undefined): string {
-  const ids = demoExampleIds();
+  const lines = demoRecords();
+  const examples = operations.flatMap((op) => {
+    const args = op.example(lines);
+    return args === undefined ? [] : [{ op, args }];
+  });
   const auth = `key=${demo.key}&secret=${demo.secret}`;
   const h2 = tls ? "--http2" : "--http2-prior-knowledge";
+  const headers = `-H '${credentialHeaders.key}: ${demo.key}' -H '${credentialHeaders.secret}: ${demo.secret}'`;
+  const rpcPath = (op: Operation) => `${base}/${op.service.typeName}/${op.method.name}`;
+  const first = examples[0];
   return [
     "",
     `Demo account   key: ${demo.key}   secret: ${demo.secret}`,
     "(the demo secret is replaced on every start)",
     "",
     "Legacy query-string calls:",
-    `  curl '${base}/retail/item_get/?${auth}&num_iid=${ids.retailNumIid}&is_promotion=1'`,
-    `  curl '${base}/wholesale/item_search_peerbuy/?${auth}&num_iid=${ids.wholesaleNumIid}&sid=${ids.wholesaleSid}'`,
+    ...examples.map(({ op, args }) => `  curl '${base}${op.path}?${auth}&${new URLSearchParams(args)}'`),
     "",
     "Connect (JSON over HTTP/1.1):",
-    `  curl -H 'content-type: application/json' -H '${credentialHeaders.key}: ${demo.key}' -H '${credentialHeaders.secret}: ${demo.secret}' \\`,
-    `    -d '{"numIid":"${ids.retailNumIid}","isPromotion":"1"}' ${base}/gateway.catalogue.v1.RetailService/ItemGet`,
+    ...examples.flatMap(({ op, args }) => [`  curl -H 'content-type: application/json' ${headers} \\`, `    -d '${jsonBody(op, args)}' ${rpcPath(op)}`]),
     "",
-    "gRPC (HTTP/2 on the same port):",
-    `  npx buf curl --protocol grpc ${h2} --schema . -H '${credentialHeaders.key}: ${demo.key}' -H '${credentialHeaders.secret}: ${demo.secret}' \\`,
-    `    -d '{"numIid":"${ids.wholesaleNumIid}","sid":"${ids.wholesaleSid}"}' ${base}/gateway.catalogue.v1.WholesaleService/ItemSearchPeerbuy`,
-    "",
+    ...(first === undefined
+      ? []
+      : [
+          "gRPC (HTTP/2 on the same port):",
+          `  npx buf curl --protocol grpc ${h2} --schema . ${headers} \\`,
+          `    -d '${jsonBody(first.op, first.args)}' ${rpcPath(first.op)}`,
+          "",
+        ]),
     ...(adminToken === undefined
       ? []
       : [

@@ -1,7 +1,5 @@
-import { getOption, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import { getOption, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import { http } from "../gen/google/api/annotations_pb.js";
-import { RetailService } from "../gen/gateway/catalogue/v1/retail_pb.js";
-import { WholesaleService } from "../gen/gateway/catalogue/v1/wholesale_pb.js";
 
 /** One argument of an operation: a string field of its request message. */
 export interface OperationArg {
@@ -14,9 +12,11 @@ export interface OperationArg {
   readonly maxLength: number;
 }
 
-export type OperationId = "wholesale/item_search_peerbuy" | "retail/item_get";
+/** `<catalogue>/<api_name>`, read from the method's legacy path. */
+export type OperationId = string;
 
-export interface Operation {
+/** What the proto contract says of an operation: its RPC, its legacy path, its arguments and the shape of its answer. */
+export interface OperationContract {
   readonly id: OperationId;
   /** First path segment, reported as `api_type`. */
   readonly catalogue: string;
@@ -28,11 +28,17 @@ export interface Operation {
   readonly method: DescMethod;
   /** The operation's own arguments, in echo order (`call_args`). */
   readonly args: readonly OperationArg[];
+  /** The response's `item` field: one record, or a list of records, of this message. */
+  readonly item: { readonly message: DescMessage; readonly list: boolean };
 }
 
-const numIid: OperationArg = { name: "num_iid", required: true, accepts: "numeric", maxLength: 20 };
-
-function define(service: DescService, methodName: string, args: OperationArg[]): Operation {
+/**
+ * An operation's contract, read from its proto method: the legacy path from
+ * the `google.api.http` annotation, each argument checked against a string
+ * field of the request, and the answer's `item` field. Throws when the proto
+ * does not fit, so a wrong declaration fails at start, not on a call.
+ */
+export function operationContract(service: DescService, methodName: string, args: readonly OperationArg[]): OperationContract {
   const method = service.methods.find((m) => m.name === methodName);
   if (method === undefined) throw new Error(`${service.typeName} has no method ${methodName}`);
   const path = getOption(method, http).pattern;
@@ -43,21 +49,21 @@ function define(service: DescService, methodName: string, args: OperationArg[]):
     const field = method.input.fields.find((f) => f.name === arg.name);
     if (field?.fieldKind !== "scalar") throw new Error(`${method.input.typeName} has no scalar field ${arg.name}`);
   }
-  return { id: `${catalogue}/${apiName}` as OperationId, catalogue, apiName, path: path.value, service, method, args };
+  for (const name of ["cache", "lang"]) {
+    if (method.input.fields.find((f) => f.name === name)?.fieldKind !== "enum") throw new Error(`${method.input.typeName} needs the common field ${name}`);
+  }
+  const item = method.output.fields.find((f) => f.name === "item");
+  const status = method.output.fields.find((f) => f.name === "status");
+  if (status?.fieldKind !== "message") throw new Error(`${method.output.typeName} needs a status field`);
+  const shape =
+    item?.fieldKind === "message"
+      ? { message: item.message, list: false }
+      : item?.fieldKind === "list" && item.listKind === "message"
+        ? { message: item.message, list: true }
+        : undefined;
+  if (shape === undefined) throw new Error(`${method.output.typeName} needs an item field holding a message or a list of messages`);
+  return { id: `${catalogue}/${apiName}`, catalogue, apiName, path: path.value, service, method, args, item: shape };
 }
-
-/** Every operation the gateway serves. */
-export const operations: readonly Operation[] = [
-  define(WholesaleService, "ItemSearchPeerbuy", [numIid, { name: "sid", required: true, accepts: "token", maxLength: 64 }]),
-  define(RetailService, "ItemGet", [numIid, { name: "is_promotion", required: false, accepts: ["", "0", "1"], maxLength: 1 }]),
-];
-
-export const operationById: ReadonlyMap<string, Operation> = new Map(operations.map((op) => [op.id, op]));
 
 /** `api_name` values the spec lists without specifying them: they answer 4010. */
 export const unspecifiedApiNames: readonly string[] = ["item_search", "item_search_shop"];
-
-/** Finds an operation by a full id (`retail/item_get`) or a bare api name (`item_get`). */
-export function findOperation(name: string): Operation | undefined {
-  return operationById.get(name) ?? operations.find((op) => op.apiName === name);
-}

@@ -1,4 +1,4 @@
-import { operations, type OperationId } from "../contract/operations.ts";
+import type { OperationContract, OperationId } from "../contract/operations.ts";
 import { newKey, newSecret, sealSecret, type Account, type AccountStore, type OperationState } from "./accounts.ts";
 import { assertTimeZone, dayOf, type Clock } from "./clock.ts";
 import { formatMoney, type Micros } from "./money.ts";
@@ -21,7 +21,8 @@ export interface AccountPlan {
   operations: OperationId[];
 }
 
-export const defaultPlan: AccountPlan = {
+/** The plan's defaults; a new account gets every operation unless told otherwise. */
+export const defaultPlan: Omit<AccountPlan, "operations"> = {
   name: "",
   dailyMax: 10000,
   concurrency: 20,
@@ -29,7 +30,6 @@ export const defaultPlan: AccountPlan = {
   prices: new Map(),
   expires: "",
   zone: "Asia/Shanghai",
-  operations: operations.map((op) => op.id),
 };
 
 const isoDay = /^\d{4}-\d{2}-\d{2}$/;
@@ -70,15 +70,18 @@ function checkLimits(p: Pick<AccountPlan, "dailyMax" | "concurrency" | "expires"
 export class AccountAdmin {
   private readonly store: AccountStore;
   private readonly clock: Clock;
+  private readonly operations: readonly OperationContract[];
 
-  constructor(store: AccountStore, clock: Clock) {
+  /** `operations`: every operation the gateway serves (what accounts may be given). */
+  constructor(store: AccountStore, clock: Clock, operations: readonly OperationContract[]) {
     this.store = store;
     this.clock = clock;
+    this.operations = operations;
   }
 
   /** Creates an account; the secret is returned once and only its hash is kept. */
   create(plan: Partial<AccountPlan> = {}): { account: Account; secret: string } {
-    const p = { ...defaultPlan, ...plan };
+    const p: AccountPlan = { ...defaultPlan, operations: this.operations.map((op) => op.id), ...plan };
     checkLimits(p);
     let expires = p.expires;
     if (expires === "") {
@@ -86,8 +89,8 @@ export class AccountAdmin {
       d.setUTCFullYear(d.getUTCFullYear() + 1);
       expires = d.toISOString().slice(0, 10);
     }
-    for (const id of p.operations) this.operation(id);
-    for (const id of p.prices.keys()) this.operation(id);
+    const operations = p.operations.map((name) => this.operation(name));
+    const prices = new Map([...p.prices].map(([name, price]) => [this.operation(name), price]));
     if (p.balance !== undefined && p.balance < 0n) throw new AccountAdminError("the opening balance cannot be negative");
     const secret = newSecret();
     const account: Account = {
@@ -95,11 +98,11 @@ export class AccountAdmin {
       name: p.name,
       ...sealSecret(secret),
       status: "active",
-      operations: new Map(p.operations.map((id) => [id, "enabled" as OperationState])),
+      operations: new Map(operations.map((id) => [id, "enabled" as OperationState])),
       dailyMax: p.dailyMax,
       concurrency: p.concurrency,
       balance: p.balance,
-      prices: new Map(p.prices),
+      prices,
       expires,
       zone: p.zone,
       createdAt: this.clock.now(),
@@ -166,9 +169,19 @@ export class AccountAdmin {
     return secret;
   }
 
+  /**
+   * The operation an operator names: its full id (`<catalogue>/<api_name>`),
+   * or its bare api name when only one operation has it. A name that fits
+   * several is refused rather than guessed: enabling or pricing the wrong
+   * one bills the wrong thing.
+   */
   operation(name: string): OperationId {
-    const op = operations.find((o) => o.id === name || o.apiName === name);
-    if (op === undefined) throw new AccountAdminError(`no operation ${name}; operations: ${operations.map((o) => o.id).join(", ")}`);
-    return op.id;
+    const exact = this.operations.find((o) => o.id === name);
+    if (exact !== undefined) return exact.id;
+    const named = this.operations.filter((o) => o.apiName === name);
+    if (named.length === 1) return named[0]!.id;
+    const all = this.operations.map((o) => o.id).join(", ");
+    if (named.length > 1) throw new AccountAdminError(`${name} names ${named.length} operations (${named.map((o) => o.id).join(", ")}); give the full id`);
+    throw new AccountAdminError(`no operation ${name}; operations: ${all}`);
   }
 }

@@ -1,6 +1,6 @@
 import { createHmac } from "node:crypto";
 import { canonicalString, signatureScheme } from "../contract/browser-signature.ts";
-import type { Operation } from "../contract/operations.ts";
+import type { OperationContract as Operation } from "../contract/operations.ts";
 import { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 import { sameHex, secretMatches, type Account, type AccountStore } from "./accounts.ts";
 import { dayOf, zonedTimeToEpoch } from "./clock.ts";

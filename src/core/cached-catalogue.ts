@@ -1,16 +1,15 @@
-import { toBinary } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { createHash } from "node:crypto";
-import type { Operation, OperationId } from "../contract/operations.ts";
-import { ItemDetailSchema, type ItemDetail } from "../gen/gateway/catalogue/v1/retail_pb.js";
-import { PeerViewedItemSchema, type PeerViewedItem } from "../gen/gateway/catalogue/v1/wholesale_pb.js";
+import type { OperationId } from "../contract/operations.ts";
 import type { CatalogueSource, Found, NotFound } from "./catalogue-source.ts";
+import type { Args, Operation } from "./operation.ts";
 import { GatewayError } from "./gateway-error.ts";
 import type { CacheEntry, ResponseCache } from "./response-cache.ts";
 import type { TargetLanguage, TranslationReport, Translator } from "./translation.ts";
 
 export interface CachePolicy {
-  /** How long a found answer is fresh, per operation, in seconds. */
-  readonly ttlSeconds: Readonly<Record<OperationId, number>>;
+  /** How long a found answer is fresh, per operation, in seconds, where it is not the operation's own `ttlSeconds`. */
+  readonly ttlSeconds: ReadonlyMap<OperationId, number>;
   /** How long a stored "no result" (2000) is fresh. */
   readonly notFoundTtlSeconds: number;
   /** How long past its freshness an answer may stand in for a failing source. */
@@ -18,14 +17,14 @@ export interface CachePolicy {
 }
 
 export const defaultCachePolicy: CachePolicy = {
-  ttlSeconds: { "retail/item_get": 600, "wholesale/item_search_peerbuy": 600 },
+  ttlSeconds: new Map(),
   notFoundTtlSeconds: 60,
   staleIfErrorSeconds: 86_400,
 };
 
 /** What the core learns from asking for an answer. */
 export interface Answered {
-  readonly answer: Found<ItemDetail> | Found<PeerViewedItem[]> | NotFound;
+  readonly answer: Found | NotFound;
   /** Served from the cache (fresh, or stale in place of a failing source). */
   readonly fromCache: boolean;
   /** The entry's memo for renderers, when the answer is a stored one. */
@@ -34,20 +33,10 @@ export interface Answered {
   readonly translation?: TranslationReport | undefined;
 }
 
-type Fetch = (source: CatalogueSource, args: Record<string, string>, signal: AbortSignal) => Promise<Found<unknown> | NotFound>;
-
-const fetchers: Record<OperationId, Fetch> = {
-  "retail/item_get": (source, args, signal) => source.itemDetail(args.num_iid!, args.is_promotion === "1", signal),
-  "wholesale/item_search_peerbuy": (source, args, signal) => source.peerViewed(args.num_iid!, args.sid!, signal),
-};
-
-function approximateBytes(operation: OperationId, value: unknown, reason: string): number {
+/** Approximate bytes an entry holds: the answer's wire size, several times over for its decoded form and renderings. */
+function approximateBytes(operation: Operation, value: unknown, reason: string): number {
   if (value === null) return 256 + reason.length * 2;
-  const binary =
-    operation === "retail/item_get"
-      ? toBinary(ItemDetailSchema, value as ItemDetail).length
-      : (value as PeerViewedItem[]).reduce((n, i) => n + toBinary(PeerViewedItemSchema, i).length, 0);
-  // Decoded messages and the renderings a memo may gather take several times the wire size.
+  const binary = toBinary(operation.method.output, create(operation.method.output, { item: value })).length;
   return 512 + binary * 8;
 }
 
@@ -90,7 +79,7 @@ export class CachedCatalogue {
    * the source-language answer (itself cached, so the item is bought once)
    * and stored under its language, unless its translation failed.
    */
-  async answer(operation: Operation, args: Record<string, string>, lang: string, useCache: boolean, signal: AbortSignal): Promise<Answered> {
+  async answer(operation: Operation, args: Args, lang: string, useCache: boolean, signal: AbortSignal): Promise<Answered> {
     if (lang === "cn") return this.sourceAnswer(operation, args, useCache, signal);
     const target = lang as TargetLanguage;
     const key = this.key(operation, args, lang);
@@ -100,18 +89,16 @@ export class CachedCatalogue {
     }
     const base = await this.sourceAnswer(operation, args, useCache, signal);
     if (!base.answer.found) return base;
-    const translator = this.translator;
+    const source = base.answer.value;
     const translated =
-      translator === undefined
-        ? { value: base.answer.value, report: { status: "error" as const, engine: "", seconds: 0 } }
-        : operation.id === "retail/item_get"
-          ? await translator.itemDetail(base.answer.value as ItemDetail, target, signal)
-          : await translator.peerViewed(base.answer.value as PeerViewedItem[], target, signal);
+      this.translator === undefined
+        ? { value: source, report: { status: "error" as const, engine: "", seconds: 0 } }
+        : await this.translator.translate(target, signal, (t) => operation.translate(source, t));
     const report = translated.report;
     const token = createHash("md5").update(`${base.answer.token}\u0000${lang}`).digest("hex");
     const answer = { ...base.answer, value: translated.value, token } as Answered["answer"];
     if (this.cache === undefined || report.status === "error" || answer.found !== true) return { answer, fromCache: base.fromCache, memo: undefined, translation: report };
-    const entry = this.store(key, operation, this.policy.ttlSeconds[operation.id], {
+    const entry = this.store(key, operation, this.ttl(operation), {
       value: translated.value,
       reason: "",
       storedAt: answer.storedAt,
@@ -121,14 +108,18 @@ export class CachedCatalogue {
     return { answer, fromCache: base.fromCache, memo: entry.memo, translation: report };
   }
 
-  private key(operation: Operation, args: Record<string, string>, lang: string): string {
+  private ttl(operation: Operation): number {
+    return this.policy.ttlSeconds.get(operation.id) ?? operation.ttlSeconds;
+  }
+
+  private key(operation: Operation, args: Args, lang: string): string {
     return [operation.id, ...operation.args.map((a) => args[a.name] ?? ""), lang].join("\u0000");
   }
 
-  private async sourceAnswer(operation: Operation, args: Record<string, string>, useCache: boolean, signal: AbortSignal): Promise<Answered> {
+  private async sourceAnswer(operation: Operation, args: Args, useCache: boolean, signal: AbortSignal): Promise<Answered> {
     const source = this.sources.get(operation.catalogue)!;
     if (this.cache === undefined) {
-      return { answer: (await fetchers[operation.id](source, args, signal)) as Answered["answer"], fromCache: false, memo: undefined };
+      return { answer: await source.fetch(operation, args, signal), fromCache: false, memo: undefined };
     }
     const key = this.key(operation, args, "cn");
     const stored = this.cache.get(key);
@@ -143,14 +134,14 @@ export class CachedCatalogue {
   }
 
   /** One source call per key at a time; the others wait for it and share its answer. */
-  private fetchOnce(key: string, operation: Operation, source: CatalogueSource, args: Record<string, string>): Promise<CacheEntry> {
+  private fetchOnce(key: string, operation: Operation, source: CatalogueSource, args: Args): Promise<CacheEntry> {
     const running = this.inFlight.get(key);
     if (running !== undefined) return running;
     const call = (async () => {
       // The shared call is not tied to the first caller's connection: others wait on it too.
-      const answer = await fetchers[operation.id](source, args, new AbortController().signal);
+      const answer = await source.fetch(operation, args, new AbortController().signal);
       if (answer.found) {
-        return this.store(key, operation, this.policy.ttlSeconds[operation.id], { value: answer.value, reason: "", storedAt: answer.storedAt, token: answer.token });
+        return this.store(key, operation, this.ttl(operation), { value: answer.value, reason: "", storedAt: answer.storedAt, token: answer.token });
       }
       const storedAt = Math.floor(this.now() / 1000);
       const token = createHash("md5").update(`${key}\u0000${storedAt}`).digest("hex");
@@ -169,7 +160,7 @@ export class CachedCatalogue {
       ...answer,
       freshUntil: now + ttl * 1000,
       staleUntil: now + (ttl + this.policy.staleIfErrorSeconds) * 1000,
-      bytes: approximateBytes(operation.id, answer.value, answer.reason),
+      bytes: approximateBytes(operation, answer.value, answer.reason),
       memo: new Map(),
     };
     if (ttl > 0) this.cache?.set(key, entry);
@@ -180,7 +171,7 @@ export class CachedCatalogue {
     const answer: Answered["answer"] =
       entry.value === null
         ? { found: false, reason: entry.reason }
-        : ({ found: true, value: entry.value, storedAt: entry.storedAt, token: entry.token } as Found<ItemDetail>);
+        : { found: true, value: entry.value, storedAt: entry.storedAt, token: entry.token };
     return { answer, fromCache, memo: entry.memo };
   }
 }

@@ -1,8 +1,7 @@
-import type { ItemDetail } from "../gen/gateway/catalogue/v1/retail_pb.js";
-import type { PeerViewedItem } from "../gen/gateway/catalogue/v1/wholesale_pb.js";
+import type { Args, Operation } from "./operation.ts";
 
 /** A record as a source holds it, with when it was stored. */
-export interface Found<T> {
+export interface Found<T = unknown> {
   readonly found: true;
   readonly value: T;
   /** Unix seconds when the record was stored. */
@@ -19,13 +18,12 @@ export interface NotFound {
 
 /**
  * Where product data comes from: the embedded catalogue or an upstream
- * provider. A source throws GatewayError for faults (network, timeout,
+ * provider. A source answers any operation from what the operation's
+ * descriptor says; it throws GatewayError for faults (network, timeout,
  * target server) and answers NotFound for a real "no result".
  */
 export interface CatalogueSource {
   /** Reported as the `_ddf` marker. */
   readonly label: string;
-  /** `promotion`: whether promotion prices are wanted (legacy `is_promotion=1`). */
-  itemDetail(numIid: string, promotion: boolean, signal: AbortSignal): Promise<Found<ItemDetail> | NotFound>;
-  peerViewed(numIid: string, sid: string, signal: AbortSignal): Promise<Found<PeerViewedItem[]> | NotFound>;
+  fetch(operation: Operation, args: Args, signal: AbortSignal): Promise<Found | NotFound>;
 }

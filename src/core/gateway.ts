@@ -1,9 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { errorCodeInfo } from "../contract/error-codes.ts";
-import type { Operation } from "../contract/operations.ts";
-import type { ItemDetail } from "../gen/gateway/catalogue/v1/retail_pb.js";
 import { ErrorCode, LanguageInfoSchema, StatusBlockSchema, type StatusBlock } from "../gen/gateway/catalogue/v1/status_pb.js";
-import type { PeerViewedItem } from "../gen/gateway/catalogue/v1/wholesale_pb.js";
 import type { Account, AccountStore } from "./accounts.ts";
 import { AddressLockout } from "./address-lockout.ts";
 import { Authenticator, MemoryReplayGuard, type AuthenticationOptions, type Credentials, type ReplayGuard } from "./authentication.ts";
@@ -12,6 +9,7 @@ import type { TranslationReport } from "./translation.ts";
 import type { Found, NotFound } from "./catalogue-source.ts";
 import { dayOf, formatDateTime, previousDay, systemClock, type Clock } from "./clock.ts";
 import { GatewayError } from "./gateway-error.ts";
+import type { Args, Operation } from "./operation.ts";
 import { createRequestIdGenerator } from "./request-id.ts";
 import type { Admission, Meter, OperatorSwitches, Transport } from "./meter.ts";
 
@@ -46,13 +44,13 @@ export interface CallInput {
 }
 
 /**
- * The result of a call. `item` may be shared with other calls through the
- * cache: read it, never change it. `memo` is the cache entry's scratch space
- * for renderers.
+ * The result of a call. On success `item` is the operation's answer (its
+ * response's `item`: a record or a list), which may be shared with other
+ * calls through the cache: read it, never change it. `memo` is the cache
+ * entry's scratch space for renderers.
  */
 export type Outcome =
-  | { readonly kind: "item-detail"; readonly operation: Operation; readonly status: StatusBlock; readonly item: ItemDetail; readonly memo?: Map<string, unknown> | undefined }
-  | { readonly kind: "peer-viewed"; readonly operation: Operation; readonly status: StatusBlock; readonly item: PeerViewedItem[]; readonly memo?: Map<string, unknown> | undefined }
+  | { readonly kind: "success"; readonly operation: Operation; readonly status: StatusBlock; readonly item: unknown; readonly memo?: Map<string, unknown> | undefined }
   | {
       readonly kind: "error";
       readonly operation: Operation | undefined;
@@ -102,7 +100,7 @@ interface CallOptions {
   readonly lang: "cn" | "en" | "ru";
 }
 
-type Answer = Found<ItemDetail> | Found<PeerViewedItem[]> | NotFound;
+type Answer = Found | NotFound;
 
 const argForms = { numeric: /^[0-9]*$/, token: /^[A-Za-z0-9_-]*$/ };
 const argFormText = { numeric: "numeric text", token: "letters, digits, _ or -" };
@@ -237,13 +235,8 @@ export class Gateway {
     status.secache = answer.token;
     status.secacheTime = BigInt(answer.storedAt);
     status.secacheDate = formatDateTime(answer.storedAt * 1000, this.options.timeZone);
-    if (operation.id === "retail/item_get") {
-      status.lastId = "0";
-      return { kind: "item-detail", operation, status, item: answer.value as ItemDetail, memo };
-    }
-    const items = answer.value as PeerViewedItem[];
-    status.lastId = items.at(-1)?.numIid ?? "0";
-    return { kind: "peer-viewed", operation, status, item: items, memo };
+    status.lastId = operation.lastId(answer.value);
+    return { kind: "success", operation, status, item: answer.value, memo };
   }
 
   /**
@@ -310,7 +303,7 @@ export class Gateway {
   }
 }
 
-function checkArgs(operation: Operation, given: Readonly<Record<string, string | undefined>>): Record<string, string> {
+function checkArgs(operation: Operation, given: Readonly<Record<string, string | undefined>>): Args {
   for (const arg of operation.args) {
     if (arg.required && (given[arg.name] ?? "") === "") {
       throw new GatewayError(ErrorCode.MISSING_URL_PARAM, `missing url param: ${arg.name}`);

@@ -3,9 +3,7 @@ import { ScalarType } from "@bufbuild/protobuf";
 import { fourDigits } from "../contract/error-codes.ts";
 import { legacyKeyOfField, legacyLayouts, type LegacyStatusKey } from "../contract/legacy-layout.ts";
 import type { Outcome } from "../core/gateway.ts";
-import { ItemDetailSchema } from "../gen/gateway/catalogue/v1/retail_pb.js";
 import type { StatusBlock } from "../gen/gateway/catalogue/v1/status_pb.js";
-import { PeerViewedItemSchema } from "../gen/gateway/catalogue/v1/wholesale_pb.js";
 import { PhpFloat, PhpFragment, type PhpMap, type PhpValue } from "./php-value.ts";
 
 type Plan = readonly { readonly key: string; readonly read: (message: Record<string, unknown>) => PhpValue }[];
@@ -138,10 +136,11 @@ const memoKey = "legacy-item";
  * The `item` of a success. A cached answer keeps it in the entry's memo as a
  * fragment, so every later hit reuses the item's renderings.
  */
-function itemValue(outcome: Exclude<Outcome, { kind: "error" }>): PhpValue {
+function itemValue(outcome: Extract<Outcome, { kind: "success" }>): PhpValue {
   const known = outcome.memo?.get(memoKey);
   if (known instanceof PhpFragment) return known;
-  const value = outcome.kind === "item-detail" ? messageValue(ItemDetailSchema, outcome.item) : outcome.item.map((i) => messageValue(PeerViewedItemSchema, i));
+  const { message, list } = outcome.operation.item;
+  const value = list ? (outcome.item as Message[]).map((i) => messageValue(message, i)) : messageValue(message, outcome.item as Message);
   if (outcome.memo === undefined) return value;
   const fragment = new PhpFragment(value);
   outcome.memo.set(memoKey, fragment);
@@ -151,11 +150,10 @@ function itemValue(outcome: Exclude<Outcome, { kind: "error" }>): PhpValue {
 /** The legacy response of an outcome: `item` (on success) and the status block, keys in wire order. */
 export function legacyResponse(outcome: Outcome): PhpMap {
   const out: PhpMap = new Map();
-  const layout =
-    outcome.kind === "item-detail" ? legacyLayouts.itemDetail : outcome.kind === "peer-viewed" ? legacyLayouts.peerViewed : legacyLayouts.error;
+  const layout = outcome.kind === "success" ? outcome.operation.legacyLayout : legacyLayouts.error;
   for (const key of layout) {
     if (key === "item") {
-      if (outcome.kind !== "error") out.set("item", itemValue(outcome));
+      if (outcome.kind === "success") out.set("item", itemValue(outcome));
     } else {
       out.set(key, statusValue(key, outcome.status));
     }

@@ -11,14 +11,13 @@ import {
 } from "cockatiel";
 import { createHash } from "node:crypto";
 import { Pool, type Dispatcher } from "undici";
-import { readLegacyMessage } from "../../catalogue/catalogue-record.ts";
+import { isObject, readLegacyMessage } from "../../catalogue/legacy-message.ts";
 import type { CatalogueSource, Found, NotFound } from "../../core/catalogue-source.ts";
+import type { Args, Operation } from "../../core/operation.ts";
 import { formatDateTime } from "../../core/clock.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
 import { legacySign, legacySigningKey } from "../../core/legacy-signature.ts";
-import { ItemDetailSchema, type ItemDetail } from "../../gen/gateway/catalogue/v1/retail_pb.js";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
-import { PeerViewedItemSchema, type PeerViewedItem } from "../../gen/gateway/catalogue/v1/wholesale_pb.js";
 
 export interface UpstreamOptions {
   /** Base URL of the provider, e.g. http://127.0.0.1:9000 */
@@ -138,20 +137,25 @@ export class UpstreamSource implements CatalogueSource {
     this.policy = wrap(retrying, breaker);
   }
 
-  async itemDetail(numIid: string, promotion: boolean): Promise<Found<ItemDetail> | NotFound> {
-    const body = await this.call("item_get", { num_iid: numIid, ...(promotion ? { is_promotion: "1" } : {}) });
-    if (body === "not-found") return { found: false, reason: `item ${numIid} was not found` };
+  /**
+   * Asks the provider for one call of an operation: its api name and the
+   * arguments its descriptor sends, and the answer's `item` read against
+   * the operation's contract (one record, or a non-empty list).
+   */
+  async fetch(operation: Operation, args: Args): Promise<Found | NotFound> {
+    const body = await this.call(operation.apiName, operation.upstreamArgs(args));
+    if (body === "not-found") return { found: false, reason: operation.notFound(args) };
+    const { message, list } = operation.item;
     const item = body.item;
-    if (typeof item !== "object" || item === null || Array.isArray(item)) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, "the upstream answered 0000 without its item");
-    return this.found(readPayload(() => readLegacyMessage(ItemDetailSchema, item, "item")), numIid);
-  }
-
-  async peerViewed(numIid: string, sid: string): Promise<Found<PeerViewedItem[]> | NotFound> {
-    const body = await this.call("item_search_peerbuy", { num_iid: numIid, sid });
-    if (body === "not-found") return { found: false, reason: `no peer-viewed items for item ${numIid} of shop ${sid}` };
-    const items = body.item;
-    if (!Array.isArray(items) || items.length === 0) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, "the upstream answered 0000 without its item list");
-    return this.found(readPayload(() => items.map((e, i) => readLegacyMessage(PeerViewedItemSchema, e, `item[${i}]`))), `${numIid}/${sid}`);
+    let value: unknown;
+    if (list) {
+      if (!Array.isArray(item) || item.length === 0) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, "the upstream answered 0000 without its item list");
+      value = readPayload(() => item.map((e, i) => readLegacyMessage(message, e, `item[${i}]`)));
+    } else {
+      if (!isObject(item)) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, "the upstream answered 0000 without its item");
+      value = readPayload(() => readLegacyMessage(message, item, "item"));
+    }
+    return this.found(value, [operation.id, ...operation.args.map((a) => args[a.name] ?? "")].join("\u0000"));
   }
 
   async close(): Promise<void> {

@@ -7,7 +7,7 @@ import { DatabaseSync } from "node:sqlite";
  * n+1… on open, each in its own transaction, so a data directory made by an
  * older gateway is brought up to date in place.
  */
-const migrations: readonly string[] = [
+export const migrations: readonly string[] = [
   // 1: accounts, daily usage, the embedded catalogue.
   `CREATE TABLE IF NOT EXISTS accounts (
     key TEXT PRIMARY KEY,
@@ -85,6 +85,21 @@ const migrations: readonly string[] = [
     PRIMARY KEY (day, account, operation, error_code, charge)
   ) STRICT, WITHOUT ROWID;
   CREATE TABLE used_signatures (id TEXT PRIMARY KEY, until INTEGER NOT NULL) STRICT, WITHOUT ROWID;`,
+  // 5: one catalogue table for every record kind an operation reads, keyed by catalogue, kind and the
+  // operation's record key; the two tables of step 1 move into it (their rows as the record kinds they were).
+  `CREATE TABLE catalogue_records (
+    catalogue TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    record BLOB NOT NULL,
+    obtainable INTEGER NOT NULL,
+    stored_at INTEGER NOT NULL,
+    PRIMARY KEY (catalogue, kind, key)
+  ) STRICT;
+  INSERT INTO catalogue_records SELECT 'retail', 'item_detail', num_iid, detail, obtainable, stored_at FROM retail_items;
+  INSERT INTO catalogue_records SELECT 'wholesale', 'peer_viewed', num_iid || '/' || sid, items, 1, stored_at FROM wholesale_peers;
+  DROP TABLE retail_items;
+  DROP TABLE wholesale_peers;`,
 ];
 
 export interface DatabaseOptions {

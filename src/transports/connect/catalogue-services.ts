@@ -1,12 +1,12 @@
+import type { DescField, DescMessage, Message } from "@bufbuild/protobuf";
+import type { DescMethodUnary } from "@bufbuild/protobuf";
 import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
-import { operationById, type Operation, type OperationId } from "../../contract/operations.ts";
 import type { CallInput, Gateway, Transport } from "../../core/gateway.ts";
+import type { Operation } from "../../core/operation.ts";
+import { CacheMode, Lang } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { credentialFields, readCredentials } from "../credentials.ts";
 import { clientIpKey } from "./context.ts";
 import { statusError } from "./status-error.ts";
-import { RetailService } from "../../gen/gateway/catalogue/v1/retail_pb.js";
-import { CacheMode, Lang } from "../../gen/gateway/catalogue/v1/status_pb.js";
-import { WholesaleService } from "../../gen/gateway/catalogue/v1/wholesale_pb.js";
 
 function transportOf(ctx: HandlerContext): Transport {
   const contentType = ctx.requestHeader.get("content-type") ?? "";
@@ -24,49 +24,56 @@ function option(table: Record<number, string | undefined>, value: number): strin
   return value in table ? table[value] : `enum value ${value}`;
 }
 
-function callInput(ctx: HandlerContext, operation: Operation, args: Record<string, string>, cache: CacheMode, lang: Lang): CallInput {
-  const given: Record<string, string | undefined> = {};
-  for (const [name, value] of Object.entries(args)) given[name] = value === "" ? undefined : value;
-  const options = { cache: option(cacheText, cache), lang: option(langText, lang) };
-  return {
-    args: given,
-    ...options,
-    // What the RPC sends, under the legacy names: what a signature covers.
-    credentials: readCredentials({
-      field: (name) => ctx.requestHeader.get(credentialFields[name].header) ?? undefined,
-      authorization: ctx.requestHeader.get("authorization") ?? undefined,
-      method: "RPC",
-      path: `/${operation.service.typeName}/${operation.method.name}`,
-      params: () => ({ ...given, ...options }),
-    }),
-    transport: transportOf(ctx),
-    clientIp: ctx.values.get(clientIpKey),
-    signal: ctx.signal,
+/** Reads an operation's request message as the core's input: its argument fields by their proto names, the common options as legacy strings. */
+function requestReader(operation: Operation): (req: Message, ctx: HandlerContext) => CallInput {
+  const fields = operation.method.input.fields;
+  const argFields = operation.args.map((arg) => [arg.name, fields.find((f) => f.name === arg.name)!.localName] as const);
+  const local = (name: string) => (fields.find((f: DescField) => f.name === name) as DescField).localName;
+  const cacheField = local("cache");
+  const langField = local("lang");
+  const path = `/${operation.service.typeName}/${operation.method.name}`;
+  return (req, ctx) => {
+    const r = req as unknown as Record<string, unknown>;
+    const given: Record<string, string | undefined> = {};
+    for (const [name, field] of argFields) {
+      const value = r[field] as string;
+      given[name] = value === "" ? undefined : value;
+    }
+    const options = { cache: option(cacheText, r[cacheField] as number), lang: option(langText, r[langField] as number) };
+    return {
+      args: given,
+      ...options,
+      // What the RPC sends, under the legacy names: what a signature covers.
+      credentials: readCredentials({
+        field: (name) => ctx.requestHeader.get(credentialFields[name].header) ?? undefined,
+        authorization: ctx.requestHeader.get("authorization") ?? undefined,
+        method: "RPC",
+        path,
+        params: () => ({ ...given, ...options }),
+      }),
+      transport: transportOf(ctx),
+      clientIp: ctx.values.get(clientIpKey),
+      signal: ctx.signal,
+    };
   };
 }
 
-function operation(id: OperationId): Operation {
-  return operationById.get(id)!;
-}
-
-/** The catalogue services, each RPC one call of the core. */
-export function catalogueRoutes(gateway: Gateway): (router: ConnectRouter) => void {
-  const itemGet = operation("retail/item_get");
-  const peerbuy = operation("wholesale/item_search_peerbuy");
+/**
+ * The catalogue services: one generic handler per operation of the table,
+ * each RPC one call of the core. A success is the operation's response
+ * message (`item` and `status`); anything else is an error with the status
+ * block as detail.
+ */
+export function catalogueRoutes(gateway: Gateway, operations: readonly Operation[]): (router: ConnectRouter) => void {
   return (router) => {
-    router.service(RetailService, {
-      async itemGet(req, ctx) {
-        const outcome = await gateway.call(itemGet, callInput(ctx, itemGet, { num_iid: req.numIid, is_promotion: req.isPromotion }, req.cache, req.lang));
-        if (outcome.kind !== "item-detail") throw statusError(outcome.status, outcome.kind === "error" && outcome.unauthenticated === true);
-        return { item: outcome.item, status: outcome.status };
-      },
-    });
-    router.service(WholesaleService, {
-      async itemSearchPeerbuy(req, ctx) {
-        const outcome = await gateway.call(peerbuy, callInput(ctx, peerbuy, { num_iid: req.numIid, sid: req.sid }, req.cache, req.lang));
-        if (outcome.kind !== "peer-viewed") throw statusError(outcome.status, outcome.kind === "error" && outcome.unauthenticated === true);
-        return { item: outcome.item, status: outcome.status };
-      },
-    });
+    for (const operation of operations) {
+      const read = requestReader(operation);
+      if (operation.method.methodKind !== "unary") throw new Error(`${operation.method.name} must be unary`);
+      router.rpc(operation.method as DescMethodUnary<DescMessage, DescMessage>, async (req, ctx) => {
+        const outcome = await gateway.call(operation, read(req, ctx));
+        if (outcome.kind !== "success") throw statusError(outcome.status, outcome.unauthenticated === true);
+        return { item: outcome.item, status: outcome.status } as never;
+      });
+    }
   };
 }

@@ -4,6 +4,7 @@ import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import type { FastifyInstance } from "fastify";
 import type { AddressLockout } from "../../core/address-lockout.ts";
 import type { Gateway } from "../../core/gateway.ts";
+import { operations } from "../../operations/index.ts";
 import { adminRoutes, type AdminPorts } from "./admin-service.ts";
 import { catalogueRoutes } from "./catalogue-services.ts";
 import { clientIpKey, requestIdKey } from "./context.ts";
@@ -31,7 +32,7 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
   await app.register(fastifyConnectPlugin, {
     interceptors: [logInternal],
     routes: (router) => {
-      catalogueRoutes(options.gateway)(router);
+      catalogueRoutes(options.gateway, operations)(router);
       // Service interceptors replace the router's, so the admin service is given the logger again.
       if (options.admin) adminRoutes(options.admin.ports, { token: options.admin.token, lockout: options.lockout, interceptors: [logInternal] })(router);
       const handlers = router.handlers as UniversalHandler[];

@@ -1,6 +1,8 @@
 import fastifyCompress from "@fastify/compress";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { operations, unspecifiedApiNames, type Operation } from "../../contract/operations.ts";
+import { unspecifiedApiNames } from "../../contract/operations.ts";
+import type { Operation } from "../../core/operation.ts";
+import { operations } from "../../operations/index.ts";
 import type { Gateway, Outcome } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { isLegacyFormat, legacyFormats, renderLegacy, type LegacyFormatName } from "../../render/legacy-formats.ts";

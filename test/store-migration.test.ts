@@ -1,0 +1,56 @@
+import { create, toBinary } from "@bufbuild/protobuf";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { DatabaseSync } from "node:sqlite";
+import { afterAll, describe, expect, it } from "vitest";
+import { readLegacyMessage } from "../src/catalogue/legacy-message.ts";
+import { defaultConfig } from "../src/config.ts";
+import { ItemDetailSchema } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { ItemSearchPeerbuyResponseSchema, PeerViewedItemSchema } from "../src/gen/gateway/catalogue/v1/wholesale_pb.js";
+import { databasePath, openRuntime } from "../src/runtime.ts";
+import { migrations } from "../src/stores/embedded/sqlite-database.ts";
+import { retailItemGet } from "../src/operations/retail-item-get.ts";
+import { wholesaleItemSearchPeerbuy } from "../src/operations/wholesale-item-search-peerbuy.ts";
+import { demoRecords } from "../src/catalogue/demo-dataset.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "gateway-migration-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe("a data directory from before the descriptor table (schema 4)", () => {
+  it("moves its retail items and peer-viewed lists into the one catalogue table, and serves them as before", async () => {
+    const lines = demoRecords();
+    const detail = lines.find((l) => l.kind === "item_detail")!;
+    const peers = lines.find((l) => l.kind === "peer_viewed" && (l.item as unknown[]).length > 0)!;
+    const item = readLegacyMessage(ItemDetailSchema, detail.item, "item");
+    const list = (peers.item as unknown[]).map((e, i) => readLegacyMessage(PeerViewedItemSchema, e, `item[${i}]`));
+
+    // The store as a gateway of schema 4 left it.
+    const config = { ...defaultConfig, dataDir: dir };
+    const old = new DatabaseSync(databasePath(config));
+    for (const step of migrations.slice(0, 4)) old.exec(step);
+    old.exec("PRAGMA user_version = 4");
+    old.prepare("INSERT INTO retail_items (num_iid, detail, obtainable, stored_at) VALUES (?, ?, 1, 1700000000)").run(item.numIid, toBinary(ItemDetailSchema, item));
+    old.prepare("INSERT INTO retail_items (num_iid, detail, obtainable, stored_at) VALUES ('42', x'', 0, 1700000000)").run();
+    old
+      .prepare("INSERT INTO wholesale_peers (num_iid, sid, items, stored_at) VALUES (?, ?, ?, 1700000001)")
+      .run(String(peers.num_iid), String(peers.sid), toBinary(ItemSearchPeerbuyResponseSchema, create(ItemSearchPeerbuyResponseSchema, { item: list })));
+    old.close();
+
+    const runtime = openRuntime(config);
+    try {
+      const found = await runtime.catalogue.fetch(retailItemGet, { num_iid: item.numIid, is_promotion: "1" });
+      expect(found.found && found.storedAt).toBe(1700000000);
+      expect(found.found && found.value).toEqual(item);
+      expect(await runtime.catalogue.fetch(retailItemGet, { num_iid: "42", is_promotion: "" })).toEqual({ found: false, reason: "item 42 cannot be obtained" });
+      const viewed = await runtime.catalogue.fetch(wholesaleItemSearchPeerbuy, { num_iid: String(peers.num_iid), sid: String(peers.sid) });
+      expect(viewed.found && viewed.value).toEqual(list);
+      expect([...runtime.catalogue.size()]).toEqual([
+        ["retail/item_detail", 2],
+        ["wholesale/peer_viewed", 1],
+      ]);
+    } finally {
+      runtime.close();
+    }
+  });
+});
