@@ -48,14 +48,14 @@ describe("managing accounts over the AdminService", () => {
   it("creates, reads, switches and bills an account, on Connect and gRPC alike", async () => {
     const c = admin();
     const created = await c.createAccount(
-      { name: "team-a", dailyMax: 5n, concurrency: 2, balance: "1.5", expires: "2030-12-31", zone: "Europe/Berlin", prices: { item_get: "0.25" } },
+      { name: "team-a", dailyMax: 5n, concurrency: 2, balance: "1.5", expires: "2030-12-31", zone: "Europe/Berlin", prices: { "retail/item_get": "0.25" } },
       ok,
     );
     const key = created.account!.key;
     expect(created.secret).toHaveLength(40);
     expect(created.account).toMatchObject({ name: "team-a", dailyMax: 5n, concurrency: 2, balance: "1.5", expires: "2030-12-31", zone: "Europe/Berlin", status: AccountStatus.ACTIVE });
     expect(created.account!.prices).toEqual({ "retail/item_get": "0.25" });
-    expect(created.account!.operations).toEqual({ "wholesale/item_search_peerbuy": OperationState.ENABLED, "retail/item_get": OperationState.ENABLED });
+    expect(created.account!.operations).toEqual({ "retail/item_get": OperationState.ENABLED, "wholesale/item_search_peerbuy": OperationState.ENABLED, "wholesale/item_get": OperationState.ENABLED });
 
     const call = () => legacyGet(gw.base, "/retail/item_get/", { key, secret: created.secret, num_iid: demo.retailNumIid }).then((r) => r.json);
     expect((await call()).error_code).toBe("0000");
@@ -65,13 +65,13 @@ describe("managing accounts over the AdminService", () => {
     expect((await g.stopAccount({ key }, ok)).account!.status).toBe(AccountStatus.STOPPED);
     expect((await call()).error_code).toBe("4007");
     await g.resumeAccount({ key }, ok);
-    await c.setOperation({ key, operation: "item_get", state: OperationState.STOPPED }, ok);
+    await c.setOperation({ key, operation: "retail/item_get", state: OperationState.STOPPED }, ok);
     expect((await call()).error_code).toBe("4006");
     await c.setOperation({ key, operation: "retail/item_get", state: OperationState.REMOVED }, ok);
     expect((await call()).error_code).toBe("4012");
-    await c.setOperation({ key, operation: "item_get", state: OperationState.ENABLED }, ok);
+    await c.setOperation({ key, operation: "retail/item_get", state: OperationState.ENABLED }, ok);
 
-    await c.setPrice({ key, operation: "item_get", price: "2" }, ok);
+    await c.setPrice({ key, operation: "retail/item_get", price: "2" }, ok);
     expect((await call()).error_code).toBe("4016");
     expect((await c.topUp({ key, amount: "0.75" }, ok)).account!.balance).toBe("2");
     expect((await call()).error_code).toBe("0000");
@@ -95,7 +95,7 @@ describe("managing accounts over the AdminService", () => {
 
   it("queries usage by account, day, operation and code, with totals and rows", async () => {
     const c = admin();
-    const { account, secret } = await c.createAccount({ name: "usage", prices: { item_get: "0.1" }, balance: "10" }, ok);
+    const { account, secret } = await c.createAccount({ name: "usage", prices: { "retail/item_get": "0.1" }, balance: "10" }, ok);
     const key = account!.key;
     for (const num_iid of [demo.retailNumIid, demo.retailNumIid, "123", "bad"]) await legacyGet(gw.base, "/retail/item_get/", { key, secret, num_iid });
     const all = await c.queryUsage({ account: key, rows: 10 }, ok);
@@ -108,7 +108,7 @@ describe("managing accounts over the AdminService", () => {
     expect(ignored.totals).toHaveLength(1);
     expect(ignored.totals[0]).toMatchObject({ charge: Charge.IGNORED, calls: 1n, amount: "0" });
     const day = all.rows[0]!.day;
-    expect((await c.queryUsage({ account: key, from: day, to: day, operation: "item_get" }, ok)).calls).toBe(4n);
+    expect((await c.queryUsage({ account: key, from: day, to: day, operation: "retail/item_get" }, ok)).calls).toBe(4n);
     expect((await c.queryUsage({ account: key, operation: "item_search_peerbuy" }, ok)).calls).toBe(0n);
   });
 
@@ -125,7 +125,7 @@ describe("managing accounts over the AdminService", () => {
 describe("the CLI", () => {
   it("creates an account with --max, --concurrency, --balance and --expires, and reports usage", async () => {
     const env = { GATEWAY_DATA_DIR: gw.config.dataDir };
-    const r = await runCli(["accounts", "create", "--json", "--max", "7", "--concurrency", "3", "--balance", "12.34", "--expires", "2031-01-31", "--price", "item_get=0.01"], env);
+    const r = await runCli(["accounts", "create", "--json", "--max", "7", "--concurrency", "3", "--balance", "12.34", "--expires", "2031-01-31", "--price", "retail/item_get=0.01"], env);
     expect(r.code, r.stderr).toBe(0);
     const a = JSON.parse(r.stdout) as Record<string, unknown>;
     expect(a).toMatchObject({ max: 7, concurrency: 3, balance: "12.34", expires: "2031-01-31", prices: { "retail/item_get": "0.01" } });

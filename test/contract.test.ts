@@ -36,6 +36,7 @@ describe("the contract", () => {
     expect(operations.map((op) => [op.id, op.path, op.method.name])).toEqual([
       ["retail/item_get", "/retail/item_get/", "ItemGet"],
       ["wholesale/item_search_peerbuy", "/wholesale/item_search_peerbuy/", "ItemSearchPeerbuy"],
+      ["wholesale/item_get", "/wholesale/item_get/", "ItemGet"],
     ]);
     expect(unspecifiedApiNames).toEqual(["item_search", "item_search_shop"]);
   });

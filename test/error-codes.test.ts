@@ -22,6 +22,7 @@ beforeAll(async () => {
   const apiStopped = gw.newAccount();
   admin.setOperation(apiStopped.key, "retail/item_get", "stopped");
   admin.setOperation(apiStopped.key, "wholesale/item_search_peerbuy", "stopped");
+  admin.setOperation(apiStopped.key, "wholesale/item_get", "stopped");
   accounts = {
     ok: gw.account,
     stopped,
@@ -32,7 +33,8 @@ beforeAll(async () => {
 });
 afterAll(() => gw.close());
 
-type Op = "item_get" | "peerbuy";
+type Op = "item_get" | "peerbuy" | "wholesale_item_get";
+const paths: Record<Op, string> = { item_get: "/retail/item_get/", peerbuy: "/wholesale/item_search_peerbuy/", wholesale_item_get: "/wholesale/item_get/" };
 interface Case {
   name: string;
   code: string;
@@ -73,6 +75,14 @@ const cases: Case[] = [
   { name: "missing key", code: "4014", connect: Code.Unauthenticated, op: "item_get", credentials: { key: "" }, args: retail },
   { name: "missing num_iid", code: "4014", connect: Code.InvalidArgument, op: "item_get", args: {} },
   { name: "missing sid", code: "4014", connect: Code.InvalidArgument, op: "peerbuy", args: { num_iid: "1" } },
+  { name: "no such wholesale item detail", code: "2000", connect: Code.NotFound, op: "wholesale_item_get", args: { num_iid: "123" } },
+  { name: "a retail id is no wholesale item", code: "2000", connect: Code.NotFound, op: "wholesale_item_get", args: retail },
+  { name: "non-numeric wholesale num_iid", code: "4003", connect: Code.InvalidArgument, op: "wholesale_item_get", args: { num_iid: "62ab" } },
+  { name: "unknown wholesale is_promotion", code: "4003", connect: Code.InvalidArgument, op: "wholesale_item_get", args: { num_iid: demo.wholesaleNumIid, is_promotion: "2" } },
+  { name: "wrong secret on wholesale item detail", code: "4005", connect: Code.Unauthenticated, op: "wholesale_item_get", credentials: { secret: "wrong" }, args: { num_iid: demo.wholesaleNumIid } },
+  { name: "wholesale item detail stopped", code: "4006", connect: Code.PermissionDenied, op: "wholesale_item_get", account: "apiStopped", args: { num_iid: demo.wholesaleNumIid } },
+  { name: "wholesale item detail not added", code: "4012", connect: Code.PermissionDenied, op: "wholesale_item_get", account: "apiMissing", args: { num_iid: demo.wholesaleNumIid } },
+  { name: "missing wholesale num_iid", code: "4014", connect: Code.InvalidArgument, op: "wholesale_item_get", args: {} },
 ];
 
 function credentialsOf(c: Case) {
@@ -83,7 +93,7 @@ function credentialsOf(c: Case) {
 describe.each(cases)("$code $name", (c) => {
   it("legacy: HTTP 200, status block with the code and success 0", async () => {
     const { key, secret } = credentialsOf(c);
-    const path = c.op === "item_get" ? "/retail/item_get/" : "/wholesale/item_search_peerbuy/";
+    const path = paths[c.op];
     const params: Record<string, string> = { ...c.args, ...c.options };
     if (key !== "") params.key = key;
     if (secret !== "") params.secret = secret;
@@ -108,7 +118,9 @@ describe.each(cases)("$code $name", (c) => {
     const call =
       c.op === "item_get"
         ? createClient(RetailService, transport).itemGet({ numIid: c.args.num_iid ?? "", isPromotion: c.args.is_promotion ?? "", cache, lang }, { headers })
-        : createClient(WholesaleService, transport).itemSearchPeerbuy({ numIid: c.args.num_iid ?? "", sid: c.args.sid ?? "", cache, lang }, { headers });
+        : c.op === "wholesale_item_get"
+          ? createClient(WholesaleService, transport).itemGet({ numIid: c.args.num_iid ?? "", isPromotion: c.args.is_promotion ?? "", cache, lang }, { headers })
+          : createClient(WholesaleService, transport).itemSearchPeerbuy({ numIid: c.args.num_iid ?? "", sid: c.args.sid ?? "", cache, lang }, { headers });
     const error = await call.then(
       () => undefined,
       (e: unknown) => ConnectError.from(e),
@@ -146,6 +158,7 @@ describe("legacy-only codes", () => {
     expect(json.reason).toContain(named);
     expect(json.reason).toContain("retail/item_get");
     expect(json.reason).toContain("wholesale/item_search_peerbuy");
+    expect(json.reason).toContain("wholesale/item_get");
   });
 
   it.each(["/", "/favicon.ico", "/a/b/c/d"])("%s gets a status block too", async (path) => {

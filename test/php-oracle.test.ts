@@ -7,7 +7,7 @@ import { XMLParser } from "fast-xml-parser";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { errorCodes } from "../src/contract/error-codes.ts";
-import { operationById } from "../src/operations/index.ts";
+import { operationById, operations } from "../src/operations/index.ts";
 import type { CallInput } from "../src/core/gateway.ts";
 import { legacyFormats, renderLegacy, type LegacyFormatName } from "../src/render/legacy-formats.ts";
 import { legacyResponse } from "../src/render/legacy-response.ts";
@@ -75,6 +75,13 @@ beforeAll(async () => {
   real.push(["peer-viewed", legacyResponse(await gw.runtime.gateway.call(peerbuy, input({ num_iid: demo.wholesaleNumIid, sid: demo.wholesaleSid })))]);
   real.push(["item_get 2000", legacyResponse(await gw.runtime.gateway.call(itemGet, input({ num_iid: "1" })))]);
   real.push(["peer-viewed 2000", legacyResponse(await gw.runtime.gateway.call(peerbuy, input({ num_iid: "1", sid: "x" })))]);
+  // Every operation of the table: its banner example, translated too, and a 2000.
+  for (const op of operations) {
+    const args = op.example(demoRecords())!;
+    real.push([`${op.id} example`, legacyResponse(await gw.runtime.gateway.call(op, input({ ...args })))]);
+    real.push([`${op.id} example in English`, legacyResponse(await gw.runtime.gateway.call(op, { ...input({ ...args }), lang: "en" }))]);
+    real.push([`${op.id} 2000`, legacyResponse(await gw.runtime.gateway.call(op, input({ ...args, num_iid: "1" })))]);
+  }
   real.push(["4005", legacyResponse(await gw.runtime.gateway.call(itemGet, input({ num_iid: "1" }, { key: gw.account.key, secret: "no" })))]);
   for (const code of errorCodes.keys()) {
     real.push([`refusal ${code}`, legacyResponse(await gw.runtime.gateway.refuse(code, "retail", `reason for ${code} with "quotes" & 中文`, { clientIp: "::1", transport: "legacy" }))]);
@@ -202,10 +209,12 @@ describe("a PHP client against the running gateway", () => {
     // Asynchronous: the gateway answering PHP runs in this process.
     const { stdout: out } = await promisify(execFile)(
       "php",
-      [join(import.meta.dirname, "php", "client.php"), gw.base, gw.account.key, gw.account.secret, demo.retailNumIid, demo.wholesaleNumIid, demo.wholesaleSid],
+      [join(import.meta.dirname, "php", "client.php"), gw.base, gw.account.key, gw.account.secret, demo.retailNumIid, demo.wholesaleNumIid],
       { encoding: "utf8" },
     );
-    expect(out).toContain("item_get: error_code 0000");
+    expect(out).toContain(`wholesale sid: ${demo.wholesaleSid}\n`);
+    expect(out).toContain("wholesale item_get: error_code 0000");
+    expect(out).toContain("\nitem_get: error_code 0000");
     expect(out).toContain("peerbuy: error_code 0000");
     expect(out).toContain("not found: error_code 2000");
     expect(out).toContain("bad secret: error_code 4005");

@@ -65,6 +65,24 @@ describe.each(transports)("%s", (_name, makeTransport) => {
     expect(res.status?.lastId).toBe(legacy.json.last_id);
   });
 
+  it("WholesaleService.ItemGet returns the wholesale detail the legacy path returns, and its sid opens ItemSearchPeerbuy", async () => {
+    const client = createClient(WholesaleService, makeTransport());
+    const res = await client.itemGet({ numIid: demo.wholesaleNumIid }, { headers });
+    const legacy = await legacyGet(gw.base, "/wholesale/item_get/", { key: gw.account.key, secret: gw.account.secret, num_iid: demo.wholesaleNumIid });
+    const item = legacy.json.item as Record<string, unknown>;
+    expect(res.item?.numIid).toBe(demo.wholesaleNumIid);
+    expect(res.item?.title).toBe(item.title);
+    expect(res.item?.price).toBe(item.price);
+    expect(res.status?.apiType).toBe("wholesale");
+    expect(res.status?.lastId).toBe("0");
+    expect(res.status?.secache).toBe(legacy.json.secache);
+    const sid = res.item!.sellerInfo!.sid;
+    expect(sid).toBe((item.seller_info as { sid: string }).sid);
+    const peers = await client.itemSearchPeerbuy({ numIid: demo.wholesaleNumIid, sid }, { headers });
+    expect(peers.status?.errorCode).toBe(ErrorCode.SUCCESS);
+    expect(peers.item.length).toBeGreaterThan(0);
+  });
+
   it("an error carries its code and status block", async () => {
     const err = await createClient(RetailService, makeTransport())
       .itemGet({ numIid: "123" }, { headers })

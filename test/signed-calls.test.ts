@@ -39,6 +39,14 @@ describe("the legacy signed form (dateline, sign)", () => {
     expect((await legacy(params)).error_code).toBe("0000");
   });
 
+  it("signs api_name, not the catalogue: one sign serves either item_get, once in all (README, legacy signed form)", async () => {
+    const params = legacySigned(gw.account.secret, { num_iid: demo.wholesaleNumIid });
+    const wholesale = (await (await fetch(`${gw.base}/wholesale/item_get/?${new URLSearchParams(params)}`)).json()) as { error_code: string };
+    expect(wholesale.error_code).toBe("0000");
+    const again = await legacy(params);
+    expect([again.error_code, again.reason]).toEqual(["4005", "this sign was already used; sign each call anew"]);
+  });
+
   it("refuses a replay, a stale or future dateline, a bad sign and a tampered argument, saying which", async () => {
     const params = legacySigned(gw.account.secret, { num_iid: demo.retailNumIid });
     expect((await legacy(params)).error_code).toBe("0000");

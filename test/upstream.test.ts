@@ -79,6 +79,28 @@ describe("the upstream source", () => {
     expect(b!.query.get("sid")).toBe(demo.wholesaleSid);
   });
 
+  it("serves the wholesale item detail from the provider's wholesale catalogue, cached, and its sid opens the peer-viewed lookup", async () => {
+    scripted({ kind: "normal" });
+    const before = upstream.requests.length;
+    const auth = { key: gw.account.key, secret: gw.account.secret };
+    const detail = await legacyGet(gw.base, "/wholesale/item_get/", { ...auth, num_iid: demo.wholesaleNumIid });
+    expect(detail.json.error_code).toBe("0000");
+    expect(detail.json.api_type).toBe("wholesale");
+    const sid = (detail.json.item as { seller_info: { sid: string } }).seller_info.sid;
+    expect(sid).toBe(demo.wholesaleSid);
+    const again = await legacyGet(gw.base, "/wholesale/item_get/", { ...auth, num_iid: demo.wholesaleNumIid });
+    expect(again.json.cache).toBe(1);
+    const peers = await legacyGet(gw.base, "/wholesale/item_search_peerbuy/", { ...auth, num_iid: demo.wholesaleNumIid, sid });
+    expect(peers.json.error_code).toBe("0000");
+    const asked = upstream.requests.slice(before).map((q) => q.path);
+    expect(asked[0]).toBe("/1688/item_get/");
+    expect(asked.filter((p) => p === "/1688/item_get/")).toHaveLength(1);
+    // The retail catalogue has no such item: each catalogue's item_get is its own.
+    const retail = await legacyGet(gw.base, "/retail/item_get/", { ...auth, num_iid: demo.wholesaleNumIid });
+    expect(retail.json.error_code).toBe("2000");
+    expect(upstream.requests.at(-1)!.path).toBe("/taobao/item_get/");
+  });
+
   it.each([
     ["a slow answer", { kind: "normal", delayMs: 2000 }, "4017"],
     ["HTTP 500", { kind: "status", status: 500 }, "4002"],

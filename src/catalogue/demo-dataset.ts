@@ -109,12 +109,26 @@ const unobtainableEvery = 25;
 /** Every `noPeersEvery`-th wholesale item has no peer-viewed items (answers 2000). */
 const noPeersEvery = 10;
 
-function retailRecord(rng: () => number, index: number): Record<string, unknown> {
+/** Where a wholesale item's detail record differs from a retail one: its id, its shop and its page. */
+interface WholesaleIds {
+  readonly numIid: string;
+  readonly sid: string;
+}
+
+/**
+ * An item detail record (spec 2.3). A retail item draws its id and shop from
+ * `rng`; a wholesale item is given them (`wholesale`), so its
+ * `seller_info.sid` is the shop id its peer-viewed record is keyed by. Both
+ * draw the same values from `rng` either way.
+ */
+function detailRecord(rng: () => number, index: number, wholesale?: WholesaleIds): Record<string, unknown> {
   const kind = kinds[index % kinds.length]!;
   const brand = pick(rng, brands);
-  const numIid = String(600000000000 + index * 7919 + Math.floor(rng() * 7000));
+  const drawnId = String(600000000000 + index * 7919 + Math.floor(rng() * 7000));
   const sellerId = digits(rng, 10);
-  const shopId = digits(rng, 9);
+  const drawnShop = digits(rng, 9);
+  const numIid = wholesale?.numIid ?? drawnId;
+  const shopId = wholesale?.sid ?? drawnShop;
   const shopName = `${brand}${pick(rng, shopWords)}`;
   const title = [index % 7 === 0 ? pick(rng, highlights) : "", brand, ...pickSome(rng, adjectives, 2, 2), kind.noun, pick(rng, kind.material)].join("");
   const chosen = kind.properties.map((p) => ({ property: p, values: pickSome(rng, p.values, 2, p === colours ? 5 : 4) }));
@@ -177,7 +191,7 @@ function retailRecord(rng: () => number, index: number): Record<string, unknown>
     nick: shopName,
     num: String(totalQuantity),
     min_num: 1,
-    detail_url: `https://item.example.com/item.htm?id=${numIid}`,
+    detail_url: wholesale ? `https://detail.example.com/offer/${numIid}.html` : `https://item.example.com/item.htm?id=${numIid}`,
     pic_url: img(0),
     brand,
     brandId: digits(rng, 8),
@@ -221,7 +235,7 @@ function retailRecord(rng: () => number, index: number): Record<string, unknown>
       shop_name: shopName,
       nick: shopName,
       sid: shopId,
-      zhuy: `//shop${shopId}.example.com`,
+      zhuy: wholesale ? `//${shopId}.b2b.example.com` : `//shop${shopId}.example.com`,
       shop_type: rng() < 0.3 ? "B" : "C",
       user_num_id: sellerId,
     },
@@ -263,7 +277,7 @@ export function demoRecords(): Record<string, unknown>[] {
   const rng = mulberry32(seed);
   const records: Record<string, unknown>[] = [];
   for (let i = 0; i < retailCount; i++) {
-    records.push({ kind: "item_detail", item: retailRecord(rng, i), obtainable: i % unobtainableEvery !== unobtainableEvery - 1 });
+    records.push({ kind: "item_detail", item: detailRecord(rng, i), obtainable: i % unobtainableEvery !== unobtainableEvery - 1 });
   }
   for (let i = 0; i < wholesaleCount; i++) {
     const numIid = String(620000000000 + i * 15485863);
@@ -271,6 +285,14 @@ export function demoRecords(): Record<string, unknown>[] {
     const peers = i % noPeersEvery === noPeersEvery - 1 ? [] : Array.from({ length: 4 + Math.floor(rng() * 8) }, (_, j) => peerItem(rng, i * 20 + j));
     records.push({ kind: "peer_viewed", num_iid: numIid, sid, item: peers });
   }
+  // Every wholesale item's detail record, from its own stream so the records above never change.
+  const wholesaleRng = mulberry32(seed + 1);
+  records
+    .filter((r) => r.kind === "peer_viewed")
+    .forEach((peers, i) => {
+      const ids = { numIid: peers.num_iid as string, sid: peers.sid as string };
+      records.push({ kind: "item_detail", catalogue: "wholesale", item: detailRecord(wholesaleRng, i, ids), obtainable: true });
+    });
   return records;
 }
 

@@ -1,6 +1,7 @@
 import type { OperationId } from "../contract/operations.ts";
 import type { Operation, RecordKind } from "../core/operation.ts";
 import { retailItemGet } from "./retail-item-get.ts";
+import { wholesaleItemGet } from "./wholesale-item-get.ts";
 import { wholesaleItemSearchPeerbuy } from "./wholesale-item-search-peerbuy.ts";
 
 /**
@@ -12,6 +13,7 @@ import { wholesaleItemSearchPeerbuy } from "./wholesale-item-search-peerbuy.ts";
 export const operations: readonly Operation[] = [
   retailItemGet,
   wholesaleItemSearchPeerbuy,
+  wholesaleItemGet,
 ];
 
 export const operationById: ReadonlyMap<OperationId, Operation> = new Map(operations.map((op) => [op.id, op]));

@@ -3,9 +3,11 @@
 // in every result_type with curl (gzip on, as those callers do), decodes each
 // the way such scripts do, and checks that they all hold the same data.
 // Fields that differ between two calls by design are set aside.
-// Usage: php client.php BASE KEY SECRET RETAIL_NUM_IID WHOLESALE_NUM_IID WHOLESALE_SID
+// The wholesale shop id is not given: as spec 4.2 says, the caller reads it
+// from the wholesale item detail (seller_info.sid) and passes it to peerbuy.
+// Usage: php client.php BASE KEY SECRET RETAIL_NUM_IID WHOLESALE_NUM_IID
 
-[$_, $base, $key, $secret, $retailId, $wholesaleId, $sid] = $argv;
+[$_, $base, $key, $secret, $retailId, $wholesaleId] = $argv;
 $perCall = ['request_id', 'execution_time', 'server_time', 'server_memory', 'api_info'];
 
 function fetch(string $url): string {
@@ -19,7 +21,12 @@ function fetch(string $url): string {
 
 require __DIR__ . '/xml-mapping.php';
 
+$wholesaleDetail = "$base/wholesale/item_get/?" . http_build_query(['key' => $key, 'secret' => $secret, 'num_iid' => $wholesaleId]);
+$sid = json_decode(fetch($wholesaleDetail), true, 512, JSON_THROW_ON_ERROR)['item']['seller_info']['sid'];
+echo "wholesale sid: $sid\n";
+
 $calls = [
+    'wholesale item_get' => $wholesaleDetail,
     'item_get' => "$base/retail/item_get/?" . http_build_query(['key' => $key, 'secret' => $secret, 'num_iid' => $retailId, 'is_promotion' => '1']),
     'peerbuy' => "$base/wholesale/item_search_peerbuy/?" . http_build_query(['key' => $key, 'secret' => $secret, 'num_iid' => $wholesaleId, 'sid' => $sid]),
     'not found' => "$base/retail/item_get/?" . http_build_query(['key' => $key, 'secret' => $secret, 'num_iid' => '1']),

@@ -35,7 +35,9 @@ export class FakeUpstream {
 
   constructor() {
     for (const r of demoRecords()) {
-      if (r.kind === "item_detail" && r.obtainable) this.items.set((r.item as { num_iid: string }).num_iid, r.item);
+      // Keyed by the provider's catalogue name, as the gateway's default GATEWAY_UPSTREAM_CATALOGUES names them.
+      const provider = (r.catalogue ?? "retail") === "retail" ? "taobao" : "1688";
+      if (r.kind === "item_detail" && r.obtainable) this.items.set(`${provider}/${(r.item as { num_iid: string }).num_iid}`, r.item);
       if (r.kind === "peer_viewed") this.peers.set(`${String(r.num_iid)}/${String(r.sid)}`, r.item as unknown[]);
     }
   }
@@ -111,7 +113,8 @@ export class FakeUpstream {
       case "normal": {
         const send = () => {
           const numIid = url.searchParams.get("num_iid") ?? "";
-          const item = url.pathname.endsWith("/item_get/") ? this.items.get(numIid) : this.peers.get(`${numIid}/${url.searchParams.get("sid")}`);
+          const provider = url.pathname.split("/")[1];
+          const item = url.pathname.endsWith("/item_get/") ? this.items.get(`${provider}/${numIid}`) : this.peers.get(`${numIid}/${url.searchParams.get("sid")}`);
           if (item === undefined || (Array.isArray(item) && item.length === 0)) json({ error: "item-not-found", reason: "no such item", error_code: "2000", success: 0 });
           else if (b.padBytes) void this.padded({ item, error: "", reason: "", error_code: "0000" }, b.padBytes, res);
           else json({ item, error: "", reason: "", error_code: "0000", cache: 0, api_info: "today:1 max:99" });

@@ -5,6 +5,7 @@
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
 import type { CacheMode, Lang, StatusBlock } from "./status_pb.js";
+import type { ItemDetail } from "./retail_pb.js";
 
 /**
  * Describes the file gateway/catalogue/v1/wholesale.proto.
@@ -138,6 +139,70 @@ export declare type PeerViewedItem = Message<"gateway.catalogue.v1.PeerViewedIte
 export declare const PeerViewedItemSchema: GenMessage<PeerViewedItem>;
 
 /**
+ * @generated from message gateway.catalogue.v1.WholesaleServiceItemGetRequest
+ */
+export declare type WholesaleServiceItemGetRequest = Message<"gateway.catalogue.v1.WholesaleServiceItemGetRequest"> & {
+  /**
+   * Item identifier, numeric text. Required.
+   *
+   * @generated from field: string num_iid = 1;
+   */
+  numIid: string;
+
+  /**
+   * Selects whether the promotion price is obtained ("", "0" or "1").
+   *
+   * @generated from field: string is_promotion = 2;
+   */
+  isPromotion: string;
+
+  /**
+   * Whether a cached answer may be served.
+   *
+   * @generated from field: gateway.catalogue.v1.CacheMode cache = 3;
+   */
+  cache: CacheMode;
+
+  /**
+   * Language of the response text.
+   *
+   * @generated from field: gateway.catalogue.v1.Lang lang = 4;
+   */
+  lang: Lang;
+};
+
+/**
+ * Describes the message gateway.catalogue.v1.WholesaleServiceItemGetRequest.
+ * Use `create(WholesaleServiceItemGetRequestSchema)` to create a new message.
+ */
+export declare const WholesaleServiceItemGetRequestSchema: GenMessage<WholesaleServiceItemGetRequest>;
+
+/**
+ * @generated from message gateway.catalogue.v1.WholesaleServiceItemGetResponse
+ */
+export declare type WholesaleServiceItemGetResponse = Message<"gateway.catalogue.v1.WholesaleServiceItemGetResponse"> & {
+  /**
+   * The item detail record (spec 2.3), as the retail catalogue's.
+   *
+   * @generated from field: gateway.catalogue.v1.ItemDetail item = 1;
+   */
+  item?: ItemDetail | undefined;
+
+  /**
+   * The status block.
+   *
+   * @generated from field: gateway.catalogue.v1.StatusBlock status = 2;
+   */
+  status?: StatusBlock | undefined;
+};
+
+/**
+ * Describes the message gateway.catalogue.v1.WholesaleServiceItemGetResponse.
+ * Use `create(WholesaleServiceItemGetResponseSchema)` to create a new message.
+ */
+export declare const WholesaleServiceItemGetResponseSchema: GenMessage<WholesaleServiceItemGetResponse>;
+
+/**
  * The wholesale catalogue.
  *
  * @generated from service gateway.catalogue.v1.WholesaleService
@@ -152,6 +217,18 @@ export declare const WholesaleService: GenService<{
     methodKind: "unary";
     input: typeof ItemSearchPeerbuyRequestSchema;
     output: typeof ItemSearchPeerbuyResponseSchema;
+  },
+  /**
+   * The full detail record of one wholesale item (legacy `item_get` of the
+   * wholesale catalogue); its `seller_info.sid` is the shop identifier
+   * ItemSearchPeerbuy takes for the same item.
+   *
+   * @generated from rpc gateway.catalogue.v1.WholesaleService.ItemGet
+   */
+  itemGet: {
+    methodKind: "unary";
+    input: typeof WholesaleServiceItemGetRequestSchema;
+    output: typeof WholesaleServiceItemGetResponseSchema;
   },
 }>;
 
