@@ -1,13 +1,22 @@
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import { Code, ConnectError, createClient, createRouterTransport, type Transport } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { CacheMode, Lang, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { WholesaleService } from "../src/gen/gateway/catalogue/v1/wholesale_pb.js";
+import { operations } from "../src/operations/index.ts";
+import { catalogueRoutes } from "../src/transports/connect/catalogue-services.ts";
 import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
+/**
+ * The error-code table, where it is decided: the legacy shim through
+ * app.inject() and the RPC handlers over an in-memory router transport,
+ * both on the fixture's real stores. That each transport carries a code
+ * over a real socket is test/rpc-transports.test.ts's and
+ * test/legacy-transport.test.ts's business.
+ */
 let gw: GatewayFixture;
+let rpc: Transport;
 let accounts: Record<"ok" | "stopped" | "expired" | "apiStopped" | "apiMissing", { key: string; secret: string }>;
 
 const records = demoRecords();
@@ -16,6 +25,7 @@ const noPeers = records.find((r) => r.kind === "peer_viewed" && (r.item as unkno
 
 beforeAll(async () => {
   gw = await startGateway();
+  rpc = createRouterTransport(catalogueRoutes(gw.runtime.gateway, operations));
   const admin = gw.runtime.admin;
   const stopped = gw.newAccount();
   admin.setStatus(stopped.key, "stopped");
@@ -97,8 +107,9 @@ describe.each(cases)("$code $name", (c) => {
     const params: Record<string, string> = { ...c.args, ...c.options };
     if (key !== "") params.key = key;
     if (secret !== "") params.secret = secret;
-    const { status, json } = await legacyGet(gw.base, path, params);
-    expect(status).toBe(200);
+    const res = await gw.app.inject({ method: "GET", url: `${path}?${new URLSearchParams(params)}` });
+    const json = JSON.parse(res.body) as Record<string, unknown>;
+    expect(res.statusCode).toBe(200);
     expect(json.error_code).toBe(c.code);
     expect(json.success).toBe(0);
     expect(json).not.toHaveProperty("item");
@@ -109,7 +120,7 @@ describe.each(cases)("$code $name", (c) => {
 
   it("rpc: the matching Connect code, and the status block as detail", async () => {
     const { key, secret } = credentialsOf(c);
-    const transport = createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" });
+    const transport = rpc;
     const headers: Record<string, string> = {};
     if (key !== "") headers["x-api-key"] = key;
     if (secret !== "") headers["x-api-secret"] = secret;
