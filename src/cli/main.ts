@@ -6,6 +6,7 @@ import { importCommand } from "./import-command.ts";
 import { maintenanceCommand, usageCommand } from "./operator-commands.ts";
 import { MoneyError } from "../core/money.ts";
 import { serveCommand } from "./serve-command.ts";
+import { DataDirectoryInUseError } from "../stores/embedded/data-directory-lock.ts";
 
 const usage = `usage: gateway <command> [options]
 
@@ -56,7 +57,7 @@ main(process.argv.slice(2)).then(
     process.exitCode = code;
   },
   (e: unknown) => {
-    if (e instanceof ConfigError || e instanceof AccountAdminError || e instanceof MoneyError || String((e as { code?: string }).code).startsWith("ERR_PARSE_ARGS")) {
+    if (e instanceof ConfigError || e instanceof AccountAdminError || e instanceof MoneyError || e instanceof DataDirectoryInUseError || String((e as { code?: string }).code).startsWith("ERR_PARSE_ARGS")) {
       // One line: the bad value and what is accepted; never a stack.
       console.error((e as Error).message.split("\n").filter(Boolean).join(" "));
       process.exitCode = 2;

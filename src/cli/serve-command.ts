@@ -4,6 +4,7 @@ import type { Operation } from "../core/operation.ts";
 import { operations } from "../operations/index.ts";
 import type { GatewayConfig } from "../config.ts";
 import { appOptions, demoAccount, openRuntime, seedDemoCatalogue } from "../runtime.ts";
+import { lockDataDirectory } from "../stores/embedded/data-directory-lock.ts";
 import { credentialHeaders } from "../transports/credentials.ts";
 import { buildApp } from "../transports/server/app.ts";
 import { createLogger } from "../transports/server/logger.ts";
@@ -58,6 +59,8 @@ function banner(base: string, tls: boolean, demo: { key: string; secret: string 
 
 export async function serveCommand(config: GatewayConfig, options: { demo: boolean }): Promise<number> {
   // One logger for the runtime and the app, so every error line (a ledger that cannot be written, an internal RPC) is seen.
+  // First of all: a second gateway on this store must not seed, rotate the demo secret or serve.
+  const lock = lockDataDirectory(config.dataDir);
   const log = createLogger({ level: config.logLevel });
   const runtime = openRuntime(config, { log });
   if (options.demo && (await seedDemoCatalogue(runtime))) console.log(`seeded the demo catalogue into ${config.dataDir}`);
@@ -93,6 +96,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
       force.unref();
       void app.close().then(() => {
         runtime.close();
+        lock.release();
         resolve();
       });
     };
