@@ -180,15 +180,15 @@ export async function seedDemoCatalogue(runtime: Runtime, clock: Clock = systemC
 export const demoAccountName = "demo";
 
 /** The demo account, created on first use with every operation; its secret is replaced on every start and returned. */
-export function demoAccount(runtime: Runtime): { key: string; secret: string } {
-  const existing = runtime.admin.list().find((a) => a.name === demoAccountName);
+export async function demoAccount(runtime: Runtime): Promise<{ key: string; secret: string }> {
+  const existing = (await runtime.admin.list()).find((a) => a.name === demoAccountName);
   if (existing === undefined) {
-    const { account, secret } = runtime.admin.create({ name: demoAccountName });
+    const { account, secret } = await runtime.admin.create({ name: demoAccountName });
     return { key: account.key, secret };
   }
   // A demo from an older gateway gets the operations added since, so every banner call works.
-  for (const op of operations) if (!existing.operations.has(op.id)) runtime.admin.setOperation(existing.key, op.id, "enabled");
-  return { key: existing.key, secret: runtime.admin.rotateSecret(existing.key) };
+  for (const op of operations) if (!existing.operations.has(op.id)) await runtime.admin.setOperation(existing.key, op.id, "enabled");
+  return { key: existing.key, secret: await runtime.admin.rotateSecret(existing.key) };
 }
 
 /**

@@ -27,18 +27,18 @@ beforeAll(async () => {
   gw = await startGateway();
   rpc = createRouterTransport(catalogueRoutes(gw.runtime.gateway, operations));
   const admin = gw.runtime.admin;
-  const stopped = gw.newAccount();
-  admin.setStatus(stopped.key, "stopped");
-  const apiStopped = gw.newAccount();
-  admin.setOperation(apiStopped.key, "retail/item_get", "stopped");
-  admin.setOperation(apiStopped.key, "wholesale/item_search_peerbuy", "stopped");
-  admin.setOperation(apiStopped.key, "wholesale/item_get", "stopped");
+  const stopped = await gw.newAccount();
+  await admin.setStatus(stopped.key, "stopped");
+  const apiStopped = await gw.newAccount();
+  await admin.setOperation(apiStopped.key, "retail/item_get", "stopped");
+  await admin.setOperation(apiStopped.key, "wholesale/item_search_peerbuy", "stopped");
+  await admin.setOperation(apiStopped.key, "wholesale/item_get", "stopped");
   accounts = {
     ok: gw.account,
     stopped,
-    expired: gw.newAccount({ expires: "2020-01-01" }),
+    expired: await gw.newAccount({ expires: "2020-01-01" }),
     apiStopped,
-    apiMissing: gw.newAccount({ operations: [] }),
+    apiMissing: await gw.newAccount({ operations: [] }),
   };
 });
 afterAll(() => gw.close());
@@ -184,7 +184,7 @@ describe("legacy-only codes", () => {
   });
 
   it("ignored codes do not count against the day", async () => {
-    const a = gw.newAccount();
+    const a = await gw.newAccount();
     for (const num_iid of ["x", "", "1".repeat(30)]) await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid });
     const { json } = await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: "123" });
     expect(json.error_code).toBe("2000");

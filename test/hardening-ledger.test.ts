@@ -50,7 +50,7 @@ describe("11.1 a full disk", () => {
     process.on("uncaughtException", onError);
     const filler = new DatabaseSync(databasePath(gw.config));
     try {
-      const account = gw.newAccount({ balance: 1_000_000_000n, prices: new Map([["retail/item_get", 1_000_000n]]) });
+      const account = await gw.newAccount({ balance: 1_000_000_000n, prices: new Map([["retail/item_get", 1_000_000n]]) });
       expect((await item(gw, account)).json.error_code).toBe("0000");
 
       filler.exec("CREATE TABLE filler (b BLOB)");
@@ -70,7 +70,7 @@ describe("11.1 a full disk", () => {
       expect(full).not.toHaveProperty("item");
 
       // While full: a paid call answers 4000 (uncharged), a refusal keeps its own code, RPC says internal with the detail.
-      const balanceBefore = gw.runtime.admin.get(account.key).balance;
+      const balanceBefore = (await gw.runtime.admin.get(account.key)).balance;
       expect((await item(gw, account)).json.error_code).toBe("4000");
       expect((await legacyGet(gw.base, "/retail/item_get/", { key: "no-such-key", secret: "x", num_iid: "1" })).json.error_code).toBe("4004");
       const rpc = await createClient(RetailService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }))
@@ -79,7 +79,7 @@ describe("11.1 a full disk", () => {
       expect(rpc).toBeInstanceOf(ConnectError);
       expect((rpc as ConnectError).code).toBe(Code.Internal);
       expect((rpc as ConnectError).findDetails(StatusBlockSchema)[0]?.errorCode).toBe(4000);
-      expect(gw.runtime.admin.get(account.key).balance).toBe(balanceBefore);
+      expect((await gw.runtime.admin.get(account.key)).balance).toBe(balanceBefore);
 
       // Space returns: the gateway resumes without a restart.
       filler.exec("DROP TABLE filler");
@@ -90,9 +90,9 @@ describe("11.1 a full disk", () => {
       }
       expect(resumed).toBe(true);
       // What was charged is exactly what the ledger says.
-      const report = gw.runtime.meter.query({ account: account.key });
+      const report = await gw.runtime.meter.query({ account: account.key });
       const charged = report.totals.filter((t) => t.charge === "charged").reduce((n, t) => n + t.calls, 0);
-      expect(1_000_000_000n - gw.runtime.admin.get(account.key).balance!).toBe(BigInt(charged) * 1_000_000n);
+      expect(1_000_000_000n - (await gw.runtime.admin.get(account.key)).balance!).toBe(BigInt(charged) * 1_000_000n);
       expect(errors).toEqual([]);
     } finally {
       process.off("uncaughtException", onError);
@@ -135,7 +135,7 @@ describe("11.3 refusals do not grow the ledger row by row", () => {
         ["127.0.0.2", 30],
         ["other", 20],
       ]);
-      const totals = gw.runtime.meter.query({}).totals.filter((t) => t.account === undefined);
+      const totals = (await gw.runtime.meter.query({})).totals.filter((t) => t.account === undefined);
       expect(totals.filter((t) => t.code === 4004).reduce((n, t) => n + t.calls, 0)).toBe(200);
       expect(totals.filter((t) => t.code === 4010).reduce((n, t) => n + t.calls, 0)).toBe(1);
     } finally {
@@ -163,9 +163,9 @@ describe("11.3 refusals do not grow the ledger row by row", () => {
       const oldRows = Number((db.prepare("SELECT count(*) AS n FROM ledger WHERE day < '2026-02-01'").get() as { n: number }).n);
       db.close();
       expect(oldRows).toBe(0);
-      const january = runtime.meter.query({ account: account.key, from: "2026-01-10", to: "2026-01-10" });
+      const january = await runtime.meter.query({ account: account.key, from: "2026-01-10", to: "2026-01-10" });
       expect(january.totals.map((t) => [t.day, t.code, t.charge, t.calls])).toEqual([["2026-01-10", 0, "charged", 3]]);
-      expect(runtime.meter.usage(account.key, "2099-01-01", "2098-12-31").before).toBe(5);
+      expect((await runtime.meter.usage(account.key, "2099-01-01", "2098-12-31")).before).toBe(5);
     } finally {
       runtime.close();
     }
@@ -222,27 +222,27 @@ describe("11.11 refusals of a known account carry the account", () => {
     const gw = await startGateway({ config: { authLockAfter: 100_000 } });
     try {
       const admin = gw.runtime.admin;
-      const stopped = gw.newAccount();
-      admin.setStatus(stopped.key, "stopped");
-      const apiStopped = gw.newAccount();
-      admin.setOperation(apiStopped.key, "retail/item_get", "stopped");
+      const stopped = await gw.newAccount();
+      await admin.setStatus(stopped.key, "stopped");
+      const apiStopped = await gw.newAccount();
+      await admin.setOperation(apiStopped.key, "retail/item_get", "stopped");
       const cases: [string, { key: string; secret: string }][] = [
         ["4006", apiStopped],
         ["4007", stopped],
-        ["4012", gw.newAccount({ operations: ["wholesale/item_search_peerbuy"] })],
-        ["4005", gw.newAccount({ expires: "2020-01-01" })],
-        ["4013", gw.newAccount({ dailyMax: 0 })],
-        ["4016", gw.newAccount({ balance: 0n, prices: new Map([["retail/item_get", 1000n]]) })],
+        ["4012", await gw.newAccount({ operations: ["wholesale/item_search_peerbuy"] })],
+        ["4005", await gw.newAccount({ expires: "2020-01-01" })],
+        ["4013", await gw.newAccount({ dailyMax: 0 })],
+        ["4016", await gw.newAccount({ balance: 0n, prices: new Map([["retail/item_get", 1000n]]) })],
       ];
       for (const [code, account] of cases) {
         const r = await item(gw, account);
         expect(r.json.error_code, code).toBe(code);
         expect(r.json.api_info, code).toMatch(/^today:0 max:\d+ all\[0=0\+0\+0\];expires:\d{4}-\d{2}-\d{2}$/);
-        const rows = gw.runtime.meter.query({ account: account.key, rows: 10 }).rows;
+        const rows = (await gw.runtime.meter.query({ account: account.key, rows: 10 })).rows;
         expect(rows.map((row) => [row.code, row.account]), code).toEqual([[Number(code), account.key]]);
       }
       // 4008: the concurrency limit of an account, on a slow source.
-      const busy = gw.newAccount({ concurrency: 1 });
+      const busy = await gw.newAccount({ concurrency: 1 });
       const slow = gw.gatewayWith(
         new Map([["retail", { label: "slow", fetch: () => new Promise((r) => setTimeout(() => r({ found: false, reason: "slow" }), 300)) }]]),
       );
@@ -252,7 +252,7 @@ describe("11.11 refusals of a known account carry the account", () => {
       const [, second] = await Promise.all([slow.call(op, input), new Promise((r) => setTimeout(r, 50)).then(() => slow.call(op, input))]);
       expect(second.status.errorCode).toBe(4008);
       expect(second.status.apiInfo).toMatch(/^today:/);
-      const rows = gw.runtime.meter.query({ account: busy.key, code: 4008, rows: 10 }).rows;
+      const rows = (await gw.runtime.meter.query({ account: busy.key, code: 4008, rows: 10 })).rows;
       expect(rows.map((r) => r.account)).toEqual([busy.key]);
     } finally {
       await gw.close();

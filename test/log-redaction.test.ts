@@ -20,7 +20,7 @@ afterAll(() => gw.close());
 
 describe("logs", () => {
   it("carry no key, secret, signature, Authorization header or admin token, whatever the traffic", async () => {
-    const a = gw.newAccount();
+    const a = await gw.newAccount();
     const hmacKey = await deriveSigningKey(a.secret);
     const q = (p: Record<string, string>) => `${gw.base}/retail/item_get/?${new URLSearchParams(p)}`;
     const now = Date.now();

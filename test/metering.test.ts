@@ -58,7 +58,7 @@ describe("daily maximum", () => {
     const { base, close } = await appWith(delayed(100));
     try {
       const max = 30;
-      const a = gw.newAccount({ dailyMax: max, concurrency: 1000 });
+      const a = await gw.newAccount({ dailyMax: max, concurrency: 1000 });
       const calls = Array.from({ length: 4 * max }, (_, i) =>
         i % 3 === 0
           ? legacyGet(base, "/retail/item_get/", item(a)).then((r) => ({ code: String(r.json.error_code), requestId: String(r.json.request_id) }))
@@ -71,7 +71,7 @@ describe("daily maximum", () => {
       // Each path saw 4013: legacy (i % 3 = 0), Connect (1) and gRPC (2).
       for (const path of [0, 1, 2]) expect(codes.filter((c, i) => i % 3 === path && c === "4013").length, `path ${path}`).toBeGreaterThan(0);
 
-      const ledger = gw.runtime.meter.query({ account: a.key, rows: 1000 });
+      const ledger = await gw.runtime.meter.query({ account: a.key, rows: 1000 });
       expect(ledger.rows).toHaveLength(4 * max);
       expect(ledger.rows.filter((r) => r.charge === "charged")).toHaveLength(max);
       expect(new Set(ledger.rows.map((r) => r.requestId))).toEqual(new Set(results.map((r) => r.requestId)));
@@ -86,7 +86,7 @@ describe("daily maximum", () => {
 
   it("admits exactly max when every admission happens before any commit", async () => {
     const max = 50;
-    const a = gw.newAccount({ dailyMax: max, concurrency: 10_000 });
+    const a = await gw.newAccount({ dailyMax: max, concurrency: 10_000 });
     const op = operationById.get("retail/item_get")!;
     const outcomes = await Promise.all(
       Array.from({ length: 4 * max }, () => gw.runtime.gateway.call(op, { args: { num_iid: demo.retailNumIid }, credentials: a, transport: "connect", clientIp: "127.0.0.1" })),
@@ -96,7 +96,7 @@ describe("daily maximum", () => {
   });
 
   it("counts 2000 against the day like 0000, and ignored codes not at all", async () => {
-    const a = gw.newAccount({ dailyMax: 2 });
+    const a = await gw.newAccount({ dailyMax: 2 });
     expect((await legacyGet(gw.base, "/retail/item_get/", item(a, "123"))).json.error_code).toBe("2000");
     expect((await legacyGet(gw.base, "/retail/item_get/", { ...item(a), num_iid: "x" })).json.error_code).toBe("4003");
     expect((await legacyGet(gw.base, "/retail/item_get/", item(a))).json.error_code).toBe("0000");
@@ -106,11 +106,11 @@ describe("daily maximum", () => {
 
 describe("prepaid balance", () => {
   it("deducts exact decimal prices and answers 4016 when a call would overdraw", async () => {
-    const a = gw.newAccount({ balance: parseMoney("0.3"), prices: new Map([["retail/item_get", parseMoney("0.1")]]) });
+    const a = await gw.newAccount({ balance: parseMoney("0.3"), prices: new Map([["retail/item_get", parseMoney("0.1")]]) });
     const codes: string[] = [];
     for (let i = 0; i < 4; i++) codes.push(String((await legacyGet(gw.base, "/retail/item_get/", item(a, i === 1 ? "123" : demo.retailNumIid))).json.error_code));
     expect(codes).toEqual(["0000", "2000", "0000", "4016"]);
-    expect(gw.runtime.admin.get(a.key).balance).toBe(0n);
+    expect((await gw.runtime.admin.get(a.key)).balance).toBe(0n);
     const refused = await legacyGet(gw.base, "/retail/item_get/", item(a));
     expect(refused.json.reason).toContain("does not cover the price 0.1");
     const rpc = await rpcItemGet(gw.base, a);
@@ -121,16 +121,16 @@ describe("prepaid balance", () => {
   });
 
   it("never overdraws under concurrency, and a top-up applies at once", async () => {
-    const a = gw.newAccount({ balance: parseMoney("1"), concurrency: 1000, prices: new Map([["retail/item_get", parseMoney("0.1")]]) });
+    const a = await gw.newAccount({ balance: parseMoney("1"), concurrency: 1000, prices: new Map([["retail/item_get", parseMoney("0.1")]]) });
     const codes = await Promise.all(Array.from({ length: 40 }, () => legacyGet(gw.base, "/retail/item_get/", item(a)).then((r) => r.json.error_code)));
     expect(codes.filter((c) => c === "0000")).toHaveLength(10);
     expect(codes.filter((c) => c === "4016")).toHaveLength(30);
-    expect(gw.runtime.admin.get(a.key).balance).toBe(0n);
-    const charged = gw.runtime.meter.query({ account: a.key }).totals.filter((t) => t.charge === "charged");
+    expect((await gw.runtime.admin.get(a.key)).balance).toBe(0n);
+    const charged = (await gw.runtime.meter.query({ account: a.key })).totals.filter((t) => t.charge === "charged");
     expect(charged.reduce((s, t) => s + t.amount, 0n)).toBe(parseMoney("1"));
-    gw.runtime.admin.topUp(a.key, parseMoney("0.25"));
+    await gw.runtime.admin.topUp(a.key, parseMoney("0.25"));
     expect((await legacyGet(gw.base, "/retail/item_get/", item(a))).json.error_code).toBe("0000");
-    expect(gw.runtime.admin.get(a.key).balance).toBe(parseMoney("0.15"));
+    expect((await gw.runtime.admin.get(a.key)).balance).toBe(parseMoney("0.15"));
   });
 });
 
@@ -142,7 +142,7 @@ describe("concurrency limit", () => {
     const slow = delayed(150, () => (peak = Math.max(peak, ++running)), () => running--);
     const { base, close } = await appWith(slow);
     try {
-      const a = gw.newAccount({ concurrency: n });
+      const a = await gw.newAccount({ concurrency: n });
       const results = await Promise.all(
         Array.from({ length: 10 * n }, (_, i) =>
           i % 2 === 0 ? legacyGet(base, "/retail/item_get/", item(a)).then((r) => String(r.json.error_code)) : rpcItemGet(base, a).then((r) => r.code),
@@ -183,7 +183,7 @@ describe("concurrency limit", () => {
 
 describe("maintenance", () => {
   it("answers 4009 on both paths while an operation is switched off, for every account", async () => {
-    gw.runtime.switches.setMaintenance("retail/item_get", true);
+    await gw.runtime.switches.setMaintenance("retail/item_get", true);
     try {
       const legacy = await legacyGet(gw.base, "/retail/item_get/", item(gw.account));
       expect(legacy.json.error_code).toBe("4009");
@@ -192,7 +192,7 @@ describe("maintenance", () => {
       const other = await legacyGet(gw.base, "/wholesale/item_search_peerbuy/", { key: gw.account.key, secret: gw.account.secret, num_iid: demo.wholesaleNumIid, sid: demo.wholesaleSid });
       expect(other.json.error_code).toBe("0000");
     } finally {
-      gw.runtime.switches.setMaintenance("retail/item_get", false);
+      await gw.runtime.switches.setMaintenance("retail/item_get", false);
     }
     expect((await legacyGet(gw.base, "/retail/item_get/", item(gw.account))).json.error_code).toBe("0000");
   });
@@ -200,7 +200,7 @@ describe("maintenance", () => {
 
 describe("the ledger", () => {
   it("has one row per call of an identified account, with the charge class of its code, and agrees with today's count", async () => {
-    const a = gw.newAccount({ dailyMax: 3, prices: new Map([["retail/item_get", parseMoney("0.5")]]) });
+    const a = await gw.newAccount({ dailyMax: 3, prices: new Map([["retail/item_get", parseMoney("0.5")]]) });
     const plan: [Record<string, string>, string, string][] = [
       [item(a), "0000", "charged"],
       [item(a, "123"), "2000", "charged"],
@@ -215,7 +215,7 @@ describe("the ledger", () => {
       expect(r.json.error_code).toBe(code);
       ids.push(String(r.json.request_id));
     }
-    const rows = new Map(gw.runtime.meter.query({ rows: 100000 }).rows.map((r) => [r.requestId, r]));
+    const rows = new Map((await gw.runtime.meter.query({ rows: 100000 })).rows.map((r) => [r.requestId, r]));
     plan.forEach(([, code, charge], i) => {
       const row = rows.get(ids[i]!)!;
       // A wrong secret identifies no account: that call is counted, not stored (see below).
@@ -228,23 +228,21 @@ describe("the ledger", () => {
       expect(row.account).toBe(a.key);
     });
     const last = await legacyGet(gw.base, "/retail/item_get/", item(a));
-    const chargedRows = gw.runtime.meter.query({ account: a.key }).totals.filter((t) => t.charge === "charged").reduce((s, t) => s + t.calls, 0);
+    const chargedRows = (await gw.runtime.meter.query({ account: a.key })).totals.filter((t) => t.charge === "charged").reduce((s, t) => s + t.calls, 0);
     expect(today(last.json.api_info)).toBe(chargedRows);
   });
 
   it("counts calls with no account (unroutable, wrong secret) per day and code instead of storing them", async () => {
-    const counted = (code: number) =>
-      gw.runtime.meter
-        .query({ code })
-        .totals.filter((t) => t.account === undefined)
+    const counted = async (code: number) =>
+      (await gw.runtime.meter.query({ code })).totals.filter((t) => t.account === undefined)
         .reduce((n, t) => n + t.calls, 0);
-    const [unroutable, wrongSecret] = [counted(4010), counted(4005)];
+    const [unroutable, wrongSecret] = [await counted(4010), await counted(4005)];
     const r = await legacyGet(gw.base, "/wholesale/item_search/", {});
     await legacyGet(gw.base, "/retail/item_get/", { ...item(gw.account), secret: "wrong" });
-    expect(gw.runtime.meter.query({ rows: 100000 }).rows.find((x) => x.requestId === r.json.request_id)).toBeUndefined();
-    expect(counted(4010)).toBe(unroutable + 1);
-    expect(counted(4005)).toBe(wrongSecret + 1);
-    const total = gw.runtime.meter.query({ code: 4010 }).totals.find((t) => t.account === undefined);
+    expect((await gw.runtime.meter.query({ rows: 100000 })).rows.find((x) => x.requestId === r.json.request_id)).toBeUndefined();
+    expect(await counted(4010)).toBe(unroutable + 1);
+    expect(await counted(4005)).toBe(wrongSecret + 1);
+    const total = (await gw.runtime.meter.query({ code: 4010 })).totals.find((t) => t.account === undefined);
     expect(total?.charge).toBe("ignored");
   });
 });
@@ -260,7 +258,7 @@ describe("a group commit with a row that cannot be written", () => {
       gw.runtime.meter.record({ ...base, requestId: b }, undefined),
     ]);
     expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
-    const rows = gw.runtime.meter.query({ from: "2026-01-01", to: "2026-01-01", rows: 10 }).rows.map((r) => r.requestId);
+    const rows = (await gw.runtime.meter.query({ from: "2026-01-01", to: "2026-01-01", rows: 10 })).rows.map((r) => r.requestId);
     expect(rows.filter((r) => r === a)).toHaveLength(1);
     expect(rows).toContain(b);
   });

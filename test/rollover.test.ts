@@ -18,7 +18,7 @@ async function call(a: { key: string; secret: string }) {
 describe("the daily maximum resets at midnight in the account's zone", () => {
   it("Asia/Shanghai: 23:59:59 is still the old day, 00:00:00 the new one", async () => {
     clock.at = Date.parse("2026-03-07T23:59:58+08:00");
-    const a = gw.newAccount({ dailyMax: 2, zone: "Asia/Shanghai", expires: "2030-01-01" });
+    const a = await gw.newAccount({ dailyMax: 2, zone: "Asia/Shanghai", expires: "2030-01-01" });
     expect((await call(a)).code).toBe("0000");
     clock.at = Date.parse("2026-03-07T23:59:59.900+08:00");
     const second = await call(a);
@@ -36,7 +36,7 @@ describe("the daily maximum resets at midnight in the account's zone", () => {
   });
 
   it("America/New_York across the spring DST change (a 23-hour day)", async () => {
-    const a = gw.newAccount({ dailyMax: 1, zone: "America/New_York", expires: "2030-01-01" });
+    const a = await gw.newAccount({ dailyMax: 1, zone: "America/New_York", expires: "2030-01-01" });
     // 2026-03-08: clocks go from 02:00 EST to 03:00 EDT; the day ends at 04:00 UTC on the 9th.
     clock.at = Date.parse("2026-03-08T00:30:00-05:00");
     expect((await call(a)).code).toBe("0000");
@@ -48,7 +48,7 @@ describe("the daily maximum resets at midnight in the account's zone", () => {
   });
 
   it("America/New_York across the autumn DST change (a 25-hour day)", async () => {
-    const a = gw.newAccount({ dailyMax: 1, zone: "America/New_York", expires: "2030-01-01" });
+    const a = await gw.newAccount({ dailyMax: 1, zone: "America/New_York", expires: "2030-01-01" });
     // 2026-11-01: clocks go from 02:00 EDT back to 01:00 EST; the day ends at 05:00 UTC on the 2nd.
     clock.at = Date.parse("2026-11-01T00:10:00-04:00");
     expect((await call(a)).code).toBe("0000");
@@ -59,8 +59,8 @@ describe("the daily maximum resets at midnight in the account's zone", () => {
   });
 
   it("keeps one account's day apart from another's", async () => {
-    const east = gw.newAccount({ dailyMax: 1, zone: "Asia/Shanghai", expires: "2030-01-01" });
-    const west = gw.newAccount({ dailyMax: 1, zone: "America/New_York", expires: "2030-01-01" });
+    const east = await gw.newAccount({ dailyMax: 1, zone: "Asia/Shanghai", expires: "2030-01-01" });
+    const west = await gw.newAccount({ dailyMax: 1, zone: "America/New_York", expires: "2030-01-01" });
     clock.at = Date.parse("2026-06-01T15:30:00Z"); // 23:30 in Shanghai, 11:30 in New York
     expect((await call(east)).code).toBe("0000");
     expect((await call(west)).code).toBe("0000");
@@ -70,7 +70,7 @@ describe("the daily maximum resets at midnight in the account's zone", () => {
   });
 
   it("expires a key after its last day, in the account's zone", async () => {
-    const a = gw.newAccount({ zone: "Asia/Shanghai", expires: "2026-07-01" });
+    const a = await gw.newAccount({ zone: "Asia/Shanghai", expires: "2026-07-01" });
     clock.at = Date.parse("2026-07-01T23:59:59+08:00");
     expect((await call(a)).code).toBe("0000");
     clock.at = Date.parse("2026-07-02T00:00:00+08:00");

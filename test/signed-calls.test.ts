@@ -174,7 +174,7 @@ describe("every form on the RPC path, in headers", () => {
 
 describe("secrets at rest", () => {
   it("keeps no plain secret: nothing in a dump of the store makes a plain-secret call", async () => {
-    const { key, secret } = gw.newAccount();
+    const { key, secret } = await gw.newAccount();
     const db = new DatabaseSync(join(gw.config.dataDir, "gateway.db"), { readOnly: true });
     const row = db.prepare("SELECT * FROM accounts WHERE key = ?").get(key) as Record<string, unknown>;
     db.close();

@@ -174,7 +174,7 @@ describe("the LibreTranslate engine", () => {
 
   it.each(["slow", "error", "garbage"] as const)("answers a %s engine with 0000, the untranslated text, translate_status error, charged", async (behaviour) => {
     lt.behaviour = behaviour;
-    const a = gw.newAccount();
+    const a = await gw.newAccount();
     const id = retailIds[next++]!;
     const r = (await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: id, lang: "ru", result_type: "jsonu" })).json;
     expect(r.error_code).toBe("0000");

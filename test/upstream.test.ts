@@ -113,19 +113,19 @@ describe("the upstream source", () => {
     ["a reset connection", { kind: "reset" }, "4001"],
   ] as [string, Behaviour, string][])("maps %s to %s, uncharged", async (_name, behaviour, code) => {
     scripted(behaviour);
-    const a = gw.newAccount();
+    const a = await gw.newAccount();
     const r = await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: freshItem() });
     bodies.push(r.body);
     expect(r.json.error_code).toBe(code);
     expect(r.json.api_info).toMatch(/^today:0 /);
-    const [row] = gw.runtime.meter.query({ account: a.key, rows: 5 }).rows;
+    const [row] = (await gw.runtime.meter.query({ account: a.key, rows: 5 })).rows;
     expect(row?.charge).toBe("uncharged");
     expect(row?.price).toBe(0n);
     scripted({ kind: "normal" });
   });
 
   it("answers the provider's 2000 as a charged 2000", async () => {
-    const a = gw.newAccount();
+    const a = await gw.newAccount();
     const r = await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: "999999999999" });
     expect(r.json.error_code).toBe("2000");
     expect(r.json.api_info).toMatch(/^today:1 /);
@@ -212,13 +212,13 @@ describe("the response cache", () => {
 
   it("makes one upstream call for 100 simultaneous misses, and meters each caller", async () => {
     scripted({ kind: "normal", delayMs: 100 });
-    const a = gw.newAccount({ concurrency: 200 });
+    const a = await gw.newAccount({ concurrency: 200 });
     const id = freshItem();
     const before = upstream.requests.length;
     const codes = await Promise.all(Array.from({ length: 100 }, () => legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: id }).then((r) => r.json.error_code)));
     expect(codes).toEqual(Array(100).fill("0000"));
     expect(upstream.requests.length - before).toBe(1);
-    const charged = gw.runtime.meter.query({ account: a.key }).totals.filter((t) => t.charge === "charged").reduce((n, t) => n + t.calls, 0);
+    const charged = (await gw.runtime.meter.query({ account: a.key })).totals.filter((t) => t.charge === "charged").reduce((n, t) => n + t.calls, 0);
     expect(charged).toBe(100);
     scripted({ kind: "normal" });
   });
@@ -233,7 +233,7 @@ describe("the response cache", () => {
     expect(hit.secache).toBe(first.secache);
     expect(hit.secache_time).toBe(first.secache_time);
     expect(hit.item).toEqual(first.item);
-    const hitLedger = gw.runtime.meter.query({ rows: 1000 }).rows.find((r) => r.requestId === hit.request_id);
+    const hitLedger = (await gw.runtime.meter.query({ rows: 1000 })).rows.find((r) => r.requestId === hit.request_id);
     expect(hitLedger).toMatchObject({ cacheHit: true, charge: "charged" });
 
     clock.at += 5000;
@@ -269,7 +269,7 @@ describe("the response cache", () => {
     const stored = await get(id);
     clock.at += 120_000; // past the 60 s freshness
     scripted({ kind: "status", status: 500 });
-    const a = gw.newAccount();
+    const a = await gw.newAccount();
     const stale = await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: id });
     expect(stale.json.error_code).toBe("0000");
     expect(stale.json.cache).toBe(1);

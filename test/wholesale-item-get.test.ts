@@ -102,11 +102,11 @@ describe("legacy shim (app.inject)", () => {
   });
 
   it("is metered and ledgered under its own operation, with its own price", async () => {
-    const a = gw.newAccount({ prices: new Map([["wholesale/item_get", 50_000n]]), balance: 1_000_000n });
+    const a = await gw.newAccount({ prices: new Map([["wholesale/item_get", 50_000n]]), balance: 1_000_000n });
     for (let i = 0; i < 3; i++) await gw.app.inject({ url: `/wholesale/item_get/?${new URLSearchParams({ key: a.key, secret: a.secret, num_iid: demo.wholesaleNumIid })}` });
-    const rows = gw.runtime.meter.query({ account: a.key, rows: 10 }).rows;
+    const rows = (await gw.runtime.meter.query({ account: a.key, rows: 10 })).rows;
     expect(rows.map((r) => [r.operation, r.code, r.charge, r.price])).toEqual(Array(3).fill(["wholesale/item_get", 0, "charged", 50_000n]));
-    expect(gw.runtime.accounts.find(a.key)!.balance).toBe(850_000n);
+    expect((await gw.runtime.accounts.find(a.key))!.balance).toBe(850_000n);
   });
 });
 
@@ -118,7 +118,7 @@ describe("accounts", () => {
   });
 
   it("new accounts get it; the CLI's --operations gives it alone, and disable-api switches it off for that account alone", async () => {
-    expect([...gw.runtime.accounts.find(gw.account.key)!.operations.keys()]).toContain("wholesale/item_get");
+    expect([...(await gw.runtime.accounts.find(gw.account.key))!.operations.keys()]).toContain("wholesale/item_get");
     // The CLI writes the store the running gateway serves from, as an operator's would.
     const env = { GATEWAY_DATA_DIR: gw.config.dataDir, GATEWAY_ADMIN_TOKEN: adminToken };
     const created = await runCli(["accounts", "create", "--name", "wholesale-only", "--operations", "wholesale/item_get", "--json"], env);
@@ -134,10 +134,10 @@ describe("accounts", () => {
     expect(JSON.parse((await call("/retail/item_get/")).body).error_code).toBe("4012");
   });
 
-  it("a demo account from before the operation existed gets it at the next start", () => {
-    const old = gw.runtime.admin.create({ name: demoAccountName, operations: ["retail/item_get", "wholesale/item_search_peerbuy"] });
-    const demoAgain = demoAccount(gw.runtime);
+  it("a demo account from before the operation existed gets it at the next start", async () => {
+    const old = await gw.runtime.admin.create({ name: demoAccountName, operations: ["retail/item_get", "wholesale/item_search_peerbuy"] });
+    const demoAgain = await demoAccount(gw.runtime);
     expect(demoAgain.key).toBe(old.account.key);
-    expect([...gw.runtime.accounts.find(old.account.key)!.operations]).toContainEqual(["wholesale/item_get", "enabled"]);
+    expect([...(await gw.runtime.accounts.find(old.account.key))!.operations]).toContainEqual(["wholesale/item_get", "enabled"]);
   });
 });

@@ -68,7 +68,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         const max = wholeNumber("max", values.max);
         const concurrency = wholeNumber("concurrency", values.concurrency);
         const priceMap = prices(runtime, values.price);
-        const { account, secret } = runtime.admin.create({
+        const { account, secret } = await runtime.admin.create({
           ...(values.name !== undefined ? { name: values.name } : {}),
           ...(max !== undefined ? { dailyMax: max } : {}),
           ...(concurrency !== undefined ? { concurrency } : {}),
@@ -88,7 +88,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
       }
       case "list": {
         const { values } = parseArgs({ args: rest, options: { json: { type: "boolean", default: false } } });
-        const accounts = runtime.admin.list().map(describeAccount);
+        const accounts = (await runtime.admin.list()).map(describeAccount);
         if (values.json) console.log(JSON.stringify(accounts));
         else for (const a of accounts) console.log(`${a.key}  ${a.status.padEnd(7)}  max ${a.max}  balance ${a.balance ?? "-"}  expires ${a.expires}  ${a.name}`);
         return 0;
@@ -97,7 +97,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
       case "resume": {
         const [key] = rest;
         if (key === undefined) throw new AccountAdminError(`usage: gateway accounts ${sub} KEY`);
-        print(runtime.admin.setStatus(key, sub === "stop" ? "stopped" : "active"), false);
+        print(await runtime.admin.setStatus(key, sub === "stop" ? "stopped" : "active"), false);
         return 0;
       }
       case "enable-api":
@@ -106,7 +106,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         const [key, operation] = rest;
         if (key === undefined || operation === undefined) throw new AccountAdminError(`usage: gateway accounts ${sub} KEY OPERATION`);
         const state = sub === "enable-api" ? "enabled" : sub === "disable-api" ? "stopped" : "removed";
-        print(runtime.admin.setOperation(key, operation, state), false);
+        print(await runtime.admin.setOperation(key, operation, state), false);
         return 0;
       }
       case "set-plan": {
@@ -116,7 +116,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         const max = wholeNumber("max", values.max);
         const concurrency = wholeNumber("concurrency", values.concurrency);
         print(
-          runtime.admin.setPlan(key, {
+          await runtime.admin.setPlan(key, {
             ...(max !== undefined ? { dailyMax: max } : {}),
             ...(concurrency !== undefined ? { concurrency } : {}),
             ...(values.expires !== undefined ? { expires: values.expires } : {}),
@@ -130,7 +130,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { json: { type: "boolean", default: false } } });
         const [key] = positionals;
         if (key === undefined) throw new AccountAdminError("usage: gateway accounts rotate-secret KEY [--json]");
-        const secret = runtime.admin.rotateSecret(key);
+        const secret = await runtime.admin.rotateSecret(key);
         if (values.json) console.log(JSON.stringify({ key, secret }));
         else console.log(`key:    ${key}\nsecret: ${secret}\n(the old secret no longer works; the new one is shown once)`);
         return 0;
@@ -138,13 +138,13 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
       case "top-up": {
         const [key, amount] = rest;
         if (key === undefined || amount === undefined) throw new AccountAdminError("usage: gateway accounts top-up KEY AMOUNT");
-        print(runtime.admin.topUp(key, parseMoney(amount)), false);
+        print(await runtime.admin.topUp(key, parseMoney(amount)), false);
         return 0;
       }
       case "set-price": {
         const [key, operation, price] = rest;
         if (key === undefined || operation === undefined || price === undefined) throw new AccountAdminError("usage: gateway accounts set-price KEY OPERATION PRICE");
-        print(runtime.admin.setPrice(key, operation, parseMoney(price)), false);
+        print(await runtime.admin.setPrice(key, operation, parseMoney(price)), false);
         return 0;
       }
       default:

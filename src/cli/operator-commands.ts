@@ -13,11 +13,11 @@ export async function maintenanceCommand(config: GatewayConfig, argv: string[]):
   try {
     if (sub === "on" || sub === "off") {
       if (operation === undefined) throw new AccountAdminError(`usage: gateway maintenance ${sub} OPERATION`);
-      runtime.switches.setMaintenance(runtime.admin.operation(operation), sub === "on");
+      await runtime.switches.setMaintenance(runtime.admin.operation(operation), sub === "on");
     } else if (sub !== "list") {
       throw new AccountAdminError("usage: gateway maintenance on|off OPERATION | list");
     }
-    console.log(`under maintenance: ${runtime.switches.maintenance().join(", ") || "nothing"}`);
+    console.log(`under maintenance: ${(await runtime.switches.maintenance()).join(", ") || "nothing"}`);
     return 0;
   } finally {
     runtime.close();
@@ -43,7 +43,7 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
   if (values.rows !== undefined && !/^\d{1,5}$/.test(values.rows)) throw new AccountAdminError("--rows takes a number up to 99999");
   const runtime = openRuntime(config);
   try {
-    const report = runtime.meter.query({
+    const report = await runtime.meter.query({
       account: values.account,
       from: values.from ?? values.day,
       to: values.to ?? values.day,

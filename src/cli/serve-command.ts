@@ -78,7 +78,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   if (options.demo) {
     let demo: { key: string; secret: string } | undefined;
     try {
-      demo = demoAccount(runtime);
+      demo = await demoAccount(runtime);
     } catch (e) {
       // A store that cannot be written (a full disk) still serves; the demo account waits for space.
       log.error({ err: e }, "the demo account could not be written; the gateway serves without one");

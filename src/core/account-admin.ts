@@ -1,5 +1,6 @@
 import type { OperationContract, OperationId } from "../contract/operations.ts";
-import { newKey, newSecret, sealSecret, type Account, type AccountStore, type OperationState } from "./accounts.ts";
+import type { AccountStore } from "./account-store.ts";
+import { newKey, newSecret, sealSecret, type Account, type OperationState } from "./accounts.ts";
 import { assertTimeZone, dayOf, type Clock } from "./clock.ts";
 import { formatMoney, type Micros } from "./money.ts";
 
@@ -80,7 +81,7 @@ export class AccountAdmin {
   }
 
   /** Creates an account; the secret is returned once and only its hash is kept. */
-  create(plan: Partial<AccountPlan> = {}): { account: Account; secret: string } {
+  async create(plan: Partial<AccountPlan> = {}): Promise<{ account: Account; secret: string }> {
     const p: AccountPlan = { ...defaultPlan, operations: this.operations.map((op) => op.id), ...plan };
     checkLimits(p);
     let expires = p.expires;
@@ -107,28 +108,28 @@ export class AccountAdmin {
       zone: p.zone,
       createdAt: this.clock.now(),
     };
-    this.store.insert(account);
+    await this.store.insert(account);
     return { account, secret };
   }
 
-  get(key: string): Account {
-    const account = this.store.find(key);
+  async get(key: string): Promise<Account> {
+    const account = await this.store.find(key);
     if (account === undefined) throw new AccountNotFoundError(`no account has the key ${key}`);
     return account;
   }
 
-  list(): Account[] {
+  async list(): Promise<Account[]> {
     return this.store.list();
   }
 
-  setStatus(key: string, status: Account["status"]): Account {
-    this.get(key);
+  async setStatus(key: string, status: Account["status"]): Promise<Account> {
+    await this.get(key);
     return this.store.update(key, { status });
   }
 
   /** Adds and enables, stops (4006), or removes (4012) an operation for an account. */
-  setOperation(key: string, operation: string, state: OperationState | "removed"): Account {
-    const account = this.get(key);
+  async setOperation(key: string, operation: string, state: OperationState | "removed"): Promise<Account> {
+    const account = await this.get(key);
     const id = this.operation(operation);
     const next = new Map(account.operations);
     if (state === "removed") next.delete(id);
@@ -137,24 +138,24 @@ export class AccountAdmin {
   }
 
   /** Changes the daily maximum, concurrency, expiry or zone; what is not given stays. */
-  setPlan(key: string, plan: Partial<Pick<AccountPlan, "dailyMax" | "concurrency" | "expires" | "zone">>): Account {
-    const account = this.get(key);
+  async setPlan(key: string, plan: Partial<Pick<AccountPlan, "dailyMax" | "concurrency" | "expires" | "zone">>): Promise<Account> {
+    const account = await this.get(key);
     const next = { dailyMax: plan.dailyMax ?? account.dailyMax, concurrency: plan.concurrency ?? account.concurrency, expires: plan.expires ?? account.expires, zone: plan.zone ?? account.zone };
     checkLimits(next);
     return this.store.update(key, next);
   }
 
   /** Adds a positive amount to the balance (an unbilled account becomes prepaid). */
-  topUp(key: string, amount: Micros): Account {
-    const account = this.get(key);
+  async topUp(key: string, amount: Micros): Promise<Account> {
+    const account = await this.get(key);
     if (amount <= 0n) throw new AccountAdminError("a top-up must be more than 0");
     if ((account.balance ?? 0n) + amount > maxBalance) throw new AccountAdminError(`a top-up of ${formatMoney(amount)} would take the balance past the largest it can hold, ${formatMoney(maxBalance)}`);
     return this.store.adjustBalance(key, amount);
   }
 
   /** Sets the price of a charged call of one operation for the account. */
-  setPrice(key: string, operation: string, price: Micros): Account {
-    const account = this.get(key);
+  async setPrice(key: string, operation: string, price: Micros): Promise<Account> {
+    const account = await this.get(key);
     if (price < 0n) throw new AccountAdminError("a price cannot be negative");
     const prices = new Map(account.prices);
     prices.set(this.operation(operation), price);
@@ -162,10 +163,10 @@ export class AccountAdmin {
   }
 
   /** Replaces the secret; the new one is returned once. */
-  rotateSecret(key: string): string {
-    this.get(key);
+  async rotateSecret(key: string): Promise<string> {
+    await this.get(key);
     const secret = newSecret();
-    this.store.update(key, sealSecret(secret));
+    await this.store.update(key, sealSecret(secret));
     return secret;
   }
 

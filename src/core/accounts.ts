@@ -45,17 +45,6 @@ export interface Account {
 
 export type NewAccount = Omit<Account, "secretHash" | "secretSalt" | "createdAt">;
 
-/** Where accounts live. The embedded adapter is SQLite; a shared one can follow. */
-export interface AccountStore {
-  find(key: string): Account | undefined;
-  list(): Account[];
-  insert(account: Account): void;
-  /** Changes anything but the balance, which only moves by adjustBalance and by charged calls. */
-  update(key: string, change: Partial<Omit<Account, "key" | "createdAt" | "balance">>): Account;
-  /** Adds to the balance (a top-up, or a negative correction), or makes the account unbilled by balance. */
-  adjustBalance(key: string, change: bigint | "unbilled"): Account;
-}
-
 const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
 
 function randomText(length: number, chars: string): string {

@@ -2,10 +2,12 @@ import { createHmac } from "node:crypto";
 import { canonicalString, signatureScheme } from "../contract/browser-signature.ts";
 import type { OperationContract as Operation } from "../contract/operations.ts";
 import { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
-import { sameHex, secretMatches, type Account, type AccountStore } from "./accounts.ts";
+import type { AccountStore } from "./account-store.ts";
+import { sameHex, secretMatches, type Account } from "./accounts.ts";
 import { dayOf, zonedTimeToEpoch } from "./clock.ts";
 import { GatewayError } from "./gateway-error.ts";
 import { legacySign } from "./legacy-signature.ts";
+import type { ReplayGuard } from "./replay-guard.ts";
 
 /** How a caller proves who it is (README, "Authentication"). */
 export type Credentials =
@@ -38,12 +40,6 @@ export type Credentials =
       readonly scheme: string;
     };
 
-/** Remembers signatures already used, for as long as they could be replayed. */
-export interface ReplayGuard {
-  /** Records `id`; true when it was already recorded and has not expired. */
-  seen(id: string, now: number, ttlMs: number): boolean;
-}
-
 export interface AuthenticationOptions {
   /** How far a signed call's time may be from the server's, in seconds, either way. */
   readonly signatureWindowSeconds: number;
@@ -55,23 +51,6 @@ export const defaultAuthenticationOptions: AuthenticationOptions = {
   signatureWindowSeconds: 300,
   timeZone: "Asia/Shanghai",
 };
-
-/** Replay guard of one process: ids with their expiry, swept as they lapse. */
-export class MemoryReplayGuard implements ReplayGuard {
-  private readonly until = new Map<string, number>();
-  private nextSweep = 0;
-
-  seen(id: string, now: number, ttlMs: number): boolean {
-    if (now >= this.nextSweep) {
-      for (const [k, t] of this.until) if (t <= now) this.until.delete(k);
-      this.nextSweep = now + 10_000;
-    }
-    const t = this.until.get(id);
-    if (t !== undefined && t > now) return true;
-    this.until.set(id, now + ttlMs);
-    return false;
-  }
-}
 
 const nonceForm = /^[A-Za-z0-9_-]{8,64}$/;
 const hex64 = /^[0-9a-f]{64}$/;
@@ -97,20 +76,20 @@ export class Authenticator {
   }
 
   /** The account whose credentials these are: 4014 without a key, 4004 for an unknown one, 4005 when they do not prove it. */
-  identify(operation: Operation, credentials: Credentials, now: number): Account {
+  async identify(operation: Operation, credentials: Credentials, now: number): Promise<Account> {
     if (credentials.kind === "unsupported") {
       throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, `the Authorization scheme ${credentials.scheme.slice(0, 32)} is not supported; send the key alone, Bearer <key>, Gateway-Key <key> or ${signatureScheme}`);
     }
     const key = credentials.key;
     if (key === undefined || key === "") throw new GatewayError(ErrorCode.MISSING_URL_PARAM, "missing url param: key");
-    const account = key.length <= maxKeyLength ? this.accounts.find(key) : undefined;
+    const account = key.length <= maxKeyLength ? await this.accounts.find(key) : undefined;
     if (account === undefined) throw new GatewayError(ErrorCode.ACCOUNT_NOT_FOUND, "no account has this key");
     switch (credentials.kind) {
       case "legacy-signed":
-        this.checkLegacySigned(account, credentials, operation, now);
+        await this.checkLegacySigned(account, credentials, operation, now);
         break;
       case "hmac":
-        this.checkHmac(account, credentials, now);
+        await this.checkHmac(account, credentials, now);
         break;
       default:
         if (credentials.secret === undefined || credentials.secret === "") throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "missing secret");
@@ -138,7 +117,7 @@ export class Authenticator {
     }
   }
 
-  private checkLegacySigned(account: Account, c: Extract<Credentials, { kind: "legacy-signed" }>, operation: Operation, now: number): void {
+  private async checkLegacySigned(account: Account, c: Extract<Credentials, { kind: "legacy-signed" }>, operation: Operation, now: number): Promise<void> {
     if (c.dateline === undefined || c.dateline === "") throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "a signed call needs dateline");
     const at = zonedTimeToEpoch(c.dateline, this.options.timeZone);
     if (at === undefined) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, `dateline must be YYYY-MM-DD HH:MM:SS in ${this.options.timeZone}`);
@@ -148,12 +127,12 @@ export class Authenticator {
     if (!hex32.test(c.sign) || !sameHex(expected, c.sign)) {
       throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "sign does not match the parameters; sign every parameter sent but secret and sign, plus api_name");
     }
-    if (this.used(`legacy\u0000${account.key}\u0000${c.sign}`, now)) {
+    if (await this.used(`legacy\u0000${account.key}\u0000${c.sign}`, now)) {
       throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "this sign was already used; sign each call anew");
     }
   }
 
-  private checkHmac(account: Account, c: Extract<Credentials, { kind: "hmac" }>, now: number): void {
+  private async checkHmac(account: Account, c: Extract<Credentials, { kind: "hmac" }>, now: number): Promise<void> {
     if (c.timestamp === undefined || !/^\d{1,12}$/.test(c.timestamp)) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "a signed call needs timestamp, in Unix seconds");
     if (c.nonce === undefined || !nonceForm.test(c.nonce)) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "a signed call needs nonceStr: 8 to 64 letters, digits, _ or -");
     this.checkTime(Number(c.timestamp) * 1000, now, "timestamp");
@@ -163,15 +142,15 @@ export class Authenticator {
     if (!hex64.test(c.signature) || !sameHex(expected, c.signature)) {
       throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, `signature does not match; sign "${c.method} ${c.path}" with every parameter the call sends, its timestamp and nonce`);
     }
-    if (this.used(`hmac\u0000${account.key}\u0000${c.nonce}`, now)) {
+    if (await this.used(`hmac\u0000${account.key}\u0000${c.nonce}`, now)) {
       throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "this nonce was already used; use a fresh nonceStr for every call");
     }
   }
 
   /** Records a signature as used; a guard that cannot record it refuses the call (4000) rather than risk a replay. */
-  private used(id: string, now: number): boolean {
+  private async used(id: string, now: number): Promise<boolean> {
     try {
-      return this.replays.seen(id, now, 2 * this.windowMs());
+      return await this.replays.seen(id, now, 2 * this.windowMs());
     } catch (e) {
       throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, "used signatures cannot be recorded, so signed calls are refused for now", { cause: e });
     }

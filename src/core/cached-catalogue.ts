@@ -83,7 +83,7 @@ export class CachedCatalogue {
     if (lang === "cn") return this.sourceAnswer(operation, args, useCache, signal);
     const target = lang as TargetLanguage;
     const key = this.key(operation, args, lang);
-    const stored = this.cache?.get(key);
+    const stored = await this.cache?.get(key);
     if (useCache && stored !== undefined && stored.freshUntil > this.now() && stored.translation !== undefined) {
       return { ...this.fromEntry(stored, true), translation: { ...stored.translation, seconds: 0 } };
     }
@@ -122,7 +122,7 @@ export class CachedCatalogue {
       return { answer: await source.fetch(operation, args, signal), fromCache: false, memo: undefined };
     }
     const key = this.key(operation, args, "cn");
-    const stored = this.cache.get(key);
+    const stored = await this.cache.get(key);
     if (useCache && stored !== undefined && stored.freshUntil > this.now()) return this.fromEntry(stored, true);
     try {
       return this.fromEntry(await this.fetchOnce(key, operation, source, args), false);

@@ -1,9 +1,11 @@
 import { create } from "@bufbuild/protobuf";
 import { errorCodeInfo } from "../contract/error-codes.ts";
 import { ErrorCode, LanguageInfoSchema, StatusBlockSchema, type StatusBlock } from "../gen/gateway/catalogue/v1/status_pb.js";
-import type { Account, AccountStore } from "./accounts.ts";
+import type { AccountStore } from "./account-store.ts";
+import type { Account } from "./accounts.ts";
 import { AddressLockout } from "./address-lockout.ts";
-import { Authenticator, MemoryReplayGuard, type AuthenticationOptions, type Credentials, type ReplayGuard } from "./authentication.ts";
+import { Authenticator, type AuthenticationOptions, type Credentials } from "./authentication.ts";
+import { MemoryReplayGuard, type ReplayGuard } from "./replay-guard.ts";
 import type { CachedCatalogue } from "./cached-catalogue.ts";
 import type { TranslationReport } from "./translation.ts";
 import type { Found, NotFound } from "./catalogue-source.ts";
@@ -11,7 +13,8 @@ import { dayOf, formatDateTime, previousDay, systemClock, type Clock } from "./c
 import { GatewayError } from "./gateway-error.ts";
 import type { Args, Operation } from "./operation.ts";
 import { createRequestIdGenerator } from "./request-id.ts";
-import type { Admission, Meter, OperatorSwitches, Transport } from "./meter.ts";
+import type { Admission, Meter, Transport } from "./meter.ts";
+import type { OperatorSwitches } from "./operator-switches.ts";
 
 export type { Transport } from "./meter.ts";
 
@@ -146,19 +149,19 @@ export class Gateway {
     try {
       this.lockout.check(input.clientIp, now);
       if (input.malformed !== undefined) throw new GatewayError(ErrorCode.PARAM_ERROR, input.malformed);
-      account = this.authenticator.identify(operation, input.credentials, now);
+      account = await this.authenticator.identify(operation, input.credentials, now);
       this.authenticator.authorize(account, operation, now);
       if (input.rejection !== undefined) throw new GatewayError(ErrorCode.PARAM_ERROR, input.rejection);
       const args = checkArgs(operation, input.args);
       options = checkOptions(input);
       const source = this.ports.catalogue.source(operation);
-      if (source === undefined || this.ports.switches.inMaintenance(operation.id)) {
+      if (source === undefined || (await this.ports.switches.inMaintenance(operation.id))) {
         throw new GatewayError(ErrorCode.API_MAINTENANCE, `${operation.id} is under maintenance; try again later`);
       }
       // Nothing is bought that could not be recorded: refusals keep their own codes, a call that would be served waits for the ledger.
       const unavailable = this.ports.meter.unavailable(now);
       if (unavailable !== undefined) throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, unavailable);
-      admission = this.ports.meter.admit(account, operation.id, dayOf(now, account.zone));
+      admission = await this.ports.meter.admit(account, operation.id, dayOf(now, account.zone));
       const answered = await this.ports.catalogue.answer(operation, args, options.lang, options.useCache, input.signal ?? neverAborted);
       ({ answer, fromCache, memo, translation } = answered);
       code = answer.found ? ErrorCode.SUCCESS : ErrorCode.NO_RESULT;
@@ -211,7 +214,7 @@ export class Gateway {
         answer = undefined;
       }
     }
-    const apiInfo = account === undefined ? "" : this.apiInfo(account, day);
+    const apiInfo = account === undefined ? "" : await this.apiInfo(account, day);
 
     const status = this.statusBlock(code, reason, now, requestId, operation.catalogue, input.clientIp);
     status.apiInfo = apiInfo;
@@ -288,8 +291,15 @@ export class Gateway {
     return status;
   }
 
-  private apiInfo(account: Account, today: string): string {
-    const u = this.ports.meter.usage(account.key, today, previousDay(today));
+  private async apiInfo(account: Account, today: string): Promise<string> {
+    let u;
+    try {
+      u = await this.ports.meter.usage(account.key, today, previousDay(today));
+    } catch (e) {
+      // The call is answered and recorded; only its counters cannot be read back now.
+      this.ports.log?.error({ err: e }, "the account's usage cannot be read for api_info");
+      return "";
+    }
     const all = u.today + u.yesterday + u.before;
     return `today:${u.today} max:${account.dailyMax} all[${all}=${u.today}+${u.yesterday}+${u.before}];expires:${account.expires}`;
   }

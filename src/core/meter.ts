@@ -75,22 +75,16 @@ export interface UsageReport {
  * the same commit, anything else gives the reservation back. `record`
  * resolves only once the row is durable, and must be called exactly once
  * for every call, admitted or not. A call with no account is not stored
- * row by row: it is counted per day, code and address.
+ * row by row: it is counted per day, code and address. Asynchronous where a
+ * store may be remote; the decision to admit must be one atomic step in it.
  */
 export interface Meter {
   /** Why new calls cannot be recorded now (the ledger cannot be written, the disk is nearly full), or undefined. */
   unavailable(now: number): string | undefined;
-  admit(account: Account, operation: OperationId, day: string): Admission;
+  admit(account: Account, operation: OperationId, day: string): Promise<Admission>;
   record(row: LedgerRow, admission: Admission | undefined): Promise<void>;
-  usage(account: string, today: string, yesterday: string): UsageSummary;
-  query(query: UsageQuery): UsageReport;
+  usage(account: string, today: string, yesterday: string): Promise<UsageSummary>;
+  query(query: UsageQuery): Promise<UsageReport>;
   /** Commits every queued row now; for shutdown. */
   flush(): void;
-}
-
-/** Operator switches that hold for every account. */
-export interface OperatorSwitches {
-  inMaintenance(operation: OperationId): boolean;
-  setMaintenance(operation: OperationId, on: boolean): void;
-  maintenance(): OperationId[];
 }

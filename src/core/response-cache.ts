@@ -28,7 +28,8 @@ export interface CacheEntry<T = unknown> {
  * LRU bounded in bytes; a shared (Redis) adapter can follow.
  */
 export interface ResponseCache {
-  get(key: string): CacheEntry | undefined;
+  get(key: string): Promise<CacheEntry | undefined>;
+  /** Stores an entry; a remote adapter may write it after returning. */
   set(key: string, entry: CacheEntry): void;
   /** Bytes held now. */
   readonly bytes: number;

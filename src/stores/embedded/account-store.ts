@@ -1,5 +1,6 @@
 import type { DatabaseSync, StatementSync } from "node:sqlite";
-import type { Account, AccountStore, OperationState } from "../../core/accounts.ts";
+import type { AccountStore } from "../../core/account-store.ts";
+import type { Account, OperationState } from "../../core/accounts.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { ChangeWatch } from "./change-watch.ts";
 
@@ -94,7 +95,12 @@ export class SqliteAccountStore implements AccountStore {
     this.setBalance = db.prepare("UPDATE accounts SET balance = ? WHERE key = ?");
   }
 
-  find(key: string): Account | undefined {
+  async find(key: string): Promise<Account | undefined> {
+    return this.findNow(key);
+  }
+
+  /** The account as this process knows it, reread once another process has committed. */
+  private findNow(key: string): Account | undefined {
     const version = this.watch.current();
     if (version !== this.seenVersion) {
       this.cached.clear();
@@ -114,17 +120,17 @@ export class SqliteAccountStore implements AccountStore {
     this.cached.delete(key);
   }
 
-  list(): Account[] {
+  async list(): Promise<Account[]> {
     return (this.all.all() as unknown as Row[]).map(fromRow);
   }
 
-  insert(account: Account): void {
+  async insert(account: Account): Promise<void> {
     this.insertRow.run(toParams(account));
     this.forget(account.key);
   }
 
-  update(key: string, change: Partial<Omit<Account, "key" | "createdAt" | "balance">>): Account {
-    const current = this.find(key);
+  async update(key: string, change: Partial<Omit<Account, "key" | "createdAt" | "balance">>): Promise<Account> {
+    const current = this.findNow(key);
     if (current === undefined) throw new Error(`no account has the key ${key}`);
     const next = { ...current, ...change };
     // Every column but the balance: the serving process deducts from it concurrently.
@@ -134,11 +140,11 @@ export class SqliteAccountStore implements AccountStore {
     return next;
   }
 
-  adjustBalance(key: string, change: bigint | "unbilled"): Account {
+  async adjustBalance(key: string, change: bigint | "unbilled"): Promise<Account> {
     if (change === "unbilled") this.setBalance.run(null, key);
     else this.addBalance.run(change, key);
     this.forget(key);
-    const account = this.find(key);
+    const account = this.findNow(key);
     if (account === undefined) throw new Error(`no account has the key ${key}`);
     return account;
   }

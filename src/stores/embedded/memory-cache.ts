@@ -18,7 +18,7 @@ export class MemoryCache implements ResponseCache {
     this.lru = new LRUCache<string, CacheEntry>({ maxSize: maxBytes, sizeCalculation: (e) => Math.max(1, e.bytes) });
   }
 
-  get(key: string): CacheEntry | undefined {
+  async get(key: string): Promise<CacheEntry | undefined> {
     const entry = this.lru.get(key);
     if (entry !== undefined && entry.staleUntil <= this.now()) {
       this.lru.delete(key);

@@ -1,6 +1,6 @@
 import type { DatabaseSync, StatementSync } from "node:sqlite";
 import type { OperationId } from "../../contract/operations.ts";
-import type { OperatorSwitches } from "../../core/meter.ts";
+import type { OperatorSwitches } from "../../core/operator-switches.ts";
 import type { ChangeWatch } from "./change-watch.ts";
 
 /** Maintenance switches in the embedded store, kept in memory and reread when another process commits. */
@@ -19,21 +19,25 @@ export class SqliteOperatorSwitches implements OperatorSwitches {
     this.off = db.prepare("DELETE FROM maintenance WHERE operation = ?");
   }
 
-  inMaintenance(operation: OperationId): boolean {
+  async inMaintenance(operation: OperationId): Promise<boolean> {
     const version = this.watch.current();
     if (version !== this.seenVersion) {
-      this.onNow = new Set(this.maintenance());
+      this.onNow = new Set(this.read());
       this.seenVersion = version;
     }
     return this.onNow.has(operation);
   }
 
-  setMaintenance(operation: OperationId, on: boolean): void {
+  async setMaintenance(operation: OperationId, on: boolean): Promise<void> {
     (on ? this.on : this.off).run(operation);
-    this.onNow = new Set(this.maintenance());
+    this.onNow = new Set(this.read());
   }
 
-  maintenance(): OperationId[] {
+  async maintenance(): Promise<OperationId[]> {
+    return this.read();
+  }
+
+  private read(): OperationId[] {
     return (this.all.all() as { operation: OperationId }[]).map((r) => r.operation);
   }
 }

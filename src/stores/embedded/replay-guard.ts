@@ -1,5 +1,5 @@
 import type { DatabaseSync, StatementSync } from "node:sqlite";
-import type { ReplayGuard } from "../../core/authentication.ts";
+import type { ReplayGuard } from "../../core/replay-guard.ts";
 
 /**
  * Used signatures in the embedded store, so a signed URL stays used across a
@@ -20,7 +20,7 @@ export class SqliteReplayGuard implements ReplayGuard {
     this.sweep = db.prepare("DELETE FROM used_signatures WHERE until <= ?");
   }
 
-  seen(id: string, now: number, ttlMs: number): boolean {
+  async seen(id: string, now: number, ttlMs: number): Promise<boolean> {
     if (now >= this.nextSweep) {
       this.sweep.run(now);
       this.nextSweep = now + 60_000;

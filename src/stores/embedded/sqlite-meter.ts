@@ -154,13 +154,18 @@ export class SqliteMeter implements Meter {
     return `the data directory has less than ${Math.round(this.options.minFreeBytes / 1048576)} MB free`;
   }
 
-  admit(account: Account, operation: OperationId, day: string): Admission {
+  async admit(account: Account, operation: OperationId, day: string): Promise<Admission> {
+    return this.admitNow(account, operation, day);
+  }
+
+  /** The check and the reservation in one synchronous step: nothing else runs between them. */
+  private admitNow(account: Account, operation: OperationId, day: string): Admission {
     const key = account.key;
     const inFlight = this.inFlight.get(key) ?? 0;
     if (inFlight >= account.concurrency) {
       throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `this account already has ${inFlight} calls in flight, its limit`);
     }
-    const committed = this.usage(key, day, previousDay(day)).today;
+    const committed = this.usageNow(key, day, previousDay(day)).today;
     const pending = this.pendingCalls.get(dayKey(key, day)) ?? 0;
     if (committed + pending >= account.dailyMax) {
       throw new GatewayError(ErrorCode.CALLS_EXCEEDED, `the daily maximum of ${account.dailyMax} calls is reached; it resets at midnight ${account.zone}`);
@@ -341,7 +346,11 @@ export class SqliteMeter implements Meter {
     else this.pendingAmount.set(a.account, left);
   }
 
-  usage(account: string, today: string, yesterday: string): UsageSummary {
+  async usage(account: string, today: string, yesterday: string): Promise<UsageSummary> {
+    return this.usageNow(account, today, yesterday);
+  }
+
+  private usageNow(account: string, today: string, yesterday: string): UsageSummary {
     const known = this.summaries.get(account);
     if (known !== undefined && known.day === today) return { ...known.summary };
     const r = this.sql.sums.get({ account, today, yesterday }) as Record<keyof UsageSummary, number>;
@@ -356,7 +365,7 @@ export class SqliteMeter implements Meter {
    * the per-day totals of rows past retention, and (with no account asked
    * for) the counted calls that had no account.
    */
-  query(q: UsageQuery): UsageReport {
+  async query(q: UsageQuery): Promise<UsageReport> {
     const where: string[] = [];
     const params: Record<string, string | number> = {};
     if (q.from !== undefined) (where.push("day >= :from"), (params.from = q.from));

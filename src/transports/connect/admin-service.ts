@@ -6,7 +6,8 @@ import { AccountAdminError, AccountNotFoundError, type AccountAdmin } from "../.
 import type { Account } from "../../core/accounts.ts";
 import type { AddressLockout } from "../../core/address-lockout.ts";
 import { clientIpKey } from "./context.ts";
-import type { LedgerRow, Meter, OperatorSwitches, UsageTotal } from "../../core/meter.ts";
+import type { LedgerRow, Meter, UsageTotal } from "../../core/meter.ts";
+import type { OperatorSwitches } from "../../core/operator-switches.ts";
 import { formatMoney, MoneyError, parseMoney } from "../../core/money.ts";
 import {
   AccountSchema,
@@ -104,10 +105,10 @@ function adminError(e: unknown): never {
   throw e;
 }
 
-function guarded<A extends unknown[], R>(f: (...args: A) => R): (...args: A) => R {
-  return (...args) => {
+function guarded<A extends unknown[], R>(f: (...args: A) => R | Promise<R>): (...args: A) => Promise<R> {
+  return async (...args) => {
     try {
-      return f(...args);
+      return await f(...args);
     } catch (e) {
       return adminError(e);
     }
@@ -137,8 +138,8 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
     router.service(
       AdminService,
       {
-        createAccount: guarded((req) => {
-          const { account, secret } = admin.create({
+        createAccount: guarded(async (req) => {
+          const { account, secret } = await admin.create({
             name: req.name,
             ...(req.dailyMax !== undefined ? { dailyMax: Number(req.dailyMax) } : {}),
             ...(req.concurrency !== undefined ? { concurrency: req.concurrency } : {}),
@@ -150,13 +151,13 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           });
           return { account: accountMessage(account), secret };
         }),
-        listAccounts: guarded(() => ({ accounts: admin.list().map(accountMessage) })),
-        getAccount: guarded((req) => ({ account: accountMessage(admin.get(req.key)) })),
-        stopAccount: guarded((req) => ({ account: accountMessage(admin.setStatus(req.key, "stopped")) })),
-        resumeAccount: guarded((req) => ({ account: accountMessage(admin.setStatus(req.key, "active")) })),
-        setPlan: guarded((req) => ({
+        listAccounts: guarded(async () => ({ accounts: (await admin.list()).map(accountMessage) })),
+        getAccount: guarded(async (req) => ({ account: accountMessage(await admin.get(req.key)) })),
+        stopAccount: guarded(async (req) => ({ account: accountMessage(await admin.setStatus(req.key, "stopped")) })),
+        resumeAccount: guarded(async (req) => ({ account: accountMessage(await admin.setStatus(req.key, "active")) })),
+        setPlan: guarded(async (req) => ({
           account: accountMessage(
-            admin.setPlan(req.key, {
+            await admin.setPlan(req.key, {
               ...(req.dailyMax !== undefined ? { dailyMax: Number(req.dailyMax) } : {}),
               ...(req.concurrency !== undefined ? { concurrency: req.concurrency } : {}),
               ...(req.expires !== undefined ? { expires: req.expires } : {}),
@@ -164,7 +165,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
             }),
           ),
         })),
-        setOperation: guarded((req) => {
+        setOperation: guarded(async (req) => {
           const named: Partial<Record<OperationState, "enabled" | "stopped" | "removed">> = {
             [OperationState.ENABLED]: "enabled",
             [OperationState.STOPPED]: "stopped",
@@ -172,16 +173,16 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           };
           const state = named[req.state];
           if (state === undefined) throw new AccountAdminError("state must be ENABLED, STOPPED or REMOVED");
-          return { account: accountMessage(admin.setOperation(req.key, req.operation, state)) };
+          return { account: accountMessage(await admin.setOperation(req.key, req.operation, state)) };
         }),
-        topUp: guarded((req) => ({ account: accountMessage(admin.topUp(req.key, parseMoney(req.amount))) })),
-        setPrice: guarded((req) => ({ account: accountMessage(admin.setPrice(req.key, req.operation, parseMoney(req.price))) })),
-        setMaintenance: guarded((req) => {
-          switches.setMaintenance(admin.operation(req.operation) as OperationId, req.maintenance);
-          return { operations: switches.maintenance() };
+        topUp: guarded(async (req) => ({ account: accountMessage(await admin.topUp(req.key, parseMoney(req.amount))) })),
+        setPrice: guarded(async (req) => ({ account: accountMessage(await admin.setPrice(req.key, req.operation, parseMoney(req.price))) })),
+        setMaintenance: guarded(async (req) => {
+          await switches.setMaintenance(admin.operation(req.operation) as OperationId, req.maintenance);
+          return { operations: await switches.maintenance() };
         }),
-        queryUsage: guarded((req) => {
-          const report = meter.query({
+        queryUsage: guarded(async (req) => {
+          const report = await meter.query({
             account: req.account || undefined,
             from: req.from || undefined,
             to: req.to || undefined,
