@@ -10,8 +10,12 @@ import { Translator, type TranslationEngine } from "./core/translation.ts";
 import { UpstreamSource } from "./sources/upstream/upstream-source.ts";
 import { GlossaryEngine } from "./translation/glossary-engine.ts";
 import { LibreTranslateEngine } from "./translation/libretranslate-engine.ts";
-import { MemoryCache } from "./stores/embedded/memory-cache.ts";
+import { MemoryCache } from "./stores/embedded/response-cache.ts";
 import { AccountAdmin } from "./core/account-admin.ts";
+import type { AccountStore } from "./core/account-store.ts";
+import type { CatalogueStore } from "./core/catalogue-store.ts";
+import type { Meter } from "./core/meter.ts";
+import type { OperatorSwitches } from "./core/operator-switches.ts";
 import { AddressLockout } from "./core/address-lockout.ts";
 import { dayOf, systemClock, type Clock } from "./core/clock.ts";
 import { Gateway } from "./core/gateway.ts";
@@ -19,22 +23,22 @@ import { SqliteAccountStore } from "./stores/embedded/account-store.ts";
 import { ChangeWatch } from "./stores/embedded/change-watch.ts";
 import { EmbeddedCatalogue } from "./stores/embedded/catalogue-store.ts";
 import { openDatabase } from "./stores/embedded/sqlite-database.ts";
-import { SqliteMeter } from "./stores/embedded/sqlite-meter.ts";
+import { SqliteMeter } from "./stores/embedded/meter.ts";
 import { SqliteOperatorSwitches } from "./stores/embedded/operator-switches.ts";
 import { SqliteReplayGuard } from "./stores/embedded/replay-guard.ts";
 import type { AppOptions } from "./transports/server/app.ts";
 import type { Logger } from "./transports/server/logger.ts";
 
-/** The gateway's parts, wired to the embedded store under the data directory. */
+/** The gateway's parts, typed by their ports; `openRuntime` wires them to the embedded store under the data directory. */
 export interface Runtime {
   readonly gateway: Gateway;
   /** Failed authentications per address, shared by the catalogue calls and the admin API. */
   readonly lockout: AddressLockout;
-  readonly accounts: SqliteAccountStore;
+  readonly accounts: AccountStore;
   readonly admin: AccountAdmin;
-  readonly meter: SqliteMeter;
-  readonly switches: SqliteOperatorSwitches;
-  readonly catalogue: EmbeddedCatalogue;
+  readonly meter: Meter;
+  readonly switches: OperatorSwitches;
+  readonly catalogue: CatalogueStore;
   /** Commits every queued ledger row, then closes the store. */
   close(): void;
 }
@@ -171,7 +175,7 @@ export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {})
 
 /** Seeds the demo catalogue into an empty embedded store. Returns whether it did. */
 export async function seedDemoCatalogue(runtime: Runtime, clock: Clock = systemClock): Promise<boolean> {
-  if (!runtime.catalogue.empty()) return false;
+  if (!(await runtime.catalogue.empty())) return false;
   const report = await importRecords(runtime.catalogue, demoRecords(), { storedAt: Math.floor(clock.now() / 1000) });
   if (report.skipped.length > 0) throw new Error(`the demo dataset has invalid records: ${JSON.stringify(report.skipped.slice(0, 3))}`);
   return true;

@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import { ConfigError, defaultConfig, loadConfig, settings } from "../src/config.ts";
 import { defaultCachePolicy } from "../src/core/cached-catalogue.ts";
 import { defaultUpstreamOptions } from "../src/sources/upstream/upstream-source.ts";
-import { defaultMeterOptions } from "../src/stores/embedded/sqlite-meter.ts";
+import { defaultMeterOptions } from "../src/stores/embedded/meter.ts";
 import { defaultAppSettings } from "../src/transports/server/app.ts";
 import { withSettingsTable } from "../scripts/docs.ts";
 import { startGateway } from "./support/gateway-fixture.ts";

@@ -45,7 +45,7 @@ describe("a data directory from before the descriptor table (schema 4)", () => {
       expect(await runtime.catalogue.fetch(retailItemGet, { num_iid: "42", is_promotion: "" })).toEqual({ found: false, reason: "item 42 cannot be obtained" });
       const viewed = await runtime.catalogue.fetch(wholesaleItemSearchPeerbuy, { num_iid: String(peers.num_iid), sid: String(peers.sid) });
       expect(viewed.found && viewed.value).toEqual(list);
-      expect([...runtime.catalogue.size()]).toEqual([
+      expect([...(await runtime.catalogue.size())]).toEqual([
         ["retail/item_detail", 2],
         ["wholesale/peer_viewed", 1],
       ]);

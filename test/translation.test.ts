@@ -80,7 +80,7 @@ describe("translated item detail (glossary, the embedded default)", () => {
     const found = await gw.runtime.catalogue.fetch(retailItemGet, { num_iid: demo.retailNumIid, is_promotion: "1" });
     if (!found.found) throw new Error("the demo item is missing");
     const record = clone(ItemDetailSchema, { ...(found.value as ItemDetail), numIid: "700000000777", title: "神秘面纱连衣裙" });
-    gw.runtime.catalogue.store({ kind: itemDetailRecord, catalogue: "retail", key: record.numIid, record, obtainable: true }, 1);
+    await gw.runtime.catalogue.storeBatch([{ kind: itemDetailRecord, catalogue: "retail", key: record.numIid, record, obtainable: true }], 1);
     const r = await get("700000000777", "en");
     expect(r.translate_status).toBe("partial");
     expect((r.item as Item).title).toBe("神秘面纱 dress");

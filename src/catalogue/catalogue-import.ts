@@ -1,6 +1,6 @@
 import { createReadStream } from "node:fs";
 import { createInterface } from "node:readline";
-import type { EmbeddedCatalogue } from "../stores/embedded/catalogue-store.ts";
+import type { CatalogueStore } from "../core/catalogue-store.ts";
 import { readCatalogueRecord } from "./catalogue-record.ts";
 
 export interface ImportReport {
@@ -24,7 +24,7 @@ export interface ImportOptions {
  * Writes go in batches, one transaction each.
  */
 export async function importRecords(
-  catalogue: EmbeddedCatalogue,
+  catalogue: CatalogueStore,
   lines: AsyncIterable<unknown> | Iterable<unknown>,
   options: ImportOptions,
 ): Promise<ImportReport> {
@@ -33,10 +33,8 @@ export async function importRecords(
   let imported = 0;
   let lineNo = 0;
   let batch: ReturnType<typeof readCatalogueRecord>[] = [];
-  const flush = () => {
-    catalogue.transaction(() => {
-      for (const r of batch) catalogue.store(r, options.storedAt);
-    });
+  const flush = async () => {
+    await catalogue.storeBatch(batch, options.storedAt);
     imported += batch.length;
     batch = [];
     options.onProgress?.(lineNo);
@@ -50,9 +48,9 @@ export async function importRecords(
     } catch (e) {
       skipped.push({ line: lineNo, message: (e as Error).message });
     }
-    if (batch.length >= batchSize) flush();
+    if (batch.length >= batchSize) await flush();
   }
-  flush();
+  await flush();
   return { imported, skipped };
 }
 

@@ -1,3 +1,4 @@
+import type { StoredRecord } from "../core/catalogue-store.ts";
 import type { RecordKind } from "../core/operation.ts";
 import { catalogues, operations, recordKinds } from "../operations/index.ts";
 import { isObject } from "./legacy-message.ts";
@@ -10,13 +11,7 @@ import { isObject } from "./legacy-message.ts";
  * - `{"kind":"peer_viewed","num_iid":"…","sid":"…","item":[{…peer-viewed item…}]}`
  * `catalogue` may be left out: each kind has its own default.
  */
-export interface CatalogueRecord {
-  readonly kind: RecordKind;
-  readonly catalogue: string;
-  readonly key: string;
-  readonly record: unknown;
-  readonly obtainable: boolean;
-}
+export type CatalogueRecord = StoredRecord;
 
 /** The catalogues whose operations read a record kind. */
 function cataloguesOf(kind: RecordKind): string[] {

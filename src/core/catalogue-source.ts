@@ -25,5 +25,5 @@ export interface NotFound {
 export interface CatalogueSource {
   /** Reported as the `_ddf` marker. */
   readonly label: string;
-  fetch(operation: Operation, args: Args, signal: AbortSignal): Promise<Found | NotFound>;
+  fetch(operation: Operation, args: Args, signal?: AbortSignal): Promise<Found | NotFound>;
 }

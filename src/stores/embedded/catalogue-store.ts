@@ -1,20 +1,12 @@
 import { fromBinary, toBinary, type DescMessage, type Message } from "@bufbuild/protobuf";
 import { createHash } from "node:crypto";
 import type { DatabaseSync, StatementSync } from "node:sqlite";
-import type { CatalogueSource, Found, NotFound } from "../../core/catalogue-source.ts";
-import type { Args, Operation, RecordKind } from "../../core/operation.ts";
+import type { Found, NotFound } from "../../core/catalogue-source.ts";
+import type { CatalogueStore, StoredRecord } from "../../core/catalogue-store.ts";
+import type { Args, Operation } from "../../core/operation.ts";
 
 function entryToken(...parts: (string | number)[]): string {
   return createHash("md5").update(parts.join("\u0000")).digest("hex");
-}
-
-/** A record ready to store: its kind, catalogue and key, as the import reads them. */
-export interface StoredRecord {
-  readonly kind: RecordKind;
-  readonly catalogue: string;
-  readonly key: string;
-  readonly record: unknown;
-  readonly obtainable: boolean;
 }
 
 /**
@@ -23,7 +15,7 @@ export interface StoredRecord {
  * as protobuf bytes. A lookup is one indexed read and one decode. It is both
  * a catalogue source and the place imports write to.
  */
-export class EmbeddedCatalogue implements CatalogueSource {
+export class EmbeddedCatalogue implements CatalogueStore {
   readonly label = "embedded";
   private readonly db: DatabaseSync;
   private readonly byKey: StatementSync;
@@ -54,31 +46,27 @@ export class EmbeddedCatalogue implements CatalogueSource {
     };
   }
 
-  store(r: StoredRecord, storedAt: number): void {
-    this.put.run(r.catalogue, r.kind.name, r.key, toBinary(r.kind.schema as DescMessage, r.record as Message), r.obtainable ? 1 : 0, storedAt);
-  }
-
-  /** Runs the writes of `work` in one transaction: all land or none. */
-  transaction<T>(work: () => T): T {
+  async storeBatch(records: readonly StoredRecord[], storedAt: number): Promise<void> {
     this.db.exec("BEGIN IMMEDIATE");
     try {
-      const result = work();
+      for (const r of records) {
+        this.put.run(r.catalogue, r.kind.name, r.key, toBinary(r.kind.schema as DescMessage, r.record as Message), r.obtainable ? 1 : 0, storedAt);
+      }
       this.db.exec("COMMIT");
-      return result;
     } catch (e) {
-      this.db.exec("ROLLBACK");
+      if (this.db.isTransaction) this.db.exec("ROLLBACK");
       throw e;
     }
   }
 
   /** Records held, per catalogue and kind (`retail/item_detail` → 320). */
-  size(): Map<string, number> {
+  async size(): Promise<Map<string, number>> {
     const rows = this.counts.all() as { catalogue: string; kind: string; n: number }[];
     return new Map(rows.map((r) => [`${r.catalogue}/${r.kind}`, r.n]));
   }
 
   /** Whether the catalogue holds no record at all. */
-  empty(): boolean {
+  async empty(): Promise<boolean> {
     return this.anyRow.get() === undefined;
   }
 }
