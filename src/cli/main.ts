@@ -3,6 +3,7 @@ import { ConfigError, loadConfig } from "../config.ts";
 import { AccountAdminError } from "../core/account-admin.ts";
 import { accountsCommand } from "./accounts-command.ts";
 import { importCommand } from "./import-command.ts";
+import { migrateCommand } from "./migrate-command.ts";
 import { maintenanceCommand, usageCommand } from "./operator-commands.ts";
 import { MoneyError } from "../core/money.ts";
 import { serveCommand } from "./serve-command.ts";
@@ -23,6 +24,7 @@ commands:
   maintenance on|off OP | list       put an operation under maintenance (4009 for everyone)
   usage [--account K] [--day D | --from D --to D] [--operation OP] [--code NNNN] [--rows N] [--json]
   import FILE.ndjson [--json]        load item records into the embedded catalogue
+  migrate --to postgres://… [--json] copy the embedded data directory into an empty PostgreSQL database
 
 Settings come from GATEWAY_* environment variables (see README.md).`;
 
@@ -46,6 +48,8 @@ async function main(argv: string[]): Promise<number> {
       return maintenanceCommand(config, rest);
     case "usage":
       return usageCommand(config, rest);
+    case "migrate":
+      return migrateCommand(config, rest);
     default:
       console.error(`unknown command ${command}\n\n${usage}`);
       return 2;

@@ -1,0 +1,167 @@
+import type { DatabaseSync } from "node:sqlite";
+import type pg from "pg";
+import { migrateSchema } from "./postgres-database.ts";
+
+/** How one table went: rows read from the embedded store, rows in PostgreSQL after the copy. */
+export interface CopiedTable {
+  readonly table: string;
+  readonly embedded: number;
+  readonly postgres: number;
+}
+
+/** The copy would not be exact, or would mix with data already there. */
+export class CopyRefusedError extends Error {
+  override name = "CopyRefusedError";
+}
+
+interface TableCopy {
+  /** Table in PostgreSQL. */
+  readonly table: string;
+  /** Columns written, in order, with their PostgreSQL array types. */
+  readonly columns: readonly (readonly [name: string, type: string])[];
+  /** The SQLite query whose columns are the values, in the same order. */
+  readonly select: string;
+  /** Counts the embedded rows this copy should produce. */
+  readonly count: string;
+  /** Totals that must come out equal on both sides: [name, SQLite expression, PostgreSQL expression]. */
+  readonly sums?: readonly (readonly [name: string, embedded: string, postgres: string])[];
+}
+
+// In dependency order: balances refer to accounts.
+const copies: readonly TableCopy[] = [
+  {
+    table: "accounts",
+    columns: [
+      ["key", "text"], ["name", "text"], ["secret_hash", "text"], ["secret_salt", "text"], ["legacy_signing_key", "text"], ["hmac_key", "text"],
+      ["status", "text"], ["operations", "jsonb"], ["daily_max", "bigint"], ["concurrency", "integer"], ["prices", "jsonb"], ["expires", "text"],
+      ["zone", "text"], ["created_at", "bigint"],
+    ],
+    select: "SELECT key, name, secret_hash, secret_salt, legacy_signing_key, hmac_key, status, operations, daily_max, concurrency, prices, expires, zone, created_at FROM accounts",
+    count: "SELECT count(*) AS n FROM accounts",
+  },
+  {
+    table: "balances",
+    columns: [["account", "text"], ["micros", "bigint"]],
+    select: "SELECT key, balance FROM accounts WHERE balance IS NOT NULL",
+    count: "SELECT count(*) AS n FROM accounts WHERE balance IS NOT NULL",
+    sums: [["balance", "SELECT coalesce(sum(balance), 0) AS n FROM accounts", "SELECT coalesce(sum(micros), 0) AS n FROM balances"]],
+  },
+  {
+    table: "maintenance",
+    columns: [["operation", "text"]],
+    select: "SELECT operation FROM maintenance",
+    count: "SELECT count(*) AS n FROM maintenance",
+  },
+  {
+    table: "usage_daily",
+    columns: [["account", "text"], ["day", "text"], ["charged", "bigint"]],
+    select: "SELECT account, day, charged FROM usage_daily",
+    count: "SELECT count(*) AS n FROM usage_daily",
+    sums: [["charged calls", "SELECT coalesce(sum(charged), 0) AS n FROM usage_daily", "SELECT coalesce(sum(charged), 0) AS n FROM usage_daily"]],
+  },
+  {
+    table: "ledger",
+    columns: [
+      ["request_id", "text"], ["at", "bigint"], ["day", "text"], ["account", "text"], ["operation", "text"], ["error_code", "integer"],
+      ["charge", "text"], ["price", "bigint"], ["cache_hit", "boolean"], ["latency_us", "bigint"], ["transport", "text"],
+    ],
+    select: "SELECT request_id, at, day, account, operation, error_code, charge, price, cache_hit != 0, latency_us, transport FROM ledger",
+    count: "SELECT count(*) AS n FROM ledger",
+    sums: [["ledger amount", "SELECT coalesce(sum(price), 0) AS n FROM ledger", "SELECT coalesce(sum(price), 0) AS n FROM ledger"]],
+  },
+  {
+    table: "ledger_daily_totals",
+    columns: [["day", "text"], ["account", "text"], ["operation", "text"], ["error_code", "integer"], ["charge", "text"], ["calls", "bigint"], ["amount", "bigint"]],
+    select: "SELECT day, account, operation, error_code, charge, calls, amount FROM ledger_daily_totals",
+    count: "SELECT count(*) AS n FROM ledger_daily_totals",
+    sums: [["folded amount", "SELECT coalesce(sum(amount), 0) AS n FROM ledger_daily_totals", "SELECT coalesce(sum(amount), 0) AS n FROM ledger_daily_totals"]],
+  },
+  {
+    table: "refusals",
+    columns: [["day", "text"], ["operation", "text"], ["error_code", "integer"], ["charge", "text"], ["client_ip", "text"], ["transport", "text"], ["calls", "bigint"]],
+    select: "SELECT day, operation, error_code, charge, client_ip, transport, calls FROM refusals",
+    count: "SELECT count(*) AS n FROM refusals",
+    sums: [["refused calls", "SELECT coalesce(sum(calls), 0) AS n FROM refusals", "SELECT coalesce(sum(calls), 0) AS n FROM refusals"]],
+  },
+  {
+    table: "catalogue_records",
+    columns: [["catalogue", "text"], ["kind", "text"], ["key", "text"], ["record", "bytea"], ["obtainable", "boolean"], ["stored_at", "bigint"]],
+    select: "SELECT catalogue, kind, key, record, obtainable != 0, stored_at FROM catalogue_records",
+    count: "SELECT count(*) AS n FROM catalogue_records",
+  },
+];
+
+const batchRows = 2000;
+
+function pgValue(v: unknown): unknown {
+  if (typeof v === "bigint") return v.toString();
+  if (v instanceof Uint8Array) return Buffer.from(v.buffer, v.byteOffset, v.byteLength);
+  return v;
+}
+
+/**
+ * Copies an embedded store into an empty PostgreSQL database, in one
+ * transaction: accounts (secrets stay hashed), balances, maintenance
+ * switches, the ledger with its day counts, folded totals and refusals, and
+ * the catalogue. Each table's row count, and the money and call totals, are
+ * compared on both sides before the commit; any difference rolls it all back.
+ * Used signatures are not copied: they live in Redis in shared mode, and
+ * expire within the signature window.
+ */
+export async function copyEmbeddedStore(db: DatabaseSync, pool: pg.Pool, onTable?: (table: string, rows: number) => void): Promise<CopiedTable[]> {
+  await migrateSchema(pool);
+  const client = await pool.connect();
+  try {
+    await client.query("BEGIN ISOLATION LEVEL SERIALIZABLE");
+    const held = await client.query<{ n: string }>(
+      `SELECT ((SELECT count(*) FROM accounts) + (SELECT count(*) FROM ledger) + (SELECT count(*) FROM usage_daily) + (SELECT count(*) FROM catalogue_records)
+        + (SELECT count(*) FROM refusals) + (SELECT count(*) FROM ledger_daily_totals) + (SELECT count(*) FROM maintenance))::text AS n`,
+    );
+    if (held.rows[0]!.n !== "0") throw new CopyRefusedError("the database already holds gateway data; copy into an empty database, so nothing is mixed or counted twice");
+    const report: CopiedTable[] = [];
+    for (const copy of copies) {
+      const names = copy.columns.map(([n]) => n).join(", ");
+      const arrays = copy.columns.map(([, type], i) => `$${i + 1}::${type === "jsonb" ? "text" : type}[]`).join(", ");
+      const casts = copy.columns.map(([n, type]) => (type === "jsonb" ? `${n}::jsonb` : n)).join(", ");
+      const insert = `INSERT INTO ${copy.table} (${names}) SELECT ${casts} FROM unnest(${arrays}) AS t (${names})`;
+      const read = db.prepare(copy.select);
+      read.setReadBigInts(true);
+      read.setReturnArrays(true);
+      let columns: unknown[][] = copy.columns.map(() => []);
+      let inBatch = 0;
+      const flush = async () => {
+        if (inBatch === 0) return;
+        await client.query(insert, columns);
+        columns = copy.columns.map(() => []);
+        inBatch = 0;
+      };
+      let rows = 0;
+      for (const row of read.iterate() as Iterable<unknown[]>) {
+        row.forEach((v, i) => {
+          const type = copy.columns[i]![1];
+          columns[i]!.push(type === "boolean" ? v === 1 || v === 1n : pgValue(v));
+        });
+        rows++;
+        if (++inBatch >= batchRows) await flush();
+      }
+      await flush();
+      const embedded = Number((db.prepare(copy.count).get() as { n: number | bigint }).n);
+      const postgres = Number((await client.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${copy.table}`)).rows[0]!.n);
+      if (embedded !== postgres || rows !== embedded) throw new CopyRefusedError(`${copy.table}: ${embedded} rows in the embedded store, ${postgres} copied; nothing was committed`);
+      for (const [name, mine, theirs] of copy.sums ?? []) {
+        const a = BigInt((db.prepare(mine).get() as { n: number | bigint }).n);
+        const b = BigInt((await client.query<{ n: string }>(theirs.replace(" AS n", "::text AS n"))).rows[0]!.n);
+        if (a !== b) throw new CopyRefusedError(`${copy.table}: the ${name} is ${a} in the embedded store and ${b} copied; nothing was committed`);
+      }
+      report.push({ table: copy.table, embedded, postgres });
+      onTable?.(copy.table, postgres);
+    }
+    await client.query("COMMIT");
+    return report;
+  } catch (e) {
+    await client.query("ROLLBACK").catch(() => {});
+    throw e;
+  } finally {
+    client.release();
+  }
+}

@@ -1,0 +1,124 @@
+import pg from "pg";
+
+/**
+ * The shared store's schema in PostgreSQL, the source of truth of shared
+ * mode: accounts, balances, operator switches, the usage ledger with its day
+ * counts, and the catalogue. As with the embedded store, the schema is the
+ * steps that build it; a database at version n runs steps n+1… at start.
+ * Money is integer micro-units (bigint), times are Unix milliseconds, days
+ * are the account's `YYYY-MM-DD`.
+ */
+export const migrations: readonly string[] = [
+  // 1: the embedded store's schema 5, with the balance in a table of its own: it is the meter's
+  // (charged calls deduct from it in the ledger's transaction), not the account's.
+  `CREATE TABLE accounts (
+    key text PRIMARY KEY,
+    name text NOT NULL,
+    secret_hash text NOT NULL,
+    secret_salt text NOT NULL,
+    legacy_signing_key text,
+    hmac_key text,
+    status text NOT NULL CHECK (status IN ('active', 'stopped')),
+    operations jsonb NOT NULL,
+    daily_max bigint NOT NULL,
+    concurrency integer NOT NULL,
+    prices jsonb NOT NULL,
+    expires text NOT NULL,
+    zone text NOT NULL,
+    created_at bigint NOT NULL
+  );
+  CREATE TABLE balances (
+    account text PRIMARY KEY REFERENCES accounts (key),
+    micros bigint NOT NULL CHECK (micros >= 0)
+  );
+  CREATE TABLE usage_daily (
+    account text NOT NULL,
+    day text NOT NULL,
+    charged bigint NOT NULL,
+    PRIMARY KEY (account, day)
+  );
+  CREATE TABLE ledger (
+    request_id text PRIMARY KEY,
+    at bigint NOT NULL,
+    day text NOT NULL,
+    account text,
+    operation text,
+    error_code integer NOT NULL,
+    charge text NOT NULL CHECK (charge IN ('charged', 'uncharged', 'ignored')),
+    price bigint NOT NULL,
+    cache_hit boolean NOT NULL,
+    latency_us bigint NOT NULL,
+    transport text NOT NULL
+  );
+  CREATE INDEX ledger_by_account_day ON ledger (account, day);
+  CREATE INDEX ledger_by_day ON ledger (day);
+  CREATE TABLE ledger_daily_totals (
+    day text NOT NULL,
+    account text NOT NULL,
+    operation text NOT NULL,
+    error_code integer NOT NULL,
+    charge text NOT NULL,
+    calls bigint NOT NULL,
+    amount bigint NOT NULL,
+    PRIMARY KEY (day, account, operation, error_code, charge)
+  );
+  CREATE TABLE refusals (
+    day text NOT NULL,
+    operation text NOT NULL,
+    error_code integer NOT NULL,
+    charge text NOT NULL,
+    client_ip text NOT NULL,
+    transport text NOT NULL,
+    calls bigint NOT NULL,
+    PRIMARY KEY (day, operation, error_code, client_ip, transport)
+  );
+  CREATE TABLE maintenance (operation text PRIMARY KEY);
+  CREATE TABLE catalogue_records (
+    catalogue text NOT NULL,
+    kind text NOT NULL,
+    key text NOT NULL,
+    record bytea NOT NULL,
+    obtainable boolean NOT NULL,
+    stored_at bigint NOT NULL,
+    PRIMARY KEY (catalogue, kind, key)
+  );`,
+];
+
+/** Any lock id will do, as long as every gateway uses the same one. */
+const schemaLock = 0x67617465; // "gate"
+
+/** A pool on the shared database; bigint columns come back as bigint, not text. */
+export function openPostgres(url: string, options: { max?: number } = {}): pg.Pool {
+  const pool = new pg.Pool({ connectionString: url, max: options.max ?? 10, connectionTimeoutMillis: 5000 });
+  // A pool's idle client can fail (the server restarted); the next query reconnects, so say nothing here.
+  pool.on("error", () => {});
+  return pool;
+}
+
+/**
+ * Brings the database's schema up to date: each missing step in one
+ * transaction, under a transaction-scoped advisory lock, so replicas that
+ * start at once apply each step once and the rest find it done. Returns the
+ * version it found and the one it left.
+ */
+export async function migrateSchema(pool: pg.Pool): Promise<{ from: number; to: number }> {
+  const client = await pool.connect();
+  try {
+    await client.query("BEGIN");
+    await client.query("SELECT pg_advisory_xact_lock($1)", [schemaLock]);
+    await client.query("CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())");
+    const { rows } = await client.query<{ v: number | null }>("SELECT max(version) AS v FROM schema_migrations");
+    const from = rows[0]?.v ?? 0;
+    for (let v = from; v < migrations.length; v++) {
+      await client.query(migrations[v]!);
+      await client.query("INSERT INTO schema_migrations (version) VALUES ($1)", [v + 1]);
+    }
+    await client.query("COMMIT");
+    return { from, to: Math.max(from, migrations.length) };
+  } catch (e) {
+    await client.query("ROLLBACK").catch(() => {});
+    throw e;
+  } finally {
+    client.release();
+  }
+}

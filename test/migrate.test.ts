@@ -1,0 +1,119 @@
+// Issue 13, "moving up": an embedded data directory copied into PostgreSQL, checked.
+import { fromBinary } from "@bufbuild/protobuf";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ItemDetailSchema } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { lockDataDirectory } from "../src/stores/embedded/data-directory-lock.ts";
+import { migrateSchema, migrations, openPostgres } from "../src/stores/postgres/postgres-database.ts";
+import { runCli } from "./support/cli.ts";
+import { demo, legacyGet, startGateway } from "./support/gateway-fixture.ts";
+import { freshDatabase } from "./support/postgres.ts";
+
+const dataDir = mkdtempSync(join(tmpdir(), "gateway-migrate-"));
+let target: Awaited<ReturnType<typeof freshDatabase>>;
+let pool: pg.Pool;
+const embedded: { paying?: { key: string; secret: string }; balance?: bigint; charged?: number } = {};
+
+beforeAll(async () => {
+  target = await freshDatabase("migrate");
+  pool = openPostgres(target.url);
+  // An embedded gateway with some history: a prepaid account that paid for calls, a refusal, a switch.
+  const gw = await startGateway({ dataDir });
+  try {
+    const paying = await gw.newAccount({ name: "paying", balance: 5_000_000n, prices: new Map([["retail/item_get", 250_000n]]) });
+    for (let i = 0; i < 4; i++) await legacyGet(gw.base, "/retail/item_get/", { key: paying.key, secret: paying.secret, num_iid: demo.retailNumIid });
+    await legacyGet(gw.base, "/retail/item_get/", { key: paying.key, secret: "wrong", num_iid: demo.retailNumIid });
+    await legacyGet(gw.base, "/nowhere/at_all/", {});
+    await gw.runtime.switches.setMaintenance("wholesale/item_get", true);
+    embedded.paying = paying;
+    embedded.balance = (await gw.runtime.accounts.find(paying.key))!.balance;
+    embedded.charged = (await gw.runtime.meter.usage(paying.key, "9999-12-31", "9999-12-30")).before;
+  } finally {
+    await gw.close();
+  }
+});
+afterAll(async () => {
+  await pool?.end();
+  await target?.drop();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+const count = async (table: string) => Number((await pool.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${table}`)).rows[0]!.n);
+
+describe("gateway migrate --to postgres://…", () => {
+  it("copies every table of the data directory into an empty database, and says what it checked", async () => {
+    expect(embedded.balance).toBe(4_000_000n);
+    expect(embedded.charged).toBe(4);
+    const r = await runCli(["migrate", "--to", target.url, "--json"], { GATEWAY_DATA_DIR: dataDir });
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    const report = JSON.parse(r.stdout) as { tables: { table: string; embedded: number; postgres: number }[] };
+    for (const t of report.tables) expect(t.postgres, t.table).toBe(t.embedded);
+    expect(report.tables.map((t) => t.table)).toEqual(["accounts", "balances", "maintenance", "usage_daily", "ledger", "ledger_daily_totals", "refusals", "catalogue_records"]);
+
+    // Secrets stay hashed; the balance, prices and operations arrive as they were.
+    const account = (await pool.query("SELECT a.*, b.micros::text AS balance FROM accounts a LEFT JOIN balances b ON b.account = a.key WHERE a.key = $1", [embedded.paying!.key])).rows[0];
+    expect(account.secret_hash).toMatch(/^[0-9a-f]{64}$/);
+    expect(JSON.stringify(account)).not.toContain(embedded.paying!.secret);
+    expect(account.balance).toBe("4000000");
+    expect(account.prices).toEqual({ "retail/item_get": "250000" });
+    expect(account.operations).toMatchObject({ "wholesale/item_get": "enabled" });
+    // The ledger: the four charged calls, each with its row; the wrong secret had no account, so it is counted as a refusal.
+    const rows = (await pool.query("SELECT error_code, charge, price::text AS price, cache_hit FROM ledger WHERE account = $1 ORDER BY request_id", [embedded.paying!.key])).rows;
+    expect(rows.filter((x) => x.charge === "charged").map((x) => x.price)).toEqual(["250000", "250000", "250000", "250000"]);
+    expect(rows).toHaveLength(4);
+    expect((await pool.query("SELECT sum(calls)::int AS n FROM refusals WHERE error_code = 4005")).rows[0].n).toBeGreaterThan(0);
+    expect((await pool.query("SELECT charged::text AS c FROM usage_daily WHERE account = $1", [embedded.paying!.key])).rows[0].c).toBe("4");
+    expect(await count("refusals")).toBeGreaterThan(0);
+    expect((await pool.query("SELECT operation FROM maintenance")).rows).toEqual([{ operation: "wholesale/item_get" }]);
+    // The catalogue: every record, its bytes intact.
+    expect(await count("catalogue_records")).toBe(560);
+    const record = (await pool.query("SELECT record FROM catalogue_records WHERE catalogue = 'retail' AND kind = 'item_detail' AND key = $1", [demo.retailNumIid])).rows[0];
+    expect(fromBinary(ItemDetailSchema, record.record as Buffer).numIid).toBe(demo.retailNumIid);
+  });
+
+  it("refuses a database that already holds gateway data, changing nothing", async () => {
+    const before = await count("ledger");
+    const r = await runCli(["migrate", "--to", target.url], { GATEWAY_DATA_DIR: dataDir });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain("already holds gateway data");
+    expect(await count("ledger")).toBe(before);
+  });
+
+  it("refuses while a gateway serves from the data directory, and never prints the URL's password", async () => {
+    const lock = lockDataDirectory(dataDir);
+    try {
+      const r = await runCli(["migrate", "--to", target.url.replace("postgres@", "postgres:hunter2@")], { GATEWAY_DATA_DIR: dataDir });
+      expect(r.code).toBe(2);
+      expect(r.stderr).toContain("is already served by");
+      expect(r.stderr + r.stdout).not.toContain("hunter2");
+    } finally {
+      lock.release();
+    }
+    const wrong = await runCli(["migrate", "--to", "postgres://nobody:hunter2@127.0.0.1:1/none"], { GATEWAY_DATA_DIR: dataDir });
+    expect(wrong.code).toBe(1);
+    expect(wrong.stderr).toContain("127.0.0.1:1/none");
+    expect(wrong.stderr).not.toContain("hunter2");
+  });
+});
+
+describe("the shared schema", () => {
+  it("is brought up to date once when replicas start at once", async () => {
+    const db = await freshDatabase("schema");
+    const pools = Array.from({ length: 4 }, () => openPostgres(db.url, { max: 1 }));
+    try {
+      const results = await Promise.all(pools.map((p) => migrateSchema(p)));
+      expect(results.filter((r) => r.from === 0)).toHaveLength(1);
+      expect(results.every((r) => r.to === migrations.length)).toBe(true);
+      const versions = (await pools[0]!.query("SELECT version FROM schema_migrations ORDER BY version")).rows.map((r) => r.version);
+      expect(versions).toEqual(migrations.map((_, i) => i + 1));
+      expect(await migrateSchema(pools[0]!)).toEqual({ from: migrations.length, to: migrations.length });
+    } finally {
+      await Promise.all(pools.map((p) => p.end()));
+      await db.drop();
+    }
+  });
+});
