@@ -160,7 +160,7 @@ export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {})
     gateway,
     lockout,
     accounts,
-    admin: new AccountAdmin(accounts, clock, operations),
+    admin: new AccountAdmin(accounts, meter, clock, operations),
     meter,
     switches,
     catalogue,

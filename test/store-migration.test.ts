@@ -17,7 +17,7 @@ import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 const dir = mkdtempSync(join(tmpdir(), "gateway-migration-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-describe("a data directory from before the descriptor table (schema 4)", () => {
+describe("a data directory of schema 4 (before the descriptor table and the balances table)", () => {
   it("moves its retail items and peer-viewed lists into the one catalogue table, and serves them as before", async () => {
     const lines = demoRecords();
     const detail = lines.find((l) => l.kind === "item_detail")!;
@@ -35,10 +35,21 @@ describe("a data directory from before the descriptor table (schema 4)", () => {
     old
       .prepare("INSERT INTO wholesale_peers (num_iid, sid, items, stored_at) VALUES (?, ?, ?, 1700000001)")
       .run(String(peers.num_iid), String(peers.sid), toBinary(ItemSearchPeerbuyResponseSchema, create(ItemSearchPeerbuyResponseSchema, { item: list })));
+    // Schema 4 kept the balance on the account row; 6 gives it to the meter's own table.
+    const account = (key: string, balance: bigint | null) =>
+      old
+        .prepare("INSERT INTO accounts (key, name, secret_hash, secret_salt, status, operations, daily_max, expires, zone, created_at, balance) VALUES (?, 'old', 'h', 's', 'active', '{}', 10, '2099-01-01', 'Asia/Shanghai', 1, ?)")
+        .run(key, balance);
+    account("prepaid0000000001", 1_234_567n);
+    account("unbilled000000001", null);
     old.close();
 
     const runtime = openRuntime(config);
     try {
+      expect((await runtime.accounts.find("prepaid0000000001"))!.balance).toBe(1_234_567n);
+      expect((await runtime.accounts.find("unbilled000000001"))!.balance).toBeUndefined();
+      await runtime.meter.adjustBalance("prepaid0000000001", 1n);
+      expect((await runtime.accounts.find("prepaid0000000001"))!.balance).toBe(1_234_568n);
       const found = await runtime.catalogue.fetch(retailItemGet, { num_iid: item.numIid, is_promotion: "1" });
       expect(found.found && found.storedAt).toBe(1700000000);
       expect(found.found && found.value).toEqual(item);

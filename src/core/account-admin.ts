@@ -1,5 +1,6 @@
 import type { OperationContract, OperationId } from "../contract/operations.ts";
 import type { AccountStore } from "./account-store.ts";
+import type { Meter } from "./meter.ts";
 import { newKey, newSecret, sealSecret, type Account, type OperationState } from "./accounts.ts";
 import { assertTimeZone, dayOf, type Clock } from "./clock.ts";
 import { formatMoney, type Micros } from "./money.ts";
@@ -70,12 +71,14 @@ function checkLimits(p: Pick<AccountPlan, "dailyMax" | "concurrency" | "expires"
  */
 export class AccountAdmin {
   private readonly store: AccountStore;
+  private readonly balances: Pick<Meter, "adjustBalance">;
   private readonly clock: Clock;
   private readonly operations: readonly OperationContract[];
 
-  /** `operations`: every operation the gateway serves (what accounts may be given). */
-  constructor(store: AccountStore, clock: Clock, operations: readonly OperationContract[]) {
+  /** `balances`: the meter, which owns balances; `operations`: every operation the gateway serves (what accounts may be given). */
+  constructor(store: AccountStore, balances: Pick<Meter, "adjustBalance">, clock: Clock, operations: readonly OperationContract[]) {
     this.store = store;
+    this.balances = balances;
     this.clock = clock;
     this.operations = operations;
   }
@@ -108,6 +111,8 @@ export class AccountAdmin {
       zone: p.zone,
       createdAt: this.clock.now(),
     };
+    // The balance first: an account must never exist, even for a moment, unbilled when it should be prepaid.
+    if (account.balance !== undefined) await this.balances.adjustBalance(account.key, account.balance);
     await this.store.insert(account);
     return { account, secret };
   }
@@ -150,7 +155,8 @@ export class AccountAdmin {
     const account = await this.get(key);
     if (amount <= 0n) throw new AccountAdminError("a top-up must be more than 0");
     if ((account.balance ?? 0n) + amount > maxBalance) throw new AccountAdminError(`a top-up of ${formatMoney(amount)} would take the balance past the largest it can hold, ${formatMoney(maxBalance)}`);
-    return this.store.adjustBalance(key, amount);
+    await this.balances.adjustBalance(key, amount);
+    return this.get(key);
   }
 
   /** Sets the price of a charged call of one operation for the account. */

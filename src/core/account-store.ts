@@ -7,9 +7,8 @@ import type { Account } from "./accounts.ts";
 export interface AccountStore {
   find(key: string): Promise<Account | undefined>;
   list(): Promise<Account[]>;
+  /** Stores a new account; its `balance` is not stored here but by the meter (Meter.adjustBalance). */
   insert(account: Account): Promise<void>;
-  /** Changes anything but the balance, which only moves by adjustBalance and by charged calls. */
+  /** Changes anything but the balance, which is the meter's: top-ups and charged calls move it. */
   update(key: string, change: Partial<Omit<Account, "key" | "createdAt" | "balance">>): Promise<Account>;
-  /** Adds to the balance (a top-up, or a negative correction), or makes the account unbilled by balance. */
-  adjustBalance(key: string, change: bigint | "unbilled"): Promise<Account>;
 }

@@ -85,6 +85,12 @@ export interface Meter {
   record(row: LedgerRow, admission: Admission | undefined): Promise<void>;
   usage(account: string, today: string, yesterday: string): Promise<UsageSummary>;
   query(query: UsageQuery): Promise<UsageReport>;
+  /**
+   * Adds to an account's prepaid balance (a top-up), or makes it unbilled by
+   * balance. The balance is the meter's own: charged calls deduct from it in
+   * the commit that writes their rows, so the two never disagree.
+   */
+  adjustBalance(account: string, change: Micros | "unbilled"): Promise<void>;
   /** Commits every queued row now; for shutdown. */
   flush(): void;
 }

@@ -54,7 +54,6 @@ function toParams(a: Account) {
     operations: JSON.stringify(Object.fromEntries(a.operations)),
     daily_max: a.dailyMax,
     concurrency: a.concurrency,
-    balance: a.balance ?? null,
     prices: JSON.stringify(Object.fromEntries([...a.prices].map(([op, micros]) => [op, micros.toString()]))),
     expires: a.expires,
     zone: a.zone,
@@ -76,23 +75,21 @@ export class SqliteAccountStore implements AccountStore {
   private readonly all: StatementSync;
   private readonly insertRow: StatementSync;
   private readonly replaceRow: StatementSync;
-  private readonly addBalance: StatementSync;
-  private readonly setBalance: StatementSync;
 
   constructor(db: DatabaseSync, watch: ChangeWatch) {
     this.watch = watch;
     // Balances are micro-units: read every integer as bigint, never as a float.
-    this.byKey = db.prepare("SELECT * FROM accounts WHERE key = ?");
+    // The balance is read beside the account; only the meter writes it.
+    const read = "SELECT a.*, b.micros AS balance FROM accounts a LEFT JOIN balances b ON b.account = a.key";
+    this.byKey = db.prepare(`${read} WHERE a.key = ?`);
     this.byKey.setReadBigInts(true);
-    this.all = db.prepare("SELECT * FROM accounts ORDER BY created_at, key");
+    this.all = db.prepare(`${read} ORDER BY a.created_at, a.key`);
     this.all.setReadBigInts(true);
-    const columns = "key, name, secret_hash, secret_salt, legacy_signing_key, hmac_key, status, operations, daily_max, concurrency, balance, prices, expires, zone, created_at";
-    const values = ":key, :name, :secret_hash, :secret_salt, :legacy_signing_key, :hmac_key, :status, :operations, :daily_max, :concurrency, :balance, :prices, :expires, :zone, :created_at";
+    const columns = "key, name, secret_hash, secret_salt, legacy_signing_key, hmac_key, status, operations, daily_max, concurrency, prices, expires, zone, created_at";
+    const values = ":key, :name, :secret_hash, :secret_salt, :legacy_signing_key, :hmac_key, :status, :operations, :daily_max, :concurrency, :prices, :expires, :zone, :created_at";
     this.insertRow = db.prepare(`INSERT INTO accounts (${columns}) VALUES (${values})`);
-    const settable = columns.split(", ").filter((c) => c !== "key" && c !== "balance" && c !== "created_at");
+    const settable = columns.split(", ").filter((c) => c !== "key" && c !== "created_at");
     this.replaceRow = db.prepare(`UPDATE accounts SET ${settable.map((c) => `${c} = :${c}`).join(", ")} WHERE key = :key`);
-    this.addBalance = db.prepare("UPDATE accounts SET balance = coalesce(balance, 0) + ? WHERE key = ?");
-    this.setBalance = db.prepare("UPDATE accounts SET balance = ? WHERE key = ?");
   }
 
   async find(key: string): Promise<Account | undefined> {
@@ -133,19 +130,10 @@ export class SqliteAccountStore implements AccountStore {
     const current = this.findNow(key);
     if (current === undefined) throw new Error(`no account has the key ${key}`);
     const next = { ...current, ...change };
-    // Every column but the balance: the serving process deducts from it concurrently.
-    const { balance: _balance, created_at: _created, ...settable } = toParams(next);
+    const { created_at: _created, ...settable } = toParams(next);
     this.replaceRow.run(settable);
     this.forget(key);
     return next;
   }
 
-  async adjustBalance(key: string, change: bigint | "unbilled"): Promise<Account> {
-    if (change === "unbilled") this.setBalance.run(null, key);
-    else this.addBalance.run(change, key);
-    this.forget(key);
-    const account = this.findNow(key);
-    if (account === undefined) throw new Error(`no account has the key ${key}`);
-    return account;
-  }
 }

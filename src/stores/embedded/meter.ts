@@ -7,7 +7,7 @@ import type { Admission, LedgerRow, Meter, Transport, UsageQuery, UsageReport, U
 import { statfsSync } from "node:fs";
 import { errorCodeInfo } from "../../contract/error-codes.ts";
 import { previousDay } from "../../core/clock.ts";
-import { formatMoney } from "../../core/money.ts";
+import { formatMoney, type Micros } from "../../core/money.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 
 export interface SqliteMeterOptions {
@@ -91,7 +91,7 @@ export class SqliteMeter implements Meter {
    */
   private readonly summaries = new Map<string, { day: string; summary: { today: number; yesterday: number; before: number } }>();
   private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
-  private readonly sql: Record<"insert" | "count" | "deduct" | "sums" | "refusal" | "refusalAddresses", StatementSync>;
+  private readonly sql: Record<"insert" | "count" | "deduct" | "topUp" | "unbilled" | "sums" | "refusal" | "refusalAddresses", StatementSync>;
   private readonly refusals = new Map<string, RefusalCount>();
   private refusalWaiters: (() => void)[] = [];
   private readonly refusalAddresses = new Map<string, Set<string>>();
@@ -111,7 +111,9 @@ export class SqliteMeter implements Meter {
       count: db.prepare(
         "INSERT INTO usage_daily (account, day, charged) VALUES (?, ?, 1) ON CONFLICT (account, day) DO UPDATE SET charged = charged + 1",
       ),
-      deduct: db.prepare("UPDATE accounts SET balance = balance - ? WHERE key = ? AND balance IS NOT NULL"),
+      deduct: db.prepare("UPDATE balances SET micros = micros - ? WHERE account = ?"),
+      topUp: db.prepare("INSERT INTO balances (account, micros) VALUES (?, ?) ON CONFLICT (account) DO UPDATE SET micros = micros + excluded.micros"),
+      unbilled: db.prepare("DELETE FROM balances WHERE account = ?"),
       sums: db.prepare(`SELECT
           coalesce(sum(CASE WHEN day = :today THEN charged END), 0) AS today,
           coalesce(sum(CASE WHEN day = :yesterday THEN charged END), 0) AS yesterday,
@@ -152,6 +154,12 @@ export class SqliteMeter implements Meter {
 
   private lowSpaceReason(): string {
     return `the data directory has less than ${Math.round(this.options.minFreeBytes / 1048576)} MB free`;
+  }
+
+  async adjustBalance(account: string, change: Micros | "unbilled"): Promise<void> {
+    if (change === "unbilled") this.sql.unbilled.run(account);
+    else this.sql.topUp.run(account, change);
+    this.options.onBalancesChanged(new Set([account]));
   }
 
   async admit(account: Account, operation: OperationId, day: string): Promise<Admission> {

@@ -100,6 +100,11 @@ export const migrations: readonly string[] = [
   INSERT INTO catalogue_records SELECT 'wholesale', 'peer_viewed', num_iid || '/' || sid, items, 1, stored_at FROM wholesale_peers;
   DROP TABLE retail_items;
   DROP TABLE wholesale_peers;`,
+  // 6: the balance is the meter's (charged calls deduct from it in the ledger's commit, top-ups add to
+  // it), so it moves out of the accounts table into one of its own, as in the shared store's schema.
+  `CREATE TABLE balances (account TEXT PRIMARY KEY, micros INTEGER NOT NULL CHECK (micros >= 0)) STRICT, WITHOUT ROWID;
+  INSERT INTO balances SELECT key, balance FROM accounts WHERE balance IS NOT NULL;
+  ALTER TABLE accounts DROP COLUMN balance;`,
 ];
 
 export interface DatabaseOptions {

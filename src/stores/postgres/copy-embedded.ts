@@ -42,9 +42,9 @@ const copies: readonly TableCopy[] = [
   {
     table: "balances",
     columns: [["account", "text"], ["micros", "bigint"]],
-    select: "SELECT key, balance FROM accounts WHERE balance IS NOT NULL",
-    count: "SELECT count(*) AS n FROM accounts WHERE balance IS NOT NULL",
-    sums: [["balance", "SELECT coalesce(sum(balance), 0) AS n FROM accounts", "SELECT coalesce(sum(micros), 0) AS n FROM balances"]],
+    select: "SELECT account, micros FROM balances",
+    count: "SELECT count(*) AS n FROM balances",
+    sums: [["balance", "SELECT coalesce(sum(micros), 0) AS n FROM balances", "SELECT coalesce(sum(micros), 0) AS n FROM balances"]],
   },
   {
     table: "maintenance",
