@@ -32,6 +32,8 @@ export interface Admission {
   readonly account: string;
   readonly day: string;
   readonly price: Micros;
+  /** The store's name for the reservation, where it keeps one (a shared store's lease). */
+  readonly lease?: string;
 }
 
 /** Charged calls of one account: today, yesterday and every day before. */
@@ -92,5 +94,5 @@ export interface Meter {
    */
   adjustBalance(account: string, change: Micros | "unbilled"): Promise<void>;
   /** Commits every queued row now; for shutdown. */
-  flush(): void;
+  flush(): void | Promise<void>;
 }

@@ -1,0 +1,326 @@
+import { randomBytes } from "node:crypto";
+import type pg from "pg";
+import type { ChargeClass } from "../../contract/error-codes.ts";
+import type { OperationId } from "../../contract/operations.ts";
+import type { Account } from "../../core/accounts.ts";
+import { GatewayError } from "../../core/gateway-error.ts";
+import type { Admission, LedgerRow, Meter, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
+import { formatMoney, type Micros } from "../../core/money.ts";
+import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
+
+export interface PostgresMeterOptions {
+  /** This replica's name on its leases. */
+  readonly holder: string;
+  /** How long a lease holds without renewal; a replica renews its own every third of it. A dead replica's slots come back after at most this. */
+  readonly leaseMs: number;
+  /** How long a ledger row may wait for its group commit; 0 commits at the end of each event-loop turn. */
+  readonly commitIntervalMs: number;
+  /** A batch this large commits at once. */
+  readonly maxBatch: number;
+  /** Distinct addresses counted per day (by this replica) for calls with no account; more count as "other". */
+  readonly refusalAddressesPerDay: number;
+  readonly now: () => number;
+}
+
+export const defaultPostgresMeterOptions: PostgresMeterOptions = {
+  holder: "gw",
+  leaseMs: 15_000,
+  commitIntervalMs: 0,
+  maxBatch: 512,
+  refusalAddressesPerDay: 10_000,
+  now: Date.now,
+};
+
+interface Queued {
+  readonly row: LedgerRow;
+  readonly admission: Admission | undefined;
+  readonly done: { resolve(): void; reject(e: unknown): void };
+}
+
+const unreachable = "the shared database (PostgreSQL) cannot be reached, so calls are refused, and not charged, until it answers";
+
+/**
+ * The meter of the shared store, exact across any number of replicas. Every
+ * decision to admit is one statement (gw_admit) deciding and reserving under
+ * a per-account lock in PostgreSQL; the reservation is a lease that this
+ * replica renews while the call runs and that the commit writing the call's
+ * ledger row deletes, in the same transaction that counts the call against
+ * its day and deducts its price. Rows are group-committed: one multi-row
+ * write per batch. A store that cannot be reached refuses new calls (4000)
+ * instead of guessing.
+ */
+export class PostgresMeter implements Meter {
+  private readonly pool: pg.Pool;
+  private readonly options: PostgresMeterOptions;
+  private queue: Queued[] = [];
+  private committing: Promise<void> | undefined;
+  private timer: { cancel(): void } | undefined;
+  private readonly held = new Set<string>();
+  private readonly renewal: NodeJS.Timeout;
+  /** When a statement last failed to reach the database (Unix ms), or undefined. */
+  private failedAt: number | undefined;
+  private readonly refusalAddresses = new Map<string, Set<string>>();
+
+  constructor(pool: pg.Pool, options: Partial<PostgresMeterOptions> = {}) {
+    this.pool = pool;
+    this.options = { ...defaultPostgresMeterOptions, ...options };
+    this.renewal = setInterval(() => void this.renew(), Math.max(100, Math.floor(this.options.leaseMs / 3)));
+    this.renewal.unref();
+  }
+
+  /** Refuses for a second after the database failed to answer; then a call goes through and tries again. */
+  unavailable(now: number): string | undefined {
+    return this.failedAt !== undefined && now - this.failedAt < 1000 ? unreachable : undefined;
+  }
+
+  async admit(account: Account, operation: OperationId, day: string): Promise<Admission> {
+    const price = account.prices.get(operation) ?? 0n;
+    const lease = randomBytes(12).toString("base64url");
+    let verdict: string;
+    try {
+      const r = await this.pool.query<{ v: string }>("SELECT gw_admit($1, $2, $3, $4, $5, $6, $7, $8, $9) AS v", [
+        lease, account.key, day, price.toString(), account.dailyMax, account.concurrency, this.options.holder, this.options.now(), this.options.leaseMs,
+      ]);
+      verdict = r.rows[0]!.v;
+      this.clearProblem();
+    } catch (e) {
+      this.setProblem();
+      throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, unreachable, { cause: e });
+    }
+    const [what, n] = verdict.split(" ");
+    if (what === "concurrency") throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `this account already has ${n} calls in flight, its limit`);
+    if (what === "daily") throw new GatewayError(ErrorCode.CALLS_EXCEEDED, `the daily maximum of ${account.dailyMax} calls is reached; it resets at midnight ${account.zone}`);
+    if (what === "balance") throw new GatewayError(ErrorCode.INSUFFICIENT_BALANCE, `the balance ${formatMoney(BigInt(n ?? "0"))} does not cover the price ${formatMoney(price)} of ${operation}`);
+    this.held.add(lease);
+    return { account: account.key, day, price, lease };
+  }
+
+  record(row: LedgerRow, admission: Admission | undefined): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ row, admission, done: { resolve, reject } });
+      if (this.queue.length >= this.options.maxBatch) void this.flush();
+      else this.schedule();
+    });
+  }
+
+  async adjustBalance(account: string, change: Micros | "unbilled"): Promise<void> {
+    if (change === "unbilled") await this.pool.query("DELETE FROM balances WHERE account = $1", [account]);
+    else {
+      await this.pool.query("INSERT INTO balances (account, micros) VALUES ($1, $2) ON CONFLICT (account) DO UPDATE SET micros = balances.micros + excluded.micros", [
+        account,
+        change.toString(),
+      ]);
+    }
+  }
+
+  async usage(account: string, today: string, yesterday: string): Promise<UsageSummary> {
+    const r = await this.pool.query<{ today: string; yesterday: string; before: string }>(
+      `SELECT coalesce(sum(charged) FILTER (WHERE day = $2), 0)::text AS today,
+              coalesce(sum(charged) FILTER (WHERE day = $3), 0)::text AS yesterday,
+              coalesce(sum(charged) FILTER (WHERE day < $3), 0)::text AS before
+         FROM usage_daily WHERE account = $1`,
+      [account, today, yesterday],
+    );
+    const s = r.rows[0]!;
+    return { today: Number(s.today), yesterday: Number(s.yesterday), before: Number(s.before) };
+  }
+
+  async query(q: UsageQuery): Promise<UsageReport> {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    const add = (sql: string, v: unknown) => where.push(sql.replace("?", `$${params.push(v)}`));
+    if (q.from !== undefined) add("day >= ?", q.from);
+    if (q.to !== undefined) add("day <= ?", q.to);
+    if (q.operation !== undefined) add("operation = ?", q.operation);
+    if (q.code !== undefined) add("error_code = ?", q.code);
+    const common = [...where];
+    if (q.account !== undefined) add("account = ?", q.account);
+    const filter = (w: string[]) => (w.length > 0 ? `WHERE ${w.join(" AND ")}` : "");
+    const parts = [
+      `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, count(*) AS calls, sum(price) AS amount
+         FROM ledger ${filter(where)} GROUP BY 1, 2, 3, 4, 5`,
+      `SELECT account, day, operation, error_code, charge, calls, amount FROM ledger_daily_totals ${filter(where)}`,
+      ...(q.account === undefined ? [`SELECT '' AS account, day, operation, error_code, charge, calls, 0 AS amount FROM refusals ${filter(common)}`] : []),
+    ];
+    const totals = await this.pool.query<Record<string, string>>(
+      `SELECT account, day, operation, error_code, charge, sum(calls)::text AS calls, sum(amount)::text AS amount FROM (${parts.join(" UNION ALL ")}) t
+        GROUP BY account, day, operation, error_code, charge ORDER BY day, account, operation, error_code`,
+      params,
+    );
+    const rows = q.rows
+      ? await this.pool.query<Record<string, unknown>>(
+          `SELECT request_id, at::text AS at, day, account, operation, error_code, charge, price::text AS price, cache_hit, latency_us::text AS latency_us, transport
+             FROM ledger ${filter(where)} ORDER BY at DESC, request_id DESC LIMIT ${Math.max(0, Math.floor(q.rows))}`,
+          params,
+        )
+      : undefined;
+    return {
+      totals: totals.rows.map((t) => ({
+        account: t.account || undefined,
+        day: t.day!,
+        operation: t.operation || undefined,
+        code: Number(t.error_code) as ErrorCode,
+        charge: t.charge as ChargeClass,
+        calls: Number(t.calls),
+        amount: BigInt(t.amount!),
+      })),
+      rows: (rows?.rows ?? []).map((r) => ({
+        requestId: r.request_id as string,
+        at: Number(r.at),
+        day: r.day as string,
+        account: (r.account as string | null) ?? undefined,
+        operation: (r.operation as string | null) ?? undefined,
+        code: Number(r.error_code) as ErrorCode,
+        charge: r.charge as ChargeClass,
+        price: BigInt(r.price as string),
+        cacheHit: r.cache_hit as boolean,
+        latencyMicros: Number(r.latency_us),
+        transport: r.transport as Transport,
+      })),
+    };
+  }
+
+  /** Commits what is queued, and waits for a commit already running. */
+  async flush(): Promise<void> {
+    this.timer?.cancel();
+    this.timer = undefined;
+    while (this.committing !== undefined) await this.committing;
+    if (this.queue.length === 0) return;
+    const batch = this.queue;
+    this.queue = [];
+    this.committing = this.commit(batch).finally(() => (this.committing = undefined));
+    await this.committing;
+    if (this.queue.length > 0) this.schedule();
+  }
+
+  /** Stops renewing leases; what it holds expires, or is settled by the rows still queued. */
+  close(): void {
+    clearInterval(this.renewal);
+  }
+
+  private schedule(): void {
+    if (this.timer !== undefined) return;
+    const run = () => {
+      this.timer = undefined;
+      void this.flush();
+    };
+    if (this.options.commitIntervalMs === 0) {
+      const h = setImmediate(run);
+      this.timer = { cancel: () => clearImmediate(h) };
+    } else {
+      const h = setTimeout(run, this.options.commitIntervalMs);
+      this.timer = { cancel: () => clearTimeout(h) };
+    }
+  }
+
+  /**
+   * One transaction for the batch: the ledger rows in one multi-row insert,
+   * each charged call counted against its day and its price deducted, the
+   * calls with no account counted per day, code and address, and the
+   * batch's leases deleted. All of it lands or none does.
+   */
+  private async commit(batch: Queued[]): Promise<void> {
+    const ledger = batch.filter((q) => q.row.account !== undefined || q.admission !== undefined).map((q) => q.row);
+    const refusals = new Map<string, { day: string; operation: string; code: number; charge: string; ip: string; transport: string; calls: number }>();
+    for (const { row } of batch) {
+      if (row.account !== undefined) continue;
+      const ip = this.refusalAddress(row.day, row.clientIp ?? "");
+      const k = [row.day, row.operation ?? "", row.code, ip, row.transport].join("\u0000");
+      const known = refusals.get(k);
+      if (known) known.calls++;
+      else refusals.set(k, { day: row.day, operation: row.operation ?? "", code: row.code, charge: row.charge, ip, transport: row.transport, calls: 1 });
+    }
+    const charged = ledger.filter((r) => r.charge === "charged" && r.account !== undefined);
+    const days = new Map<string, { account: string; day: string; calls: number }>();
+    const amounts = new Map<string, bigint>();
+    for (const r of charged) {
+      const k = `${r.account}\u0000${r.day}`;
+      days.set(k, { account: r.account!, day: r.day, calls: (days.get(k)?.calls ?? 0) + 1 });
+      if (r.price > 0n) amounts.set(r.account!, (amounts.get(r.account!) ?? 0n) + r.price);
+    }
+    const leases = batch.flatMap((q) => (q.admission?.lease !== undefined ? [q.admission.lease] : []));
+    let client: pg.PoolClient | undefined;
+    try {
+      client = await this.pool.connect();
+      await client.query("BEGIN");
+      if (ledger.length > 0) {
+        const col = <T>(f: (r: LedgerRow) => T) => ledger.map(f);
+        await client.query(
+          `INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport)
+           SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::text[], $8::bigint[], $9::boolean[], $10::bigint[], $11::text[])`,
+          [
+            col((r) => r.requestId), col((r) => String(r.at)), col((r) => r.day), col((r) => r.account ?? null), col((r) => r.operation ?? null), col((r) => r.code),
+            col((r) => r.charge), col((r) => r.price.toString()), col((r) => r.cacheHit), col((r) => String(r.latencyMicros)), col((r) => r.transport),
+          ],
+        );
+      }
+      if (days.size > 0) {
+        const d = [...days.values()];
+        await client.query(
+          `INSERT INTO usage_daily (account, day, charged) SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
+           ON CONFLICT (account, day) DO UPDATE SET charged = usage_daily.charged + excluded.charged`,
+          [d.map((x) => x.account), d.map((x) => x.day), d.map((x) => x.calls)],
+        );
+      }
+      if (amounts.size > 0) {
+        await client.query(
+          "UPDATE balances b SET micros = b.micros - d.amount FROM unnest($1::text[], $2::bigint[]) AS d (account, amount) WHERE b.account = d.account",
+          [[...amounts.keys()], [...amounts.values()].map(String)],
+        );
+      }
+      if (refusals.size > 0) {
+        const r = [...refusals.values()];
+        await client.query(
+          `INSERT INTO refusals (day, operation, error_code, charge, client_ip, transport, calls)
+           SELECT * FROM unnest($1::text[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::bigint[])
+           ON CONFLICT (day, operation, error_code, client_ip, transport) DO UPDATE SET calls = refusals.calls + excluded.calls`,
+          [r.map((x) => x.day), r.map((x) => x.operation), r.map((x) => x.code), r.map((x) => x.charge), r.map((x) => x.ip), r.map((x) => x.transport), r.map((x) => x.calls)],
+        );
+      }
+      if (leases.length > 0) await client.query("DELETE FROM admissions WHERE lease = ANY($1::text[])", [leases]);
+      await client.query("COMMIT");
+      this.clearProblem();
+      for (const l of leases) this.held.delete(l);
+      for (const q of batch) q.done.resolve();
+    } catch (e) {
+      await client?.query("ROLLBACK").catch(() => {});
+      this.setProblem();
+      // The leases stay until they expire: their calls answer 4000, uncharged, and free their places then.
+      for (const l of leases) this.held.delete(l);
+      for (const q of batch) q.done.reject(e);
+    } finally {
+      client?.release();
+    }
+  }
+
+  /** Keeps this replica's leases alive while their calls run. */
+  private async renew(): Promise<void> {
+    if (this.held.size === 0) return;
+    try {
+      await this.pool.query("UPDATE admissions SET expires_at = $1 WHERE lease = ANY($2::text[])", [this.options.now() + this.options.leaseMs, [...this.held]]);
+    } catch {
+      this.setProblem();
+    }
+  }
+
+  private refusalAddress(day: string, ip: string): string {
+    let seen = this.refusalAddresses.get(day);
+    if (seen === undefined) {
+      if (this.refusalAddresses.size >= 3) this.refusalAddresses.clear();
+      seen = new Set();
+      this.refusalAddresses.set(day, seen);
+    }
+    if (seen.has(ip)) return ip;
+    if (seen.size >= this.options.refusalAddressesPerDay) return "other";
+    seen.add(ip);
+    return ip;
+  }
+
+  private setProblem(): void {
+    this.failedAt = this.options.now();
+  }
+
+  private clearProblem(): void {
+    this.failedAt = undefined;
+  }
+}

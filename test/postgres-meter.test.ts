@@ -1,0 +1,165 @@
+// Issue 13, properties 1, 2 and 4 at the port: the shared meter, several replicas on one PostgreSQL.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Account } from "../src/core/accounts.ts";
+import { GatewayError } from "../src/core/gateway-error.ts";
+import type { Admission, LedgerRow } from "../src/core/meter.ts";
+import { PostgresMeter } from "../src/stores/postgres/meter.ts";
+import { migrateSchema, openPostgres } from "../src/stores/postgres/postgres-database.ts";
+import { freshDatabase } from "./support/postgres.ts";
+import type pg from "pg";
+
+let db: Awaited<ReturnType<typeof freshDatabase>>;
+const pools: pg.Pool[] = [];
+const meters: PostgresMeter[] = [];
+let admin: pg.Pool;
+
+function replica(holder: string, options: Partial<ConstructorParameters<typeof PostgresMeter>[1]> = {}): PostgresMeter {
+  const pool = openPostgres(db.url, { max: 4 });
+  pools.push(pool);
+  const meter = new PostgresMeter(pool, { holder, ...options });
+  meters.push(meter);
+  return meter;
+}
+
+beforeAll(async () => {
+  db = await freshDatabase("meter");
+  admin = openPostgres(db.url, { max: 2 });
+  await migrateSchema(admin);
+});
+afterAll(async () => {
+  for (const m of meters) m.close();
+  await Promise.all([...pools, admin].map((p) => p.end()));
+  await db?.drop();
+});
+
+let n = 0;
+async function account(plan: Partial<Account> & { balance?: bigint } = {}): Promise<Account> {
+  const key = `acct${String(++n).padStart(12, "0")}`;
+  await admin.query(
+    `INSERT INTO accounts (key, name, secret_hash, secret_salt, status, operations, daily_max, concurrency, prices, expires, zone, created_at)
+     VALUES ($1, 't', 'h', 's', 'active', '{}', $2, $3, '{}', '2099-12-31', 'Asia/Shanghai', 0)`,
+    [key, plan.dailyMax ?? 10_000, plan.concurrency ?? 1000],
+  );
+  if (plan.balance !== undefined) await admin.query("INSERT INTO balances (account, micros) VALUES ($1, $2)", [key, plan.balance.toString()]);
+  return {
+    key, name: "t", secretHash: "h", secretSalt: "s", status: "active", operations: new Map(), dailyMax: plan.dailyMax ?? 10_000, concurrency: plan.concurrency ?? 1000,
+    balance: plan.balance, prices: plan.prices ?? new Map(), expires: "2099-12-31", zone: "Asia/Shanghai", createdAt: 0,
+  };
+}
+
+let ids = 0;
+function row(a: Account, charge: LedgerRow["charge"], price: bigint): LedgerRow {
+  return { requestId: `req-${String(++ids).padStart(8, "0")}`, at: Date.now(), day: "2026-11-22", account: a.key, operation: "retail/item_get", code: charge === "charged" ? 0 : 4000, charge, price, cacheHit: false, latencyMicros: 1, transport: "legacy" };
+}
+
+/** One call as the gateway makes it: admit, maybe hold the slot a while, record (charged unless told), and say the code. */
+async function call(meter: PostgresMeter, a: Account, holdMs = 0, onHold?: (delta: number) => void, charge: LedgerRow["charge"] = "charged"): Promise<number> {
+  let admission: Admission;
+  try {
+    admission = await meter.admit(a, "retail/item_get", "2026-11-22");
+  } catch (e) {
+    if (e instanceof GatewayError) return e.code;
+    throw e;
+  }
+  onHold?.(1);
+  if (holdMs > 0) await new Promise((r) => setTimeout(r, holdMs));
+  onHold?.(-1);
+  await meter.record(row(a, charge, charge === "charged" ? admission.price : 0n), admission);
+  return 0;
+}
+
+const count = async (sql: string, params: unknown[]) => Number((await admin.query<{ n: string }>(sql, params)).rows[0]!.n);
+
+describe("the shared meter, three replicas on one PostgreSQL", () => {
+  it("admits exactly the daily maximum of 4× that many simultaneous calls spread over the replicas, one ledger row each", async () => {
+    const replicas = [replica("r1"), replica("r2"), replica("r3")];
+    const a = await account({ dailyMax: 50 });
+    const codes = await Promise.all(Array.from({ length: 200 }, (_, i) => call(replicas[i % 3]!, a)));
+    expect(codes.filter((c) => c === 0)).toHaveLength(50);
+    expect(new Set(codes.filter((c) => c !== 0))).toEqual(new Set([4013]));
+    expect(await count("SELECT charged::text AS n FROM usage_daily WHERE account = $1", [a.key])).toBe(50);
+    expect(await count("SELECT count(*)::text AS n FROM ledger WHERE account = $1 AND charge = 'charged'", [a.key])).toBe(50);
+    expect(await count("SELECT count(*)::text AS n FROM admissions WHERE account = $1", [a.key])).toBe(0);
+    expect((await replicas[0]!.usage(a.key, "2026-11-22", "2026-11-21")).today).toBe(50);
+  });
+
+  it("never lets more than N calls of an account run at once across replicas, and frees every slot", async () => {
+    const replicas = [replica("r4"), replica("r5"), replica("r6")];
+    const a = await account({ concurrency: 3 });
+    let running = 0;
+    let peak = 0;
+    const track = (d: number) => {
+      running += d;
+      peak = Math.max(peak, running);
+    };
+    const codes = await Promise.all(Array.from({ length: 30 }, (_, i) => call(replicas[i % 3]!, a, 80, track)));
+    expect(peak).toBeLessThanOrEqual(3);
+    expect(codes.filter((c) => c === 4008).length).toBeGreaterThan(0);
+    expect(await Promise.all(Array.from({ length: 3 }, (_, i) => call(replicas[i]!, a, 20)))).toEqual([0, 0, 0]);
+  });
+
+  it("never takes a prepaid balance below zero, and charges exactly what it admitted", async () => {
+    const replicas = [replica("r7"), replica("r8"), replica("r9")];
+    const a = await account({ balance: 1_000_000n, prices: new Map([["retail/item_get", 300_000n]]) });
+    const codes = await Promise.all(Array.from({ length: 60 }, (_, i) => call(replicas[i % 3]!, a)));
+    expect(codes.filter((c) => c === 0)).toHaveLength(3);
+    expect(new Set(codes.filter((c) => c !== 0))).toEqual(new Set([4016]));
+    expect(await count("SELECT micros::text AS n FROM balances WHERE account = $1", [a.key])).toBe(100_000);
+  });
+
+  it("gives back the places of calls that were not charged", async () => {
+    const m = replica("r10");
+    const a = await account({ dailyMax: 2, balance: 100n, prices: new Map([["retail/item_get", 100n]]) });
+    for (let i = 0; i < 5; i++) expect(await call(m, a, 0, undefined, "uncharged")).toBe(0);
+    expect(await call(m, a)).toBe(0);
+    expect(await call(m, a)).toBe(4016);
+    expect(await count("SELECT micros::text AS n FROM balances WHERE account = $1", [a.key])).toBe(0);
+  });
+
+  it("a replica that dies mid-call holds its slots only until its leases expire", async () => {
+    const dying = replica("dying", { leaseMs: 400 });
+    const other = replica("alive", { leaseMs: 400 });
+    const a = await account({ concurrency: 2 });
+    await dying.admit(a, "retail/item_get", "2026-11-22");
+    await dying.admit(a, "retail/item_get", "2026-11-22");
+    dying.close(); // no renewal, no record: as after SIGKILL
+    expect(await call(other, a)).toBe(4008);
+    await new Promise((r) => setTimeout(r, 600));
+    expect(await call(other, a)).toBe(0);
+  });
+
+  it("keeps a long call's lease alive while it runs", async () => {
+    const m = replica("renewing", { leaseMs: 300 });
+    const other = replica("waiting", { leaseMs: 300 });
+    const a = await account({ concurrency: 1 });
+    const long = call(m, a, 900);
+    await new Promise((r) => setTimeout(r, 600));
+    expect(await call(other, a)).toBe(4008);
+    expect(await long).toBe(0);
+  });
+
+  it("counts calls with no account per day, code and address", async () => {
+    const m = replica("r11");
+    const refusal: LedgerRow = { ...row({ key: "" } as Account, "ignored", 0n), account: undefined, code: 4004, clientIp: "203.0.113.9" };
+    await Promise.all([m.record(refusal, undefined), m.record({ ...refusal, requestId: "x2" }, undefined)]);
+    expect(await count("SELECT calls::text AS n FROM refusals WHERE client_ip = '203.0.113.9' AND error_code = 4004", [])).toBe(2);
+    const report = await m.query({ code: 4004 });
+    expect(report.totals.find((t) => t.account === undefined)?.calls).toBe(2);
+  });
+
+  it("refuses with 4000, naming the shared database, when PostgreSQL cannot be reached, and tries again after a second", async () => {
+    const pool = openPostgres("postgres://postgres@127.0.0.1:1/none", { max: 1 });
+    pools.push(pool);
+    let now = 1_000_000;
+    const m = new PostgresMeter(pool, { now: () => now });
+    meters.push(m);
+    const a = await account();
+    const e = await m.admit(a, "retail/item_get", "2026-11-22").catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(GatewayError);
+    expect((e as GatewayError).code).toBe(4000);
+    expect((e as GatewayError).message).toContain("shared database (PostgreSQL)");
+    expect(m.unavailable(now)).toContain("PostgreSQL");
+    now += 1500;
+    expect(m.unavailable(now)).toBeUndefined();
+  });
+});
