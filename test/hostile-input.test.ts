@@ -16,7 +16,7 @@ beforeAll(async () => {
 });
 afterAll(() => gw.close());
 
-const legacyPaths = ["/retail/item_get/", "/retail/item_get", "/wholesale/item_search_peerbuy/", "/wholesale/item_search/", "/retail/%zz/", "/", "/a/b/c", "//retail//item_get", "/%00", "/retail/item_get/%ff"];
+const legacyPaths = ["/retail/item_get/", "/retail/item_get", "/wholesale/item_search_peerbuy/", "/wholesale/item_get/", "/wholesale/item_search/", "/retail/%zz/", "/", "/a/b/c", "//retail//item_get", "/%00", "/retail/item_get/%ff"];
 const rpcPaths = ["/gateway.catalogue.v1.RetailService/ItemGet", "/gateway.catalogue.v1.WholesaleService/ItemSearchPeerbuy", "/gateway.admin.v1.AdminService/ListAccounts", "/gateway.catalogue.v1.RetailService/Nope"];
 const names = ["key", "secret", "num_iid", "num_iid[]", "sid", "is_promotion", "cache", "lang", "result_type", "sign", "dateline", "signature", "timestamp", "nonceStr", "api_name", "", "%zz", "a b"];
 const tokens = ["", "1", demo.retailNumIid, demo.wholesaleSid, "abc", "-1", "1.5", "yes", "no", "json", "jsonu", "xml", "serialize", "var_export", "cn", "en", "ru", "0", "%", "%zz", "%e4%b8", "%00", "%ff%fe", "a%2Fb", "@file", "2026-11-22 10:00:00"];

@@ -7,6 +7,7 @@ import type { Admission, LedgerRow, Meter, Transport, UsageQuery, UsageReport, U
 import { statfsSync } from "node:fs";
 import { errorCodeInfo } from "../../contract/error-codes.ts";
 import { previousDay } from "../../core/clock.ts";
+import { RefusalAddresses } from "../../core/refusal-addresses.ts";
 import { formatMoney, type Micros } from "../../core/money.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 
@@ -94,7 +95,7 @@ export class SqliteMeter implements Meter {
   private readonly sql: Record<"insert" | "count" | "deduct" | "topUp" | "unbilled" | "sums" | "refusal" | "refusalAddresses", StatementSync>;
   private readonly refusals = new Map<string, RefusalCount>();
   private refusalWaiters: (() => void)[] = [];
-  private readonly refusalAddresses = new Map<string, Set<string>>();
+  private readonly refusalAddresses: RefusalAddresses;
   private droppedRefusals = 0;
   /** Why the last commit failed, while it keeps failing. */
   private problem: string | undefined;
@@ -125,6 +126,9 @@ export class SqliteMeter implements Meter {
       ),
       refusalAddresses: db.prepare("SELECT DISTINCT client_ip FROM refusals WHERE day = ? AND client_ip != 'other'"),
     };
+    this.refusalAddresses = new RefusalAddresses(this.options.refusalAddressesPerDay, (day) =>
+      (this.sql.refusalAddresses.all(day) as { client_ip: string }[]).map((r) => r.client_ip),
+    );
   }
 
   unavailable(now: number): string | undefined {
@@ -202,7 +206,7 @@ export class SqliteMeter implements Meter {
 
   /** A call with no account: one more in its day's count, committed with the next batch. */
   private count(row: LedgerRow): Promise<void> {
-    const ip = this.refusalAddress(row.day, row.clientIp ?? "");
+    const ip = this.refusalAddresses.address(row.day, row.clientIp ?? "");
     const operation = row.operation ?? "";
     const k = `${row.day}\u0000${operation}\u0000${row.code}\u0000${ip}\u0000${row.transport}`;
     const known = this.refusals.get(k);
@@ -213,24 +217,6 @@ export class SqliteMeter implements Meter {
       this.refusalWaiters.push(resolve);
       this.schedule();
     });
-  }
-
-  /** The address a refusal is counted under: itself, or "other" once the day has its share of addresses. */
-  private refusalAddress(day: string, ip: string): string {
-    let seen = this.refusalAddresses.get(day);
-    if (seen === undefined) {
-      if (this.refusalAddresses.size >= 3) this.refusalAddresses.clear();
-      try {
-        seen = new Set((this.sql.refusalAddresses.all(day) as { client_ip: string }[]).map((r) => r.client_ip));
-      } catch {
-        seen = new Set();
-      }
-      this.refusalAddresses.set(day, seen);
-    }
-    if (seen.has(ip)) return ip;
-    if (seen.size >= this.options.refusalAddressesPerDay) return "other";
-    seen.add(ip);
-    return ip;
   }
 
   private schedule(): void {

@@ -6,6 +6,7 @@ import type { Account } from "../../core/accounts.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
 import type { Admission, LedgerRow, Meter, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
 import { formatMoney, type Micros } from "../../core/money.ts";
+import { RefusalAddresses } from "../../core/refusal-addresses.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 
 export interface PostgresMeterOptions {
@@ -59,11 +60,12 @@ export class PostgresMeter implements Meter {
   private readonly renewal: NodeJS.Timeout;
   /** When a statement last failed to reach the database (Unix ms), or undefined. */
   private failedAt: number | undefined;
-  private readonly refusalAddresses = new Map<string, Set<string>>();
+  private readonly refusalAddresses: RefusalAddresses;
 
   constructor(pool: pg.Pool, options: Partial<PostgresMeterOptions> = {}) {
     this.pool = pool;
     this.options = { ...defaultPostgresMeterOptions, ...options };
+    this.refusalAddresses = new RefusalAddresses(this.options.refusalAddressesPerDay);
     this.renewal = setInterval(() => void this.renew(), Math.max(100, Math.floor(this.options.leaseMs / 3)));
     this.renewal.unref();
   }
@@ -224,7 +226,7 @@ export class PostgresMeter implements Meter {
     const refusals = new Map<string, { day: string; operation: string; code: number; charge: string; ip: string; transport: string; calls: number }>();
     for (const { row } of batch) {
       if (row.account !== undefined) continue;
-      const ip = this.refusalAddress(row.day, row.clientIp ?? "");
+      const ip = this.refusalAddresses.address(row.day, row.clientIp ?? "");
       const k = [row.day, row.operation ?? "", row.code, ip, row.transport].join("\u0000");
       const known = refusals.get(k);
       if (known) known.calls++;
@@ -301,19 +303,6 @@ export class PostgresMeter implements Meter {
     } catch {
       this.setProblem();
     }
-  }
-
-  private refusalAddress(day: string, ip: string): string {
-    let seen = this.refusalAddresses.get(day);
-    if (seen === undefined) {
-      if (this.refusalAddresses.size >= 3) this.refusalAddresses.clear();
-      seen = new Set();
-      this.refusalAddresses.set(day, seen);
-    }
-    if (seen.has(ip)) return ip;
-    if (seen.size >= this.options.refusalAddressesPerDay) return "other";
-    seen.add(ip);
-    return ip;
   }
 
   private setProblem(): void {
