@@ -1,5 +1,7 @@
-import type { CatalogueSource } from "./catalogue-source.ts";
-import type { RecordKind } from "./operation.ts";
+import { fromBinary } from "@bufbuild/protobuf";
+import { createHash } from "node:crypto";
+import type { CatalogueSource, Found, NotFound } from "./catalogue-source.ts";
+import type { Args, Operation, RecordKind } from "./operation.ts";
 
 /** A record ready to store: its kind, catalogue and key, as the import reads them. */
 export interface StoredRecord {
@@ -21,4 +23,24 @@ export interface CatalogueStore extends CatalogueSource {
   empty(): Promise<boolean>;
   /** Records held, per `<catalogue>/<kind>`. */
   size(): Promise<Map<string, number>>;
+}
+
+/**
+ * A stored record's row as the answer to one call, the same way in every
+ * store: no row or an unobtainable one is a 2000 with the operation's
+ * reason; otherwise the operation makes its answer from the decoded record.
+ * The token names the entry by operation, arguments and store time, so it is
+ * the same whichever store holds the record.
+ */
+export function storedAnswer(
+  operation: Operation,
+  args: Args,
+  row: { readonly record: Uint8Array; readonly obtainable: boolean; readonly storedAt: number } | undefined,
+): Found | NotFound {
+  if (row === undefined) return { found: false, reason: operation.notFound(args) };
+  if (!row.obtainable) return { found: false, reason: operation.unobtainable(args) };
+  const answer = operation.answer(fromBinary(operation.record.schema, row.record), args);
+  if ("notFound" in answer) return { found: false, reason: answer.notFound };
+  const token = createHash("md5").update([operation.id, ...operation.args.map((a) => args[a.name] ?? ""), row.storedAt].join("\u0000")).digest("hex");
+  return { found: true, value: answer.value, storedAt: row.storedAt, token };
 }

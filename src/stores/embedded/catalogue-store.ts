@@ -1,13 +1,8 @@
-import { fromBinary, toBinary, type DescMessage, type Message } from "@bufbuild/protobuf";
-import { createHash } from "node:crypto";
+import { toBinary, type DescMessage, type Message } from "@bufbuild/protobuf";
 import type { DatabaseSync, StatementSync } from "node:sqlite";
 import type { Found, NotFound } from "../../core/catalogue-source.ts";
-import type { CatalogueStore, StoredRecord } from "../../core/catalogue-store.ts";
+import { storedAnswer, type CatalogueStore, type StoredRecord } from "../../core/catalogue-store.ts";
 import type { Args, Operation } from "../../core/operation.ts";
-
-function entryToken(...parts: (string | number)[]): string {
-  return createHash("md5").update(parts.join("\u0000")).digest("hex");
-}
 
 /**
  * The embedded catalogue: every record kind the operations read, in one
@@ -32,18 +27,8 @@ export class EmbeddedCatalogue implements CatalogueStore {
   }
 
   async fetch(operation: Operation, args: Args): Promise<Found | NotFound> {
-    const key = operation.recordKey(args);
-    const row = this.byKey.get(operation.catalogue, operation.record.name, key) as { record: Uint8Array; obtainable: number; stored_at: number } | undefined;
-    if (row === undefined) return { found: false, reason: operation.notFound(args) };
-    if (row.obtainable === 0) return { found: false, reason: operation.unobtainable(args) };
-    const answer = operation.answer(fromBinary(operation.record.schema, row.record), args);
-    if ("notFound" in answer) return { found: false, reason: answer.notFound };
-    return {
-      found: true,
-      value: answer.value,
-      storedAt: row.stored_at,
-      token: entryToken(operation.id, ...operation.args.map((a) => args[a.name] ?? ""), row.stored_at),
-    };
+    const row = this.byKey.get(operation.catalogue, operation.record.name, operation.recordKey(args)) as { record: Uint8Array; obtainable: number; stored_at: number } | undefined;
+    return storedAnswer(operation, args, row && { record: row.record, obtainable: row.obtainable !== 0, storedAt: row.stored_at });
   }
 
   async storeBatch(records: readonly StoredRecord[], storedAt: number): Promise<void> {

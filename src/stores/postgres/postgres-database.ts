@@ -27,8 +27,10 @@ export const migrations: readonly string[] = [
     zone text NOT NULL,
     created_at bigint NOT NULL
   );
+  -- No foreign key: a new prepaid account's balance is written before the account row, so the
+  -- account never exists unbilled for a moment.
   CREATE TABLE balances (
-    account text PRIMARY KEY REFERENCES accounts (key),
+    account text PRIMARY KEY,
     micros bigint NOT NULL CHECK (micros >= 0)
   );
   CREATE TABLE usage_daily (
@@ -117,6 +119,10 @@ export const migrations: readonly string[] = [
     INSERT INTO admissions (lease, account, day, price, holder, expires_at) VALUES (p_lease, p_account, p_day, p_price, p_holder, p_now + p_lease_ms);
     RETURN 'ok';
   END $$;`,
+  // 3: used signatures (md5 signs and nonces), so a signed call is accepted once across every
+  // replica and every restart, for its whole window.
+  `CREATE TABLE used_signatures (id text PRIMARY KEY, until bigint NOT NULL);
+  CREATE INDEX used_signatures_by_until ON used_signatures (until);`,
 ];
 
 /** Any lock id will do, as long as every gateway uses the same one. */

@@ -1,0 +1,43 @@
+import type pg from "pg";
+import type { OperationId } from "../../contract/operations.ts";
+import type { OperatorSwitches } from "../../core/operator-switches.ts";
+
+/** How long a replica trusts what it read of the switches: every replica sees a change within this. */
+export const switchesFreshMs = 1000;
+
+/** Maintenance switches in the shared store, read at most once a second per replica. */
+export class PostgresOperatorSwitches implements OperatorSwitches {
+  private readonly pool: pg.Pool;
+  private readonly now: () => number;
+  private known: { on: Set<OperationId>; at: number } | undefined;
+  private reading: Promise<Set<OperationId>> | undefined;
+
+  constructor(pool: pg.Pool, now: () => number = Date.now) {
+    this.pool = pool;
+    this.now = now;
+  }
+
+  async inMaintenance(operation: OperationId): Promise<boolean> {
+    if (this.known !== undefined && this.now() - this.known.at < switchesFreshMs) return this.known.on.has(operation);
+    // One read at a time; calls arriving meanwhile wait for it.
+    this.reading ??= this.read().finally(() => (this.reading = undefined));
+    return (await this.reading).has(operation);
+  }
+
+  async setMaintenance(operation: OperationId, on: boolean): Promise<void> {
+    if (on) await this.pool.query("INSERT INTO maintenance (operation) VALUES ($1) ON CONFLICT DO NOTHING", [operation]);
+    else await this.pool.query("DELETE FROM maintenance WHERE operation = $1", [operation]);
+    this.known = undefined;
+  }
+
+  async maintenance(): Promise<OperationId[]> {
+    return [...(await this.read())].sort();
+  }
+
+  private async read(): Promise<Set<OperationId>> {
+    const at = this.now();
+    const on = new Set((await this.pool.query<{ operation: string }>("SELECT operation FROM maintenance")).rows.map((r) => r.operation));
+    this.known = { on, at };
+    return on;
+  }
+}

@@ -1,0 +1,118 @@
+// Issue 13: the shared store's other ports, each seen from two replicas (two pools) on one PostgreSQL.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { importRecords } from "../src/catalogue/catalogue-import.ts";
+import { demoRecords } from "../src/catalogue/demo-dataset.ts";
+import { AccountAdmin } from "../src/core/account-admin.ts";
+import { systemClock } from "../src/core/clock.ts";
+import { operations } from "../src/operations/index.ts";
+import { EmbeddedCatalogue } from "../src/stores/embedded/catalogue-store.ts";
+import { openDatabase } from "../src/stores/embedded/sqlite-database.ts";
+import { PostgresAccountStore } from "../src/stores/postgres/account-store.ts";
+import { PostgresCatalogue } from "../src/stores/postgres/catalogue-store.ts";
+import { PostgresMeter } from "../src/stores/postgres/meter.ts";
+import { PostgresOperatorSwitches } from "../src/stores/postgres/operator-switches.ts";
+import { migrateSchema, openPostgres } from "../src/stores/postgres/postgres-database.ts";
+import { PostgresReplayGuard } from "../src/stores/postgres/replay-guard.ts";
+import { freshDatabase } from "./support/postgres.ts";
+import type pg from "pg";
+
+let db: Awaited<ReturnType<typeof freshDatabase>>;
+let a: pg.Pool;
+let b: pg.Pool;
+const meters: PostgresMeter[] = [];
+
+beforeAll(async () => {
+  db = await freshDatabase("stores");
+  a = openPostgres(db.url, { max: 4 });
+  b = openPostgres(db.url, { max: 4 });
+  await migrateSchema(a);
+});
+afterAll(async () => {
+  for (const m of meters) m.close();
+  await a?.end();
+  await b?.end();
+  await db?.drop();
+});
+
+function admin(pool: pg.Pool): { admin: AccountAdmin; accounts: PostgresAccountStore } {
+  const accounts = new PostgresAccountStore(pool);
+  const meter = new PostgresMeter(pool);
+  meters.push(meter);
+  return { admin: new AccountAdmin(accounts, meter, systemClock, operations), accounts };
+}
+
+const waitFor = async <T>(read: () => Promise<T>, want: T, ms = 1500): Promise<number> => {
+  const started = Date.now();
+  while ((await read()) !== want) {
+    if (Date.now() - started > ms) throw new Error(`still not ${String(want)} after ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return Date.now() - started;
+};
+
+describe("accounts", () => {
+  it("one replica creates and changes an account; the other sees each change within a second", async () => {
+    const one = admin(a);
+    const two = admin(b);
+    const { account, secret } = await one.admin.create({ name: "shared", balance: 2_000_000n, prices: new Map([["retail/item_get", 10n]]) });
+    expect(secret).toHaveLength(40);
+    const seen = (await two.accounts.find(account.key))!;
+    expect(seen).toMatchObject({ name: "shared", status: "active", balance: 2_000_000n, dailyMax: account.dailyMax, expires: account.expires });
+    expect(seen.prices.get("retail/item_get")).toBe(10n);
+    expect([...seen.operations.keys()].sort()).toEqual(operations.map((op) => op.id).sort());
+    expect(seen.secretHash).toBe(account.secretHash);
+
+    await one.admin.setStatus(account.key, "stopped");
+    expect(await waitFor(async () => (await two.accounts.find(account.key))!.status, "stopped")).toBeLessThan(1200);
+    await one.admin.topUp(account.key, 500_000n);
+    await waitFor(async () => (await two.accounts.find(account.key))!.balance, 2_500_000n);
+    expect((await two.admin.list()).map((x) => x.key)).toContain(account.key);
+    expect(await two.accounts.find("no-such-key")).toBeUndefined();
+  });
+});
+
+describe("maintenance switches", () => {
+  it("switched on one replica, in force on the other within a second", async () => {
+    const one = new PostgresOperatorSwitches(a);
+    const two = new PostgresOperatorSwitches(b);
+    expect(await two.inMaintenance("wholesale/item_get")).toBe(false);
+    await one.setMaintenance("wholesale/item_get", true);
+    expect(await waitFor(() => two.inMaintenance("wholesale/item_get"), true)).toBeLessThan(1200);
+    expect(await two.maintenance()).toEqual(["wholesale/item_get"]);
+    await two.setMaintenance("wholesale/item_get", false);
+    await waitFor(() => one.inMaintenance("wholesale/item_get"), false);
+  });
+});
+
+describe("used signatures", () => {
+  it("a sign used on one replica is refused on the other for its window, and free after it", async () => {
+    const one = new PostgresReplayGuard(a);
+    const two = new PostgresReplayGuard(b);
+    const now = Date.now();
+    expect(await one.seen("legacy|k|abc", now, 600_000)).toBe(false);
+    expect(await two.seen("legacy|k|abc", now + 1, 600_000)).toBe(true);
+    // A restarted replica (a new guard) still refuses it.
+    expect(await new PostgresReplayGuard(b).seen("legacy|k|abc", now + 2, 600_000)).toBe(true);
+    expect(await two.seen("legacy|k|abc", now + 600_001, 600_000)).toBe(false);
+  });
+});
+
+describe("the catalogue", () => {
+  it("holds the records the import writes and answers every operation as the embedded store does, token included", async () => {
+    const lines = demoRecords();
+    const shared = new PostgresCatalogue(a);
+    expect(await shared.empty()).toBe(true);
+    const report = await importRecords(shared, lines, { storedAt: 1_700_000_000, batchSize: 100 });
+    expect(report).toEqual({ imported: lines.length, skipped: [] });
+    const embedded = new EmbeddedCatalogue(openDatabase(":memory:"));
+    await importRecords(embedded, lines, { storedAt: 1_700_000_000 });
+    expect(await new PostgresCatalogue(b).size()).toEqual(await embedded.size());
+    for (const op of operations) {
+      const args = { ...op.example(lines)! };
+      for (const a of op.args) args[a.name] ??= "";
+      expect(await new PostgresCatalogue(b).fetch(op, args)).toEqual(await embedded.fetch(op, args));
+      const missing = { ...args, num_iid: "1" };
+      expect(await shared.fetch(op, missing)).toEqual(await embedded.fetch(op, missing));
+    }
+  });
+});
