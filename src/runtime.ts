@@ -74,7 +74,13 @@ function cachePolicy(config: GatewayConfig): CachePolicy {
   for (const [name, seconds] of pairList(config.cacheTtlSeconds)) {
     for (const op of operationsNamed(name)) ttlSeconds.set(op.id, Number(seconds));
   }
-  return { ttlSeconds, notFoundTtlSeconds: config.cacheNotFoundTtlSeconds, staleIfErrorSeconds: config.cacheStaleIfErrorSeconds };
+  return {
+    ttlSeconds,
+    notFoundTtlSeconds: config.cacheNotFoundTtlSeconds,
+    staleIfErrorSeconds: config.cacheStaleIfErrorSeconds,
+    // A replica fetching an item for the others holds the claim for as long as its upstream call may take.
+    claimMs: config.upstreamDeadlineMs + 2000,
+  };
 }
 
 export function databasePath(config: Pick<GatewayConfig, "dataDir">): string {

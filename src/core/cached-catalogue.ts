@@ -14,12 +14,15 @@ export interface CachePolicy {
   readonly notFoundTtlSeconds: number;
   /** How long past its freshness an answer may stand in for a failing source. */
   readonly staleIfErrorSeconds: number;
+  /** With a cache shared by replicas: how long one replica may hold the right to fetch a key before the others fetch it too. */
+  readonly claimMs: number;
 }
 
 export const defaultCachePolicy: CachePolicy = {
   ttlSeconds: new Map(),
   notFoundTtlSeconds: 60,
   staleIfErrorSeconds: 86_400,
+  claimMs: 10_000,
 };
 
 /** What the core learns from asking for an answer. */
@@ -125,7 +128,7 @@ export class CachedCatalogue {
     const stored = await this.cache.get(key);
     if (useCache && stored !== undefined && stored.freshUntil > this.now()) return this.fromEntry(stored, true);
     try {
-      return this.fromEntry(await this.fetchOnce(key, operation, source, args), false);
+      return this.fromEntry(await this.fetchOnce(key, operation, source, args, useCache), false);
     } catch (e) {
       // Stale-if-error: a fault of the source, and an answer young enough to stand in.
       if (e instanceof GatewayError && stored !== undefined && stored.staleUntil > this.now()) return this.fromEntry(stored, true);
@@ -133,24 +136,50 @@ export class CachedCatalogue {
     }
   }
 
-  /** One source call per key at a time; the others wait for it and share its answer. */
-  private fetchOnce(key: string, operation: Operation, source: CatalogueSource, args: Args): Promise<CacheEntry> {
+  /**
+   * One source call per key at a time; the others wait for it and share its
+   * answer. With a cache shared by several replicas, one replica at a time:
+   * the others wait for its entry (up to the claim's length, then ask the
+   * source themselves, so a replica that died holding the claim costs a wait,
+   * never an answer). A `cache=no` refresh always asks the source itself.
+   */
+  private fetchOnce(key: string, operation: Operation, source: CatalogueSource, args: Args, useCache: boolean): Promise<CacheEntry> {
     const running = this.inFlight.get(key);
     if (running !== undefined) return running;
     const call = (async () => {
-      // The shared call is not tied to the first caller's connection: others wait on it too.
-      const answer = await source.fetch(operation, args, new AbortController().signal);
-      if (answer.found) {
-        return this.store(key, operation, this.ttl(operation), { value: answer.value, reason: "", storedAt: answer.storedAt, token: answer.token });
+      const claim = useCache ? await this.cache?.claim?.(key, this.policy.claimMs) : undefined;
+      if (claim === "held") {
+        const shared = await this.awaitShared(key);
+        if (shared !== undefined) return shared;
       }
-      const storedAt = Math.floor(this.now() / 1000);
-      const token = createHash("md5").update(`${key}\u0000${storedAt}`).digest("hex");
-      return this.store(key, operation, this.policy.notFoundTtlSeconds, { value: null, reason: answer.reason, storedAt, token });
+      try {
+        // The shared call is not tied to the first caller's connection: others wait on it too.
+        const answer = await source.fetch(operation, args, new AbortController().signal);
+        if (answer.found) {
+          return this.store(key, operation, this.ttl(operation), { value: answer.value, reason: "", storedAt: answer.storedAt, token: answer.token });
+        }
+        const storedAt = Math.floor(this.now() / 1000);
+        const token = createHash("md5").update(`${key}\u0000${storedAt}`).digest("hex");
+        return this.store(key, operation, this.policy.notFoundTtlSeconds, { value: null, reason: answer.reason, storedAt, token });
+      } finally {
+        if (typeof claim === "function") await claim().catch(() => {});
+      }
     })();
     this.inFlight.set(key, call);
     const clear = () => this.inFlight.delete(key);
     call.then(clear, clear);
     return call;
+  }
+
+  /** The fresh entry another replica is fetching, polled until the claim would have expired. */
+  private async awaitShared(key: string): Promise<CacheEntry | undefined> {
+    const until = this.now() + this.policy.claimMs;
+    while (this.now() < until) {
+      await new Promise((r) => setTimeout(r, 25));
+      const entry = await this.cache!.get(key);
+      if (entry !== undefined && entry.freshUntil > this.now()) return entry;
+    }
+    return undefined;
   }
 
   /** An answer as a cache entry, fresh for `ttl` seconds and kept as a stand-in for the stale bound after; `ttl` 0 keeps nothing. */

@@ -33,4 +33,11 @@ export interface ResponseCache {
   set(key: string, entry: CacheEntry): void;
   /** Bytes held now. */
   readonly bytes: number;
+  /**
+   * A cache shared by several replicas: takes, for at most `ms`, the right to
+   * ask the source for `key`, so one replica buys an item while the others
+   * wait for its entry. Resolves to a release, or to "held" when another
+   * replica holds it. A cache of one process leaves this out.
+   */
+  claim?(key: string, ms: number): Promise<(() => Promise<void>) | "held">;
 }

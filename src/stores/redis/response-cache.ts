@@ -1,0 +1,143 @@
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import type { Redis } from "ioredis";
+import { LRUCache } from "lru-cache";
+import { randomBytes } from "node:crypto";
+import { GatewayError } from "../../core/gateway-error.ts";
+import type { CacheEntry, ResponseCache } from "../../core/response-cache.ts";
+import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
+import { operationById } from "../../operations/index.ts";
+
+export interface RedisResponseCacheOptions {
+  /** Put before every key, so several gateways (or test files) can share one Redis. */
+  readonly prefix: string;
+  /** How long this replica answers from its own memory before asking Redis again: a refresh elsewhere is seen within this. */
+  readonly localMs: number;
+  /** Bytes the in-process tier may hold. */
+  readonly localMaxBytes: number;
+  readonly now: () => number;
+}
+
+export const defaultRedisResponseCacheOptions: RedisResponseCacheOptions = {
+  prefix: "gateway:",
+  localMs: 1000,
+  localMaxBytes: 16 * 1_048_576,
+  now: Date.now,
+};
+
+const unreachable = "the shared cache (Redis) cannot be reached, so calls are refused, and not charged, until it answers";
+
+// Deletes a claim only while it is still this holder's: a claim that expired and was taken by
+// another replica is left alone.
+const releaseScript = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+
+interface Head {
+  /** The answer is a stored "no result" (2000). */
+  readonly n: boolean;
+  readonly r: string;
+  readonly s: number;
+  readonly t: string;
+  readonly f: number;
+  readonly x: number;
+  readonly b: number;
+  readonly tr: CacheEntry["translation"] | null;
+}
+
+/**
+ * The response cache shared by replicas: entries in Redis, kept until their
+ * stale bound, in front of them a small in-process tier that answers a hot
+ * item for up to `localMs` without a round trip (and keeps the entry's
+ * renderings). An entry travels as its operation's response message in
+ * protobuf binary, so every replica decodes exactly what was stored. Claims
+ * (SET NX PX) let one replica buy an item while the others wait for it.
+ */
+export class RedisResponseCache implements ResponseCache {
+  private readonly redis: Redis;
+  private readonly options: RedisResponseCacheOptions;
+  private readonly local: LRUCache<string, CacheEntry>;
+
+  constructor(redis: Redis, options: Partial<RedisResponseCacheOptions> = {}) {
+    this.redis = redis;
+    this.options = { ...defaultRedisResponseCacheOptions, ...options };
+    this.local = new LRUCache({ maxSize: this.options.localMaxBytes, sizeCalculation: (e) => Math.max(1, e.bytes), ttl: this.options.localMs, ttlAutopurge: false });
+  }
+
+  get bytes(): number {
+    return this.local.calculatedSize;
+  }
+
+  async get(key: string): Promise<CacheEntry | undefined> {
+    const now = this.options.now();
+    const near = this.local.get(key);
+    if (near !== undefined && near.freshUntil > now) return near;
+    let stored: Buffer | null;
+    try {
+      stored = await this.redis.getBuffer(this.options.prefix + key);
+    } catch (e) {
+      throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, unreachable, { cause: e });
+    }
+    const entry = stored === null ? undefined : decode(key, stored);
+    if (entry === undefined || entry.staleUntil <= now) return undefined;
+    this.local.set(key, entry);
+    return entry;
+  }
+
+  set(key: string, entry: CacheEntry): void {
+    this.local.set(key, entry);
+    const ms = entry.staleUntil - this.options.now();
+    const bytes = encode(key, entry);
+    if (ms <= 0 || bytes === undefined) return;
+    // Written behind the answer: a replica that misses it fetches the item again, nothing worse.
+    this.redis.set(this.options.prefix + key, bytes, "PX", Math.ceil(ms)).catch(() => {});
+  }
+
+  async claim(key: string, ms: number): Promise<(() => Promise<void>) | "held"> {
+    const claimKey = `${this.options.prefix}claim:${key}`;
+    const token = randomBytes(12).toString("base64url");
+    let taken: string | null;
+    try {
+      taken = await this.redis.set(claimKey, token, "PX", ms, "NX");
+    } catch (e) {
+      throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, unreachable, { cause: e });
+    }
+    if (taken !== "OK") return "held";
+    return async () => {
+      await this.redis.eval(releaseScript, 1, claimKey, token);
+    };
+  }
+}
+
+function encode(key: string, entry: CacheEntry): Buffer | undefined {
+  const operation = operationById.get(key.slice(0, key.indexOf("\u0000")));
+  if (operation === undefined) return undefined;
+  const head: Head = { n: entry.value === null, r: entry.reason, s: entry.storedAt, t: entry.token, f: entry.freshUntil, x: entry.staleUntil, b: entry.bytes, tr: entry.translation ?? null };
+  const body = entry.value === null ? new Uint8Array() : toBinary(operation.method.output, create(operation.method.output, { item: entry.value } as never));
+  const h = Buffer.from(JSON.stringify(head), "utf8");
+  const out = Buffer.alloc(4 + h.length + body.length);
+  out.writeUInt32BE(h.length, 0);
+  h.copy(out, 4);
+  out.set(body, 4 + h.length);
+  return out;
+}
+
+function decode(key: string, bytes: Buffer): CacheEntry | undefined {
+  const operation = operationById.get(key.slice(0, key.indexOf("\u0000")));
+  if (operation === undefined || bytes.length < 4) return undefined;
+  try {
+    const length = bytes.readUInt32BE(0);
+    const head = JSON.parse(bytes.subarray(4, 4 + length).toString("utf8")) as Head;
+    const value = head.n ? null : (fromBinary(operation.method.output, bytes.subarray(4 + length)) as unknown as { item: unknown }).item;
+    return {
+      value,
+      reason: head.r,
+      storedAt: head.s,
+      token: head.t,
+      freshUntil: head.f,
+      staleUntil: head.x,
+      bytes: head.b,
+      ...(head.tr !== null ? { translation: head.tr } : {}),
+      memo: new Map(),
+    };
+  } catch {
+    return undefined; // an entry this version cannot read is a miss
+  }
+}

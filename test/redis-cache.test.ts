@@ -1,0 +1,131 @@
+// Issue 13, property 6 at the port: one response cache shared by replicas through Redis.
+import { randomBytes } from "node:crypto";
+import type { Redis } from "ioredis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { importRecords } from "../src/catalogue/catalogue-import.ts";
+import { demoRecords } from "../src/catalogue/demo-dataset.ts";
+import { CachedCatalogue, defaultCachePolicy } from "../src/core/cached-catalogue.ts";
+import type { CatalogueSource } from "../src/core/catalogue-source.ts";
+import { GatewayError } from "../src/core/gateway-error.ts";
+import { retailItemGet } from "../src/operations/retail-item-get.ts";
+import { wholesaleItemSearchPeerbuy } from "../src/operations/wholesale-item-search-peerbuy.ts";
+import { EmbeddedCatalogue } from "../src/stores/embedded/catalogue-store.ts";
+import { openDatabase } from "../src/stores/embedded/sqlite-database.ts";
+import { openRedis } from "../src/stores/redis/redis-client.ts";
+import { RedisResponseCache } from "../src/stores/redis/response-cache.ts";
+import { demo } from "./support/gateway-fixture.ts";
+
+const redisUrl = process.env.GATEWAY_TEST_REDIS_URL ?? "redis://127.0.0.1:6379";
+// This file's own keys, so files (and repeated runs) never meet in the one Redis.
+const prefix = `gw-test-${randomBytes(4).toString("hex")}:`;
+const clients: Redis[] = [];
+let catalogue: EmbeddedCatalogue;
+
+beforeAll(async () => {
+  catalogue = new EmbeddedCatalogue(openDatabase(":memory:"));
+  await importRecords(catalogue, demoRecords(), { storedAt: 1_700_000_000 });
+});
+afterAll(async () => {
+  if (clients[0]) {
+    const keys = await clients[0].keys(`${prefix}*`);
+    if (keys.length > 0) await clients[0].del(...keys);
+  }
+  for (const c of clients) c.disconnect();
+});
+
+async function client(): Promise<Redis> {
+  const c = await openRedis(redisUrl);
+  clients.push(c);
+  return c;
+}
+
+/** The demo catalogue as a paid source that takes its time and counts what it sells; each sale is stored anew. */
+function countingSource(delayMs: number): CatalogueSource & { calls: number } {
+  let stamp = 1_700_000_000;
+  const source = {
+    label: "counted",
+    calls: 0,
+    async fetch(op: Parameters<CatalogueSource["fetch"]>[0], args: Parameters<CatalogueSource["fetch"]>[1]) {
+      source.calls++;
+      await new Promise((r) => setTimeout(r, delayMs));
+      const answer = await catalogue.fetch(op, args);
+      return answer.found ? { ...answer, storedAt: ++stamp, token: `${answer.token.slice(0, 24)}${String(stamp).slice(-8)}` } : answer;
+    },
+  };
+  return source;
+}
+
+async function replica(source: CatalogueSource, claimMs = 3000): Promise<CachedCatalogue> {
+  const cache = new RedisResponseCache(await client(), { prefix });
+  return new CachedCatalogue(new Map([["retail", source], ["wholesale", source]]), cache, { ...defaultCachePolicy, claimMs });
+}
+
+const item = { num_iid: demo.retailNumIid, is_promotion: "1" };
+const signal = new AbortController().signal;
+
+describe("the response cache shared through Redis", () => {
+  it("the same item asked at once on three replicas is bought once, and every caller gets it", async () => {
+    const source = countingSource(150);
+    const replicas = await Promise.all([replica(source), replica(source), replica(source)]);
+    const answers = await Promise.all(Array.from({ length: 30 }, (_, i) => replicas[i % 3]!.answer(retailItemGet, item, "cn", true, signal)));
+    expect(source.calls).toBe(1);
+    const tokens = new Set(answers.map((a) => (a.answer.found ? a.answer.token : "none")));
+    expect(tokens.size).toBe(1);
+    expect(answers.every((a) => a.answer.found && (a.answer.value as { numIid: string }).numIid === demo.retailNumIid)).toBe(true);
+    // Later calls on any replica are hits, decoded from what the first one stored.
+    const later = await replicas[2]!.answer(retailItemGet, item, "cn", true, signal);
+    expect(later.fromCache).toBe(true);
+    expect(later.answer).toEqual(answers[0]!.answer);
+  });
+
+  it("keeps lists and 2000s too, and a cache=no refresh on one replica is what the others serve within a second", async () => {
+    const source = countingSource(0);
+    const [a, b] = await Promise.all([replica(source), replica(source)]);
+    const peers = { num_iid: demo.wholesaleNumIid, sid: demo.wholesaleSid };
+    const first = await a.answer(wholesaleItemSearchPeerbuy, peers, "cn", true, signal);
+    expect((await b.answer(wholesaleItemSearchPeerbuy, peers, "cn", true, signal)).answer).toEqual(first.answer);
+    const missing = await a.answer(retailItemGet, { num_iid: "1", is_promotion: "" }, "cn", true, signal);
+    expect(missing.answer.found).toBe(false);
+    expect((await b.answer(retailItemGet, { num_iid: "1", is_promotion: "" }, "cn", true, signal)).fromCache).toBe(true);
+
+    const refreshed = await a.answer(wholesaleItemSearchPeerbuy, peers, "cn", false, signal);
+    expect(refreshed.answer.found && first.answer.found && refreshed.answer.token !== first.answer.token).toBe(true);
+    await new Promise((r) => setTimeout(r, 1100));
+    expect((await b.answer(wholesaleItemSearchPeerbuy, peers, "cn", true, signal)).answer).toEqual(refreshed.answer);
+    expect(source.calls).toBe(3);
+  });
+
+  it("a replica that dies holding a claim costs the others a wait of the claim's length, never an answer", async () => {
+    const source = countingSource(0);
+    const r = await replica(source, 400);
+    const c = await client();
+    const other = { num_iid: (demoRecords().filter((l) => l.kind === "item_detail")[5]!.item as { num_iid: string }).num_iid, is_promotion: "" };
+    const key = [retailItemGet.id, other.num_iid, other.is_promotion, "cn"].join("\u0000");
+    await c.set(`${prefix}claim:${key}`, "dead-replica", "PX", 400, "NX");
+    const started = Date.now();
+    const answer = await r.answer(retailItemGet, other, "cn", true, signal);
+    expect(answer.answer.found).toBe(true);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(300);
+    expect(source.calls).toBe(1);
+  });
+
+  it("an entry lost in Redis is a miss, bought again; a Redis that cannot be reached is a 4000 naming it", async () => {
+    const source = countingSource(0);
+    const r = await replica(source);
+    const other = { num_iid: (demoRecords().filter((l) => l.kind === "item_detail")[7]!.item as { num_iid: string }).num_iid, is_promotion: "" };
+    await r.answer(retailItemGet, other, "cn", true, signal);
+    const keys = await clients[0]!.keys(`${prefix}*`);
+    await clients[0]!.del(...keys);
+    await new Promise((x) => setTimeout(x, 1100)); // past the in-process tier
+    expect((await r.answer(retailItemGet, other, "cn", true, signal)).fromCache).toBe(false);
+    expect(source.calls).toBe(2);
+
+    const gone = await client();
+    gone.disconnect();
+    const cache = new RedisResponseCache(gone, { prefix });
+    const e = await cache.get("retail/item_get\u00001\u0000\u0000cn").catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(GatewayError);
+    expect((e as GatewayError).code).toBe(4000);
+    expect((e as GatewayError).message).toContain("shared cache (Redis)");
+  });
+});
