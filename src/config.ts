@@ -23,9 +23,11 @@ interface Setting<T> {
   readonly shown?: string;
   /** Never shown, never logged: a credential. */
   readonly secret?: boolean;
+  /** Older environment names still read when `env` is not set. */
+  readonly aliases?: readonly string[];
 }
 
-function text(env: string, def: string, doc: string, extra: Partial<Pick<Setting<string>, "shown" | "secret">> = {}): Setting<string> {
+function text(env: string, def: string, doc: string, extra: Partial<Pick<Setting<string>, "shown" | "secret" | "aliases">> = {}): Setting<string> {
   return { env, default: def, doc, ...extra, read: (raw) => (typeof raw === "string" ? { value: raw } : { problem: "must be text" }) };
 }
 
@@ -71,7 +73,12 @@ export const settings = {
   dataDir: text("GATEWAY_DATA_DIR", "./data", "where the embedded store (`gateway.db`, SQLite) lives"),
   timeZone: text("GATEWAY_TIME_ZONE", defaultGatewayOptions.timeZone, "IANA zone of `server_time`, `secache_date`, the legacy `dateline` and day boundaries"),
   zoneLabel: text("GATEWAY_ZONE_LABEL", defaultGatewayOptions.zoneLabel, "label before `server_time`"),
-  nodeLabel: text("GATEWAY_NODE_LABEL", defaultGatewayOptions.nodeLabel, "first part of every `request_id` (1 to 32 letters, digits, `_` or `-`)"),
+  nodeLabel: text("GATEWAY_NODE_ID", "", "this replica's label, the first part of every `request_id` (1 to 32 letters, digits, `_` or `-`); the older name `GATEWAY_NODE_LABEL` is read too", {
+    shown: `\`${defaultGatewayOptions.nodeLabel}\`; in shared mode host and process id, so replicas never share one`,
+    aliases: ["GATEWAY_NODE_LABEL"],
+  }),
+  databaseUrl: text("GATEWAY_DATABASE_URL", "", "with `GATEWAY_REDIS_URL`, shared mode: `postgres://USER@HOST:5432/DATABASE`, the source of truth of every replica", { shown: "unset (embedded store)", secret: true }),
+  redisUrl: text("GATEWAY_REDIS_URL", "", "with `GATEWAY_DATABASE_URL`, shared mode: `redis://HOST:6379`, the response cache the replicas share", { shown: "unset (embedded store)", secret: true }),
   tlsCert: text("GATEWAY_TLS_CERT", "", "PEM certificate; with `GATEWAY_TLS_KEY`, serves TLS with ALPN (h2 and http/1.1)", { shown: "unset" }),
   tlsKey: text("GATEWAY_TLS_KEY", "", "PEM private key, set together with `GATEWAY_TLS_CERT`", { shown: "unset" }),
   logLevel: oneOf("GATEWAY_LOG_LEVEL", "info", ["fatal", "error", "warn", "info", "debug", "trace", "silent"], "`fatal` … `trace`, or `silent`"),
@@ -151,7 +158,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
   }
   const config = { ...defaultConfig } as Record<keyof GatewayConfig, unknown>;
   for (const [k, setting] of settingRows) {
-    const v = env[setting.env];
+    const v = env[setting.env] || setting.aliases?.map((name) => env[name]).find((x) => x !== undefined && x !== "");
     if (v !== undefined && v !== "") raw[k] = v;
     const read = setting.read(raw[k]);
     if ("value" in read) config[k] = read.value;
@@ -198,7 +205,12 @@ function crossChecks(config: GatewayConfig): string[] {
     problems.push(`${where("timeZone")} must be an IANA time zone such as Asia/Shanghai, not ${JSON.stringify(config.timeZone)}`);
   }
   if ((config.tlsCert === "") !== (config.tlsKey === "")) problems.push("GATEWAY_TLS_CERT and GATEWAY_TLS_KEY must be set together");
-  if (!/^[A-Za-z0-9_-]{1,32}$/.test(config.nodeLabel)) problems.push(`${where("nodeLabel")} must be 1 to 32 letters, digits, _ or -`);
+  if (config.nodeLabel !== "" && !/^[A-Za-z0-9_-]{1,32}$/.test(config.nodeLabel)) problems.push(`${where("nodeLabel")} must be 1 to 32 letters, digits, _ or -`);
+  if ((config.databaseUrl === "") !== (config.redisUrl === "")) {
+    problems.push(`shared mode needs both GATEWAY_DATABASE_URL and GATEWAY_REDIS_URL; ${config.databaseUrl === "" ? "GATEWAY_DATABASE_URL" : "GATEWAY_REDIS_URL"} is not set`);
+  }
+  if (config.databaseUrl !== "" && !/^postgres(ql)?:\/\/[^\s]+$/.test(config.databaseUrl)) problems.push(`${where("databaseUrl")} must be a postgres:// URL`);
+  if (config.redisUrl !== "" && !/^rediss?:\/\/[^\s]+$/.test(config.redisUrl)) problems.push(`${where("redisUrl")} must be a redis:// URL`);
   for (const origin of corsOriginList(config)) {
     if (origin !== "*" && !/^https?:\/\/[^/\s]+$/.test(origin)) problems.push(`${where("corsOrigins")}: ${JSON.stringify(origin)} is not an origin such as https://shop.example.com`);
   }

@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { hostname } from "node:os";
 import { join } from "node:path";
 import { demoRecords } from "./catalogue/demo-dataset.ts";
 import { importRecords } from "./catalogue/catalogue-import.ts";
@@ -18,7 +19,9 @@ import type { Meter } from "./core/meter.ts";
 import type { OperatorSwitches } from "./core/operator-switches.ts";
 import { AddressLockout } from "./core/address-lockout.ts";
 import { dayOf, systemClock, type Clock } from "./core/clock.ts";
-import { Gateway } from "./core/gateway.ts";
+import { defaultGatewayOptions, Gateway } from "./core/gateway.ts";
+import type { ReplayGuard } from "./core/replay-guard.ts";
+import type { ResponseCache } from "./core/response-cache.ts";
 import { SqliteAccountStore } from "./stores/embedded/account-store.ts";
 import { ChangeWatch } from "./stores/embedded/change-watch.ts";
 import { EmbeddedCatalogue } from "./stores/embedded/catalogue-store.ts";
@@ -26,6 +29,14 @@ import { openDatabase } from "./stores/embedded/sqlite-database.ts";
 import { SqliteMeter } from "./stores/embedded/meter.ts";
 import { SqliteOperatorSwitches } from "./stores/embedded/operator-switches.ts";
 import { SqliteReplayGuard } from "./stores/embedded/replay-guard.ts";
+import { PostgresAccountStore } from "./stores/postgres/account-store.ts";
+import { PostgresCatalogue } from "./stores/postgres/catalogue-store.ts";
+import { PostgresMeter } from "./stores/postgres/meter.ts";
+import { PostgresOperatorSwitches } from "./stores/postgres/operator-switches.ts";
+import { migrateSchema, openPostgres } from "./stores/postgres/postgres-database.ts";
+import { PostgresReplayGuard } from "./stores/postgres/replay-guard.ts";
+import { openRedis } from "./stores/redis/redis-client.ts";
+import { RedisResponseCache } from "./stores/redis/response-cache.ts";
 import type { AppOptions } from "./transports/server/app.ts";
 import type { Logger } from "./transports/server/logger.ts";
 
@@ -39,8 +50,8 @@ export interface Runtime {
   readonly meter: Meter;
   readonly switches: OperatorSwitches;
   readonly catalogue: CatalogueStore;
-  /** Commits every queued ledger row, then closes the store. */
-  close(): void;
+  /** Commits every queued ledger row, then closes the stores (the embedded store at once, before the promise settles). */
+  close(): Promise<void>;
 }
 
 /** Where the runtime reports what an operator must hear of: errors, and the store's health. */
@@ -87,13 +98,29 @@ export function databasePath(config: Pick<GatewayConfig, "dataDir">): string {
   return join(config.dataDir, "gateway.db");
 }
 
-export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {}): Runtime {
-  const clock = options.clock ?? systemClock;
-  const log = options.log;
+/** The stores a runtime is wired to: embedded (one process, one SQLite file) or shared (PostgreSQL and Redis). */
+interface Stores {
+  readonly accounts: AccountStore;
+  readonly meter: Meter;
+  readonly switches: OperatorSwitches;
+  readonly replays: ReplayGuard;
+  readonly catalogue: CatalogueStore;
+  readonly cache: ResponseCache | undefined;
+  /** This replica's label in request ids, and the newest id it already used, if it can know. */
+  readonly nodeLabel: string;
+  readonly lastRequestId: string | undefined;
+  close(): Promise<void>;
+}
+
+/** Whether the configuration asks for shared mode (both URLs; loadConfig refuses one alone). */
+export function sharedMode(config: Pick<GatewayConfig, "databaseUrl" | "redisUrl">): boolean {
+  return config.databaseUrl !== "" && config.redisUrl !== "";
+}
+
+function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | undefined): Stores {
   const db = openDatabase(databasePath(config), { maxBytes: config.storeMaxBytes });
   const watch = new ChangeWatch(db);
   const accounts = new SqliteAccountStore(db, watch);
-  const catalogue = new EmbeddedCatalogue(db);
   const meter = new SqliteMeter(db, {
     commitIntervalMs: config.ledgerCommitMs,
     onBalancesChanged: (keys) => {
@@ -121,12 +148,84 @@ export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {})
   expire();
   const retention = setInterval(expire, 3_600_000);
   retention.unref();
+  return {
+    accounts,
+    meter,
+    switches: new SqliteOperatorSwitches(db, watch),
+    replays: new SqliteReplayGuard(db),
+    catalogue: new EmbeddedCatalogue(db),
+    cache: config.cacheMaxBytes > 0 ? new MemoryCache(config.cacheMaxBytes, () => clock.now()) : undefined,
+    nodeLabel: config.nodeLabel || defaultGatewayOptions.nodeLabel,
+    lastRequestId: meter.lastRequestId(),
+    close: async () => {
+      clearInterval(retention);
+      meter.flush();
+      db.close();
+    },
+  };
+}
+
+/** This replica's default label in shared mode: its host and process, so no two running replicas share one. */
+function replicaLabel(): string {
+  const host = hostname().replace(/[^A-Za-z0-9_-]/g, "").slice(0, 20) || "gw";
+  return `${host}-${process.pid}`.slice(0, 32);
+}
+
+async function sharedStores(config: GatewayConfig, clock: Clock): Promise<Stores> {
+  const pool = openPostgres(config.databaseUrl, { max: 16 });
+  let redis: Awaited<ReturnType<typeof openRedis>> | undefined;
+  try {
+    await migrateSchema(pool);
+    redis = await openRedis(config.redisUrl);
+  } catch (e) {
+    await pool.end().catch(() => {});
+    throw new Error(`shared mode cannot start: ${(e as Error).message}`, { cause: e });
+  }
+  const nodeLabel = config.nodeLabel || replicaLabel();
+  const accounts = new PostgresAccountStore(pool, () => clock.now());
+  const meter = new PostgresMeter(pool, {
+    holder: nodeLabel,
+    commitIntervalMs: config.ledgerCommitMs,
+    refusalAddressesPerDay: config.refusalAddressesPerDay,
+    onBalancesChanged: (keys) => {
+      for (const key of keys) accounts.forget(key);
+    },
+    now: () => clock.now(),
+  });
+  const connected = redis;
+  return {
+    accounts,
+    meter,
+    switches: new PostgresOperatorSwitches(pool, () => clock.now()),
+    replays: new PostgresReplayGuard(pool),
+    catalogue: new PostgresCatalogue(pool),
+    cache: config.cacheMaxBytes > 0 ? new RedisResponseCache(connected, { localMaxBytes: Math.min(config.cacheMaxBytes, 16 * 1_048_576), now: () => clock.now() }) : undefined,
+    nodeLabel,
+    lastRequestId: undefined,
+    close: async () => {
+      await meter.flush();
+      meter.close();
+      await pool.end();
+      connected.disconnect();
+    },
+  };
+}
+
+/**
+ * The gateway's parts, wired to the embedded store under the data directory,
+ * or, in shared mode (GATEWAY_DATABASE_URL and GATEWAY_REDIS_URL), to
+ * PostgreSQL and Redis, bringing the shared schema up to date first.
+ */
+export async function openRuntime(config: GatewayConfig, options: RuntimeOptions = {}): Promise<Runtime> {
+  const clock = options.clock ?? systemClock;
+  const log = options.log;
+  const stores = sharedMode(config) ? await sharedStores(config, clock) : embeddedStores(config, clock, log);
+  const { accounts, meter, switches, catalogue } = stores;
   const lockout = new AddressLockout({
     slowAfterFailures: config.authSlowAfter,
     lockAfterFailures: config.authLockAfter,
     lockSeconds: config.authLockSeconds,
   });
-  const switches = new SqliteOperatorSwitches(db, watch);
   const upstreams: UpstreamSource[] = [];
   const sources = new Map<string, CatalogueSource>();
   for (const name of catalogues) {
@@ -149,16 +248,15 @@ export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {})
     upstreams.push(upstream);
     sources.set(name, upstream);
   }
-  const cache = config.cacheMaxBytes > 0 ? new MemoryCache(config.cacheMaxBytes, () => clock.now()) : undefined;
-  const answers = new CachedCatalogue(sources, cache, cachePolicy(config), () => clock.now(), new Translator(translationEngine(config)));
+  const answers = new CachedCatalogue(sources, stores.cache, cachePolicy(config), () => clock.now(), new Translator(translationEngine(config)));
   const gateway = new Gateway(
-    { accounts, meter, switches, catalogue: answers, replays: new SqliteReplayGuard(db), lockout, ...(log ? { log } : {}) },
+    { accounts, meter, switches, catalogue: answers, replays: stores.replays, lockout, ...(log ? { log } : {}) },
     {
       timeZone: config.timeZone,
       zoneLabel: config.zoneLabel,
-      nodeLabel: config.nodeLabel,
+      nodeLabel: stores.nodeLabel,
       clock,
-      lastRequestId: meter.lastRequestId(),
+      lastRequestId: stores.lastRequestId,
       authentication: { signatureWindowSeconds: config.signatureWindowSeconds },
     },
   );
@@ -170,11 +268,9 @@ export function openRuntime(config: GatewayConfig, options: RuntimeOptions = {})
     meter,
     switches,
     catalogue,
-    close: () => {
-      clearInterval(retention);
-      meter.flush();
-      db.close();
+    close: async () => {
       for (const u of upstreams) void u.close();
+      await stores.close();
     },
   };
 }

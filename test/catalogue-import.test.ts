@@ -32,13 +32,13 @@ const lines = [
 let dir: string;
 let runtime: Runtime;
 
-beforeAll(() => {
+beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "gateway-import-"));
   writeFileSync(join(dir, "items.ndjson"), `${lines.join("\n")}\n`);
-  runtime = openRuntime({ ...defaultConfig, dataDir: join(dir, "lib") });
+  runtime = await openRuntime({ ...defaultConfig, dataDir: join(dir, "lib") });
 });
-afterAll(() => {
-  runtime.close();
+afterAll(async () => {
+  await runtime.close();
   rmSync(dir, { recursive: true, force: true });
 });
 

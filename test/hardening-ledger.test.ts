@@ -157,7 +157,7 @@ describe("11.3 refusals do not grow the ledger row by row", () => {
     await gw.close();
 
     // A restart with a 30-day retention sweeps January's rows into per-day totals.
-    const runtime = openRuntime({ ...defaultConfig, dataDir, ledgerRetentionDays: 30 });
+    const runtime = await openRuntime({ ...defaultConfig, dataDir, ledgerRetentionDays: 30 });
     try {
       const db = new DatabaseSync(databasePath({ dataDir }), { readOnly: true });
       const oldRows = Number((db.prepare("SELECT count(*) AS n FROM ledger WHERE day < '2026-02-01'").get() as { n: number }).n);
@@ -167,7 +167,7 @@ describe("11.3 refusals do not grow the ledger row by row", () => {
       expect(january.totals.map((t) => [t.day, t.code, t.charge, t.calls])).toEqual([["2026-01-10", 0, "charged", 3]]);
       expect((await runtime.meter.usage(account.key, "2099-01-01", "2098-12-31")).before).toBe(5);
     } finally {
-      runtime.close();
+      await runtime.close();
     }
   });
 

@@ -44,7 +44,7 @@ describe("a data directory of schema 4 (before the descriptor table and the bala
     account("unbilled000000001", null);
     old.close();
 
-    const runtime = openRuntime(config);
+    const runtime = await openRuntime(config);
     try {
       expect((await runtime.accounts.find("prepaid0000000001"))!.balance).toBe(1_234_567n);
       expect((await runtime.accounts.find("unbilled000000001"))!.balance).toBeUndefined();
@@ -61,7 +61,7 @@ describe("a data directory of schema 4 (before the descriptor table and the bala
         ["wholesale/peer_viewed", 1],
       ]);
     } finally {
-      runtime.close();
+      await runtime.close();
     }
   });
 });

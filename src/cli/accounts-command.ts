@@ -3,7 +3,7 @@ import type { GatewayConfig } from "../config.ts";
 import { AccountAdminError, type AccountPlan } from "../core/account-admin.ts";
 import type { Account } from "../core/accounts.ts";
 import { formatMoney, parseMoney } from "../core/money.ts";
-import { openRuntime } from "../runtime.ts";
+import { openRuntime, type Runtime } from "../runtime.ts";
 
 /** An account as the CLI prints it: no secret, amounts as decimal text. */
 export function describeAccount(a: Account) {
@@ -27,13 +27,13 @@ function wholeNumber(flag: string, value: string | undefined): number | undefine
   return Number(value);
 }
 
-/** `--price item_get=0.05` (repeatable) as a price map. */
-function prices(runtime: ReturnType<typeof openRuntime>, values: string[] | undefined): AccountPlan["prices"] | undefined {
+/** `--price OPERATION=PRICE` (repeatable) as a price map. */
+function prices(runtime: Runtime, values: string[] | undefined): AccountPlan["prices"] | undefined {
   if (values === undefined) return undefined;
   return new Map(
     values.map((v) => {
       const [op, price] = v.split("=");
-      if (op === undefined || price === undefined) throw new AccountAdminError("--price takes OPERATION=PRICE, e.g. item_get=0.05");
+      if (op === undefined || price === undefined) throw new AccountAdminError("--price takes OPERATION=PRICE, e.g. <catalogue>/<api_name>=0.05");
       return [runtime.admin.operation(op), parseMoney(price)];
     }),
   );
@@ -48,7 +48,7 @@ const planFlags = {
 
 export async function accountsCommand(config: GatewayConfig, argv: string[]): Promise<number> {
   const [sub, ...rest] = argv;
-  const runtime = openRuntime(config);
+  const runtime = await openRuntime(config);
   const print = (a: Account, json: boolean) =>
     console.log(json ? JSON.stringify(describeAccount(a)) : `${a.key}: ${JSON.stringify(describeAccount(a))}`);
   try {
@@ -152,6 +152,6 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         return 2;
     }
   } finally {
-    runtime.close();
+    await runtime.close();
   }
 }

@@ -13,7 +13,7 @@ export async function importCommand(config: GatewayConfig, argv: string[]): Prom
     return 2;
   }
   const bytes = statSync(file).size;
-  const runtime = openRuntime(config);
+  const runtime = await openRuntime(config);
   // A progress bar only for a person at a terminal; pipes and CI get the summary alone.
   const bar = process.stderr.isTTY && !values.json ? new SingleBar({ format: "importing [{bar}] {percentage}% | {lines} lines", stream: process.stderr }) : undefined;
   bar?.start(Math.max(1, bytes), 0, { lines: 0 });
@@ -32,6 +32,6 @@ export async function importCommand(config: GatewayConfig, argv: string[]): Prom
     }
     return report.skipped.length > 0 ? 1 : 0;
   } finally {
-    runtime.close();
+    await runtime.close();
   }
 }

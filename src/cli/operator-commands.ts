@@ -9,7 +9,7 @@ import { openRuntime } from "../runtime.ts";
 /** `gateway maintenance on|off OPERATION` and `gateway maintenance list`. */
 export async function maintenanceCommand(config: GatewayConfig, argv: string[]): Promise<number> {
   const [sub, operation] = argv;
-  const runtime = openRuntime(config);
+  const runtime = await openRuntime(config);
   try {
     if (sub === "on" || sub === "off") {
       if (operation === undefined) throw new AccountAdminError(`usage: gateway maintenance ${sub} OPERATION`);
@@ -20,7 +20,7 @@ export async function maintenanceCommand(config: GatewayConfig, argv: string[]):
     console.log(`under maintenance: ${(await runtime.switches.maintenance()).join(", ") || "nothing"}`);
     return 0;
   } finally {
-    runtime.close();
+    await runtime.close();
   }
 }
 
@@ -41,7 +41,7 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
   });
   if (values.code !== undefined && !/^\d{4}$/.test(values.code)) throw new AccountAdminError("--code takes a four-digit code such as 0000 or 4013");
   if (values.rows !== undefined && !/^\d{1,5}$/.test(values.rows)) throw new AccountAdminError("--rows takes a number up to 99999");
-  const runtime = openRuntime(config);
+  const runtime = await openRuntime(config);
   try {
     const report = await runtime.meter.query({
       account: values.account,
@@ -61,6 +61,6 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
     }
     return 0;
   } finally {
-    runtime.close();
+    await runtime.close();
   }
 }

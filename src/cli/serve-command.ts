@@ -3,7 +3,7 @@ import { demoRecords } from "../catalogue/demo-dataset.ts";
 import type { Operation } from "../core/operation.ts";
 import { operations } from "../operations/index.ts";
 import type { GatewayConfig } from "../config.ts";
-import { appOptions, demoAccount, openRuntime, seedDemoCatalogue } from "../runtime.ts";
+import { appOptions, demoAccount, openRuntime, seedDemoCatalogue, sharedMode } from "../runtime.ts";
 import { lockDataDirectory } from "../stores/embedded/data-directory-lock.ts";
 import { credentialHeaders } from "../transports/credentials.ts";
 import { buildApp } from "../transports/server/app.ts";
@@ -58,12 +58,14 @@ function banner(base: string, tls: boolean, demo: { key: string; secret: string 
 }
 
 export async function serveCommand(config: GatewayConfig, options: { demo: boolean }): Promise<number> {
+  // First of all: a second gateway on an embedded store must not seed, rotate the demo secret or serve.
+  // In shared mode every replica serves the same stores; that is what they are for.
+  const shared = sharedMode(config);
+  const lock = shared ? undefined : lockDataDirectory(config.dataDir);
   // One logger for the runtime and the app, so every error line (a ledger that cannot be written, an internal RPC) is seen.
-  // First of all: a second gateway on this store must not seed, rotate the demo secret or serve.
-  const lock = lockDataDirectory(config.dataDir);
   const log = createLogger({ level: config.logLevel });
-  const runtime = openRuntime(config, { log });
-  if (options.demo && (await seedDemoCatalogue(runtime))) console.log(`seeded the demo catalogue into ${config.dataDir}`);
+  const runtime = await openRuntime(config, { log });
+  if (options.demo && (await seedDemoCatalogue(runtime))) console.log(`seeded the demo catalogue into ${shared ? "the shared database" : config.dataDir}`);
   // A demo without a configured admin token gets one for this run, printed below.
   const adminToken = config.adminToken === "" && options.demo ? randomBytes(24).toString("base64url") : config.adminToken;
   const appSettings = appOptions(config, runtime, { logger: log, adminToken });
@@ -94,11 +96,13 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
         process.exit(1);
       }, config.shutdownGraceMs);
       force.unref();
-      void app.close().then(() => {
-        runtime.close();
-        lock.release();
-        resolve();
-      });
+      void app
+        .close()
+        .then(() => runtime.close())
+        .then(() => {
+          lock?.release();
+          resolve();
+        });
     };
     process.once("SIGTERM", () => stop("SIGTERM"));
     process.once("SIGINT", () => stop("SIGINT"));

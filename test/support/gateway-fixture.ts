@@ -42,7 +42,7 @@ export async function startGateway(
   const lines = options.logLines;
   // As `serve` does: one logger for the runtime and the app (when the test reads the lines).
   const logger = lines ? createLogger({ level: options.app?.logLevel || "info", stream: { write: (line: string) => lines.push(line) } as unknown as NodeJS.WritableStream }) : undefined;
-  const runtime = openRuntime(config, { ...(options.clock ? { clock: options.clock } : {}), ...(logger ? { log: logger } : {}) });
+  const runtime = await openRuntime(config, { ...(options.clock ? { clock: options.clock } : {}), ...(logger ? { log: logger } : {}) });
   await seedDemoCatalogue(runtime);
   // The app as `serve` builds it from the same configuration; a test's own app options come last.
   const app = await buildApp({ ...appOptions(config, runtime, { ...(logger ? { logger } : {}), adminToken }), ...(logger ? {} : { logLevel: false as const }), ...options.app });
@@ -64,7 +64,7 @@ export async function startGateway(
       new Gateway({ accounts: runtime.accounts, meter: runtime.meter, switches: runtime.switches, catalogue: new CachedCatalogue(sources, undefined), ...(log ? { log } : {}) }),
     async close() {
       await app.close();
-      runtime.close();
+      await runtime.close();
       if (options.dataDir === undefined) rmSync(dataDir, { recursive: true, force: true });
     },
   };

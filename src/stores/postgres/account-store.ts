@@ -2,6 +2,7 @@ import type pg from "pg";
 import type { OperationId } from "../../contract/operations.ts";
 import type { AccountStore } from "../../core/account-store.ts";
 import type { Account, OperationState } from "../../core/accounts.ts";
+import { databaseFault } from "./postgres-database.ts";
 
 /** How long a replica trusts what it read of an account: every replica sees a change within this. */
 export const accountFreshMs = 1000;
@@ -78,7 +79,12 @@ export class PostgresAccountStore implements AccountStore {
     const known = this.cached.get(key);
     const now = this.now();
     if (known !== undefined && now - known.at < accountFreshMs) return known.account;
-    const r = await this.pool.query<Row>(`${read} WHERE a.key = $1`, [key]);
+    let r: pg.QueryResult<Row>;
+    try {
+      r = await this.pool.query<Row>(`${read} WHERE a.key = $1`, [key]);
+    } catch (e) {
+      throw databaseFault(e);
+    }
     const account = r.rows[0] === undefined ? undefined : fromRow(r.rows[0]);
     if (this.cached.size >= 100_000) this.cached.clear();
     this.cached.set(key, { account, at: now });

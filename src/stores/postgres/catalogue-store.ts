@@ -2,6 +2,7 @@ import { toBinary, type DescMessage, type Message } from "@bufbuild/protobuf";
 import type pg from "pg";
 import type { Found, NotFound } from "../../core/catalogue-source.ts";
 import { storedAnswer, type CatalogueStore, type StoredRecord } from "../../core/catalogue-store.ts";
+import { databaseFault } from "./postgres-database.ts";
 import type { Args, Operation } from "../../core/operation.ts";
 
 /**
@@ -19,10 +20,16 @@ export class PostgresCatalogue implements CatalogueStore {
   }
 
   async fetch(operation: Operation, args: Args): Promise<Found | NotFound> {
-    const r = await this.pool.query<{ record: Buffer; obtainable: boolean; stored_at: string }>(
-      "SELECT record, obtainable, stored_at::text AS stored_at FROM catalogue_records WHERE catalogue = $1 AND kind = $2 AND key = $3",
-      [operation.catalogue, operation.record.name, operation.recordKey(args)],
-    );
+    let r: pg.QueryResult<{ record: Buffer; obtainable: boolean; stored_at: string }>;
+    try {
+      r = await this.pool.query("SELECT record, obtainable, stored_at::text AS stored_at FROM catalogue_records WHERE catalogue = $1 AND kind = $2 AND key = $3", [
+        operation.catalogue,
+        operation.record.name,
+        operation.recordKey(args),
+      ]);
+    } catch (e) {
+      throw databaseFault(e);
+    }
     const row = r.rows[0];
     return storedAnswer(operation, args, row && { record: row.record, obtainable: row.obtainable, storedAt: Number(row.stored_at) });
   }

@@ -7,6 +7,7 @@ import { GatewayError } from "../../core/gateway-error.ts";
 import type { Admission, LedgerRow, Meter, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
 import { formatMoney, type Micros } from "../../core/money.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
+import { databaseFault, databaseUnreachable } from "./postgres-database.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 
 export interface PostgresMeterOptions {
@@ -20,6 +21,8 @@ export interface PostgresMeterOptions {
   readonly maxBatch: number;
   /** Distinct addresses counted per day (by this replica) for calls with no account; more count as "other". */
   readonly refusalAddressesPerDay: number;
+  /** Told which accounts' balances this replica changed (top-ups), so what it remembers of them is dropped. */
+  readonly onBalancesChanged: (accounts: ReadonlySet<string>) => void;
   readonly now: () => number;
 }
 
@@ -29,6 +32,7 @@ export const defaultPostgresMeterOptions: PostgresMeterOptions = {
   commitIntervalMs: 0,
   maxBatch: 512,
   refusalAddressesPerDay: 10_000,
+  onBalancesChanged: () => {},
   now: Date.now,
 };
 
@@ -38,7 +42,6 @@ interface Queued {
   readonly done: { resolve(): void; reject(e: unknown): void };
 }
 
-const unreachable = "the shared database (PostgreSQL) cannot be reached, so calls are refused, and not charged, until it answers";
 
 /**
  * The meter of the shared store, exact across any number of replicas. Every
@@ -72,7 +75,7 @@ export class PostgresMeter implements Meter {
 
   /** Refuses for a second after the database failed to answer; then a call goes through and tries again. */
   unavailable(now: number): string | undefined {
-    return this.failedAt !== undefined && now - this.failedAt < 1000 ? unreachable : undefined;
+    return this.failedAt !== undefined && now - this.failedAt < 1000 ? databaseUnreachable : undefined;
   }
 
   async admit(account: Account, operation: OperationId, day: string): Promise<Admission> {
@@ -87,7 +90,7 @@ export class PostgresMeter implements Meter {
       this.clearProblem();
     } catch (e) {
       this.setProblem();
-      throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, unreachable, { cause: e });
+      throw databaseFault(e);
     }
     const [what, n] = verdict.split(" ");
     if (what === "concurrency") throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `this account already has ${n} calls in flight, its limit`);
@@ -113,6 +116,7 @@ export class PostgresMeter implements Meter {
         change.toString(),
       ]);
     }
+    this.options.onBalancesChanged(new Set([account]));
   }
 
   async usage(account: string, today: string, yesterday: string): Promise<UsageSummary> {

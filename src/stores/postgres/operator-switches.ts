@@ -1,6 +1,7 @@
 import type pg from "pg";
 import type { OperationId } from "../../contract/operations.ts";
 import type { OperatorSwitches } from "../../core/operator-switches.ts";
+import { databaseFault } from "./postgres-database.ts";
 
 /** How long a replica trusts what it read of the switches: every replica sees a change within this. */
 export const switchesFreshMs = 1000;
@@ -20,7 +21,11 @@ export class PostgresOperatorSwitches implements OperatorSwitches {
   async inMaintenance(operation: OperationId): Promise<boolean> {
     if (this.known !== undefined && this.now() - this.known.at < switchesFreshMs) return this.known.on.has(operation);
     // One read at a time; calls arriving meanwhile wait for it.
-    this.reading ??= this.read().finally(() => (this.reading = undefined));
+    this.reading ??= this.read()
+      .catch((e: unknown) => {
+        throw databaseFault(e);
+      })
+      .finally(() => (this.reading = undefined));
     return (await this.reading).has(operation);
   }
 

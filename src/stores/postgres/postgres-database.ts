@@ -1,4 +1,6 @@
 import pg from "pg";
+import { GatewayError } from "../../core/gateway-error.ts";
+import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 
 /**
  * The shared store's schema in PostgreSQL, the source of truth of shared
@@ -124,6 +126,14 @@ export const migrations: readonly string[] = [
   `CREATE TABLE used_signatures (id text PRIMARY KEY, until bigint NOT NULL);
   CREATE INDEX used_signatures_by_until ON used_signatures (until);`,
 ];
+
+/** What a call is told when the shared database does not answer. */
+export const databaseUnreachable = "the shared database (PostgreSQL) cannot be reached, so calls are refused, and not charged, until it answers";
+
+/** A failure to reach the shared database, as the 4000 every call that meets it answers. */
+export function databaseFault(cause: unknown): GatewayError {
+  return new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, databaseUnreachable, { cause });
+}
 
 /** Any lock id will do, as long as every gateway uses the same one. */
 const schemaLock = 0x67617465; // "gate"
