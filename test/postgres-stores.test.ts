@@ -89,11 +89,11 @@ describe("used signatures", () => {
     const one = new PostgresReplayGuard(a);
     const two = new PostgresReplayGuard(b);
     const now = Date.now();
-    expect(await one.seen("legacy|k|abc", now, 600_000)).toBe(false);
-    expect(await two.seen("legacy|k|abc", now + 1, 600_000)).toBe(true);
+    expect(await one.seen("legacy\u0000k\u0000abc", now, 600_000)).toBe(false);
+    expect(await two.seen("legacy\u0000k\u0000abc", now + 1, 600_000)).toBe(true);
     // A restarted replica (a new guard) still refuses it.
-    expect(await new PostgresReplayGuard(b).seen("legacy|k|abc", now + 2, 600_000)).toBe(true);
-    expect(await two.seen("legacy|k|abc", now + 600_001, 600_000)).toBe(false);
+    expect(await new PostgresReplayGuard(b).seen("legacy\u0000k\u0000abc", now + 2, 600_000)).toBe(true);
+    expect(await two.seen("legacy\u0000k\u0000abc", now + 600_001, 600_000)).toBe(false);
   });
 });
 

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import type pg from "pg";
 import type { ReplayGuard } from "../../core/replay-guard.ts";
 
@@ -21,9 +22,11 @@ export class PostgresReplayGuard implements ReplayGuard {
       this.nextSweep = now + 60_000;
       void this.pool.query("DELETE FROM used_signatures WHERE until <= $1", [now]).catch(() => {});
     }
+    // Stored as a digest: ids join their parts with NUL, which PostgreSQL text cannot hold.
+    const digest = createHash("sha256").update(id).digest("hex");
     const r = await this.pool.query(
       "INSERT INTO used_signatures (id, until) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET until = excluded.until WHERE used_signatures.until <= $3",
-      [id, now + ttlMs, now],
+      [digest, now + ttlMs, now],
     );
     return r.rowCount === 0;
   }

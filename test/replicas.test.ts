@@ -1,0 +1,236 @@
+// Issue 13: three gateway processes in shared mode on one PostgreSQL and one Redis, called over
+// legacy, Connect and gRPC at once. The Redis is this file's own (a private redis-server on a free
+// port), so it can be flushed and stopped without touching any other test.
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { spawn, type ChildProcess } from "node:child_process";
+import { createServer } from "node:net";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { formatDateTime } from "../src/core/clock.ts";
+import { legacySign, legacySigningKey } from "../src/core/legacy-signature.ts";
+import { WholesaleService } from "../src/gen/gateway/catalogue/v1/wholesale_pb.js";
+import { root, runCli } from "./support/cli.ts";
+import { FakeUpstream } from "./support/fake-upstream.ts";
+import { demo } from "./support/gateway-fixture.ts";
+import { freshDatabase } from "./support/postgres.ts";
+
+const adminToken = "replicas-admin-token-0123456789";
+let db: Awaited<ReturnType<typeof freshDatabase>>;
+let pool: pg.Pool;
+let redis: ChildProcess;
+let redisPort: number;
+let upstream: FakeUpstream;
+const replicas: { child: ChildProcess; base: string; output: () => string }[] = [];
+let env: Record<string, string>;
+
+function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createServer().listen(0, "127.0.0.1", () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function startRedis(): Promise<ChildProcess> {
+  const child = spawn("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdio: "ignore" });
+  for (let i = 0; i < 100; i++) {
+    const up = await new Promise<boolean>((resolve) => {
+      const c = spawn("redis-cli", ["-p", String(redisPort), "ping"], { stdio: ["ignore", "pipe", "ignore"] });
+      let out = "";
+      c.stdout!.on("data", (d: Buffer) => (out += d.toString()));
+      c.on("close", () => resolve(out.includes("PONG")));
+    });
+    if (up) return child;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error("the private redis-server did not start");
+}
+
+function redisCli(...args: string[]): Promise<string> {
+  return new Promise((resolve) => {
+    const c = spawn("redis-cli", ["-p", String(redisPort), ...args], { stdio: ["ignore", "pipe", "ignore"] });
+    let out = "";
+    c.stdout!.on("data", (d: Buffer) => (out += d.toString()));
+    c.on("close", () => resolve(out.trim()));
+  });
+}
+
+async function startReplica(demoFlag: boolean): Promise<(typeof replicas)[number]> {
+  let output = "";
+  const child = spawn(process.execPath, [root + "/bin/gateway.js", "serve", ...(demoFlag ? ["--demo"] : [])], {
+    cwd: root,
+    env: { ...process.env, ...env, GATEWAY_PORT: "0" },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  child.stdout!.on("data", (d: Buffer) => (output += d.toString()));
+  child.stderr!.on("data", (d: Buffer) => (output += d.toString()));
+  const until = Date.now() + 30_000;
+  while (!/listening on (http:\/\/\S+) /.test(output) || (demoFlag && !output.includes("Admin API") && !output.includes("Demo account"))) {
+    if (Date.now() > until || child.exitCode !== null) throw new Error(`replica did not start:\n${output}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const replica = { child, base: /listening on (http:\/\/\S+) /.exec(output)![1]!, output: () => output };
+  replicas.push(replica);
+  return replica;
+}
+
+beforeAll(async () => {
+  db = await freshDatabase("replicas");
+  pool = new pg.Pool({ connectionString: db.url, max: 2 });
+  redisPort = await freePort();
+  redis = await startRedis();
+  upstream = await new FakeUpstream().start();
+  env = {
+    GATEWAY_DATABASE_URL: db.url,
+    GATEWAY_REDIS_URL: `redis://127.0.0.1:${redisPort}`,
+    GATEWAY_ADMIN_TOKEN: adminToken,
+    GATEWAY_LOG_LEVEL: "warn",
+    // The retail catalogue is bought from the (fake) provider, so single-flight can be counted.
+    GATEWAY_SOURCES: "retail=upstream,wholesale=embedded",
+    GATEWAY_UPSTREAM_URL: upstream.url,
+    GATEWAY_UPSTREAM_KEY: "up-key",
+    GATEWAY_UPSTREAM_SECRET: "up-secret-0123456789",
+  };
+  await startReplica(true);
+  await Promise.all([startReplica(false), startReplica(false)]);
+}, 90_000);
+
+afterAll(async () => {
+  for (const r of replicas) r.child.kill("SIGKILL");
+  redis?.kill("SIGKILL");
+  await upstream?.stop();
+  await pool?.end();
+  await db?.drop();
+});
+
+async function createAccount(...flags: string[]): Promise<{ key: string; secret: string }> {
+  // The CLI, on another "machine": it only knows the two URLs.
+  const r = await runCli(["accounts", "create", "--json", ...flags], env);
+  if (r.code !== 0) throw new Error(r.stderr);
+  return JSON.parse(r.stdout) as { key: string; secret: string };
+}
+
+type Caller = (base: string, a: { key: string; secret: string }) => Promise<{ code: string; requestId: string }>;
+const legacy: Caller = async (base, a) => {
+  const j = (await (await fetch(`${base}/wholesale/item_get/?${new URLSearchParams({ key: a.key, secret: a.secret, num_iid: demo.wholesaleNumIid })}`)).json()) as { error_code: string; request_id: string };
+  return { code: j.error_code, requestId: j.request_id };
+};
+const rpc =
+  (grpc: boolean): Caller =>
+  async (base, a) => {
+    const transport = grpc ? createGrpcTransport({ baseUrl: base }) : createConnectTransport({ baseUrl: base, httpVersion: "1.1" });
+    const client = createClient(WholesaleService, transport);
+    try {
+      const r = await client.itemGet({ numIid: demo.wholesaleNumIid }, { headers: { "x-api-key": a.key, "x-api-secret": a.secret } });
+      return { code: "0000", requestId: r.status!.requestId };
+    } catch (e) {
+      const { ConnectError } = await import("@connectrpc/connect");
+      const { StatusBlockSchema } = await import("../src/gen/gateway/catalogue/v1/status_pb.js");
+      const status = ConnectError.from(e).findDetails(StatusBlockSchema)[0];
+      return { code: String(status?.errorCode ?? "none").padStart(4, "0"), requestId: status?.requestId ?? "" };
+    }
+  };
+const callers = [legacy, rpc(false), rpc(true)];
+
+/** Which replica the i-th call of `spread` goes to: every replica gets every transport. */
+const replicaOf = (i: number) => Math.floor(i / 3) % replicas.length;
+
+/** `n` simultaneous calls, spread over the replicas and the three transports. */
+function spread(n: number, a: { key: string; secret: string }) {
+  return Promise.all(Array.from({ length: n }, (_, i) => callers[i % 3]!(replicas[replicaOf(i)]!.base, a).catch(() => ({ code: "unanswered", requestId: "" }))));
+}
+
+const one = async (sql: string, params: unknown[]) => (await pool.query(sql, params)).rows[0];
+
+describe("three replicas in shared mode", () => {
+  it("admit exactly the daily maximum of 4× that many calls over legacy, Connect and gRPC, one ledger row each", async () => {
+    const a = await createAccount("--max", "50", "--concurrency", "1000");
+    const results = await spread(200, a);
+    const codes = results.map((r) => r.code);
+    console.log(`replicas: ${codes.filter((c) => c === "0000").length} of 200 answered 0000 for a maximum of 50`);
+    expect(codes.filter((c) => c === "0000")).toHaveLength(50);
+    expect(new Set(codes.filter((c) => c !== "0000"))).toEqual(new Set(["4013"]));
+    expect((await one("SELECT charged::int AS n FROM usage_daily WHERE account = $1", [a.key])).n).toBe(50);
+    expect((await one("SELECT count(*)::int AS n FROM ledger WHERE account = $1", [a.key])).n).toBe(200);
+    // Request ids never collide across replicas.
+    expect(new Set(results.map((r) => r.requestId)).size).toBe(200);
+  });
+
+  it("never take a prepaid balance below zero", async () => {
+    const a = await createAccount("--balance", "1", "--price", "wholesale/item_get=0.3", "--concurrency", "1000");
+    const codes = (await spread(30, a)).map((r) => r.code);
+    expect(codes.filter((c) => c === "0000")).toHaveLength(3);
+    expect((await one("SELECT micros::text AS m FROM balances WHERE account = $1", [a.key])).m).toBe("100000");
+  });
+
+  it("refuse on every replica a sign used on one", async () => {
+    const a = await createAccount();
+    const params = { num_iid: demo.wholesaleNumIid, key: a.key, dateline: formatDateTime(Date.now(), "Asia/Shanghai") };
+    const signed = new URLSearchParams({ ...params, sign: legacySign({ ...params, api_name: "item_get" }, legacySigningKey(a.secret)) });
+    const first = (await (await fetch(`${replicas[0]!.base}/wholesale/item_get/?${signed}`)).json()) as { error_code: string };
+    const again = (await (await fetch(`${replicas[1]!.base}/wholesale/item_get/?${signed}`)).json()) as { error_code: string; reason: string };
+    expect(first, JSON.stringify(first)).toMatchObject({ error_code: "0000" });
+    expect([again.error_code, again.reason]).toEqual(["4005", "this sign was already used; sign each call anew"]);
+  });
+
+  it("buy an item asked for at once on all three replicas once, and see a switch made on one within a second", async () => {
+    const a = await createAccount("--concurrency", "1000");
+    upstream.script = () => ({ kind: "normal", delayMs: 300 });
+    const before = upstream.requests.length;
+    const item = (base: string) => fetch(`${base}/retail/item_get/?${new URLSearchParams({ key: a.key, secret: a.secret, num_iid: demo.retailNumIid })}`).then((r) => r.json() as Promise<{ error_code: string }>);
+    const answers = await Promise.all(Array.from({ length: 30 }, (_, i) => item(replicas[i % 3]!.base)));
+    upstream.script = () => ({ kind: "normal" });
+    expect(answers.map((x) => `${x.error_code} ${(x as { reason?: string }).reason ?? ""}`.trim())).toEqual(Array(30).fill("0000"));
+    expect(upstream.requests.slice(before).map((q) => q.path)).toEqual(["/taobao/item_get/"]);
+
+    expect((await runCli(["maintenance", "on", "wholesale/item_get"], env)).code).toBe(0);
+    await new Promise((r) => setTimeout(r, 1100));
+    for (const r of replicas) expect((await legacy(r.base, a)).code).toBe("4009");
+    expect((await runCli(["maintenance", "off", "wholesale/item_get"], env)).code).toBe(0);
+  });
+
+  it("stay exact when Redis loses everything mid-load (FLUSHALL), and answer 4000 naming Redis while it is down, then recover by themselves", async () => {
+    const a = await createAccount("--max", "30", "--concurrency", "1000");
+    const load = spread(120, a);
+    await new Promise((r) => setTimeout(r, 20));
+    expect(await redisCli("FLUSHALL")).toBe("OK");
+    const codes = (await load).map((r) => r.code);
+    expect(codes.filter((c) => c === "0000")).toHaveLength(30);
+
+    const b = await createAccount();
+    redis.kill("SIGKILL");
+    await new Promise((r) => setTimeout(r, 300));
+    const retail = await fetch(`${replicas[0]!.base}/retail/item_get/?${new URLSearchParams({ key: b.key, secret: b.secret, num_iid: demo.retailNumIid })}`).then((r) => r.json() as Promise<{ error_code: string; reason: string }>);
+    expect(retail.error_code).toBe("4000");
+    expect(retail.reason).toContain("Redis");
+    expect((await one("SELECT count(*)::int AS n FROM ledger WHERE account = $1 AND charge = 'charged'", [b.key])).n).toBe(0);
+    redis = await startRedis();
+    const until = Date.now() + 15_000;
+    let code = "";
+    while (code !== "0000" && Date.now() < until) {
+      await new Promise((r) => setTimeout(r, 200));
+      code = (await legacy(replicas[0]!.base, b)).code;
+    }
+    expect(code).toBe("0000");
+  });
+
+  it("lose no answered call's ledger row when a replica is SIGKILLed mid-load", async () => {
+    const a = await createAccount("--concurrency", "1000");
+    const victim = replicas[2]!;
+    const load = spread(150, a);
+    setTimeout(() => victim.child.kill("SIGKILL"), 60);
+    const results = await load;
+    const answered = results.filter((r) => r.code === "0000");
+    const lost = results.filter((r, i) => r.code !== "0000" && replicaOf(i) === 2).length;
+    console.log(`replicas: ${answered.length} of 150 answered 0000 around a SIGKILL of one replica; ${lost} calls to the killed one got no answer`);
+    // Only the killed replica's calls go unanswered (the account has no limit that could refuse).
+    expect(answered.length + lost).toBe(150);
+    expect(answered.length).toBeGreaterThan(0);
+    const rows = await pool.query<{ request_id: string }>("SELECT request_id FROM ledger WHERE account = $1 AND charge = 'charged'", [a.key]);
+    const recorded = new Set(rows.rows.map((r) => r.request_id));
+    for (const r of answered) expect(recorded.has(r.requestId), r.requestId).toBe(true);
+    expect((await one("SELECT charged::int AS n FROM usage_daily WHERE account = $1", [a.key])).n).toBe(recorded.size);
+  });
+});
