@@ -35,7 +35,7 @@ export function lockDataDirectory(dataDir: string): { release(): void } {
     }
     throw new DataDirectoryInUseError(
       `${dataDir} is already served by ${holder}. One data directory serves one gateway process: two would each admit every account's whole daily maximum, concurrency and balance. ` +
-        "Stop the other one, or give this one its own GATEWAY_DATA_DIR (a separate store with its own accounts); several replicas over one set of accounts need shared stores, which this version does not have.",
+        "Stop the other one, or give this one its own GATEWAY_DATA_DIR (a separate store with its own accounts); to run several replicas over one set of accounts, use shared mode (GATEWAY_DATABASE_URL and GATEWAY_REDIS_URL, README: Running several replicas).",
       { cause: e },
     );
   }
