@@ -173,6 +173,17 @@ async function main(): Promise<void> {
     note: `${upstreamCalls} upstream calls for ${r6.requests.total} gateway calls = ${perCall.toFixed(5)} per call (target at most ${allowed.toFixed(5)})`,
   });
 
+  // 8: shared mode, two replicas on one PostgreSQL and one Redis, the legacy hit spread over both.
+  const shared = await sharedCase(item.num_iid);
+  if (shared !== undefined) {
+    add("8a. shared mode, replica 1 of 2, legacy hit", shared[0]!);
+    add("8b. shared mode, replica 2 of 2, legacy hit", shared[1]!);
+    ratio("8a. shared mode, replica 1 of 2, legacy hit", "1. legacy item_get hit, json");
+    ratio("8b. shared mode, replica 2 of 2, legacy hit", "1. legacy item_get hit, json");
+  } else {
+    console.error("  8. shared mode: skipped (no PostgreSQL at BENCH_POSTGRES_URL or no Redis at BENCH_REDIS_URL)");
+  }
+
   for (const c of ["1. legacy item_get hit, json", "2a. legacy item_get hit, serialize", "2b. legacy item_get hit, xml", "3. legacy item_search_peerbuy hit"]) ratio(c, "baseline: bare Fastify route (case 1 bytes)");
   ratio("4a. Connect JSON ItemGet hit", "baseline: bare connect-node, Connect JSON");
   ratio("4b. Connect binary ItemGet hit", "baseline: bare connect-node, Connect binary");
@@ -186,6 +197,7 @@ async function main(): Promise<void> {
     { target: "Connect and gRPC hits ≥ 0.9x bare connect-node", met: rows.filter((r) => /^[45]\w*\./.test(r.case)).every((r) => (r.ratio ?? 0) >= 0.9) },
     { target: "p99 < 10 ms at 64 connections, every legacy cache-hit case", met: legacyHits.every((r) => r.p99 < 10) },
     { target: "upstream calls per gateway call ≤ distinct/total + 1%", met: perCall <= allowed },
+    ...(shared !== undefined ? [{ target: "each shared-mode replica ≥ 0.5x the embedded legacy hit", met: rows.filter((r) => r.case.startsWith("8")).every((r) => (r.ratio ?? 0) >= 0.5) }] : []),
   ];
 
   const report = {
@@ -221,6 +233,63 @@ async function main(): Promise<void> {
     gateway.child.kill("SIGTERM");
     await new Promise((r) => gateway.child.once("exit", r));
     printProfile(profileDir);
+  }
+}
+
+/**
+ * Two gateways in shared mode on a fresh database of the PostgreSQL at
+ * BENCH_POSTGRES_URL and the Redis at BENCH_REDIS_URL (database 5 by
+ * default, emptied before and after), loaded at once with half the
+ * connections each. Undefined when either store is not there.
+ */
+async function sharedCase(numIid: string): Promise<LoadResult[] | undefined> {
+  const { default: pg } = await import("pg");
+  const adminUrl = process.env.BENCH_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
+  const redisUrl = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379/5";
+  const name = `gw_bench_${Date.now()}`;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  try {
+    await admin.connect();
+    await admin.query(`CREATE DATABASE ${name}`);
+  } catch {
+    return undefined;
+  }
+  const { openRedis } = await import("../src/stores/redis/redis-client.ts");
+  let redis: Awaited<ReturnType<typeof openRedis>>;
+  try {
+    redis = await openRedis(redisUrl);
+    await redis.flushdb();
+  } catch {
+    await admin.query(`DROP DATABASE IF EXISTS ${name}`).catch(() => {});
+    await admin.end();
+    return undefined;
+  }
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  const env = { GATEWAY_DATABASE_URL: url.href, GATEWAY_REDIS_URL: redisUrl, GATEWAY_PORT: "0", GATEWAY_LOG_LEVEL: "silent" };
+  try {
+    const one = await start("bin/gateway.js", env, ["serve", "--demo"]);
+    const two = await start("bin/gateway.js", env, ["serve"]);
+    const account = JSON.parse(await cli(["accounts", "create", "--json", "--max", "1000000000000", "--concurrency", "100000"], env)) as { key: string; secret: string };
+    const path = `/retail/item_get/?${new URLSearchParams({ key: account.key, secret: account.secret, num_iid: numIid, is_promotion: "1" })}`;
+    for (const port of [one.ports[0]!, two.ports[0]!]) {
+      const check = (await (await fetch(`http://127.0.0.1:${port}${path}`)).json()) as { error_code: string };
+      if (check.error_code !== "0000") throw new Error(`shared mode: the bench account cannot call (${check.error_code})`);
+    }
+    const run = (port: number, duration: number) =>
+      new Promise<autocannon.Result>((resolve, reject) =>
+        autocannon({ url: `http://127.0.0.1:${port}${path}`, duration, connections: Math.max(1, connections / 2), pipelining: 1 } as AutocannonOptions, (e, r) => (e ? reject(e) : resolve(r))),
+      );
+    await Promise.all([run(one.ports[0]!, warmupSeconds), run(two.ports[0]!, warmupSeconds)]);
+    const results = await Promise.all([run(one.ports[0]!, seconds), run(two.ports[0]!, seconds)]);
+    for (const c of [one.child, two.child]) c.kill("SIGTERM");
+    await new Promise((r) => setTimeout(r, 500));
+    return results.map((r) => ({ requests: r.requests.total, errors: r.errors + r.timeouts + r.non2xx, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, max: r.latency.max }));
+  } finally {
+    await redis.flushdb().catch(() => {});
+    redis.disconnect();
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => {});
+    await admin.end();
   }
 }
 

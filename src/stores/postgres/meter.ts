@@ -64,6 +64,11 @@ export class PostgresMeter implements Meter {
   /** When a statement last failed to reach the database (Unix ms), or undefined. */
   private failedAt: number | undefined;
   private readonly refusalAddresses: RefusalAddresses;
+  /** Admissions asked for in this turn of the event loop, per account and day. */
+  private readonly admitting = new Map<string, { account: Account; day: string; waiting: { lease: string; price: bigint; resolve(v: string): void; reject(e: unknown): void }[] }>();
+  private admitScheduled = false;
+  /** What this replica last read of each account's counts (for api_info), with its own charged calls added since. */
+  private readonly summaries = new Map<string, { today: string; summary: { today: number; yesterday: number; before: number }; at: number }>();
 
   constructor(pool: pg.Pool, options: Partial<PostgresMeterOptions> = {}) {
     this.pool = pool;
@@ -81,23 +86,51 @@ export class PostgresMeter implements Meter {
   async admit(account: Account, operation: OperationId, day: string): Promise<Admission> {
     const price = account.prices.get(operation) ?? 0n;
     const lease = randomBytes(12).toString("base64url");
-    let verdict: string;
-    try {
-      const r = await this.pool.query<{ v: string }>("SELECT gw_admit($1, $2, $3, $4, $5, $6, $7, $8, $9) AS v", [
-        lease, account.key, day, price.toString(), account.dailyMax, account.concurrency, this.options.holder, this.options.now(), this.options.leaseMs,
-      ]);
-      verdict = r.rows[0]!.v;
-      this.clearProblem();
-    } catch (e) {
-      this.setProblem();
-      throw databaseFault(e);
-    }
+    const verdict = await new Promise<string>((resolve, reject) => {
+      const k = `${account.key}\u0000${day}`;
+      let group = this.admitting.get(k);
+      if (group === undefined) {
+        group = { account, day, waiting: [] };
+        this.admitting.set(k, group);
+      }
+      group.waiting.push({ lease, price, resolve, reject });
+      if (!this.admitScheduled) {
+        this.admitScheduled = true;
+        setImmediate(() => void this.decide());
+      }
+    });
     const [what, n] = verdict.split(" ");
     if (what === "concurrency") throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `this account already has ${n} calls in flight, its limit`);
     if (what === "daily") throw new GatewayError(ErrorCode.CALLS_EXCEEDED, `the daily maximum of ${account.dailyMax} calls is reached; it resets at midnight ${account.zone}`);
     if (what === "balance") throw new GatewayError(ErrorCode.INSUFFICIENT_BALANCE, `the balance ${formatMoney(BigInt(n ?? "0"))} does not cover the price ${formatMoney(price)} of ${operation}`);
     this.held.add(lease);
     return { account: account.key, day, price, lease };
+  }
+
+  /**
+   * Decides every admission asked for in this turn of the event loop: one
+   * statement per account and day, taking the account's lock once for all
+   * of its calls, in the order they came.
+   */
+  private async decide(): Promise<void> {
+    this.admitScheduled = false;
+    const groups = [...this.admitting.values()];
+    this.admitting.clear();
+    await Promise.all(
+      groups.map(async ({ account, day, waiting }) => {
+        try {
+          const r = await this.pool.query<{ v: string[] }>("SELECT gw_admit_many($1, $2, $3, $4, $5, $6, $7, $8, $9) AS v", [
+            waiting.map((w) => w.lease), account.key, day, waiting.map((w) => w.price.toString()), account.dailyMax, account.concurrency,
+            this.options.holder, this.options.now(), this.options.leaseMs,
+          ]);
+          this.clearProblem();
+          waiting.forEach((w, i) => w.resolve(r.rows[0]!.v[i]!));
+        } catch (e) {
+          this.setProblem();
+          for (const w of waiting) w.reject(databaseFault(e));
+        }
+      }),
+    );
   }
 
   record(row: LedgerRow, admission: Admission | undefined): Promise<void> {
@@ -119,7 +152,15 @@ export class PostgresMeter implements Meter {
     this.options.onBalancesChanged(new Set([account]));
   }
 
+  /**
+   * The account's charged calls, for api_info: read at most once a second per
+   * account by this replica, with the calls it committed itself since added,
+   * so other replicas' calls show within a second.
+   */
   async usage(account: string, today: string, yesterday: string): Promise<UsageSummary> {
+    const now = this.options.now();
+    const known = this.summaries.get(account);
+    if (known !== undefined && known.today === today && now - known.at < 1000) return { ...known.summary };
     const r = await this.pool.query<{ today: string; yesterday: string; before: string }>(
       `SELECT coalesce(sum(charged) FILTER (WHERE day = $2), 0)::text AS today,
               coalesce(sum(charged) FILTER (WHERE day = $3), 0)::text AS yesterday,
@@ -128,7 +169,10 @@ export class PostgresMeter implements Meter {
       [account, today, yesterday],
     );
     const s = r.rows[0]!;
-    return { today: Number(s.today), yesterday: Number(s.yesterday), before: Number(s.before) };
+    const summary = { today: Number(s.today), yesterday: Number(s.yesterday), before: Number(s.before) };
+    if (this.summaries.size >= 100_000) this.summaries.clear();
+    this.summaries.set(account, { today, summary, at: now });
+    return { ...summary };
   }
 
   async query(q: UsageQuery): Promise<UsageReport> {
@@ -287,6 +331,10 @@ export class PostgresMeter implements Meter {
       await client.query("COMMIT");
       this.clearProblem();
       for (const l of leases) this.held.delete(l);
+      for (const c of charged) {
+        const known = this.summaries.get(c.account!);
+        if (known !== undefined && known.today === c.day) known.summary.today++;
+      }
       for (const q of batch) q.done.resolve();
     } catch (e) {
       await client?.query("ROLLBACK").catch(() => {});

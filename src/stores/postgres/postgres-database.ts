@@ -125,6 +125,44 @@ export const migrations: readonly string[] = [
   // replica and every restart, for its whole window.
   `CREATE TABLE used_signatures (id text PRIMARY KEY, until bigint NOT NULL);
   CREATE INDEX used_signatures_by_until ON used_signatures (until);`,
+  // 4: admission in batches: the calls of one account that a replica received in one turn of its
+  // event loop are decided in order under one take of the account's lock, by the rules of gw_admit.
+  `CREATE FUNCTION gw_admit_many(p_leases text[], p_account text, p_day text, p_prices bigint[], p_daily_max bigint, p_concurrency integer,
+                                p_holder text, p_now bigint, p_lease_ms bigint) RETURNS text[] LANGUAGE plpgsql AS $$
+  DECLARE
+    in_flight bigint;
+    day_pending bigint;
+    reserved bigint;
+    committed bigint;
+    balance bigint;
+    verdicts text[] := '{}';
+    admitted integer[] := '{}';
+  BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('gateway admission ' || p_account, 0));
+    DELETE FROM admissions WHERE account = p_account AND expires_at < p_now;
+    SELECT count(*), count(*) FILTER (WHERE day = p_day), coalesce(sum(price), 0) INTO in_flight, day_pending, reserved
+      FROM admissions WHERE account = p_account;
+    SELECT coalesce((SELECT charged FROM usage_daily WHERE account = p_account AND day = p_day), 0) INTO committed;
+    SELECT micros INTO balance FROM balances WHERE account = p_account;
+    FOR i IN 1 .. coalesce(array_length(p_leases, 1), 0) LOOP
+      IF in_flight >= p_concurrency THEN
+        verdicts := verdicts || ('concurrency ' || in_flight);
+      ELSIF committed + day_pending >= p_daily_max THEN
+        verdicts := verdicts || ('daily ' || (committed + day_pending));
+      ELSIF balance IS NOT NULL AND balance - reserved < p_prices[i] THEN
+        verdicts := verdicts || ('balance ' || (balance - reserved));
+      ELSE
+        in_flight := in_flight + 1;
+        day_pending := day_pending + 1;
+        reserved := reserved + p_prices[i];
+        admitted := admitted || i;
+        verdicts := verdicts || 'ok'::text;
+      END IF;
+    END LOOP;
+    INSERT INTO admissions (lease, account, day, price, holder, expires_at)
+      SELECT p_leases[i], p_account, p_day, p_prices[i], p_holder, p_now + p_lease_ms FROM unnest(admitted) AS i;
+    RETURN verdicts;
+  END $$;`,
 ];
 
 /** What a call is told when the shared database does not answer. */
