@@ -17,7 +17,7 @@ import type { AccountStore } from "./core/account-store.ts";
 import type { CatalogueStore } from "./core/catalogue-store.ts";
 import type { Meter } from "./core/meter.ts";
 import type { OperatorSwitches } from "./core/operator-switches.ts";
-import { AddressLockout } from "./core/address-lockout.ts";
+import { MemoryAddressLockout, type AddressLockout } from "./core/address-lockout.ts";
 import { dayOf, systemClock, type Clock } from "./core/clock.ts";
 import { defaultGatewayOptions, Gateway } from "./core/gateway.ts";
 import type { ReplayGuard } from "./core/replay-guard.ts";
@@ -36,6 +36,7 @@ import { PostgresOperatorSwitches } from "./stores/postgres/operator-switches.ts
 import { migrateSchema, openPostgres } from "./stores/postgres/postgres-database.ts";
 import { PostgresReplayGuard } from "./stores/postgres/replay-guard.ts";
 import { openRedis } from "./stores/redis/redis-client.ts";
+import { RedisAddressLockout } from "./stores/redis/address-lockout.ts";
 import { RedisResponseCache } from "./stores/redis/response-cache.ts";
 import type { AppOptions } from "./transports/server/app.ts";
 import type { Logger } from "./transports/server/logger.ts";
@@ -106,6 +107,8 @@ interface Stores {
   readonly replays: ReplayGuard;
   readonly catalogue: CatalogueStore;
   readonly cache: ResponseCache | undefined;
+  /** Failed authentications per address. */
+  readonly lockout: AddressLockout;
   /** This replica's label in request ids, and the newest id it already used, if it can know. */
   readonly nodeLabel: string;
   readonly lastRequestId: string | undefined;
@@ -155,6 +158,7 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
     replays: new SqliteReplayGuard(db),
     catalogue: new EmbeddedCatalogue(db),
     cache: config.cacheMaxBytes > 0 ? new MemoryCache(config.cacheMaxBytes, () => clock.now()) : undefined,
+    lockout: new MemoryAddressLockout(lockoutOptions(config)),
     nodeLabel: config.nodeLabel || defaultGatewayOptions.nodeLabel,
     lastRequestId: meter.lastRequestId(),
     close: async () => {
@@ -163,6 +167,10 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
       db.close();
     },
   };
+}
+
+function lockoutOptions(config: GatewayConfig) {
+  return { slowAfterFailures: config.authSlowAfter, lockAfterFailures: config.authLockAfter, lockSeconds: config.authLockSeconds };
 }
 
 /** This replica's default label in shared mode: its host and process, so no two running replicas share one. */
@@ -200,6 +208,7 @@ async function sharedStores(config: GatewayConfig, clock: Clock): Promise<Stores
     replays: new PostgresReplayGuard(pool),
     catalogue: new PostgresCatalogue(pool),
     cache: config.cacheMaxBytes > 0 ? new RedisResponseCache(connected, { localMaxBytes: Math.min(config.cacheMaxBytes, 16 * 1_048_576), now: () => clock.now() }) : undefined,
+    lockout: new RedisAddressLockout(connected, lockoutOptions(config)),
     nodeLabel,
     lastRequestId: undefined,
     close: async () => {
@@ -221,11 +230,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
   const log = options.log;
   const stores = sharedMode(config) ? await sharedStores(config, clock) : embeddedStores(config, clock, log);
   const { accounts, meter, switches, catalogue } = stores;
-  const lockout = new AddressLockout({
-    slowAfterFailures: config.authSlowAfter,
-    lockAfterFailures: config.authLockAfter,
-    lockSeconds: config.authLockSeconds,
-  });
+  const lockout = stores.lockout;
   const upstreams: UpstreamSource[] = [];
   const sources = new Map<string, CatalogueSource>();
   for (const name of catalogues) {

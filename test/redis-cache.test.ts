@@ -13,6 +13,7 @@ import { EmbeddedCatalogue } from "../src/stores/embedded/catalogue-store.ts";
 import { openDatabase } from "../src/stores/embedded/sqlite-database.ts";
 import { openRedis } from "../src/stores/redis/redis-client.ts";
 import { RedisResponseCache } from "../src/stores/redis/response-cache.ts";
+import { RedisAddressLockout } from "../src/stores/redis/address-lockout.ts";
 import { demo } from "./support/gateway-fixture.ts";
 
 const redisUrl = process.env.GATEWAY_TEST_REDIS_URL ?? "redis://127.0.0.1:6379";
@@ -127,5 +128,25 @@ describe("the response cache shared through Redis", () => {
     expect(e).toBeInstanceOf(GatewayError);
     expect((e as GatewayError).code).toBe(4000);
     expect((e as GatewayError).message).toContain("shared cache (Redis)");
+  });
+});
+
+describe("failed authentications counted in Redis", () => {
+  it("replicas count one address's failures together, lock it everywhere, and let it go when the lock ends", async () => {
+    const options = { slowAfterFailures: 2, lockAfterFailures: 6, lockSeconds: 1 };
+    const [a, b, c] = (await Promise.all([client(), client(), client()])).map((x) => new RedisAddressLockout(x, options, prefix)) as [RedisAddressLockout, RedisAddressLockout, RedisAddressLockout];
+    const now = Date.now();
+    const holds = await Promise.all(Array.from({ length: 5 }, (_, i) => [a, b, c][i % 3]!.failed("198.51.100.7", now + i)));
+    // Counted together: the 1st to 5th failure from the address, whichever replica saw each, held back 0, 100, … 400 ms.
+    expect(holds.sort((x, y) => x - y)).toEqual([0, 100, 200, 300, 400]);
+    await a.check("198.51.100.7", now); // five failures: slowed, not locked
+    await b.failed("198.51.100.7", now + 10); // the sixth, on another replica
+    for (const l of [a, b, c]) {
+      const e = await l.check("198.51.100.7", now + 11).catch((x: unknown) => x);
+      expect((e as GatewayError).code).toBe(4008);
+    }
+    await c.check("203.0.113.50", now); // another address is not touched
+    await new Promise((r) => setTimeout(r, 1100));
+    await a.check("198.51.100.7", Date.now());
   });
 });

@@ -92,6 +92,9 @@ beforeAll(async () => {
     GATEWAY_UPSTREAM_URL: upstream.url,
     GATEWAY_UPSTREAM_KEY: "up-key",
     GATEWAY_UPSTREAM_SECRET: "up-secret-0123456789",
+    // A short lock, so the lockout test (which locks out this machine's address) ends soon.
+    GATEWAY_AUTH_LOCK_AFTER: "12",
+    GATEWAY_AUTH_LOCK_SECONDS: "2",
   };
   await startReplica(true);
   await Promise.all([startReplica(false), startReplica(false)]);
@@ -232,5 +235,16 @@ describe("three replicas in shared mode", () => {
     const recorded = new Set(rows.rows.map((r) => r.request_id));
     for (const r of answered) expect(recorded.has(r.requestId), r.requestId).toBe(true);
     expect((await one("SELECT charged::int AS n FROM usage_daily WHERE account = $1", [a.key])).n).toBe(recorded.size);
+  });
+
+  it("count an address's failed authentications together, and lock it out on every replica", async () => {
+    const a = await createAccount();
+    const wrong = { key: a.key, secret: "not-the-secret" };
+    const live = replicas.filter((r) => r.child.exitCode === null && r.child.signalCode === null);
+    // 12 wrong secrets spread over the live replicas: under 12 on each, 12 in all.
+    for (let i = 0; i < 12; i++) await legacy(live[i % live.length]!.base, wrong);
+    for (const r of live) expect((await legacy(r.base, a)).code).toBe("4008");
+    await new Promise((r) => setTimeout(r, 2200));
+    expect((await legacy(live[0]!.base, a)).code).toBe("0000");
   });
 });

@@ -27,9 +27,25 @@ interface FailureRecord {
  * Failed authentications per client address, whatever was guessed (an
  * account's secret or the admin token): from the `slowAfterFailures`th in a
  * window each answer is held back longer, and from the `lockAfterFailures`th
- * the address is refused outright for a while, before any lookup.
+ * the address is refused outright for a while, before any lookup. Shared by
+ * replicas in shared mode, so an address cannot try N times the limit by
+ * spreading its guesses.
  */
-export class AddressLockout {
+export interface AddressLockout {
+  /** Refuses (4008) an address locked out for failing too often. */
+  check(clientIp: string, now: number): Promise<void>;
+  /** Counts a failure; resolves to how long to hold the answer back, in ms. */
+  failed(clientIp: string, now: number): Promise<number>;
+}
+
+/** How long to hold back the answer to the `failures`th failure in the window. */
+export function holdMs(failures: number, options: Pick<AddressLockoutOptions, "slowAfterFailures">): number {
+  const over = failures - options.slowAfterFailures;
+  return over >= 0 ? Math.min(2000, 100 * (over + 1)) : 0;
+}
+
+/** The lockout of one process. */
+export class MemoryAddressLockout implements AddressLockout {
   private readonly options: AddressLockoutOptions;
   private readonly failures = new Map<string, FailureRecord>();
 
@@ -37,8 +53,7 @@ export class AddressLockout {
     this.options = { ...defaultAddressLockoutOptions, ...options };
   }
 
-  /** Refuses (4008) an address locked out for failing too often. */
-  check(clientIp: string, now: number): void {
+  async check(clientIp: string, now: number): Promise<void> {
     const r = this.failures.get(clientIp);
     if (r !== undefined && r.lockedUntil > now) {
       const wait = Math.ceil((r.lockedUntil - now) / 1000);
@@ -46,8 +61,7 @@ export class AddressLockout {
     }
   }
 
-  /** Counts a failure; returns how long to hold the answer back, in ms. */
-  failed(clientIp: string, now: number): number {
+  async failed(clientIp: string, now: number): Promise<number> {
     const o = this.options;
     let r = this.failures.get(clientIp);
     if (r === undefined) {
@@ -61,8 +75,7 @@ export class AddressLockout {
       r.lockedUntil = now + o.lockSeconds * 1000;
       r.times = [];
     }
-    const over = r.times.length - o.slowAfterFailures;
-    return over >= 0 ? Math.min(2000, 100 * (over + 1)) : 0;
+    return holdMs(r.times.length, o);
   }
 
   private forgetOld(now: number): void {

@@ -3,7 +3,7 @@ import { errorCodeInfo } from "../contract/error-codes.ts";
 import { ErrorCode, LanguageInfoSchema, StatusBlockSchema, type StatusBlock } from "../gen/gateway/catalogue/v1/status_pb.js";
 import type { AccountStore } from "./account-store.ts";
 import type { Account } from "./accounts.ts";
-import { AddressLockout } from "./address-lockout.ts";
+import { MemoryAddressLockout, type AddressLockout } from "./address-lockout.ts";
 import { Authenticator, type AuthenticationOptions, type Credentials } from "./authentication.ts";
 import { MemoryReplayGuard, type ReplayGuard } from "./replay-guard.ts";
 import type { CachedCatalogue } from "./cached-catalogue.ts";
@@ -126,7 +126,7 @@ export class Gateway {
     this.ports = ports;
     this.options = { ...defaultGatewayOptions, ...options };
     this.nextRequestId = createRequestIdGenerator(this.options.nodeLabel, () => this.options.clock.now(), this.options.lastRequestId);
-    this.lockout = ports.lockout ?? new AddressLockout();
+    this.lockout = ports.lockout ?? new MemoryAddressLockout();
     this.authenticator = new Authenticator(ports.accounts, ports.replays ?? new MemoryReplayGuard(), {
       timeZone: this.options.timeZone,
       ...this.options.authentication,
@@ -147,7 +147,7 @@ export class Gateway {
     let memo: Map<string, unknown> | undefined;
     let translation: TranslationReport | undefined;
     try {
-      this.lockout.check(input.clientIp, now);
+      await this.lockout.check(input.clientIp, now);
       if (input.malformed !== undefined) throw new GatewayError(ErrorCode.PARAM_ERROR, input.malformed);
       account = await this.authenticator.identify(operation, input.credentials, now);
       this.authenticator.authorize(account, operation, now);
@@ -180,7 +180,7 @@ export class Gateway {
 
     // A failed authentication counts against the caller's address, and is answered more slowly as they pile up.
     if (code === ErrorCode.ACCOUNT_NOT_FOUND || code === ErrorCode.INVALID_CREDENTIALS) {
-      const hold = this.lockout.failed(input.clientIp, now);
+      const hold = await this.lockout.failed(input.clientIp, now).catch(() => 0);
       if (hold > 0) await new Promise((r) => setTimeout(r, hold));
     }
 

@@ -83,14 +83,14 @@ export function requireAdminToken(token: string, lockout: AddressLockout): Inter
     if (token === "") throw new ConnectError("the admin API is off: set GATEWAY_ADMIN_TOKEN", Code.Unauthenticated);
     const ip = req.contextValues.get(clientIpKey);
     try {
-      lockout.check(ip, Date.now());
+      await lockout.check(ip, Date.now());
     } catch (e) {
-      throw new ConnectError((e as Error).message, Code.ResourceExhausted);
+      throw new ConnectError((e as Error).message, (e as { code?: number }).code === 4008 ? Code.ResourceExhausted : Code.Unavailable);
     }
     const presented = /^Bearer (.+)$/.exec(req.header.get("authorization") ?? "")?.[1];
     if (presented === undefined) throw new ConnectError("send authorization: Bearer <admin token>", Code.Unauthenticated);
     if (!timingSafeEqual(digest(presented), expected)) {
-      const hold = lockout.failed(ip, Date.now());
+      const hold = await lockout.failed(ip, Date.now()).catch(() => 0);
       if (hold > 0) await new Promise((r) => setTimeout(r, hold));
       throw new ConnectError("the admin token is not valid", Code.Unauthenticated);
     }

@@ -10,7 +10,7 @@ import { credentialHeaders } from "../credentials.ts";
 import { installLegacyShim, legacyBodyTypes, refuseLegacy } from "../legacy/legacy-shim.ts";
 import { clientErrorHandler } from "./client-errors.ts";
 import { createOnePortServer, type OnePortServerOptions } from "./one-port-server.ts";
-import { AddressLockout } from "../../core/address-lockout.ts";
+import { MemoryAddressLockout, type AddressLockout } from "../../core/address-lockout.ts";
 import { createLogger, type Logger } from "./logger.ts";
 
 export interface AppOptions {
@@ -119,6 +119,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // A plain OPTIONS (no Origin) is answered too, with its Allow header.
     strictPreflight: false,
   });
-  await registerConnect(app, { gateway, admin: options.admin, lockout: options.lockout ?? new AddressLockout(), readMaxBytes: maxBodyBytes });
+  await registerConnect(app, { gateway, admin: options.admin, lockout: options.lockout ?? new MemoryAddressLockout(), readMaxBytes: maxBodyBytes });
   return app;
 }
