@@ -90,4 +90,13 @@ describe("configuration", () => {
       await gw.close();
     }
   });
+
+  it("shared mode needs both stores, and names the one that is missing", () => {
+    expect(() => loadConfig({ GATEWAY_DATABASE_URL: "postgres://postgres@127.0.0.1:5432/gw" })).toThrow(/GATEWAY_REDIS_URL is not set/);
+    expect(() => loadConfig({ GATEWAY_REDIS_URL: "redis://127.0.0.1:6379" })).toThrow(/GATEWAY_DATABASE_URL is not set/);
+    expect(() => loadConfig({ GATEWAY_DATABASE_URL: "mysql://x", GATEWAY_REDIS_URL: "redis://127.0.0.1:6379" })).toThrow(/must be a postgres:\/\/ URL/);
+    const c = loadConfig({ GATEWAY_DATABASE_URL: "postgres://postgres@127.0.0.1:5432/gw", GATEWAY_REDIS_URL: "redis://127.0.0.1:6379", GATEWAY_NODE_LABEL: "old-name" });
+    expect([c.databaseUrl, c.redisUrl, c.nodeLabel]).toEqual(["postgres://postgres@127.0.0.1:5432/gw", "redis://127.0.0.1:6379", "old-name"]);
+    expect(loadConfig({ GATEWAY_NODE_ID: "gw-7", GATEWAY_NODE_LABEL: "old-name" }).nodeLabel).toBe("gw-7");
+  });
 });

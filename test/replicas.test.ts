@@ -157,6 +157,10 @@ describe("three replicas in shared mode", () => {
     expect(new Set(codes.filter((c) => c !== "0000"))).toEqual(new Set(["4013"]));
     expect((await one("SELECT charged::int AS n FROM usage_daily WHERE account = $1", [a.key])).n).toBe(50);
     expect((await one("SELECT count(*)::int AS n FROM ledger WHERE account = $1", [a.key])).n).toBe(200);
+    // The operator's usage report, from the CLI on "another machine", sees every replica's calls.
+    const usage = JSON.parse((await runCli(["usage", "--account", a.key, "--json"], env)).stdout) as { totals: { code: string; calls: number }[] };
+    expect(usage.totals.filter((t) => t.code === "0000").reduce((n, t) => n + t.calls, 0)).toBe(50);
+    expect(usage.totals.reduce((n, t) => n + t.calls, 0)).toBe(200);
     // Request ids never collide across replicas.
     expect(new Set(results.map((r) => r.requestId)).size).toBe(200);
   });
