@@ -1,0 +1,104 @@
+// Issue 13, property 7 with a real process: a shared-mode gateway whose PostgreSQL goes away (a
+// loopback TCP proxy in front of the real server, closed and reopened by the test) answers 4000,
+// uncharged, naming PostgreSQL, and serves again by itself when it comes back.
+import { spawn, type ChildProcess } from "node:child_process";
+import net from "node:net";
+import { randomBytes } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { openRedis } from "../src/stores/redis/redis-client.ts";
+import { root, runCli } from "./support/cli.ts";
+import { demo } from "./support/gateway-fixture.ts";
+import { freshDatabase } from "./support/postgres.ts";
+
+let db: Awaited<ReturnType<typeof freshDatabase>>;
+let gateway: ChildProcess;
+let base: string;
+let proxyPort: number;
+let proxy: net.Server | undefined;
+const sockets = new Set<net.Socket>();
+let env: Record<string, string>;
+
+/** Opens the proxy on `proxyPort` (0 the first time): every connection is piped to the real PostgreSQL. */
+function openProxy(): Promise<void> {
+  return new Promise((resolve) => {
+    proxy = net.createServer((client) => {
+      const server = net.connect(5432, "127.0.0.1");
+      for (const s of [client, server]) {
+        sockets.add(s);
+        s.on("close", () => sockets.delete(s));
+        s.on("error", () => {});
+      }
+      client.pipe(server).pipe(client);
+    });
+    proxy.listen(proxyPort ?? 0, "127.0.0.1", () => {
+      proxyPort = (proxy!.address() as net.AddressInfo).port;
+      resolve();
+    });
+  });
+}
+
+/** PostgreSQL "goes away": no new connections, and the open ones are cut. */
+async function closeProxy(): Promise<void> {
+  const closed = new Promise((r) => proxy!.close(r));
+  for (const s of sockets) s.destroy();
+  await closed;
+}
+
+beforeAll(async () => {
+  db = await freshDatabase("outage");
+  await openProxy();
+  const url = new URL(db.url);
+  url.port = String(proxyPort);
+  env = { GATEWAY_DATABASE_URL: url.href, GATEWAY_REDIS_URL: "redis://127.0.0.1:6379/7", GATEWAY_LOG_LEVEL: "silent", GATEWAY_PORT: "0" };
+  let output = "";
+  gateway = spawn(process.execPath, [`${root}/bin/gateway.js`, "serve", "--demo"], { cwd: root, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  gateway.stdout!.on("data", (d: Buffer) => (output += d.toString()));
+  gateway.stderr!.on("data", (d: Buffer) => (output += d.toString()));
+  const until = Date.now() + 30_000;
+  while (!/listening on (http:\/\/\S+) /.test(output) || !output.includes("Demo account")) {
+    if (Date.now() > until) throw new Error(`no gateway:\n${output}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  base = /listening on (http:\/\/\S+) /.exec(output)![1]!;
+}, 60_000);
+
+afterAll(async () => {
+  gateway?.kill("SIGKILL");
+  await closeProxy().catch(() => {});
+  await db?.drop();
+  // Redis database 7 is this file's own: empty it again.
+  const redis = await openRedis("redis://127.0.0.1:6379/7");
+  await redis.flushdb();
+  redis.disconnect();
+});
+
+describe("a shared-mode gateway when PostgreSQL goes away", () => {
+  it("answers 4000, uncharged, naming PostgreSQL, and serves again by itself when it returns", async () => {
+    const created = await runCli(["accounts", "create", "--json", "--name", randomBytes(3).toString("hex")], env);
+    const a = JSON.parse(created.stdout) as { key: string; secret: string };
+    const call = async () =>
+      (await (await fetch(`${base}/wholesale/item_get/?${new URLSearchParams({ key: a.key, secret: a.secret, num_iid: demo.wholesaleNumIid })}`)).json()) as {
+        error_code: string;
+        reason: string;
+      };
+    expect((await call()).error_code).toBe("0000");
+
+    await closeProxy();
+    await new Promise((r) => setTimeout(r, 1100)); // past what the replica remembers of the account
+    const down = await call();
+    expect(down.error_code).toBe("4000");
+    expect(down.reason).toContain("PostgreSQL");
+
+    await openProxy();
+    const until = Date.now() + 15_000;
+    let code = "";
+    while (code !== "0000" && Date.now() < until) {
+      await new Promise((r) => setTimeout(r, 200));
+      code = (await call()).error_code;
+    }
+    expect(code).toBe("0000");
+    // Nothing was charged while it was away: the account was charged for exactly the two calls that answered 0000.
+    const usage = JSON.parse((await runCli(["usage", "--account", a.key, "--json"], env)).stdout) as { totals: { code: string; charge: string; calls: number }[] };
+    expect(usage.totals.filter((t) => t.charge === "charged").reduce((n, t) => n + t.calls, 0)).toBe(2);
+  });
+});
