@@ -1,0 +1,73 @@
+import type { OperationId } from "../contract/operations.ts";
+import type { Account, OperationState } from "../core/accounts.ts";
+
+/**
+ * An account as both SQL stores keep it: the same columns, operations and
+ * prices as JSON, the balance read beside it from the meter's table. Each
+ * driver hands the values in its own types (SQLite: JSON text and bigint;
+ * PostgreSQL: parsed jsonb and text for int8), so the reader takes either.
+ */
+export interface AccountRow {
+  readonly key: string;
+  readonly name: string;
+  readonly secret_hash: string;
+  readonly secret_salt: string;
+  readonly legacy_signing_key: string | null;
+  readonly hmac_key: string | null;
+  readonly status: string;
+  readonly operations: string | Record<string, OperationState>;
+  readonly daily_max: number | bigint | string;
+  readonly concurrency: number | bigint | string;
+  readonly prices: string | Record<string, string>;
+  readonly expires: string;
+  readonly zone: string;
+  readonly created_at: number | bigint | string;
+  readonly balance: bigint | string | null;
+}
+
+/** The columns an account is written with (the balance is the meter's), in the order the PostgreSQL store binds them. */
+export const accountColumns = [
+  "key", "name", "secret_hash", "secret_salt", "legacy_signing_key", "hmac_key", "status", "operations", "daily_max", "concurrency", "prices", "expires", "zone", "created_at",
+] as const;
+
+const json = <T>(v: string | T): T => (typeof v === "string" ? (JSON.parse(v) as T) : v);
+
+export function accountFromRow(r: AccountRow): Account {
+  return {
+    key: r.key,
+    name: r.name,
+    secretHash: r.secret_hash,
+    secretSalt: r.secret_salt,
+    legacySigningKey: r.legacy_signing_key ?? undefined,
+    hmacKey: r.hmac_key ?? undefined,
+    status: r.status === "stopped" ? "stopped" : "active",
+    operations: new Map(Object.entries(json<Record<string, OperationState>>(r.operations))) as Map<OperationId, OperationState>,
+    dailyMax: Number(r.daily_max),
+    concurrency: Number(r.concurrency),
+    balance: r.balance === null ? undefined : BigInt(r.balance),
+    prices: new Map(Object.entries(json<Record<string, string>>(r.prices)).map(([op, micros]) => [op as OperationId, BigInt(micros)])),
+    expires: r.expires,
+    zone: r.zone,
+    createdAt: Number(r.created_at),
+  };
+}
+
+/** The values of `accountColumns` for an account, JSON as text. */
+export function accountToRow(a: Omit<Account, "balance">): Record<(typeof accountColumns)[number], string | number | null> {
+  return {
+    key: a.key,
+    name: a.name,
+    secret_hash: a.secretHash,
+    secret_salt: a.secretSalt,
+    legacy_signing_key: a.legacySigningKey ?? null,
+    hmac_key: a.hmacKey ?? null,
+    status: a.status,
+    operations: JSON.stringify(Object.fromEntries(a.operations)),
+    daily_max: a.dailyMax,
+    concurrency: a.concurrency,
+    prices: JSON.stringify(Object.fromEntries([...a.prices].map(([op, micros]) => [op, micros.toString()]))),
+    expires: a.expires,
+    zone: a.zone,
+    created_at: a.createdAt,
+  };
+}
