@@ -45,7 +45,7 @@ interface Queued {
 
 /**
  * The meter of the shared store, exact across any number of replicas. Every
- * decision to admit is one statement (gw_admit) deciding and reserving under
+ * decision to admit is one statement (gw_admit_many) deciding and reserving under
  * a per-account lock in PostgreSQL; the reservation is a lease that this
  * replica renews while the call runs and that the commit writing the call's
  * ledger row deletes, in the same transaction that counts the call against

@@ -88,9 +88,10 @@ export const migrations: readonly string[] = [
   );`,
   // 2: admission. A call let through an account's limits holds a lease row until its ledger row
   // commits (in the same transaction that deletes the lease) or the lease expires (its replica died).
-  // gw_admit decides and reserves in one statement, under a per-account advisory lock, so any number
-  // of replicas admit exactly: in flight < concurrency, committed + pending < daily maximum, balance
-  // minus what pending calls may still cost >= price. Expired leases are dropped before each decision.
+  // gw_admit_many decides, in order, the calls of one account that a replica received in one turn of
+  // its event loop, under one take of a per-account advisory lock, so any number of replicas admit
+  // exactly: in flight < concurrency, committed + pending < daily maximum, balance minus what pending
+  // calls may still cost >= price. Expired leases are dropped before each decision.
   `CREATE TABLE admissions (
     lease text PRIMARY KEY,
     account text NOT NULL,
@@ -100,34 +101,7 @@ export const migrations: readonly string[] = [
     expires_at bigint NOT NULL
   );
   CREATE INDEX admissions_by_account ON admissions (account);
-  CREATE FUNCTION gw_admit(p_lease text, p_account text, p_day text, p_price bigint, p_daily_max bigint, p_concurrency integer,
-                           p_holder text, p_now bigint, p_lease_ms bigint) RETURNS text LANGUAGE plpgsql AS $$
-  DECLARE
-    in_flight bigint;
-    day_pending bigint;
-    reserved bigint;
-    committed bigint;
-    balance bigint;
-  BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('gateway admission ' || p_account, 0));
-    DELETE FROM admissions WHERE account = p_account AND expires_at < p_now;
-    SELECT count(*), count(*) FILTER (WHERE day = p_day), coalesce(sum(price), 0) INTO in_flight, day_pending, reserved
-      FROM admissions WHERE account = p_account;
-    IF in_flight >= p_concurrency THEN RETURN 'concurrency ' || in_flight; END IF;
-    SELECT coalesce((SELECT charged FROM usage_daily WHERE account = p_account AND day = p_day), 0) INTO committed;
-    IF committed + day_pending >= p_daily_max THEN RETURN 'daily ' || (committed + day_pending); END IF;
-    SELECT micros INTO balance FROM balances WHERE account = p_account;
-    IF balance IS NOT NULL AND balance - reserved < p_price THEN RETURN 'balance ' || (balance - reserved); END IF;
-    INSERT INTO admissions (lease, account, day, price, holder, expires_at) VALUES (p_lease, p_account, p_day, p_price, p_holder, p_now + p_lease_ms);
-    RETURN 'ok';
-  END $$;`,
-  // 3: used signatures (md5 signs and nonces), so a signed call is accepted once across every
-  // replica and every restart, for its whole window.
-  `CREATE TABLE used_signatures (id text PRIMARY KEY, until bigint NOT NULL);
-  CREATE INDEX used_signatures_by_until ON used_signatures (until);`,
-  // 4: admission in batches: the calls of one account that a replica received in one turn of its
-  // event loop are decided in order under one take of the account's lock, by the rules of gw_admit.
-  `CREATE FUNCTION gw_admit_many(p_leases text[], p_account text, p_day text, p_prices bigint[], p_daily_max bigint, p_concurrency integer,
+  CREATE FUNCTION gw_admit_many(p_leases text[], p_account text, p_day text, p_prices bigint[], p_daily_max bigint, p_concurrency integer,
                                 p_holder text, p_now bigint, p_lease_ms bigint) RETURNS text[] LANGUAGE plpgsql AS $$
   DECLARE
     in_flight bigint;
@@ -163,6 +137,11 @@ export const migrations: readonly string[] = [
       SELECT p_leases[i], p_account, p_day, p_prices[i], p_holder, p_now + p_lease_ms FROM unnest(admitted) AS i;
     RETURN verdicts;
   END $$;`,
+  // 3: used signatures (md5 signs and nonces), so a signed call is accepted once across every
+  // replica and every restart, for its whole window.
+  `CREATE TABLE used_signatures (id text PRIMARY KEY, until bigint NOT NULL);
+  CREATE INDEX used_signatures_by_until ON used_signatures (until);`,
+
 ];
 
 /** What a call is told when the shared database does not answer. */
