@@ -11,6 +11,7 @@ import { defaultMeterOptions } from "./stores/embedded/meter.ts";
 import { defaultLibreTranslateOptions } from "./translation/libretranslate-engine.ts";
 import { catalogues, operations, operationsNamed } from "./operations/index.ts";
 import { defaultAppSettings } from "./transports/server/app.ts";
+import { trustedProxiesProblem } from "./transports/server/client-address.ts";
 
 /** One setting: its environment name, its default (read from the component that owns it), how it is read, and what it does. */
 interface Setting<T> {
@@ -84,6 +85,9 @@ export const settings = {
   logLevel: oneOf("GATEWAY_LOG_LEVEL", "info", ["fatal", "error", "warn", "info", "debug", "trace", "silent"], "`fatal` … `trace`, or `silent`"),
   maxBodyBytes: whole("GATEWAY_MAX_BODY_BYTES", defaultAppSettings.maxBodyBytes, [1024, 1 << 30], "bytes", "largest request body, legacy and RPC alike"),
   shutdownGraceMs: whole("GATEWAY_SHUTDOWN_GRACE_MS", 10_000, [0, 600_000], "milliseconds", "how long in-flight calls may finish after SIGTERM"),
+  drainDelayMs: whole("GATEWAY_DRAIN_DELAY_MS", 0, [0, 600_000], "milliseconds", "after SIGTERM, how long `/readyz` and gRPC health answer not-ready while every call is still served, before the port closes (give load balancers time to notice; 5000 or more behind Kubernetes)"),
+  trustedProxies: text("GATEWAY_TRUSTED_PROXIES", "", "proxies (addresses or CIDRs, comma-separated, e.g. `10.0.0.0/8,::1`) whose `Forwarded` / `X-Forwarded-For` name the client; from any other peer those headers change nothing", { shown: "empty (trust none)" }),
+  metricsToken: text("GATEWAY_METRICS_TOKEN", "", "bearer token `/metrics` requires; unset, anyone who reaches the port can scrape it", { shown: "unset", secret: true }),
   corsOrigins: text("GATEWAY_CORS_ORIGINS", defaultAppSettings.corsOrigins.join(","), "origins browsers may call from, comma-separated (`https://shop.example.com`); `*` any; empty turns CORS off"),
   ledgerCommitMs: whole("GATEWAY_LEDGER_COMMIT_MS", defaultMeterOptions.commitIntervalMs, [0, 1000], "milliseconds", "longest wait of a ledger row for its group commit; 0 commits at the end of each event-loop turn"),
   adminToken: text("GATEWAY_ADMIN_TOKEN", "", "bearer token of the AdminService (16+ characters); unset turns it off", { shown: "unset", secret: true }),
@@ -218,6 +222,9 @@ function crossChecks(config: GatewayConfig): string[] {
   if (upstreamUsed && config.upstreamUrl === "") problems.push("GATEWAY_SOURCES names the upstream but GATEWAY_UPSTREAM_URL is not set");
   if (upstreamUsed && (config.upstreamKey === "" || config.upstreamSecret === "")) problems.push("GATEWAY_UPSTREAM_KEY and GATEWAY_UPSTREAM_SECRET must be set to use the upstream");
   if (config.translationEngine === "libretranslate" && !/^https?:\/\//.test(config.translateUrl)) problems.push("GATEWAY_TRANSLATE_URL must be an http(s) URL to use libretranslate");
+  const proxies = trustedProxyList(config);
+  const proxyProblem = trustedProxiesProblem(proxies);
+  if (proxyProblem !== undefined) problems.push(`${where("trustedProxies")}: ${proxyProblem}`);
   if (config.adminToken !== "" && config.adminToken.length < 16) problems.push(`${where("adminToken")} must be at least 16 characters`);
   return problems;
 }
@@ -234,6 +241,11 @@ export function settingsTable(): string {
 
 function operationIds(): string {
   return operations.map((op) => op.id).join(", ");
+}
+
+/** The trusted proxies as a list. */
+export function trustedProxyList(config: Pick<GatewayConfig, "trustedProxies">): string[] {
+  return config.trustedProxies.split(",").map((o) => o.trim()).filter((o) => o !== "");
 }
 
 /** The CORS origins as a list. */

@@ -3,7 +3,7 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 import { demoRecords } from "./catalogue/demo-dataset.ts";
 import { importRecords } from "./catalogue/catalogue-import.ts";
-import { corsOriginList, pairList, sourceOf, type GatewayConfig } from "./config.ts";
+import { corsOriginList, pairList, sourceOf, trustedProxyList, type GatewayConfig } from "./config.ts";
 import { catalogues, operations, operationsNamed } from "./operations/index.ts";
 import { CachedCatalogue, defaultCachePolicy, type CachePolicy } from "./core/cached-catalogue.ts";
 import type { CatalogueSource } from "./core/catalogue-source.ts";
@@ -22,6 +22,8 @@ import { dayOf, systemClock, type Clock } from "./core/clock.ts";
 import { defaultGatewayOptions, Gateway } from "./core/gateway.ts";
 import type { ReplayGuard } from "./core/replay-guard.ts";
 import type { ResponseCache } from "./core/response-cache.ts";
+import { Readiness, type HealthCheck } from "./core/health.ts";
+import type { Telemetry } from "./core/telemetry.ts";
 import { SqliteAccountStore } from "./stores/embedded/account-store.ts";
 import { ChangeWatch } from "./stores/embedded/change-watch.ts";
 import { EmbeddedCatalogue } from "./stores/embedded/catalogue-store.ts";
@@ -40,6 +42,7 @@ import { RedisAddressLockout } from "./stores/redis/address-lockout.ts";
 import { RedisResponseCache } from "./stores/redis/response-cache.ts";
 import type { AppOptions } from "./transports/server/app.ts";
 import type { Logger } from "./transports/server/logger.ts";
+import { PrometheusTelemetry } from "./transports/server/metrics.ts";
 
 /** The gateway's parts, typed by their ports; `openRuntime` wires them to the embedded store under the data directory. */
 export interface Runtime {
@@ -51,6 +54,10 @@ export interface Runtime {
   readonly meter: Meter;
   readonly switches: OperatorSwitches;
   readonly catalogue: CatalogueStore;
+  /** Whether every store answers and takes writes, and whether the gateway is draining. */
+  readonly readiness: Readiness;
+  /** The gateway's metrics, as `/metrics` serves them. */
+  readonly metrics: PrometheusTelemetry;
   /** Commits every queued ledger row, then closes the stores (the embedded store at once, before the promise settles). */
   close(): Promise<void>;
 }
@@ -65,6 +72,8 @@ export interface RuntimeLog {
 export interface RuntimeOptions {
   readonly clock?: Clock;
   readonly log?: RuntimeLog;
+  /** Where calls, the cache, the upstream and the ledger are counted (default: a registry of its own). */
+  readonly metrics?: PrometheusTelemetry;
 }
 
 function translationEngine(config: GatewayConfig): TranslationEngine | undefined {
@@ -112,6 +121,8 @@ interface Stores {
   /** This replica's label in request ids, and the newest id it already used, if it can know. */
   readonly nodeLabel: string;
   readonly lastRequestId: string | undefined;
+  /** What readiness checks: each store answers and can be written. */
+  readonly checks: readonly HealthCheck[];
   close(): Promise<void>;
 }
 
@@ -120,7 +131,7 @@ export function sharedMode(config: Pick<GatewayConfig, "databaseUrl" | "redisUrl
   return config.databaseUrl !== "" && config.redisUrl !== "";
 }
 
-function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | undefined): Stores {
+function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | undefined, telemetry: Telemetry): Stores {
   const db = openDatabase(databasePath(config), { maxBytes: config.storeMaxBytes });
   const watch = new ChangeWatch(db);
   const accounts = new SqliteAccountStore(db, watch);
@@ -136,7 +147,19 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
       if (problem !== undefined) log?.error({ err: detail?.cause }, `${problem}: new calls are refused with 4000 until it can be written`);
       else (log?.info ?? log?.error)?.call(log, { droppedRefusals: detail?.droppedRefusals ?? 0 }, "the usage ledger can be written again: calls are served");
     },
+    onCommit: (seconds, rows) => telemetry.ledgerCommitted(seconds, rows),
   });
+  const probe = db.prepare("SELECT 1");
+  const store: HealthCheck = {
+    name: "store",
+    run: async () => {
+      probe.get();
+      // Takes the write lock and gives it back: a read-only file or a locked database fails here.
+      db.exec("BEGIN IMMEDIATE");
+      db.exec("ROLLBACK");
+      return meter.health(clock.now());
+    },
+  };
   // Retention: at start, then hourly.
   const expire = () => {
     if (config.ledgerRetentionDays <= 0) return;
@@ -161,6 +184,7 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
     lockout: new MemoryAddressLockout(lockoutOptions(config)),
     nodeLabel: config.nodeLabel || defaultGatewayOptions.nodeLabel,
     lastRequestId: meter.lastRequestId(),
+    checks: [store],
     close: async () => {
       clearInterval(retention);
       meter.flush();
@@ -179,7 +203,7 @@ function replicaLabel(): string {
   return `${host}-${process.pid}`.slice(0, 32);
 }
 
-async function sharedStores(config: GatewayConfig, clock: Clock): Promise<Stores> {
+async function sharedStores(config: GatewayConfig, clock: Clock, telemetry: Telemetry): Promise<Stores> {
   const pool = openPostgres(config.databaseUrl, { max: 16 });
   let redis: Awaited<ReturnType<typeof openRedis>> | undefined;
   try {
@@ -199,8 +223,25 @@ async function sharedStores(config: GatewayConfig, clock: Clock): Promise<Stores
       for (const key of keys) accounts.forget(key);
     },
     now: () => clock.now(),
+    onCommit: (seconds, rows) => telemetry.ledgerCommitted(seconds, rows),
   });
   const connected = redis;
+  const postgres: HealthCheck = {
+    name: "postgres",
+    run: async () => {
+      const { rows } = await pool.query<{ standby: boolean; read_only: string }>("SELECT pg_is_in_recovery() AS standby, current_setting('transaction_read_only') AS read_only");
+      if (rows[0]?.standby === true || rows[0]?.read_only === "on") return "the database takes no writes (a read-only server or standby)";
+      return meter.health(clock.now());
+    },
+  };
+  const probeKey = `gateway:probe:${nodeLabel}`;
+  const redisCheck: HealthCheck = {
+    name: "redis",
+    run: async () => {
+      await connected.set(probeKey, String(clock.now()), "PX", 10_000);
+      return undefined;
+    },
+  };
   return {
     accounts,
     meter,
@@ -211,6 +252,7 @@ async function sharedStores(config: GatewayConfig, clock: Clock): Promise<Stores
     lockout: new RedisAddressLockout(connected, lockoutOptions(config)),
     nodeLabel,
     lastRequestId: undefined,
+    checks: [postgres, redisCheck],
     close: async () => {
       await meter.flush();
       meter.close();
@@ -228,7 +270,8 @@ async function sharedStores(config: GatewayConfig, clock: Clock): Promise<Stores
 export async function openRuntime(config: GatewayConfig, options: RuntimeOptions = {}): Promise<Runtime> {
   const clock = options.clock ?? systemClock;
   const log = options.log;
-  const stores = sharedMode(config) ? await sharedStores(config, clock) : embeddedStores(config, clock, log);
+  const telemetry = options.metrics ?? new PrometheusTelemetry();
+  const stores = sharedMode(config) ? await sharedStores(config, clock, telemetry) : embeddedStores(config, clock, log, telemetry);
   const { accounts, meter, switches, catalogue } = stores;
   const lockout = stores.lockout;
   const upstreams: UpstreamSource[] = [];
@@ -249,13 +292,15 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
       maxBodyBytes: config.upstreamMaxBodyBytes,
       timeZone: config.timeZone,
       now: () => clock.now(),
+      label: name,
+      telemetry,
     });
     upstreams.push(upstream);
     sources.set(name, upstream);
   }
-  const answers = new CachedCatalogue(sources, stores.cache, cachePolicy(config), () => clock.now(), new Translator(translationEngine(config)));
+  const answers = new CachedCatalogue(sources, stores.cache, cachePolicy(config), () => clock.now(), new Translator(translationEngine(config)), telemetry);
   const gateway = new Gateway(
-    { accounts, meter, switches, catalogue: answers, replays: stores.replays, lockout, ...(log ? { log } : {}) },
+    { accounts, meter, switches, catalogue: answers, replays: stores.replays, lockout, telemetry, ...(log ? { log } : {}) },
     {
       timeZone: config.timeZone,
       zoneLabel: config.zoneLabel,
@@ -265,15 +310,19 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
       authentication: { signatureWindowSeconds: config.signatureWindowSeconds },
     },
   );
+  const readiness = new Readiness(stores.checks);
   return {
     gateway,
     lockout,
+    readiness,
+    metrics: telemetry,
     accounts,
     admin: new AccountAdmin(accounts, meter, clock, operations),
     meter,
     switches,
     catalogue,
     close: async () => {
+      readiness.drain();
       for (const u of upstreams) void u.close();
       await stores.close();
     },
@@ -307,7 +356,11 @@ export async function demoAccount(runtime: Runtime): Promise<{ key: string; secr
  * limits, timeouts, connections, CORS and the admin API. `serve` and the
  * test fixture both build the app from this, so what is tested is what runs.
  */
-export function appOptions(config: GatewayConfig, runtime: Runtime, extra: { readonly logger?: Logger; readonly adminToken?: string } = {}): AppOptions {
+export function appOptions(
+  config: GatewayConfig,
+  runtime: Runtime,
+  extra: { readonly logger?: Logger; readonly adminToken?: string } = {},
+): AppOptions {
   const tls = config.tlsCert !== "" ? { cert: readFileSync(config.tlsCert), key: readFileSync(config.tlsKey) } : undefined;
   return {
     gateway: runtime.gateway,
@@ -324,5 +377,8 @@ export function appOptions(config: GatewayConfig, runtime: Runtime, extra: { rea
     },
     admin: { ports: runtime, token: extra.adminToken ?? config.adminToken },
     corsOrigins: corsOriginList(config),
+    readiness: runtime.readiness,
+    trustedProxies: trustedProxyList(config),
+    metrics: { telemetry: runtime.metrics, token: config.metricsToken },
   };
 }

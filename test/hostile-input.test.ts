@@ -161,6 +161,8 @@ function fault(sent: Sent, a: Answer, ledgerFull = false): string | undefined {
     return /s:10:"error_code";s:4:"\d{4}";|'error_code' => '\d{4}',/.test(text) ? undefined : "serialize/var_export without a status block";
   }
   if (contentType.startsWith("application/grpc-web")) return a.status === 200 ? undefined : `gRPC-Web answered HTTP ${a.status}`;
+  // An unknown gRPC method: a trailers-only answer with its status (12).
+  if (contentType.startsWith("application/grpc")) return a.status === 200 && a.headers.has("grpc-status") ? undefined : `gRPC answered HTTP ${a.status} without grpc-status`;
   if (contentType.startsWith("application/proto") || contentType.startsWith("application/connect+proto")) return a.status === 200 ? undefined : `a ${contentType} error`;
   let json: Record<string, unknown>;
   try {

@@ -127,6 +127,8 @@ describe("stopping", () => {
     const exited = new Promise<number | null>((resolve) => server.once("exit", (c) => resolve(c)));
     server.kill("SIGTERM");
     expect(await exited).toBe(0);
-    expect(output).toContain("SIGTERM: finishing in-flight calls");
+    const lines = output.split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as { msg: string; signal?: string });
+    expect(lines.find((l) => l.signal === "SIGTERM")?.msg).toMatch(/^stopping: not ready from now on/);
+    expect(lines.at(-1)?.msg).toBe("stopped");
   });
 });

@@ -64,8 +64,10 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   const lock = shared ? undefined : lockDataDirectory(config.dataDir);
   // One logger for the runtime and the app, so every error line (a ledger that cannot be written, an internal RPC) is seen.
   const log = createLogger({ level: config.logLevel });
+  // Starting, listening and stopping are always told, as JSON lines, whatever the log level.
+  const lifecycle = log.isLevelEnabled("info") ? log : createLogger({ level: "info" });
   const runtime = await openRuntime(config, { log });
-  if (options.demo && (await seedDemoCatalogue(runtime))) console.log(`seeded the demo catalogue into ${shared ? "the shared database" : config.dataDir}`);
+  if (options.demo && (await seedDemoCatalogue(runtime))) lifecycle.info({ into: shared ? "the shared database" : config.dataDir }, "seeded the demo catalogue");
   // A demo without a configured admin token gets one for this run, printed below.
   const adminToken = config.adminToken === "" && options.demo ? randomBytes(24).toString("base64url") : config.adminToken;
   const appSettings = appOptions(config, runtime, { logger: log, adminToken });
@@ -76,7 +78,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   const port = typeof address === "object" && address !== null ? address.port : config.port;
   const host = config.host.includes(":") ? `[${config.host}]` : config.host;
   const base = `${tls ? "https" : "http"}://${host}:${port}`;
-  console.log(`gateway listening on ${base} (legacy GET, Connect, gRPC-Web and gRPC on one port)`);
+  lifecycle.info({ url: base, mode: shared ? "shared" : "embedded", node: runtime.gateway.nodeLabel }, `gateway listening on ${base} (legacy GET, Connect, gRPC-Web and gRPC on one port)`);
   if (options.demo) {
     let demo: { key: string; secret: string } | undefined;
     try {
@@ -85,22 +87,26 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
       // A store that cannot be written (a full disk) still serves; the demo account waits for space.
       log.error({ err: e }, "the demo account could not be written; the gateway serves without one");
     }
-    if (demo !== undefined) console.log(banner(base, tls, demo, adminToken === config.adminToken ? undefined : adminToken));
+    // The one human text: the demo's ready-to-paste calls, on stdout as the demo has always printed them.
+    if (demo !== undefined) process.stdout.write(`${banner(base, tls, demo, adminToken === config.adminToken ? undefined : adminToken)}\n`);
   }
 
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
-      console.log(`${signal}: finishing in-flight calls, then stopping`);
+      // Readiness turns first, so load balancers stop sending calls; every call is still served meanwhile.
+      runtime.readiness.drain();
+      lifecycle.info({ signal, drainDelayMs: config.drainDelayMs, graceMs: config.shutdownGraceMs }, "stopping: not ready from now on; in-flight calls finish, then the gateway exits");
       const force = setTimeout(() => {
-        console.error("in-flight calls did not finish in time; stopping anyway");
+        log.error({ graceMs: config.shutdownGraceMs }, "in-flight calls did not finish in time; stopping anyway");
         process.exit(1);
-      }, config.shutdownGraceMs);
+      }, config.drainDelayMs + config.shutdownGraceMs);
       force.unref();
-      void app
-        .close()
+      void new Promise((r) => setTimeout(r, config.drainDelayMs))
+        .then(() => app.close())
         .then(() => runtime.close())
         .then(() => {
           lock?.release();
+          lifecycle.info("stopped");
           resolve();
         });
     };

@@ -5,6 +5,7 @@ import type { CatalogueSource, Found, NotFound } from "./catalogue-source.ts";
 import type { Args, Operation } from "./operation.ts";
 import { GatewayError } from "./gateway-error.ts";
 import type { CacheEntry, ResponseCache } from "./response-cache.ts";
+import { noTelemetry, type Telemetry } from "./telemetry.ts";
 import type { TargetLanguage, TranslationReport, Translator } from "./translation.ts";
 
 export interface CachePolicy {
@@ -57,6 +58,7 @@ export class CachedCatalogue {
   private readonly now: () => number;
   private readonly inFlight = new Map<string, Promise<CacheEntry>>();
   private readonly translator: Translator | undefined;
+  private readonly telemetry: Telemetry;
 
   constructor(
     sources: ReadonlyMap<string, CatalogueSource>,
@@ -64,7 +66,9 @@ export class CachedCatalogue {
     policy: CachePolicy = defaultCachePolicy,
     now: () => number = Date.now,
     translator?: Translator,
+    telemetry: Telemetry = noTelemetry,
   ) {
+    this.telemetry = telemetry;
     this.sources = sources;
     this.cache = cache;
     this.policy = policy;
@@ -88,6 +92,7 @@ export class CachedCatalogue {
     const key = this.key(operation, args, lang);
     const stored = await this.cache?.get(key);
     if (useCache && stored !== undefined && stored.freshUntil > this.now() && stored.translation !== undefined) {
+      this.telemetry.cacheEvent(operation.id, "hit");
       return { ...this.fromEntry(stored, true), translation: { ...stored.translation, seconds: 0 } };
     }
     const base = await this.sourceAnswer(operation, args, useCache, signal);
@@ -122,16 +127,23 @@ export class CachedCatalogue {
   private async sourceAnswer(operation: Operation, args: Args, useCache: boolean, signal: AbortSignal): Promise<Answered> {
     const source = this.sources.get(operation.catalogue)!;
     if (this.cache === undefined) {
+      this.telemetry.cacheEvent(operation.id, "miss");
       return { answer: await source.fetch(operation, args, signal), fromCache: false, memo: undefined };
     }
     const key = this.key(operation, args, "cn");
     const stored = await this.cache.get(key);
-    if (useCache && stored !== undefined && stored.freshUntil > this.now()) return this.fromEntry(stored, true);
+    if (useCache && stored !== undefined && stored.freshUntil > this.now()) {
+      this.telemetry.cacheEvent(operation.id, "hit");
+      return this.fromEntry(stored, true);
+    }
     try {
       return this.fromEntry(await this.fetchOnce(key, operation, source, args, useCache), false);
     } catch (e) {
       // Stale-if-error: a fault of the source, and an answer young enough to stand in.
-      if (e instanceof GatewayError && stored !== undefined && stored.staleUntil > this.now()) return this.fromEntry(stored, true);
+      if (e instanceof GatewayError && stored !== undefined && stored.staleUntil > this.now()) {
+        this.telemetry.cacheEvent(operation.id, "stale");
+        return this.fromEntry(stored, true);
+      }
       throw e;
     }
   }
@@ -145,13 +157,20 @@ export class CachedCatalogue {
    */
   private fetchOnce(key: string, operation: Operation, source: CatalogueSource, args: Args, useCache: boolean): Promise<CacheEntry> {
     const running = this.inFlight.get(key);
-    if (running !== undefined) return running;
+    if (running !== undefined) {
+      this.telemetry.cacheEvent(operation.id, "coalesced");
+      return running;
+    }
     const call = (async () => {
       const claim = useCache ? await this.cache?.claim?.(key, this.policy.claimMs) : undefined;
       if (claim === "held") {
         const shared = await this.awaitShared(key);
-        if (shared !== undefined) return shared;
+        if (shared !== undefined) {
+          this.telemetry.cacheEvent(operation.id, "coalesced");
+          return shared;
+        }
       }
+      this.telemetry.cacheEvent(operation.id, "miss");
       try {
         // The shared call is not tied to the first caller's connection: others wait on it too.
         const answer = await source.fetch(operation, args, new AbortController().signal);

@@ -15,6 +15,7 @@ import type { Args, Operation } from "./operation.ts";
 import { createRequestIdGenerator } from "./request-id.ts";
 import type { Admission, Meter, Transport } from "./meter.ts";
 import type { OperatorSwitches } from "./operator-switches.ts";
+import { noTelemetry, type Telemetry } from "./telemetry.ts";
 
 export type { Transport } from "./meter.ts";
 
@@ -44,6 +45,8 @@ export interface CallInput {
   /** A fault in the request's options (e.g. an unknown result_type); answered 4003 once the caller is authenticated. */
   readonly rejection?: string | undefined;
   readonly signal?: AbortSignal | undefined;
+  /** The transport's id of the request (its log lines carry it); the core makes one when absent. */
+  readonly requestId?: string | undefined;
 }
 
 /**
@@ -96,6 +99,8 @@ export interface GatewayPorts {
   /** The catalogue sources, behind the response cache. */
   readonly catalogue: CachedCatalogue;
   readonly log?: { error(obj: unknown, msg: string): void };
+  /** Where calls, cache events and failed authentications are counted (default: nowhere). */
+  readonly telemetry?: Telemetry;
 }
 
 interface CallOptions {
@@ -118,6 +123,7 @@ export class Gateway {
   private readonly ports: GatewayPorts;
   private readonly options: GatewayOptions;
   private readonly nextRequestId: () => string;
+  private readonly telemetry: Telemetry;
   private readonly authenticator: Authenticator;
   private readonly lockout: AddressLockout;
   private memory = { at: 0, text: "" };
@@ -127,16 +133,28 @@ export class Gateway {
     this.options = { ...defaultGatewayOptions, ...options };
     this.nextRequestId = createRequestIdGenerator(this.options.nodeLabel, () => this.options.clock.now(), this.options.lastRequestId);
     this.lockout = ports.lockout ?? new MemoryAddressLockout();
+    this.telemetry = ports.telemetry ?? noTelemetry;
     this.authenticator = new Authenticator(ports.accounts, ports.replays ?? new MemoryReplayGuard(), {
       timeZone: this.options.timeZone,
       ...this.options.authentication,
     });
   }
 
+  /** This replica's label, the first part of its request ids. */
+  get nodeLabel(): string {
+    return this.options.nodeLabel;
+  }
+
+  /** A new request id, for a transport that names its requests before they reach the core (see `CallInput.requestId`). */
+  newRequestId(): string {
+    return this.nextRequestId();
+  }
+
   async call(operation: Operation, input: CallInput): Promise<Outcome> {
+    this.telemetry.callStarted();
     const started = performance.now();
     const now = this.options.clock.now();
-    const requestId = this.nextRequestId();
+    const requestId = input.requestId ?? this.nextRequestId();
     let account: Account | undefined;
     let code: ErrorCode;
     let reason = "";
@@ -147,7 +165,10 @@ export class Gateway {
     let memo: Map<string, unknown> | undefined;
     let translation: TranslationReport | undefined;
     try {
-      await this.lockout.check(input.clientIp, now);
+      await this.lockout.check(input.clientIp, now).catch((e: unknown) => {
+        this.telemetry.authFailed("address_locked");
+        throw e;
+      });
       if (input.malformed !== undefined) throw new GatewayError(ErrorCode.PARAM_ERROR, input.malformed);
       account = await this.authenticator.identify(operation, input.credentials, now);
       this.authenticator.authorize(account, operation, now);
@@ -180,6 +201,7 @@ export class Gateway {
 
     // A failed authentication counts against the caller's address, and is answered more slowly as they pile up.
     if (code === ErrorCode.ACCOUNT_NOT_FOUND || code === ErrorCode.INVALID_CREDENTIALS) {
+      this.telemetry.authFailed(code === ErrorCode.ACCOUNT_NOT_FOUND ? "unknown_key" : "bad_credentials");
       const hold = await this.lockout.failed(input.clientIp, now).catch(() => 0);
       if (hold > 0) await new Promise((r) => setTimeout(r, hold));
     }
@@ -231,8 +253,11 @@ export class Gateway {
     status.executionTime = (performance.now() - started) / 1000;
 
     status.cache = fromCache;
+    this.telemetry.callFinished(operation.id, code, input.transport, status.executionTime);
     if (answer === undefined || !answer.found) {
-      return { kind: "error", operation, status, unauthenticated: code === ErrorCode.MISSING_URL_PARAM && account === undefined };
+      const unauthenticated = code === ErrorCode.MISSING_URL_PARAM && account === undefined;
+      if (unauthenticated) this.telemetry.authFailed("missing_key");
+      return { kind: "error", operation, status, unauthenticated };
     }
     status.ddf = this.ports.catalogue.source(operation)!.label;
     status.secache = answer.token;
@@ -247,10 +272,10 @@ export class Gateway {
    * none (4010), or a request the HTTP layer could not read (4003). Nothing
    * is charged; there is no account to charge.
    */
-  async refuse(code: ErrorCode, apiType: string, reason: string, input: Pick<CallInput, "clientIp" | "transport">, cause?: unknown): Promise<Outcome> {
+  async refuse(code: ErrorCode, apiType: string, reason: string, input: Pick<CallInput, "clientIp" | "transport" | "requestId">, cause?: unknown): Promise<Outcome> {
     const started = performance.now();
     const now = this.options.clock.now();
-    const requestId = this.nextRequestId();
+    const requestId = input.requestId ?? this.nextRequestId();
     if (code === ErrorCode.SERVER_INTERNAL_ERROR) this.ports.log?.error({ err: cause, requestId }, reason);
     const status = this.statusBlock(code, reason, now, requestId, apiType, input.clientIp);
     await this.ports.meter.record(
@@ -271,6 +296,9 @@ export class Gateway {
       undefined,
     );
     status.executionTime = (performance.now() - started) / 1000;
+    // Counted once recorded: a refusal is never in flight for long, and one that cannot be recorded throws before it.
+    this.telemetry.callStarted();
+    this.telemetry.callFinished("", code, input.transport, status.executionTime);
     return { kind: "error", operation: undefined, status };
   }
 

@@ -83,6 +83,8 @@ export interface UsageReport {
 export interface Meter {
   /** Why new calls cannot be recorded now (the ledger cannot be written, the disk is nearly full), or undefined. */
   unavailable(now: number): string | undefined;
+  /** The same reason as `unavailable`, read without side effects (it lets no probe call through): what readiness reports. */
+  health(now: number): string | undefined;
   admit(account: Account, operation: OperationId, day: string): Promise<Admission>;
   record(row: LedgerRow, admission: Admission | undefined): Promise<void>;
   usage(account: string, today: string, yesterday: string): Promise<UsageSummary>;

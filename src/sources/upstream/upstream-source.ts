@@ -17,6 +17,7 @@ import type { Args, Operation } from "../../core/operation.ts";
 import { formatDateTime } from "../../core/clock.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
 import { legacySign, legacySigningKey } from "../../core/legacy-signature.ts";
+import { noTelemetry, type Telemetry } from "../../core/telemetry.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 
 export interface UpstreamOptions {
@@ -51,6 +52,10 @@ export interface UpstreamOptions {
   /** Zone of the signed `dateline`. */
   readonly timeZone: string;
   readonly now: () => number;
+  /** Our name of the catalogue this source serves (the breaker's label in metrics). */
+  readonly label: string;
+  /** Where each upstream call and the breaker's state are reported. */
+  readonly telemetry: Telemetry;
 }
 
 export const defaultUpstreamOptions: Omit<UpstreamOptions, "url" | "catalogue" | "key" | "secret"> = {
@@ -67,10 +72,14 @@ export const defaultUpstreamOptions: Omit<UpstreamOptions, "url" | "catalogue" |
   maxBodyBytes: 4 * 1048576,
   timeZone: "Asia/Shanghai",
   now: Date.now,
+  label: "",
+  telemetry: noTelemetry,
 };
 
 /** A failure it is safe to try again: the provider cannot have acted on the request. */
 class RetryableFault extends GatewayError {}
+
+const circuitOpen = "the upstream provider is failing; calls are held back for a few seconds";
 
 /**
  * Retries may add at most `share` of extra load: every first attempt earns
@@ -134,6 +143,10 @@ export class UpstreamSource implements CatalogueSource {
         minimumRps: this.options.breakerMinimumRps,
       }),
     });
+    const { telemetry, label } = this.options;
+    breaker.onBreak(() => telemetry.circuitChanged(label, true));
+    breaker.onReset(() => telemetry.circuitChanged(label, false));
+    telemetry.circuitChanged(label, false);
     this.policy = wrap(retrying, breaker);
   }
 
@@ -143,6 +156,22 @@ export class UpstreamSource implements CatalogueSource {
    * the operation's contract (one record, or a non-empty list).
    */
   async fetch(operation: Operation, args: Args): Promise<Found | NotFound> {
+    const started = performance.now();
+    let outcome = "error";
+    try {
+      const answer = await this.read(operation, args);
+      outcome = answer.found ? "ok" : "not_found";
+      return answer;
+    } catch (e) {
+      if (e instanceof GatewayError && e.code === ErrorCode.TIMEOUT) outcome = "timeout";
+      else if (e instanceof GatewayError && e.message === circuitOpen) outcome = "circuit_open";
+      throw e;
+    } finally {
+      this.options.telemetry.upstreamRequest(operation.id, outcome, (performance.now() - started) / 1000);
+    }
+  }
+
+  private async read(operation: Operation, args: Args): Promise<Found | NotFound> {
     const body = await this.call(operation.apiName, operation.upstreamArgs(args));
     if (body === "not-found") return { found: false, reason: operation.notFound(args) };
     const { message, list } = operation.item;
@@ -175,7 +204,7 @@ export class UpstreamSource implements CatalogueSource {
       return await this.policy.execute(() => this.attempt(apiName, args, deadline), deadline);
     } catch (e) {
       if (e instanceof GatewayError) throw e;
-      if (e instanceof BrokenCircuitError) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, "the upstream provider is failing; calls are held back for a few seconds");
+      if (e instanceof BrokenCircuitError) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, circuitOpen);
       if (deadline.aborted) throw new GatewayError(ErrorCode.TIMEOUT, `the upstream provider did not answer within ${this.options.deadlineMs} ms`);
       throw e;
     }

@@ -29,6 +29,8 @@ export interface SqliteMeterOptions {
    * again (undefined, with how many refused calls could not be counted meanwhile).
    */
   readonly onHealth: (problem: string | undefined, detail?: { cause?: unknown; droppedRefusals?: number }) => void;
+  /** Told after each group commit of ledger rows: how long it took and how many rows it wrote. */
+  readonly onCommit: (seconds: number, rows: number) => void;
 }
 
 export const defaultMeterOptions: SqliteMeterOptions = {
@@ -39,6 +41,7 @@ export const defaultMeterOptions: SqliteMeterOptions = {
   dataDir: undefined,
   minFreeBytes: 64 * 1_048_576,
   onHealth: () => {},
+  onCommit: () => {},
 };
 
 /** Calls with no account, counted per day, operation, code, address and transport until the next commit. */
@@ -140,8 +143,18 @@ export class SqliteMeter implements Meter {
       }
       return `the usage ledger cannot be written (${this.problem}); calls are refused, and not charged, until it can`;
     }
+    return this.lowSpace(now) ? `${this.lowSpaceReason()}; the usage ledger cannot be written safely, so calls are refused, and not charged, until space returns` : undefined;
+  }
+
+  health(now: number): string | undefined {
+    if (this.problem !== undefined) return `the usage ledger cannot be written (${this.problem})`;
+    return this.lowSpace(now) ? this.lowSpaceReason() : undefined;
+  }
+
+  /** Whether the data directory is below its free-space floor, measured at most once a second. */
+  private lowSpace(now: number): boolean {
     const { dataDir, minFreeBytes } = this.options;
-    if (dataDir === undefined || minFreeBytes <= 0) return undefined;
+    if (dataDir === undefined || minFreeBytes <= 0) return false;
     if (now - this.space.checkedAt >= 1000 || now < this.space.checkedAt) {
       let low = false;
       try {
@@ -153,7 +166,7 @@ export class SqliteMeter implements Meter {
       if (low !== this.space.low) this.options.onHealth(low ? this.lowSpaceReason() : undefined);
       this.space = { checkedAt: now, low };
     }
-    return this.space.low ? `${this.lowSpaceReason()}; the usage ledger cannot be written safely, so calls are refused, and not charged, until space returns` : undefined;
+    return this.space.low;
   }
 
   private lowSpaceReason(): string {
@@ -266,7 +279,11 @@ export class SqliteMeter implements Meter {
     const waiters = this.refusalWaiters;
     this.refusalWaiters = [];
     try {
-      if (batch.length > 0) this.commitRows(batch);
+      if (batch.length > 0) {
+        const started = performance.now();
+        this.commitRows(batch);
+        this.options.onCommit((performance.now() - started) / 1000, batch.length);
+      }
       this.commitRefusals();
     } finally {
       for (const resolve of waiters) resolve();

@@ -24,6 +24,8 @@ export interface PostgresMeterOptions {
   /** Told which accounts' balances this replica changed (top-ups), so what it remembers of them is dropped. */
   readonly onBalancesChanged: (accounts: ReadonlySet<string>) => void;
   readonly now: () => number;
+  /** Told after each group commit of ledger rows: how long it took and how many rows it wrote. */
+  readonly onCommit: (seconds: number, rows: number) => void;
 }
 
 export const defaultPostgresMeterOptions: PostgresMeterOptions = {
@@ -34,6 +36,7 @@ export const defaultPostgresMeterOptions: PostgresMeterOptions = {
   refusalAddressesPerDay: 10_000,
   onBalancesChanged: () => {},
   now: Date.now,
+  onCommit: () => {},
 };
 
 interface Queued {
@@ -81,6 +84,10 @@ export class PostgresMeter implements Meter {
   /** Refuses for a second after the database failed to answer; then a call goes through and tries again. */
   unavailable(now: number): string | undefined {
     return this.failedAt !== undefined && now - this.failedAt < 1000 ? databaseUnreachable : undefined;
+  }
+
+  health(now: number): string | undefined {
+    return this.unavailable(now);
   }
 
   async admit(account: Account, operation: OperationId, day: string): Promise<Admission> {
@@ -238,7 +245,10 @@ export class PostgresMeter implements Meter {
     if (this.queue.length === 0) return;
     const batch = this.queue;
     this.queue = [];
-    this.committing = this.commit(batch).finally(() => (this.committing = undefined));
+    const started = performance.now();
+    this.committing = this.commit(batch)
+      .then(() => this.options.onCommit((performance.now() - started) / 1000, batch.length))
+      .finally(() => (this.committing = undefined));
     await this.committing;
     if (this.queue.length > 0) this.schedule();
   }

@@ -5,7 +5,7 @@ import type { CallInput, Gateway, Transport } from "../../core/gateway.ts";
 import type { Operation } from "../../core/operation.ts";
 import { CacheMode, Lang } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { credentialFields, readCredentials } from "../credentials.ts";
-import { clientIpKey } from "./context.ts";
+import { clientIpKey, requestIdKey } from "./context.ts";
 import { statusError } from "./status-error.ts";
 
 function transportOf(ctx: HandlerContext): Transport {
@@ -53,6 +53,7 @@ function requestReader(operation: Operation): (req: Message, ctx: HandlerContext
       }),
       transport: transportOf(ctx),
       clientIp: ctx.values.get(clientIpKey),
+      requestId: ctx.values.get(requestIdKey) || undefined,
       signal: ctx.signal,
     };
   };

@@ -16,6 +16,9 @@ const formatList = Object.keys(legacyFormats).join(", ");
 /** Methods each legacy path answers (for `Allow`). */
 export const legacyMethods = "GET, HEAD, POST, OPTIONS";
 
+/** The route of every two-segment path no operation has (answered 4010). */
+export const unroutablePath = "/:catalogue/:apiName/";
+
 /** Content types a legacy POST body may have. */
 export const legacyBodyTypes = ["application/json", "application/x-www-form-urlencoded"];
 
@@ -45,7 +48,7 @@ export async function refuseLegacy(
   reply: FastifyReply,
   refusal: { readonly code: ErrorCode; readonly reason: string; readonly apiType?: string; readonly cause?: unknown },
 ): Promise<FastifyReply> {
-  const outcome = await gateway.refuse(refusal.code, refusal.apiType ?? "", refusal.reason, { clientIp: req.ip, transport: "legacy" }, refusal.cause);
+  const outcome = await gateway.refuse(refusal.code, refusal.apiType ?? "", refusal.reason, { clientIp: req.clientIp, transport: "legacy", requestId: req.id }, refusal.cause);
   return sendLegacy(reply, outcome, "json");
 }
 
@@ -99,7 +102,8 @@ export function installLegacyShim(root: FastifyInstance, gateway: Gateway): void
           params: () => params.all(),
         }),
         transport: "legacy",
-        clientIp: req.ip,
+        clientIp: req.clientIp,
+        requestId: req.id,
         malformed: params.problem,
         rejection,
       });
@@ -114,7 +118,7 @@ export function installLegacyShim(root: FastifyInstance, gateway: Gateway): void
       const { catalogue, apiName } = req.params as { catalogue: string; apiName: string };
       return refuseLegacy(gateway, req, reply, { code: ErrorCode.API_NOT_FOUND, reason: unroutableReason(catalogue, apiName), apiType: catalogue });
     };
-    app.get("/:catalogue/:apiName/", unroutable);
-    app.post("/:catalogue/:apiName/", unroutable);
+    app.get(unroutablePath, unroutable);
+    app.post(unroutablePath, unroutable);
   });
 }

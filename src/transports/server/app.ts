@@ -1,17 +1,22 @@
 import { cors as connectCors } from "@connectrpc/connect";
 import fastifyCors from "@fastify/cors";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from "fastify";
 import http2 from "node:http2";
 import type { Gateway } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { AdminPorts } from "../connect/admin-service.ts";
 import { registerConnect } from "../connect/connect-plugin.ts";
 import { credentialHeaders } from "../credentials.ts";
-import { installLegacyShim, legacyBodyTypes, refuseLegacy } from "../legacy/legacy-shim.ts";
+import { installLegacyShim, legacyBodyTypes, refuseLegacy, unroutablePath } from "../legacy/legacy-shim.ts";
 import { clientErrorHandler } from "./client-errors.ts";
 import { createOnePortServer, type OnePortServerOptions } from "./one-port-server.ts";
 import { MemoryAddressLockout, type AddressLockout } from "../../core/address-lockout.ts";
 import { createLogger, type Logger } from "./logger.ts";
+import { Readiness } from "../../core/health.ts";
+import { clientAddressResolver } from "./client-address.ts";
+import { installMetrics, type PrometheusTelemetry } from "./metrics.ts";
+import { installProbes } from "./probes.ts";
+import { answerUnknownRpc, rpcProtocolOf } from "./unknown-rpc.ts";
 
 export interface AppOptions {
   readonly gateway: Gateway;
@@ -33,6 +38,12 @@ export interface AppOptions {
   readonly lockout?: AddressLockout;
   /** Origins browsers may call from: a list, or ["*"] for any. Empty turns CORS off. */
   readonly corsOrigins?: readonly string[];
+  /** What `/readyz` and gRPC health report (default: ready while the app runs). */
+  readonly readiness?: Readiness;
+  /** The metrics `/metrics` serves (the runtime's telemetry), and the bearer token a scrape needs (empty: none). */
+  readonly metrics?: { readonly telemetry: PrometheusTelemetry; readonly token: string };
+  /** Proxies (addresses, CIDRs) whose `Forwarded` / `X-Forwarded-For` name the client; empty trusts none. */
+  readonly trustedProxies?: readonly string[];
 }
 
 /** What the app does when its options leave a setting out: the one place these defaults live. */
@@ -86,6 +97,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     bodyLimit: maxBodyBytes,
     // Requests on open connections are still answered while in-flight calls drain.
     return503OnClosing: false,
+    // One id per request, the core's own: the access line, any error line and the ledger row carry the same one.
+    genReqId: () => gateway.newRequestId(),
+    requestIdLogLabel: "requestId",
     ...(options.logger !== undefined
       ? { loggerInstance: options.logger as FastifyBaseLogger }
       : options.logLevel === false
@@ -107,6 +121,21 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       ? refuseLegacy(gateway, req, reply, { code: ErrorCode.PARAM_ERROR, reason: callerFaultReason(error.code, maxBodyBytes) })
       : refuseLegacy(gateway, req, reply, { code: ErrorCode.SERVER_INTERNAL_ERROR, reason: "internal error", cause: error });
   });
+  const clientAddress = clientAddressResolver(options.trustedProxies ?? []);
+  app.decorateRequest("clientIp", {
+    getter(this: FastifyRequest) {
+      return clientAddress(this.ip, this.headers);
+    },
+  });
+  // A request for an RPC this server lacks is answered in its own protocol, before any body parser sees it.
+  app.addHook("onRequest", async (req, reply) => {
+    if (!req.is404 && req.routeOptions.url !== unroutablePath) return;
+    const transport = rpcProtocolOf(req);
+    if (transport !== undefined) return answerUnknownRpc(gateway, req, reply, transport);
+  });
+  const readiness = options.readiness ?? new Readiness([]);
+  installProbes(app, readiness);
+  if (options.metrics !== undefined) installMetrics(app, options.metrics.telemetry, options.metrics.token);
   // Before CORS, whose hook answers OPTIONS itself: the shim's hook adds what each path allows.
   installLegacyShim(app, gateway);
   const corsOrigins = options.corsOrigins ?? defaultAppSettings.corsOrigins;
@@ -119,6 +148,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // A plain OPTIONS (no Origin) is answered too, with its Allow header.
     strictPreflight: false,
   });
-  await registerConnect(app, { gateway, admin: options.admin, lockout: options.lockout ?? new MemoryAddressLockout(), readMaxBytes: maxBodyBytes });
+  await registerConnect(app, { gateway, admin: options.admin, lockout: options.lockout ?? new MemoryAddressLockout(), readMaxBytes: maxBodyBytes, readiness });
   return app;
 }

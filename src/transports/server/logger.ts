@@ -13,7 +13,7 @@ export function createLogger(options: { level: string; stream?: NodeJS.WritableS
       level: options.level,
       serializers: {
         err: pino.stdSerializers.err,
-        req: (req: { method: string; url: string; ip?: string }) => ({ method: req.method, url: redactUrl(req.url), remoteAddress: req.ip }),
+        req: (req: { method: string; url: string; ip?: string; clientIp?: string }) => ({ method: req.method, url: redactUrl(req.url), remoteAddress: req.clientIp ?? req.ip }),
       },
     },
     (options.stream ?? process.stdout) as pino.DestinationStream,

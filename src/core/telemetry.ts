@@ -1,0 +1,38 @@
+import type { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
+import type { Transport } from "./meter.ts";
+
+/** What became of a call's look into the response cache. */
+export type CacheResult = "hit" | "miss" | "stale" | "coalesced";
+
+/** Why an authentication failed; never the key or secret itself. */
+export type AuthFailure = "missing_key" | "unknown_key" | "bad_credentials" | "address_locked" | "admin_token";
+
+/**
+ * What the core and its adapters tell an operator's metrics. Each method is
+ * called on the call's own path, so an implementation must be cheap and must
+ * never throw; labels are operation ids, codes, transports and catalogue
+ * names, never an account key.
+ */
+export interface Telemetry {
+  callStarted(): void;
+  /** Every call that reached an operation or was refused before one (operation ""). */
+  callFinished(operation: string, code: ErrorCode, transport: Transport, seconds: number): void;
+  cacheEvent(operation: string, result: CacheResult): void;
+  /** One call to the upstream provider, retries included; outcome `ok`, `not_found`, `timeout`, `circuit_open` or `error`. */
+  upstreamRequest(operation: string, outcome: string, seconds: number): void;
+  circuitChanged(catalogue: string, open: boolean): void;
+  /** One group commit of the usage ledger. */
+  ledgerCommitted(seconds: number, rows: number): void;
+  authFailed(reason: AuthFailure): void;
+}
+
+/** Telemetry that records nothing: the default, and what tests of the core use. */
+export const noTelemetry: Telemetry = {
+  callStarted() {},
+  callFinished() {},
+  cacheEvent() {},
+  upstreamRequest() {},
+  circuitChanged() {},
+  ledgerCommitted() {},
+  authFailed() {},
+};

@@ -1,0 +1,353 @@
+import { create, createFileRegistry, fromBinary, toBinary, type DescMessage } from "@bufbuild/protobuf";
+import { FileDescriptorProtoSchema, FileDescriptorSetSchema } from "@bufbuild/protobuf/wkt";
+import * as grpc from "@grpc/grpc-js";
+import { execFile } from "node:child_process";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { HealthCheckRequestSchema, HealthCheckResponseSchema, HealthCheckResponse_ServingStatus as Serving } from "../src/gen/grpc/health/v1/health_pb.js";
+import * as reflection from "../src/gen/grpc/reflection/v1alpha/reflection_pb.js";
+import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { root } from "./support/cli.ts";
+
+const run = promisify(execFile);
+const bin = join(root, "node_modules", ".bin");
+
+/** `buf curl` as an operator types it, against a server it knows nothing of but its address. */
+async function bufCurl(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await run(join(bin, "buf"), ["curl", ...args], { cwd: root, timeout: 60_000 });
+    return { code: 0, stdout, stderr };
+  } catch (e) {
+    const err = e as { code: number; stdout: string; stderr: string };
+    return { code: err.code, stdout: err.stdout, stderr: err.stderr };
+  }
+}
+
+/** One unary gRPC call with grpc-js, messages coded with protobuf-es. */
+function grpcUnary<I extends DescMessage, O extends DescMessage>(port: number, path: string, input: I, output: O, message: object, metadata = new grpc.Metadata()): Promise<unknown> {
+  const client = new grpc.Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  return new Promise((resolve, reject) => {
+    client.makeUnaryRequest(
+      path,
+      (m: object) => Buffer.from(toBinary(input, create(input, m as never))),
+      (b: Buffer) => fromBinary(output, b),
+      message,
+      metadata,
+      (err, res) => {
+        client.close();
+        if (err) reject(err);
+        else resolve(res);
+      },
+    );
+  });
+}
+
+/** Prometheus text as samples: `name{labels}` → value. */
+function samples(text: string): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const line of text.split("\n")) {
+    if (line === "" || line.startsWith("#")) continue;
+    const m = /^(\S+?(?:\{.*\})?) (\S+)$/.exec(line);
+    if (m) out.set(m[1]!, Number(m[2]));
+  }
+  return out;
+}
+
+async function usageRows(gw: GatewayFixture): Promise<number> {
+  const report = await gw.runtime.meter.query({ rows: 10_000 });
+  return report.totals.reduce((n, t) => n + t.calls, 0);
+}
+
+let gw: GatewayFixture;
+const logLines: string[] = [];
+
+beforeAll(async () => {
+  gw = await startGateway({ logLines, config: { metricsToken: "" } });
+});
+afterAll(async () => {
+  await gw?.close();
+});
+
+describe("probes", () => {
+  it("/healthz and /readyz answer 200 with their checks, need no key, and are neither metered nor ledgered", async () => {
+    const before = await usageRows(gw);
+    const live = await fetch(`${gw.base}/healthz`);
+    expect(live.status).toBe(200);
+    expect(await live.json()).toEqual({ status: "ok", checks: { process: { ok: true } } });
+    const ready = await fetch(`${gw.base}/readyz`);
+    expect(ready.status).toBe(200);
+    expect(await ready.json()).toEqual({ status: "ready", checks: { draining: { ok: true }, store: { ok: true } } });
+    expect((await fetch(`${gw.base}/readyz/`)).status).toBe(200);
+    expect((await fetch(`${gw.base}/healthz`, { method: "HEAD" })).status).toBe(200);
+    expect((await fetch(`${gw.base}/metrics`)).status).toBe(200);
+    await gw.runtime.meter.flush();
+    expect(await usageRows(gw)).toBe(before);
+  });
+
+  it("/readyz answers 503 naming the store when the ledger cannot be written (the disk is below its floor)", async () => {
+    const full = await startGateway({ config: { minFreeMb: 1_000_000_000 } });
+    try {
+      const res = await fetch(`${full.base}/readyz`);
+      expect(res.status).toBe(503);
+      const body = (await res.json()) as { status: string; failing: string[]; checks: Record<string, { ok: boolean; reason?: string }> };
+      expect(body.status).toBe("unready");
+      expect(body.failing).toEqual(["store"]);
+      expect(body.checks.store!.reason).toMatch(/less than \d+ MB free/);
+      // Alive all the same: liveness is not readiness.
+      expect((await fetch(`${full.base}/healthz`)).status).toBe(200);
+    } finally {
+      await full.close();
+    }
+  });
+
+  it("grpc.health.v1 over real gRPC: Check overall and per service, NOT_FOUND for others, and Watch sees draining", async () => {
+    const check = (service: string) => grpcUnary(gw.port, "/grpc.health.v1.Health/Check", HealthCheckRequestSchema, HealthCheckResponseSchema, { service });
+    expect(((await check("")) as { status: Serving }).status).toBe(Serving.SERVING);
+    expect(((await check("gateway.catalogue.v1.RetailService")) as { status: Serving }).status).toBe(Serving.SERVING);
+    const err = (await check("nope.v1.Nothing").catch((e: unknown) => e)) as grpc.ServiceError;
+    expect(err.code).toBe(grpc.status.NOT_FOUND);
+
+    const watched = await startGateway();
+    const client = new grpc.Client(`127.0.0.1:${watched.port}`, grpc.credentials.createInsecure());
+    try {
+      const seen: Serving[] = [];
+      const ended = new Promise<grpc.StatusObject>((resolve) => {
+        const call = client.makeServerStreamRequest(
+          "/grpc.health.v1.Health/Watch",
+          (m: object) => Buffer.from(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema, m as never))),
+          (b: Buffer) => fromBinary(HealthCheckResponseSchema, b),
+          { service: "" },
+        );
+        call.on("data", (r: { status: Serving }) => {
+          seen.push(r.status);
+          if (seen.length === 1) watched.runtime.readiness.drain();
+        });
+        call.on("status", resolve);
+        call.on("error", () => {});
+      });
+      const status = await ended;
+      expect(status.code).toBe(grpc.status.OK);
+      expect(seen).toEqual([Serving.SERVING, Serving.NOT_SERVING]);
+      const ready = await fetch(`${watched.base}/readyz`);
+      expect(ready.status).toBe(503);
+      expect(((await ready.json()) as { failing: string[] }).failing).toEqual(["draining"]);
+    } finally {
+      client.close();
+      await watched.close();
+    }
+  });
+});
+
+describe("metrics", () => {
+  it("counts exactly the calls made, by operation, code and transport, with cache events, auth failures and ledger batches", async () => {
+    const m = await startGateway({ config: { metricsToken: "scrape-token-0123456789" } });
+    try {
+      expect((await fetch(`${m.base}/metrics`)).status).toBe(401);
+      expect((await fetch(`${m.base}/metrics`, { headers: { authorization: "Bearer wrong" } })).status).toBe(401);
+      const scrape = async () => {
+        const res = await fetch(`${m.base}/metrics`, { headers: { authorization: "Bearer scrape-token-0123456789" } });
+        expect(res.status).toBe(200);
+        expect(res.headers.get("content-type")).toMatch(/^text\/plain; version=0\.0\.4/);
+        return res.text();
+      };
+      const auth = { key: m.account.key, secret: m.account.secret };
+      for (let i = 0; i < 5; i++) expect((await legacyGet(m.base, "/retail/item_get/", { ...auth, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
+      for (let i = 0; i < 3; i++) expect((await legacyGet(m.base, "/retail/item_get/", { key: "no-such-key", secret: "x", num_iid: "1" })).json.error_code).toBe("4004");
+      const connect = await fetch(`${m.base}/gateway.catalogue.v1.RetailService/ItemGet`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "x-api-key": auth.key, "x-api-secret": auth.secret },
+        body: JSON.stringify({ numIid: demo.retailNumIid }),
+      });
+      expect(connect.status).toBe(200);
+      await legacyGet(m.base, "/nowhere/at_all/", {});
+      await m.runtime.meter.flush();
+      const text = await scrape();
+      const s = samples(text);
+      expect(s.get('gateway_calls_total{operation="retail/item_get",code="0000",transport="legacy"}')).toBe(5);
+      expect(s.get('gateway_calls_total{operation="retail/item_get",code="4004",transport="legacy"}')).toBe(3);
+      expect(s.get('gateway_calls_total{operation="retail/item_get",code="0000",transport="connect"}')).toBe(1);
+      expect(s.get('gateway_calls_total{operation="",code="4010",transport="legacy"}')).toBe(1);
+      expect(s.get('gateway_call_duration_seconds_count{operation="retail/item_get",transport="legacy"}')).toBe(8);
+      expect(s.get('gateway_cache_events_total{operation="retail/item_get",result="miss"}')).toBe(1);
+      expect(s.get('gateway_cache_events_total{operation="retail/item_get",result="hit"}')).toBe(5);
+      expect(s.get('gateway_auth_failures_total{reason="unknown_key"}')).toBe(3);
+      expect(s.get("gateway_inflight_calls")).toBe(0);
+      // Every call has one ledger row (or refusal count), and every one went through a group commit.
+      // The 6 calls of an account each have a ledger row; the 4 without one are counted per address instead.
+      expect(s.get("gateway_ledger_batch_rows_sum")).toBe(6);
+      expect(s.get("gateway_ledger_commit_seconds_count")).toBeGreaterThan(0);
+      for (const family of ["process_cpu_seconds_total", "nodejs_heap_size_used_bytes", "nodejs_eventloop_lag_seconds"]) expect(text).toContain(`# TYPE ${family}`);
+      for (const family of ["gateway_upstream_requests_total", "gateway_upstream_duration_seconds", "gateway_circuit_open"]) expect(text).toContain(`# TYPE ${family}`);
+      // No account key or secret in any label.
+      expect(text).not.toContain(auth.key);
+      expect(text).not.toContain(auth.secret);
+    } finally {
+      await m.close();
+    }
+  });
+});
+
+describe("gRPC server reflection", () => {
+  it("buf curl lists every method with no schema, over Connect and over gRPC", async () => {
+    for (const args of [[], ["--protocol", "grpc", "--http2-prior-knowledge"], ["--protocol", "grpcweb"]]) {
+      const listed = await bufCurl([...args, "--list-methods", gw.base]);
+      expect(listed.code, listed.stderr).toBe(0);
+      const methods = listed.stdout.trim().split("\n");
+      for (const m of [
+        "gateway.catalogue.v1.RetailService/ItemGet",
+        "gateway.catalogue.v1.WholesaleService/ItemGet",
+        "gateway.catalogue.v1.WholesaleService/ItemSearchPeerbuy",
+        "gateway.admin.v1.AdminService/CreateAccount",
+        "grpc.health.v1.Health/Watch",
+        "grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        "grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      ]) {
+        expect(methods).toContain(m);
+      }
+    }
+  });
+
+  it("buf curl calls both catalogue operations knowing only the server's reflection", async () => {
+    const headers = ["-H", `x-api-key: ${gw.account.key}`, "-H", `x-api-secret: ${gw.account.secret}`];
+    const retail = await bufCurl([...headers, "-d", JSON.stringify({ numIid: demo.retailNumIid }), `${gw.base}/gateway.catalogue.v1.RetailService/ItemGet`]);
+    expect(retail.code, retail.stderr).toBe(0);
+    expect(JSON.parse(retail.stdout).item.numIid).toBe(demo.retailNumIid);
+    const peerbuy = await bufCurl([
+      "--protocol",
+      "grpc",
+      "--http2-prior-knowledge",
+      ...headers,
+      "-d",
+      JSON.stringify({ numIid: demo.wholesaleNumIid, sid: demo.wholesaleSid }),
+      `${gw.base}/gateway.catalogue.v1.WholesaleService/ItemSearchPeerbuy`,
+    ]);
+    expect(peerbuy.code, peerbuy.stderr).toBe(0);
+    expect(JSON.parse(peerbuy.stdout).status.errorCode).toBeUndefined(); // 0 (success) is the default, left out of JSON
+  });
+
+  it("a grpc-js reflection client reads services and their files, and calls ItemGet with the reflected descriptors", async () => {
+    const client = new grpc.Client(`127.0.0.1:${gw.port}`, grpc.credentials.createInsecure());
+    try {
+      const stream = client.makeBidiStreamRequest(
+        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        (m: reflection.ServerReflectionRequest) => Buffer.from(toBinary(reflection.ServerReflectionRequestSchema, m)),
+        (b: Buffer) => fromBinary(reflection.ServerReflectionResponseSchema, b),
+      );
+      const responses: reflection.ServerReflectionResponse[] = [];
+      const done = new Promise<void>((resolve, reject) => {
+        stream.on("data", (r: reflection.ServerReflectionResponse) => responses.push(r));
+        stream.on("end", resolve);
+        stream.on("error", reject);
+      });
+      const ask = (messageRequest: reflection.ServerReflectionRequest["messageRequest"]) => stream.write(create(reflection.ServerReflectionRequestSchema, { messageRequest }));
+      ask({ case: "listServices", value: "" });
+      ask({ case: "fileContainingSymbol", value: "gateway.catalogue.v1.RetailService" });
+      ask({ case: "fileContainingSymbol", value: "gateway.catalogue.v1.RetailService.ItemGet" });
+      ask({ case: "fileByFilename", value: "no/such/file.proto" });
+      stream.end();
+      await done;
+      expect(responses).toHaveLength(4);
+      const [list, file, method, missing] = responses;
+      expect(list!.messageResponse.case).toBe("listServicesResponse");
+      const names = (list!.messageResponse.value as reflection.ListServiceResponse).service.map((s) => s.name);
+      expect(names).toEqual(expect.arrayContaining(["gateway.catalogue.v1.RetailService", "grpc.health.v1.Health"]));
+      expect(missing!.messageResponse.case).toBe("errorResponse");
+      expect((missing!.messageResponse.value as reflection.ErrorResponse).errorCode).toBe(grpc.status.NOT_FOUND);
+      expect(method!.messageResponse.case).toBe("fileDescriptorResponse");
+      // The files as a reflection client gets them: enough to build every message and call the method.
+      const protos = (file!.messageResponse.value as reflection.FileDescriptorResponse).fileDescriptorProto.map((b) => fromBinary(FileDescriptorProtoSchema, b));
+      expect(protos[0]!.name).toBe("gateway/catalogue/v1/retail.proto");
+      const registry = createFileRegistry(create(FileDescriptorSetSchema, { file: protos.reverse() }));
+      const service = registry.getService("gateway.catalogue.v1.RetailService")!;
+      const itemGet = service.methods.find((m) => m.name === "ItemGet")!;
+      const metadata = new grpc.Metadata();
+      metadata.set("x-api-key", gw.account.key);
+      metadata.set("x-api-secret", gw.account.secret);
+      const res = (await grpcUnary(gw.port, "/gateway.catalogue.v1.RetailService/ItemGet", itemGet.input, itemGet.output, { numIid: demo.retailNumIid }, metadata)) as {
+        item: { numIid: string };
+      };
+      expect(res.item.numIid).toBe(demo.retailNumIid);
+    } finally {
+      client.close();
+    }
+  });
+});
+
+describe("unknown RPC paths answer in the caller's protocol", () => {
+  it("gRPC via grpc-js and buf curl: UNIMPLEMENTED (12)", async () => {
+    const err = (await grpcUnary(gw.port, "/gateway.catalogue.v1.RetailService/Nope", HealthCheckRequestSchema, HealthCheckResponseSchema, {}).catch((e: unknown) => e)) as grpc.ServiceError;
+    expect(err.code).toBe(grpc.status.UNIMPLEMENTED);
+    const schema = join(root, "test", "fixtures", "unknown-service.proto");
+    for (const protocol of [["--protocol", "grpc", "--http2-prior-knowledge"], ["--protocol", "grpcweb"], ["--protocol", "connect"]]) {
+      const res = await bufCurl([...protocol, "--schema", schema, "-d", "{}", `${gw.base}/elsewhere.v1.ElsewhereService/Ping`]);
+      expect(res.code, res.stderr).not.toBe(0);
+      expect(JSON.parse(res.stdout || res.stderr).code).toBe("unimplemented");
+    }
+  });
+
+  it("Connect: 404 with the unimplemented error JSON; gRPC-Web: grpc-status 12; legacy: still 4010", async () => {
+    const connect = await fetch(`${gw.base}/gateway.catalogue.v1.RetailService/Nope`, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
+    expect(connect.status).toBe(404);
+    expect(connect.headers.get("content-type")).toMatch(/^application\/json\b/);
+    expect(((await connect.json()) as { code: string }).code).toBe("unimplemented");
+    const web = await fetch(`${gw.base}/x.v1.Y/Z`, { method: "POST", headers: { "content-type": "application/grpc-web+proto" }, body: new Uint8Array(5) });
+    expect(web.status).toBe(200);
+    expect(web.headers.get("grpc-status")).toBe("12");
+    const legacy = await legacyGet(gw.base, "/retail/no_such_api/", {});
+    expect(legacy.json.error_code).toBe("4010");
+    const legacyPost = await fetch(`${gw.base}/retail/no_such_api/`, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
+    expect(((await legacyPost.json()) as { error_code: string }).error_code).toBe("4010");
+  });
+});
+
+describe("trusted proxies", () => {
+  const forwardedCall = (base: string, headers: Record<string, string>, auth: { key: string; secret: string }) =>
+    fetch(`${base}/retail/item_get/?${new URLSearchParams({ ...auth, num_iid: demo.retailNumIid })}`, { headers }).then((r) => r.json() as Promise<Record<string, string>>);
+
+  it("from an untrusted peer, Forwarded and X-Forwarded-For change nothing", async () => {
+    const res = await forwardedCall(gw.base, { "x-forwarded-for": "203.0.113.9", forwarded: "for=198.51.100.7" }, gw.account);
+    expect(res.client_ip).toBe("127.0.0.1");
+  });
+
+  it("behind a trusted proxy the rightmost untrusted hop is the client: in client_ip, the lockout and the logs", async () => {
+    const lines: string[] = [];
+    const proxied = await startGateway({ logLines: lines, config: { trustedProxies: "127.0.0.1, 10.0.0.0/8", authLockAfter: 3, authSlowAfter: 100, authLockSeconds: 60 } });
+    try {
+      const auth = proxied.account;
+      expect((await forwardedCall(proxied.base, { "x-forwarded-for": "198.51.100.1, 203.0.113.9, 10.1.2.3" }, auth)).client_ip).toBe("203.0.113.9");
+      expect((await forwardedCall(proxied.base, { forwarded: 'for=198.51.100.7;proto=https, for="[2001:db8::1]:4711"' }, auth)).client_ip).toBe("2001:db8::1");
+      // An RPC sees the same address.
+      const rpc = await fetch(`${proxied.base}/gateway.catalogue.v1.RetailService/ItemGet`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "x-api-key": auth.key, "x-api-secret": auth.secret, "x-forwarded-for": "192.0.2.44" },
+        body: JSON.stringify({ numIid: demo.retailNumIid }),
+      });
+      expect(((await rpc.json()) as { status: { clientIp: string } }).status.clientIp).toBe("192.0.2.44");
+      // One client's failed logins lock out that client, not everyone behind the proxy.
+      const bad = { key: "no-such-key", secret: "x" };
+      for (let i = 0; i < 4; i++) await forwardedCall(proxied.base, { "x-forwarded-for": "203.0.113.66" }, bad);
+      expect((await forwardedCall(proxied.base, { "x-forwarded-for": "203.0.113.66" }, auth)).error_code).toBe("4008");
+      expect((await forwardedCall(proxied.base, { "x-forwarded-for": "203.0.113.67" }, auth)).error_code).toBe("0000");
+      const access = lines.map((l) => JSON.parse(l) as { msg: string; req?: { remoteAddress: string } }).filter((l) => l.msg === "incoming request");
+      expect(access.map((l) => l.req!.remoteAddress)).toEqual(expect.arrayContaining(["203.0.113.9", "2001:db8::1", "192.0.2.44", "203.0.113.66"]));
+    } finally {
+      await proxied.close();
+    }
+  });
+});
+
+describe("logs", () => {
+  it("one request id ties the access lines to the status block and the ledger row", async () => {
+    logLines.length = 0;
+    const res = await legacyGet(gw.base, "/retail/item_get/", { key: gw.account.key, secret: gw.account.secret, num_iid: demo.retailNumIid });
+    const requestId = res.json.request_id as string;
+    await gw.runtime.meter.flush();
+    const lines = logLines.map((l) => JSON.parse(l) as { requestId?: string; msg: string });
+    expect(lines.filter((l) => l.requestId === requestId).map((l) => l.msg)).toEqual(["incoming request", "request completed"]);
+    const report = await gw.runtime.meter.query({ account: gw.account.key, rows: 100 });
+    expect(report.rows.map((r) => r.requestId)).toContain(requestId);
+    // Every line is JSON, and no line quotes the secret.
+    expect(logLines.join("\n")).not.toContain(gw.account.secret);
+  });
+});
