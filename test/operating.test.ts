@@ -351,3 +351,43 @@ describe("logs", () => {
     expect(logLines.join("\n")).not.toContain(gw.account.secret);
   });
 });
+
+describe("shutdown", () => {
+  it("on SIGTERM readiness turns 503 first while calls are still served, then the gateway drains and exits 0", async () => {
+    const { spawn } = await import("node:child_process");
+    const { mkdtempSync, rmSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const dataDir = mkdtempSync(join(tmpdir(), "gateway-drain-"));
+    const child = spawn(process.execPath, [join(root, "bin", "gateway.js"), "serve", "--demo"], {
+      env: { ...process.env, GATEWAY_DATA_DIR: dataDir, GATEWAY_PORT: "0", GATEWAY_DRAIN_DELAY_MS: "1500", GATEWAY_LOG_LEVEL: "warn" },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let output = "";
+    child.stdout.on("data", (d: Buffer) => (output += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (output += d.toString()));
+    const exited = new Promise<number | null>((r) => child.on("exit", r));
+    try {
+      const until = Date.now() + 20_000;
+      while (!/Demo account/.test(output) && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+      const base = /listening on (http:\/\/\S+) /.exec(output)![1]!;
+      const [, key, secret] = /Demo account\s+key: (\S+)\s+secret: (\S+)/.exec(output)!;
+      expect((await fetch(`${base}/readyz`)).status).toBe(200);
+      child.kill("SIGTERM");
+      let ready = 200;
+      while (ready === 200 && Date.now() < until) {
+        await new Promise((r) => setTimeout(r, 50));
+        ready = (await fetch(`${base}/readyz`)).status;
+      }
+      expect(ready).toBe(503);
+      // Still serving while load balancers take it out: a fresh connection gets its call answered.
+      const call = await legacyGet(base, "/retail/item_get/", { key: key!, secret: secret!, num_iid: demo.retailNumIid });
+      expect(call.json.error_code).toBe("0000");
+      expect(await exited).toBe(0);
+      const lines = output.split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as { msg: string });
+      expect(lines.at(-1)!.msg).toBe("stopped");
+    } finally {
+      child.kill("SIGKILL");
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});

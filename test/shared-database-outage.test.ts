@@ -82,12 +82,23 @@ describe("a shared-mode gateway when PostgreSQL goes away", () => {
         reason: string;
       };
     expect((await call()).error_code).toBe("0000");
+    const readyz = async () => {
+      const res = await fetch(`${base}/readyz`);
+      return { status: res.status, body: (await res.json()) as { failing?: string[]; checks: Record<string, { ok: boolean; reason?: string }> } };
+    };
+    const before = await readyz();
+    expect(before.status).toBe(200);
+    expect(Object.keys(before.body.checks).sort()).toEqual(["draining", "postgres", "redis"]);
 
     await closeProxy();
     await new Promise((r) => setTimeout(r, 1100)); // past what the replica remembers of the account
     const down = await call();
     expect(down.error_code).toBe("4000");
     expect(down.reason).toContain("PostgreSQL");
+    // Readiness says so too, naming PostgreSQL and nothing else.
+    const unready = await readyz();
+    expect(unready.status).toBe(503);
+    expect(unready.body.failing).toEqual(["postgres"]);
 
     await openProxy();
     const until = Date.now() + 15_000;
@@ -97,6 +108,7 @@ describe("a shared-mode gateway when PostgreSQL goes away", () => {
       code = (await call()).error_code;
     }
     expect(code).toBe("0000");
+    expect((await readyz()).status).toBe(200);
     // Nothing was charged while it was away: the account was charged for exactly the two calls that answered 0000.
     const usage = JSON.parse((await runCli(["usage", "--account", a.key, "--json"], env)).stdout) as { totals: { code: string; charge: string; calls: number }[] };
     expect(usage.totals.filter((t) => t.charge === "charged").reduce((n, t) => n + t.calls, 0)).toBe(2);
