@@ -16,6 +16,8 @@ import { Readiness } from "../../core/health.ts";
 import { clientAddressResolver } from "./client-address.ts";
 import { installMetrics, type PrometheusTelemetry } from "./metrics.ts";
 import { installProbes } from "./probes.ts";
+import { installOpenApi } from "../legacy/openapi.ts";
+import { operations } from "../../operations/index.ts";
 import { answerUnknownRpc, rpcProtocolOf } from "./unknown-rpc.ts";
 
 export interface AppOptions {
@@ -135,6 +137,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   });
   const readiness = options.readiness ?? new Readiness([]);
   installProbes(app, readiness);
+  installOpenApi(app, operations);
   if (options.metrics !== undefined) installMetrics(app, options.metrics.telemetry, options.metrics.token);
   // Before CORS, whose hook answers OPTIONS itself: the shim's hook adds what each path allows.
   installLegacyShim(app, gateway);
