@@ -391,3 +391,18 @@ describe("shutdown", () => {
     }
   });
 });
+
+describe("install", () => {
+  const systemNode = "/usr/bin/node";
+  it("bin/gateway.js started by an older system Node hands itself over to the pinned Node 24", async () => {
+    let version = "";
+    try {
+      version = (await run(systemNode, ["--version"])).stdout.trim();
+    } catch {
+      return; // no system Node here: nothing older to start it with
+    }
+    if (Number(version.slice(1).split(".")[0]) >= 24) return;
+    const { stdout } = await run(systemNode, [join(root, "bin", "gateway.js"), "--help"], { cwd: root });
+    expect(stdout).toMatch(/^usage: gateway <command>/);
+  });
+});

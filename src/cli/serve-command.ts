@@ -112,6 +112,18 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
     };
     process.once("SIGTERM", () => stop("SIGTERM"));
     process.once("SIGINT", () => stop("SIGINT"));
+    // Started through npm or npx, the gateway runs under `sh -c`, which does not pass SIGTERM on:
+    // a supervisor's SIGTERM ends npm and the shell and would leave the gateway running alone.
+    // So when the process that started it is gone, it stops as on SIGTERM.
+    if (process.env.npm_command !== undefined) {
+      const parent = process.ppid;
+      const watch = setInterval(() => {
+        if (process.ppid === parent) return;
+        clearInterval(watch);
+        stop("parent exited");
+      }, 500);
+      watch.unref();
+    }
   });
   return 0;
 }

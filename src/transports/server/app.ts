@@ -1,6 +1,6 @@
 import { cors as connectCors } from "@connectrpc/connect";
 import fastifyCors from "@fastify/cors";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from "fastify";
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from "fastify";
 import http2 from "node:http2";
 import type { Gateway } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
@@ -101,7 +101,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     return503OnClosing: false,
     // One id per request, the core's own: the access line, any error line and the ledger row carry the same one.
     genReqId: () => gateway.newRequestId(),
-    requestIdLogLabel: "requestId",
+    logController: new LogController({ requestIdLogLabel: "requestId" }),
     ...(options.logger !== undefined
       ? { loggerInstance: options.logger as FastifyBaseLogger }
       : options.logLevel === false
