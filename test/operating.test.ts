@@ -161,6 +161,8 @@ describe("metrics", () => {
       });
       expect(connect.status).toBe(200);
       await legacyGet(m.base, "/nowhere/at_all/", {});
+      const admin = await fetch(`${m.base}/gateway.admin.v1.AdminService/ListAccounts`, { method: "POST", headers: { "content-type": "application/json", authorization: "Bearer not-the-token" }, body: "{}" });
+      expect(admin.status).toBe(401);
       await m.runtime.meter.flush();
       const text = await scrape();
       const s = samples(text);
@@ -172,6 +174,7 @@ describe("metrics", () => {
       expect(s.get('gateway_cache_events_total{operation="retail/item_get",result="miss"}')).toBe(1);
       expect(s.get('gateway_cache_events_total{operation="retail/item_get",result="hit"}')).toBe(5);
       expect(s.get('gateway_auth_failures_total{reason="unknown_key"}')).toBe(3);
+      expect(s.get('gateway_auth_failures_total{reason="admin_token"}')).toBe(1);
       expect(s.get("gateway_inflight_calls")).toBe(0);
       // Every call has one ledger row (or refusal count), and every one went through a group commit.
       // The 6 calls of an account each have a ledger row; the 4 without one are counted per address instead.

@@ -5,6 +5,7 @@ import type { OperationId } from "../../contract/operations.ts";
 import { AccountAdminError, AccountNotFoundError, type AccountAdmin } from "../../core/account-admin.ts";
 import type { Account } from "../../core/accounts.ts";
 import type { AddressLockout } from "../../core/address-lockout.ts";
+import { noTelemetry, type Telemetry } from "../../core/telemetry.ts";
 import { clientIpKey } from "./context.ts";
 import type { LedgerRow, Meter, UsageTotal } from "../../core/meter.ts";
 import type { OperatorSwitches } from "../../core/operator-switches.ts";
@@ -77,7 +78,7 @@ function digest(s: string): Buffer {
  * configured the admin API is off. Wrong tokens count against the caller's
  * address as failed account credentials do: slowed, then refused for a while.
  */
-export function requireAdminToken(token: string, lockout: AddressLockout): Interceptor {
+export function requireAdminToken(token: string, lockout: AddressLockout, telemetry: Telemetry = noTelemetry): Interceptor {
   const expected = digest(token);
   return (next) => async (req) => {
     if (token === "") throw new ConnectError("the admin API is off: set GATEWAY_ADMIN_TOKEN", Code.Unauthenticated);
@@ -88,8 +89,12 @@ export function requireAdminToken(token: string, lockout: AddressLockout): Inter
       throw new ConnectError((e as Error).message, (e as { code?: number }).code === 4008 ? Code.ResourceExhausted : Code.Unavailable);
     }
     const presented = /^Bearer (.+)$/.exec(req.header.get("authorization") ?? "")?.[1];
-    if (presented === undefined) throw new ConnectError("send authorization: Bearer <admin token>", Code.Unauthenticated);
+    if (presented === undefined) {
+      telemetry.authFailed("admin_token");
+      throw new ConnectError("send authorization: Bearer <admin token>", Code.Unauthenticated);
+    }
     if (!timingSafeEqual(digest(presented), expected)) {
+      telemetry.authFailed("admin_token");
       const hold = await lockout.failed(ip, Date.now()).catch(() => 0);
       if (hold > 0) await new Promise((r) => setTimeout(r, hold));
       throw new ConnectError("the admin token is not valid", Code.Unauthenticated);
@@ -127,6 +132,8 @@ export interface AdminRouteOptions {
   readonly lockout: AddressLockout;
   /** Run before the token check (a service's interceptors replace the router's). */
   readonly interceptors?: readonly Interceptor[];
+  /** Where failed admin tokens are counted. */
+  readonly telemetry?: Telemetry;
 }
 
 /** The AdminService over the same core the CLI uses. */
@@ -201,6 +208,6 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           return { totals: report.totals.map(totalMessage), rows: report.rows.map(rowMessage), calls, chargedCalls: charged, amount: formatMoney(amount) };
         }),
       },
-      { interceptors: [...(options.interceptors ?? []), requireAdminToken(options.token, options.lockout)] },
+      { interceptors: [...(options.interceptors ?? []), requireAdminToken(options.token, options.lockout, options.telemetry)] },
     );
 }

@@ -5,6 +5,7 @@ import type { FastifyInstance } from "fastify";
 import type { AddressLockout } from "../../core/address-lockout.ts";
 import type { Gateway } from "../../core/gateway.ts";
 import type { Readiness } from "../../core/health.ts";
+import type { Telemetry } from "../../core/telemetry.ts";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { operations } from "../../operations/index.ts";
 import { adminRoutes, type AdminPorts } from "./admin-service.ts";
@@ -25,6 +26,8 @@ export interface ConnectOptions {
   readonly readMaxBytes: number;
   /** What `grpc.health.v1.Health` reports. */
   readonly readiness: Readiness;
+  /** Where failed admin tokens are counted. */
+  readonly telemetry?: Telemetry | undefined;
 }
 
 /**
@@ -41,7 +44,7 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
     routes: (router) => {
       catalogueRoutes(options.gateway, operations)(router);
       // Service interceptors replace the router's, so the admin service is given the logger again.
-      if (options.admin) adminRoutes(options.admin.ports, { token: options.admin.token, lockout: options.lockout, interceptors: [logInternal] })(router);
+      if (options.admin) adminRoutes(options.admin.ports, { token: options.admin.token, lockout: options.lockout, interceptors: [logInternal], ...(options.telemetry ? { telemetry: options.telemetry } : {}) })(router);
       // Every service on the port, these two included, is named by health and listed by reflection.
       const mounted = [...new Map(router.handlers.map((h) => [h.service.typeName, h.service])).values(), Health, ...reflectionServices];
       const names = mounted.map((s) => s.typeName);

@@ -151,6 +151,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // A plain OPTIONS (no Origin) is answered too, with its Allow header.
     strictPreflight: false,
   });
-  await registerConnect(app, { gateway, admin: options.admin, lockout: options.lockout ?? new MemoryAddressLockout(), readMaxBytes: maxBodyBytes, readiness });
+  await registerConnect(app, { gateway, admin: options.admin, lockout: options.lockout ?? new MemoryAddressLockout(), readMaxBytes: maxBodyBytes, readiness, telemetry: options.metrics?.telemetry });
   return app;
 }
