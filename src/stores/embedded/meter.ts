@@ -113,7 +113,7 @@ export class SqliteMeter implements Meter {
         "INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       ),
       count: db.prepare(
-        "INSERT INTO usage_daily (account, day, charged) VALUES (?, ?, 1) ON CONFLICT (account, day) DO UPDATE SET charged = charged + 1",
+        "INSERT INTO usage_daily (account, day, charged) VALUES (?, ?, ?) ON CONFLICT (account, day) DO UPDATE SET charged = charged + excluded.charged",
       ),
       deduct: db.prepare("UPDATE balances SET micros = micros - ? WHERE account = ?"),
       topUp: db.prepare("INSERT INTO balances (account, micros) VALUES (?, ?) ON CONFLICT (account) DO UPDATE SET micros = micros + excluded.micros"),
@@ -304,18 +304,26 @@ export class SqliteMeter implements Meter {
     // One transaction for the batch; if it fails, each row in its own, so one
     // bad row (say, an id written before) does not cost the others theirs.
     const failures = new Map<Queued, unknown>();
+    // A row each; the day counts and balance deductions once per account and day of the batch, in the same transaction.
     const write = (rows: Queued[]) =>
       this.transaction(() => {
+        const counts = new Map<string, { account: string; day: string; calls: number }>();
+        const deductions = new Map<string, bigint>();
         for (const { row } of rows) {
           this.sql.insert.run(
             row.requestId, row.at, row.day, row.account ?? null, row.operation ?? null, row.code, row.charge,
             row.price, row.cacheHit ? 1 : 0, row.latencyMicros, row.transport,
           );
           if (row.charge === "charged" && row.account !== undefined) {
-            this.sql.count.run(row.account, row.day);
-            if (row.price > 0n) this.sql.deduct.run(row.price, row.account);
+            const k = dayKey(row.account, row.day);
+            const c = counts.get(k);
+            if (c === undefined) counts.set(k, { account: row.account, day: row.day, calls: 1 });
+            else c.calls++;
+            if (row.price > 0n) deductions.set(row.account, (deductions.get(row.account) ?? 0n) + row.price);
           }
         }
+        for (const c of counts.values()) this.sql.count.run(c.account, c.day, c.calls);
+        for (const [account, micros] of deductions) this.sql.deduct.run(micros, account);
       });
     const whole = write(batch);
     if (whole !== undefined && batch.length === 1) failures.set(batch[0]!, whole);

@@ -70,8 +70,9 @@ function unroutableReason(catalogue: string, apiName: string): string {
  */
 export function installLegacyShim(root: FastifyInstance, gateway: Gateway): void {
   const legacyPaths = new Set(operations.flatMap((op) => [op.path, op.path.replace(/\/$/, "")]));
-  root.addHook("onRequest", async (req, reply) => {
+  root.addHook("onRequest", (req, reply, done) => {
     if (req.method === "OPTIONS") reply.header("allow", legacyPaths.has(req.url.split("?")[0]!) ? legacyMethods : "GET, POST, OPTIONS");
+    done();
   });
   root.setNotFoundHandler(async (req, reply) => {
     const path = req.url.split("?")[0]!.slice(0, 200);

@@ -130,10 +130,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     },
   });
   // A request for an RPC this server lacks is answered in its own protocol, before any body parser sees it.
-  app.addHook("onRequest", async (req, reply) => {
-    if (!req.is404 && req.routeOptions.url !== unroutablePath) return;
-    const transport = rpcProtocolOf(req);
-    if (transport !== undefined) return answerUnknownRpc(gateway, req, reply, transport);
+  // A callback hook, not an async one: every request passes here, and a promise per request costs.
+  app.addHook("onRequest", (req, reply, done) => {
+    const transport = req.is404 || req.routeOptions.url === unroutablePath ? rpcProtocolOf(req) : undefined;
+    if (transport === undefined) return done();
+    answerUnknownRpc(gateway, req, reply, transport).catch((e: unknown) => reply.send(e));
   });
   const readiness = options.readiness ?? new Readiness([]);
   installProbes(app, readiness);
