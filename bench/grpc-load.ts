@@ -7,6 +7,8 @@ export interface LoadResult {
   p50: number;
   p99: number;
   max: number;
+  /** The server's own CPU time (user + system) per request, in microseconds, when its process was watched. */
+  cpuUs?: number;
 }
 
 /**

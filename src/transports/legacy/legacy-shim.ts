@@ -1,4 +1,3 @@
-import fastifyCompress from "@fastify/compress";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { unspecifiedApiNames } from "../../contract/operations.ts";
 import type { Operation } from "../../core/operation.ts";
@@ -8,6 +7,7 @@ import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { isLegacyFormat, legacyFormats, renderLegacy, type LegacyFormatName } from "../../render/legacy-formats.ts";
 import { legacyResponse } from "../../render/legacy-response.ts";
 import { credentialFields, readCredentials } from "../credentials.ts";
+import { compress, negotiateEncoding } from "./legacy-compression.ts";
 import { legacyParams, type LegacyParams } from "./legacy-params.ts";
 
 const operationList = operations.map((op) => op.id).join(", ");
@@ -29,12 +29,20 @@ function formatOf(params: LegacyParams): { format: LegacyFormatName; rejection?:
   return { format: "json", rejection: `result_type must be one of ${formatList}` };
 }
 
-/** Renders an outcome in a legacy format. Business errors travel as HTTP 200: legacy clients decide on error_code. */
+/**
+ * Renders an outcome in a legacy format, compressed as `Accept-Encoding`
+ * asks (br, gzip or deflate). Business errors travel as HTTP 200: legacy
+ * clients decide on error_code.
+ */
 export function sendLegacy(reply: FastifyReply, outcome: Outcome, format: LegacyFormatName): FastifyReply {
   const { contentType } = legacyFormats[format];
-  // Vary on every answer, compressed or not, so no cache serves a compressed body
-  // to a client that did not ask for one (the compressor adds it only when it compresses).
-  return reply.code(200).header("content-type", contentType).header("vary", "accept-encoding").send(renderLegacy(format, legacyResponse(outcome)));
+  const body = renderLegacy(format, legacyResponse(outcome));
+  // Vary on every answer, compressed or not, so no cache serves a compressed body to a client that did not ask for one.
+  reply.code(200).header("content-type", contentType).header("vary", "accept-encoding");
+  // A HEAD answer has no body to compress (its headers are the uncompressed body's).
+  const encoding = reply.request.method === "HEAD" ? undefined : negotiateEncoding(reply.request.headers["accept-encoding"]);
+  if (encoding === undefined) return reply.send(body);
+  return reply.header("content-encoding", encoding).send(compress(encoding, body));
 }
 
 /**
@@ -79,9 +87,8 @@ export function installLegacyShim(root: FastifyInstance, gateway: Gateway): void
     const reason = `${req.method} ${path} is not an operation of this gateway; operations: ${operationList}`;
     return refuseLegacy(gateway, req, reply, { code: ErrorCode.API_NOT_FOUND, reason, apiType: path.split("/")[1] ?? "" });
   });
-  // Encapsulated, so its compression and body parsers touch only the legacy paths.
+  // Encapsulated, so its body parsers touch only the legacy paths.
   void root.register(async function legacyRoutes(app: FastifyInstance): Promise<void> {
-    await app.register(fastifyCompress, { encodings: ["br", "gzip", "deflate"], threshold: 0 });
     // A body is JSON or a form; Fastify's text/plain parser would let other text through.
     app.removeContentTypeParser("text/plain");
     app.addContentTypeParser("application/x-www-form-urlencoded", { parseAs: "string" }, (_req, body, done) => done(null, body));
