@@ -1,18 +1,36 @@
-import type { DescField, DescMessage, Message } from "@bufbuild/protobuf";
+import { create, toBinary, type DescField, type DescMessage, type Message, type UnknownField } from "@bufbuild/protobuf";
+import { BinaryReader } from "@bufbuild/protobuf/wire";
 import type { DescMethodUnary } from "@bufbuild/protobuf";
 import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
-import type { CallInput, Gateway, Transport } from "../../core/gateway.ts";
+import type { CallInput, Gateway, Outcome, Transport } from "../../core/gateway.ts";
 import type { Operation } from "../../core/operation.ts";
 import { CacheMode, Lang } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { credentialFields, readCredentials } from "../credentials.ts";
 import { clientIpKey, requestIdKey } from "./context.ts";
 import { statusError } from "./status-error.ts";
 
-function transportOf(ctx: HandlerContext): Transport {
+/** What a catalogue handler reads of a call besides its message: the same whichever path the call took. */
+export interface CallSource {
+  header(name: string): string | undefined;
+  readonly clientIp: string;
+  readonly requestId: string | undefined;
+  readonly signal: AbortSignal | undefined;
+  readonly transport: Transport;
+  /** The messages travel in the protobuf binary format (Connect proto, gRPC, gRPC-Web), not JSON. */
+  readonly binary: boolean;
+}
+
+/** A connect-es handler context as a CallSource. */
+function sourceOfContext(ctx: HandlerContext): CallSource {
   const contentType = ctx.requestHeader.get("content-type") ?? "";
-  if (contentType.startsWith("application/grpc-web")) return "grpc-web";
-  if (contentType.startsWith("application/grpc")) return "grpc";
-  return "connect";
+  return {
+    header: (name) => ctx.requestHeader.get(name) ?? undefined,
+    clientIp: ctx.values.get(clientIpKey),
+    requestId: ctx.values.get(requestIdKey) || undefined,
+    signal: ctx.signal,
+    transport: contentType.startsWith("application/grpc-web") ? "grpc-web" : contentType.startsWith("application/grpc") ? "grpc" : "connect",
+    binary: binaryCall(ctx),
+  };
 }
 
 // Typed options become the legacy strings; an enum number this server does not
@@ -25,14 +43,14 @@ function option(table: Record<number, string | undefined>, value: number): strin
 }
 
 /** Reads an operation's request message as the core's input: its argument fields by their proto names, the common options as legacy strings. */
-function requestReader(operation: Operation): (req: Message, ctx: HandlerContext) => CallInput {
+function requestReader(operation: Operation): (req: Message, src: CallSource) => CallInput {
   const fields = operation.method.input.fields;
   const argFields = operation.args.map((arg) => [arg.name, fields.find((f) => f.name === arg.name)!.localName] as const);
   const local = (name: string) => (fields.find((f: DescField) => f.name === name) as DescField).localName;
   const cacheField = local("cache");
   const langField = local("lang");
   const path = `/${operation.service.typeName}/${operation.method.name}`;
-  return (req, ctx) => {
+  return (req, src) => {
     const r = req as unknown as Record<string, unknown>;
     const given: Record<string, string | undefined> = {};
     for (const [name, field] of argFields) {
@@ -45,36 +63,95 @@ function requestReader(operation: Operation): (req: Message, ctx: HandlerContext
       ...options,
       // What the RPC sends, under the legacy names: what a signature covers.
       credentials: readCredentials({
-        field: (name) => ctx.requestHeader.get(credentialFields[name].header) ?? undefined,
-        authorization: ctx.requestHeader.get("authorization") ?? undefined,
+        field: (name) => src.header(credentialFields[name].header),
+        authorization: src.header("authorization"),
         method: "RPC",
         path,
         params: () => ({ ...given, ...options }),
       }),
-      transport: transportOf(ctx),
-      clientIp: ctx.values.get(clientIpKey),
-      requestId: ctx.values.get(requestIdKey) || undefined,
-      signal: ctx.signal,
+      transport: src.transport,
+      clientIp: src.clientIp,
+      requestId: src.requestId,
+      signal: src.signal,
     };
   };
+}
+
+/** Whether the call's messages travel in the protobuf binary format (Connect proto, gRPC, gRPC-Web), not JSON. */
+function binaryCall(ctx: HandlerContext): boolean {
+  if (ctx.requestMethod === "GET") return new URL(ctx.url, "http://x").searchParams.get("encoding") === "proto";
+  const contentType = ctx.requestHeader.get("content-type") ?? "";
+  return contentType !== "" && !contentType.includes("json");
+}
+
+const itemFieldsMemo = "rpc-item-fields";
+
+/**
+ * The response's `item` field (or fields, for a list) as encoded bytes, kept
+ * in the cache entry's memo: every binary answer from that entry sends them
+ * as they are instead of encoding the item again. They ride in the message's
+ * unknown fields, which the binary writer copies verbatim after the known
+ * ones: the bytes a client decodes are the same message, with `item` after
+ * `status` on the wire (field order is free in protobuf).
+ */
+export function itemFields(operation: Operation, outcome: Extract<Outcome, { kind: "success" }>): UnknownField[] | undefined {
+  const memo = outcome.memo;
+  if (memo === undefined) return undefined;
+  let fields = memo.get(itemFieldsMemo) as UnknownField[] | undefined;
+  if (fields === undefined) {
+    const bytes = toBinary(operation.method.output, create(operation.method.output, { item: outcome.item } as never));
+    const reader = new BinaryReader(bytes);
+    fields = [];
+    while (reader.pos < reader.len) {
+      const [no, wireType] = reader.tag();
+      fields.push({ no, wireType, data: reader.skip(wireType, no) });
+    }
+    memo.set(itemFieldsMemo, fields);
+  }
+  return fields;
 }
 
 /**
  * The catalogue services: one generic handler per operation of the table,
  * each RPC one call of the core. A success is the operation's response
  * message (`item` and `status`); anything else is an error with the status
- * block as detail.
+ * block as detail. A binary answer from the cache sends the item's bytes
+ * encoded once per cache entry (itemFields); JSON answers encode it each time.
  */
 export function catalogueRoutes(gateway: Gateway, operations: readonly Operation[]): (router: ConnectRouter) => void {
   return (router) => {
     for (const operation of operations) {
-      const read = requestReader(operation);
-      if (operation.method.methodKind !== "unary") throw new Error(`${operation.method.name} must be unary`);
-      router.rpc(operation.method as DescMethodUnary<DescMessage, DescMessage>, async (req, ctx) => {
-        const outcome = await gateway.call(operation, read(req, ctx));
-        if (outcome.kind !== "success") throw statusError(outcome.status, outcome.unauthenticated === true);
-        return { item: outcome.item, status: outcome.status } as never;
-      });
+      const call = operationCall(gateway, operation);
+      router.rpc(operation.method as DescMethodUnary<DescMessage, DescMessage>, (req, ctx) => call(req, sourceOfContext(ctx)) as never);
     }
+  };
+}
+
+/** One call of an operation: its successful outcome, or a ConnectError with the status block as detail. */
+export function operationAnswer(gateway: Gateway, operation: Operation): (req: Message, src: CallSource) => Promise<Extract<Outcome, { kind: "success" }>> {
+  if (operation.method.methodKind !== "unary") throw new Error(`${operation.method.name} must be unary`);
+  const read = requestReader(operation);
+  return async (req, src) => {
+    const outcome = await gateway.call(operation, read(req, src));
+    if (outcome.kind !== "success") throw statusError(outcome.status, outcome.unauthenticated === true);
+    return outcome;
+  };
+}
+
+/**
+ * One call of an operation as an RPC: the request message and what else the
+ * call says (CallSource) in, the response message out, or a ConnectError
+ * with the status block as detail.
+ */
+export function operationCall(gateway: Gateway, operation: Operation): (req: Message, src: CallSource) => Promise<Message> {
+  const answer = operationAnswer(gateway, operation);
+  const output = operation.method.output;
+  return async (req, src) => {
+    const outcome = await answer(req, src);
+    const fields = src.binary ? itemFields(operation, outcome) : undefined;
+    if (fields === undefined) return create(output, { item: outcome.item, status: outcome.status } as never) as Message;
+    const message = create(output, { status: outcome.status } as never) as Message;
+    message.$unknown = fields;
+    return message;
   };
 }

@@ -1,7 +1,8 @@
-import { createContextValues } from "@connectrpc/connect";
+import { Code, ConnectError, createConnectRouter, createContextValues, type ContextValues } from "@connectrpc/connect";
+import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { AddressLockout } from "../../core/address-lockout.ts";
 import type { Gateway } from "../../core/gateway.ts";
 import type { Readiness } from "../../core/health.ts";
@@ -15,6 +16,7 @@ import { healthRoutes } from "./health-service.ts";
 import { DescriptorIndex, reflectionRoutes, reflectionServices } from "./reflection-service.ts";
 import { logInternalErrors } from "./internal-errors.ts";
 import { undecodableIsInvalidArgument } from "./undecodable-request.ts";
+import { acceptCompression, unaryFastPath } from "./unary-fast-path.ts";
 
 export interface ConnectOptions {
   readonly gateway: Gateway;
@@ -28,6 +30,8 @@ export interface ConnectOptions {
   readonly readiness: Readiness;
   /** Where failed admin tokens are counted. */
   readonly telemetry?: Telemetry | undefined;
+  /** Serve Connect unary calls of the catalogue without connect-node where it can (default true; off, every call takes connect-node's path). */
+  readonly rpcFastPath?: boolean | undefined;
 }
 
 /**
@@ -39,14 +43,18 @@ export interface ConnectOptions {
  */
 export async function registerConnect(app: FastifyInstance, options: ConnectOptions): Promise<void> {
   const logInternal = logInternalErrors(app.log);
+  const contextValues = (req: FastifyRequest) => createContextValues().set(clientIpKey, req.clientIp).set(requestIdKey, req.id);
+  // The catalogue services have routes of their own (catalogueConnectRoutes), with a fast path for their hottest shape.
+  const catalogue = createConnectRouter({ interceptors: [logInternal], readMaxBytes: options.readMaxBytes, acceptCompression });
+  catalogueRoutes(options.gateway, operations)(catalogue);
   await app.register(fastifyConnectPlugin, {
     interceptors: [logInternal],
     routes: (router) => {
-      catalogueRoutes(options.gateway, operations)(router);
       // Service interceptors replace the router's, so the admin service is given the logger again.
       if (options.admin) adminRoutes(options.admin.ports, { token: options.admin.token, lockout: options.lockout, interceptors: [logInternal], ...(options.telemetry ? { telemetry: options.telemetry } : {}) })(router);
       // Every service on the port, these two included, is named by health and listed by reflection.
-      const mounted = [...new Map(router.handlers.map((h) => [h.service.typeName, h.service])).values(), Health, ...reflectionServices];
+      const services = [...catalogue.handlers, ...router.handlers].map((h) => [h.service.typeName, h.service] as const);
+      const mounted = [...new Map(services).values(), Health, ...reflectionServices];
       const names = mounted.map((s) => s.typeName);
       healthRoutes(options.readiness, () => names)(router);
       reflectionRoutes(new DescriptorIndex(mounted))(router);
@@ -54,6 +62,40 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
       handlers.forEach((h, i) => (handlers[i] = undecodableIsInvalidArgument(h)));
     },
     readMaxBytes: options.readMaxBytes,
-    contextValues: (req) => createContextValues().set(clientIpKey, req.clientIp).set(requestIdKey, req.id),
+    contextValues,
   });
+  await app.register(async (scope) => catalogueConnectRoutes(scope, catalogue.handlers as UniversalHandler[], options, contextValues));
+}
+
+/**
+ * The catalogue services' routes, each as connect-fastify would mount it (the
+ * universal handler on every method, Connect's content types read by the
+ * handler itself), with a fast path in front: a Connect unary call it can
+ * serve (unary-fast-path.ts) never reaches connect-node; anything else is
+ * handed to connect-node unchanged, with the body bytes the fast path read.
+ */
+function catalogueConnectRoutes(scope: FastifyInstance, handlers: UniversalHandler[], options: ConnectOptions, contextValues: (req: FastifyRequest) => ContextValues): void {
+  // Every content type reaches the handler unparsed, as in connect-fastify's scope.
+  scope.removeAllContentTypeParsers();
+  scope.addContentTypeParser("*", (_req, _payload, done) => done(null, undefined));
+  for (const handler of handlers) {
+    const operation = operations.find((op) => `/${op.service.typeName}/${op.method.name}` === handler.requestPath);
+    const fast = operation === undefined || options.rpcFastPath === false ? undefined : unaryFastPath(options.gateway, operation, { readMaxBytes: options.readMaxBytes, log: scope.log });
+    const universal = undecodableIsInvalidArgument(handler);
+    scope.all(handler.requestPath, async (req, reply) => {
+      const declined = fast === undefined ? {} : await fast(req, reply);
+      if (declined === undefined) return reply; // answered
+      try {
+        const request = universalRequestFromNodeRequest(req.raw, reply.raw, undefined, contextValues(req));
+        const response = await universal(declined.body === undefined ? request : { ...request, body: declined.body });
+        // Headers Fastify holds (CORS) go out with connect-node's answer, as connect-fastify does it.
+        for (const [key, value] of Object.entries(reply.getHeaders())) if (value !== undefined) reply.raw.setHeader(key, value);
+        await universalResponseToNodeResponse(response, reply.raw);
+      } catch (e) {
+        if (ConnectError.from(e).code === Code.Aborted) return;
+        scope.log.error({ err: e, requestId: req.id }, `handler for rpc ${handler.method.name} of ${handler.service.typeName} failed`);
+        if (!reply.raw.headersSent) reply.raw.destroy();
+      }
+    });
+  }
 }

@@ -46,6 +46,8 @@ export interface AppOptions {
   readonly metrics?: { readonly telemetry: PrometheusTelemetry; readonly token: string };
   /** Proxies (addresses, CIDRs) whose `Forwarded` / `X-Forwarded-For` name the client; empty trusts none. */
   readonly trustedProxies?: readonly string[];
+  /** The Connect unary fast path of the catalogue services (default on; the differential test turns it off to compare). */
+  readonly rpcFastPath?: boolean;
 }
 
 /** What the app does when its options leave a setting out: the one place these defaults live. */
@@ -152,6 +154,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // A plain OPTIONS (no Origin) is answered too, with its Allow header.
     strictPreflight: false,
   });
-  await registerConnect(app, { gateway, admin: options.admin, lockout: options.lockout ?? new MemoryAddressLockout(), readMaxBytes: maxBodyBytes, readiness, telemetry: options.metrics?.telemetry });
+  await registerConnect(app, { gateway, admin: options.admin, lockout: options.lockout ?? new MemoryAddressLockout(), readMaxBytes: maxBodyBytes, readiness, telemetry: options.metrics?.telemetry, rpcFastPath: options.rpcFastPath });
   return app;
 }

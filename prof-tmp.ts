@@ -1,0 +1,17 @@
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+const tree = "/work/main";
+const kind = process.argv[2] ?? "legacy";
+const config = await import(`${tree}/src/config.ts`);
+const runtimeMod = await import(`${tree}/src/runtime.ts`);
+const appMod = await import(`${tree}/src/transports/server/app.ts`);
+const cfg = { ...config.defaultConfig, dataDir: mkdtempSync(join(tmpdir(), "ab-")), port: 0, logLevel: "silent" };
+const runtime = await runtimeMod.openRuntime(cfg, {});
+await runtimeMod.seedDemoCatalogue(runtime);
+const { account, secret } = await runtime.admin.create({ name: "ab", dailyMax: 100000000, concurrency: 10000 });
+const app = await appMod.buildApp({ ...runtimeMod.appOptions(cfg, runtime, {}), logLevel: false });
+await app.listen({ host: "127.0.0.1", port: 0 });
+const port = (app.server.address() as { port: number }).port;
+console.log(JSON.stringify({ port, key: account.key, secret }));
+process.on("SIGINT", () => process.exit(0));
