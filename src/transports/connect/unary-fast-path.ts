@@ -11,7 +11,6 @@ import { StatusBlockSchema } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { Outcome } from "../../core/gateway.ts";
 import { operationAnswer, type CallSource } from "./catalogue-services.ts";
 
-const encoder = new TextEncoder();
 const itemBinaryMemo = "rpc-item-binary";
 const itemJsonMemo = "rpc-item-json";
 
@@ -25,22 +24,17 @@ const itemJsonMemo = "rpc-item-json";
 function successBytes(output: DescMessage, outcome: Extract<Outcome, { kind: "success" }>, binary: boolean): Uint8Array {
   const memo = outcome.memo;
   const key = binary ? itemBinaryMemo : itemJsonMemo;
-  let item = memo?.get(key) as Uint8Array | string | undefined;
+  let item = memo?.get(key) as Buffer | undefined;
   if (item === undefined) {
     const only = create(output, { item: outcome.item } as never);
-    item = binary ? toBinary(output, only) : toJsonString(output, only);
+    // Binary: the item's field(s). JSON: `{"item":X`, the whole message's text up to where the status joins it.
+    item = binary ? Buffer.from(toBinary(output, only)) : Buffer.from(toJsonString(output, only).slice(0, -1));
     memo?.set(key, item);
   }
   const status = create(output, { status: outcome.status } as never);
-  if (binary) {
-    const head = toBinary(output, status);
-    const bytes = new Uint8Array(head.length + (item as Uint8Array).length);
-    bytes.set(head);
-    bytes.set(item as Uint8Array, head.length);
-    return bytes;
-  }
-  // `{"item":X}` and `{"status":Y}` make `{"item":X,"status":Y}`.
-  return encoder.encode(`${(item as string).slice(0, -1)},${toJsonString(output, status).slice(1)}`);
+  // Binary: the status block's field, then the item's (field order is free in protobuf).
+  // JSON: `{"item":X` + `,"status":Y}`, exactly toJsonString of the whole message.
+  return binary ? Buffer.concat([toBinary(output, status), item]) : Buffer.concat([item, Buffer.from(`,${toJsonString(output, status).slice(1)}`)]);
 }
 
 /** The compressions connect-fastify offers (its default), in its order. */
