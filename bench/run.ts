@@ -139,6 +139,7 @@ async function main(): Promise<void> {
   writeFileSync(join(files, "answer.bin"), binaryAnswer);
   const bareFastify = await start("bench/servers/bare-fastify.ts", { BENCH_BODY_FILE: join(files, "body.json") });
   const bareConnect = await start("bench/servers/bare-connect.ts", { BENCH_MESSAGE_FILE: join(files, "answer.bin") });
+  const bareHttp2 = await start("bench/servers/bare-http2.ts", { BENCH_MESSAGE_FILE: join(files, "answer.bin") });
   const fastifyBase = `http://127.0.0.1:${bareFastify.ports[0]}`;
   const connectBase = `http://127.0.0.1:${bareConnect.ports[0]}`;
   const connectH2 = `http://127.0.0.1:${bareConnect.ports[1]}`;
@@ -166,6 +167,7 @@ async function main(): Promise<void> {
   add("baseline: bare connect-node, Connect JSON", await http1({ url: `${connectBase}/gateway.catalogue.v1.RetailService/ItemGet`, method: "POST", headers: { "content-type": "application/json" }, body: jsonRequest }, connectPid));
   add("baseline: bare connect-node, Connect binary", await http1({ url: `${connectBase}/gateway.catalogue.v1.RetailService/ItemGet`, method: "POST", headers: { "content-type": "application/proto" }, body: Buffer.from(request) as unknown as string }, connectPid));
   add("baseline: bare connect-node, gRPC (h2)", await grpc(connectH2, frame, {}, connectPid));
+  add("baseline: bare node:http2 gRPC unary handler", await grpc(`http://127.0.0.1:${bareHttp2.ports[0]}`, frame, {}, bareHttp2.child.pid!));
 
   add("1. legacy item_get hit, json", await http1({ url: `${base}${itemPath}` }, gw));
   add("2a. legacy item_get hit, serialize", await http1({ url: `${base}${itemPath}&result_type=serialize` }, gw));
@@ -218,6 +220,9 @@ async function main(): Promise<void> {
   const rpcVsFastify = rows
     .filter((r) => /^[45]\w*\./.test(r.case))
     .map((r) => `${r.case}: ${vsFastify(r).toFixed(2)}x of the bare Fastify route${r.cpuUs !== undefined && fastify.cpuUs !== undefined ? ` (CPU per request ${(r.cpuUs / fastify.cpuUs).toFixed(1)}x)` : ""}`);
+  const http2Ceiling = rows.find((r) => r.case === "baseline: bare node:http2 gRPC unary handler")!;
+  const grpcRow = rows.find((r) => r.case.startsWith("5."))!;
+  rpcVsFastify.push(`${grpcRow.case}: ${(grpcRow.rps / http2Ceiling.rps).toFixed(2)}x of the bare node:http2 gRPC unary handler${grpcRow.cpuUs !== undefined && http2Ceiling.cpuUs !== undefined ? ` (CPU per request ${(grpcRow.cpuUs / http2Ceiling.cpuUs).toFixed(1)}x)` : ""}`);
 
   const legacyHits = rows.filter((r) => /^[123]\w*\./.test(r.case));
   const connectHits = rows.filter((r) => r.case.startsWith("4"));

@@ -5,7 +5,9 @@
 // status block aside: request id, times, memory, usage).
 import { create, fromBinary, toBinary, type DescMessage } from "@bufbuild/protobuf";
 import http from "node:http";
-import { gunzipSync, brotliDecompressSync } from "node:zlib";
+import http2 from "node:http2";
+import { brotliDecompressSync, gunzipSync, gzipSync } from "node:zlib";
+import { StatusSchema } from "../node_modules/@connectrpc/connect/dist/esm/protocol-grpc/gen/status_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { operations } from "../src/operations/index.ts";
@@ -135,6 +137,114 @@ describe.each(operations.map((op) => [op.id, op] as const))("%s", (id, op) => {
       expect(a.headers.get(h), h).toBe(b.headers.get(h));
     }
     expect(decoded(op.method.output, a)).toEqual(decoded(op.method.output, b));
+  });
+});
+
+/** A gRPC call over HTTP/2 with exactly these headers and body bytes: response headers, the DATA bytes, the trailers. */
+function grpcRaw(port: number, path: string, headers: Record<string, string>, body: Uint8Array): Promise<{ headers: Record<string, unknown>; body: Buffer; trailers: Record<string, unknown> }> {
+  return new Promise((resolve, reject) => {
+    const session = http2.connect(`http://127.0.0.1:${port}`);
+    session.on("error", reject);
+    const stream = session.request({ ":method": "POST", ":path": path, te: "trailers", ...headers });
+    let head: Record<string, unknown> = {};
+    let trailers: Record<string, unknown> = {};
+    const chunks: Buffer[] = [];
+    stream.on("response", (h) => (head = { ...h }));
+    stream.on("trailers", (t) => (trailers = { ...t }));
+    stream.on("data", (c: Buffer) => chunks.push(c));
+    stream.on("end", () => {
+      session.close();
+      resolve({ headers: head, body: Buffer.concat(chunks), trailers });
+    });
+    stream.on("error", reject);
+    stream.end(body);
+  });
+}
+
+/** One length-prefixed gRPC message. */
+const frame = (message: Uint8Array, flags = 0) => {
+  const f = Buffer.alloc(5 + message.length);
+  f[0] = flags;
+  f.writeUInt32BE(message.length, 1);
+  f.set(message, 5);
+  return f;
+};
+
+/** A gRPC answer as a client sees it, with the per-call fields left out: headers and trailers that matter, the messages decoded. */
+function decodedGrpc(output: DescMessage, res: { headers: Record<string, unknown>; body: Buffer; trailers: Record<string, unknown> }): unknown {
+  const messages: unknown[] = [];
+  for (let at = 0; at + 5 <= res.body.length; ) {
+    const length = res.body.readUInt32BE(at + 1);
+    let data = res.body.subarray(at + 5, at + 5 + length);
+    if (res.body[at] === 1) data = res.headers["grpc-encoding"] === "br" ? brotliDecompressSync(data) : gunzipSync(data);
+    if (res.headers["content-type"] === "application/grpc+json") {
+      const json = JSON.parse(Buffer.from(data).toString()) as { status?: Record<string, unknown> };
+      steadyStatus(json.status);
+      messages.push({ flags: res.body[at], json });
+    } else {
+      const m = fromBinary(output, data) as unknown as { status?: Record<string, unknown> };
+      steadyMessage(m.status);
+      messages.push({ flags: res.body[at], proto: toBinary(output, m as never) });
+    }
+    at += 5 + length;
+  }
+  const trailers = { ...res.trailers };
+  if (typeof trailers["grpc-message"] === "string") trailers["grpc-message"] = trailers["grpc-message"].replace(/request%20id%20\S+/, "request id …");
+  const details = trailers["grpc-status-details-bin"];
+  if (typeof details === "string") {
+    const status = fromBinary(StatusSchema, Buffer.from(details, "base64"));
+    for (const d of status.details) {
+      if (d.typeUrl !== `type.googleapis.com/${StatusBlockSchema.typeName}`) continue;
+      const s = fromBinary(StatusBlockSchema, d.value) as unknown as Record<string, unknown>;
+      steadyMessage(s);
+      d.value = toBinary(StatusBlockSchema, s as never);
+    }
+    status.message = status.message.replace(/request id \S+/, "request id …");
+    trailers["grpc-status-details-bin"] = Buffer.from(toBinary(StatusSchema, status)).toString("base64");
+  }
+  const headers = Object.fromEntries(Object.entries(res.headers).filter(([k]) => k !== "date"));
+  return { headers, messages, trailers };
+}
+
+describe.each(operations.map((op) => [op.id, op] as const))("%s over gRPC (HTTP/2)", (id, op) => {
+  const path = `/${op.service.typeName}/${op.method.name}`;
+  const input = op.method.input;
+  const args: Record<string, string> = id === "wholesale/item_search_peerbuy" ? { numIid: demo.wholesaleNumIid, sid: demo.wholesaleSid } : { numIid: id.startsWith("retail") ? demo.retailNumIid : demo.wholesaleNumIid };
+  const proto = (a: Record<string, unknown>) => toBinary(input, create(input, a as never));
+  const cases: (Omit<Case, "body" | "contentType"> & { contentType?: string; body: () => Uint8Array })[] = [
+    { name: "application/grpc", body: () => frame(proto(args)) },
+    { name: "application/grpc+proto", contentType: "application/grpc+proto", body: () => frame(proto(args)) },
+    { name: "application/grpc+json (declined)", contentType: "application/grpc+json", body: () => frame(Buffer.from(JSON.stringify(args))) },
+    { name: "gzip and deflate accepted, as grpc-js asks", headers: { "grpc-accept-encoding": "identity,deflate,gzip" }, body: () => frame(proto(args)) },
+    { name: "br accepted first", headers: { "grpc-accept-encoding": "br,gzip" }, body: () => frame(proto(args)) },
+    { name: "only an unknown encoding accepted", headers: { "grpc-accept-encoding": "snappy" }, body: () => frame(proto(args)) },
+    { name: "grpc-encoding identity", headers: { "grpc-encoding": "identity" }, body: () => frame(proto(args)) },
+    { name: "gzip-compressed request (declined)", headers: { "grpc-encoding": "gzip" }, body: () => frame(Buffer.from(gzipSync(proto(args))), 1) },
+    { name: "grpc-timeout (declined)", headers: { "grpc-timeout": "5S" }, body: () => frame(proto(args)) },
+    { name: "an unknown field", body: () => frame(Buffer.concat([proto(args), Buffer.from([0xf8, 0x3f, 0x01])])) },
+    { name: "malformed message", body: () => frame(Buffer.from([0x0a, 0xff, 0xff, 0xff])) },
+    { name: "compressed flag without grpc-encoding", body: () => frame(proto(args), 1) },
+    { name: "frame shorter than its prefix says", body: () => frame(proto(args)).subarray(0, 8) },
+    { name: "two messages in a unary call", body: () => Buffer.concat([frame(proto(args)), frame(proto(args))]) },
+    { name: "no message at all", body: () => new Uint8Array(0) },
+    { name: "empty message (every argument missing)", body: () => frame(new Uint8Array(0)) },
+    { name: "oversized message", body: () => frame(proto({ ...args, numIid: "1".repeat(maxBody + 10) })) },
+    { name: "argument out of form (4003)", body: () => frame(proto({ ...args, numIid: "abc" })) },
+    { name: "no such item (2000)", body: () => frame(proto({ ...args, numIid: "999999999999" })) },
+    { name: "wrong secret (4005)", body: () => frame(proto(args)), auth: "wrong-secret" },
+    { name: "no key (4014)", body: () => frame(proto(args)), auth: "none" },
+  ];
+
+  it.each(cases.map((c) => [c.name, c] as const))("%s", async (_name, c) => {
+    const send = async (gw: GatewayFixture) => {
+      const auth: Record<string, string> = c.auth === "none" ? {} : { "x-api-key": gw.account.key, "x-api-secret": c.auth === "wrong-secret" ? "wrong" : gw.account.secret };
+      return grpcRaw(gw.port, path, { "content-type": c.contentType ?? "application/grpc", ...auth, ...c.headers }, c.body());
+    };
+    await send(fast);
+    await send(slow);
+    const a = await send(fast);
+    const b = await send(slow);
+    expect(decodedGrpc(op.method.output, a)).toEqual(decodedGrpc(op.method.output, b));
   });
 });
 

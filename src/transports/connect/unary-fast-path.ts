@@ -3,6 +3,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import { compressionNegotiate, createMethodSerializationLookup, type Compression } from "@connectrpc/connect/protocol";
 import { codeToHttpStatus, errorToJsonBytes } from "@connectrpc/connect/protocol-connect";
+import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import type { IncomingMessage } from "node:http";
 import type { Gateway } from "../../core/gateway.ts";
@@ -75,20 +76,50 @@ const once = (bytes: Uint8Array): AsyncIterable<Uint8Array> => (async function* 
   yield bytes;
 })();
 
+/** How a request the fast path serves is framed. */
+type Shape = { readonly protocol: "connect"; readonly binary: boolean } | { readonly protocol: "grpc"; readonly binary: true };
+
 /**
- * The hottest shape of call, served without connect-node's per-call
+ * The shape of a request the fast path can serve, or undefined: a Connect
+ * unary POST in `application/proto` or `application/json`, uncompressed,
+ * without a timeout, in protocol version 1 or unnamed; or a gRPC call over
+ * HTTP/2 in `application/grpc` or `application/grpc+proto`, uncompressed
+ * (`grpc-encoding` absent or identity), without `grpc-timeout`.
+ */
+function shapeOf(req: FastifyRequest): Shape | undefined {
+  if (req.method !== "POST") return undefined;
+  const h = req.headers;
+  const contentType = h["content-type"];
+  if (contentType === "application/proto" || contentType === "application/json") {
+    if (h["content-encoding"] !== undefined || h["connect-timeout-ms"] !== undefined) return undefined;
+    if (h["connect-protocol-version"] !== undefined && h["connect-protocol-version"] !== "1") return undefined;
+    return { protocol: "connect", binary: contentType === "application/proto" };
+  }
+  if ((contentType === "application/grpc" || contentType === "application/grpc+proto") && req.raw.httpVersionMajor === 2) {
+    if (h["grpc-timeout"] !== undefined || (h["grpc-encoding"] !== undefined && h["grpc-encoding"] !== "identity")) return undefined;
+    return { protocol: "grpc", binary: true };
+  }
+  return undefined;
+}
+
+const headerValue = (v: string | string[] | undefined): string | null => (v === undefined ? null : Array.isArray(v) ? v.join(",") : v);
+
+/**
+ * The hottest shapes of call, served without connect-node's per-call
  * machinery (handler context, abort signals, async-iterable pipelines,
- * interceptors): a Connect unary POST in `application/proto` or
- * `application/json`, uncompressed, with no timeout. Every other request
- * (gRPC, gRPC-Web, GET, compressed requests, timeouts, other content types,
- * a body that does not parse or is too large) is declined and goes to
- * connect-node unchanged, with the bytes already read.
+ * interceptors): a Connect unary POST (binary or JSON) and a gRPC unary call
+ * over HTTP/2, as `shapeOf` says. Every other request (gRPC-Web, gRPC over
+ * HTTP/1.1, GET, compressed requests, timeouts, other content types, a body
+ * that does not parse, is not one uncompressed gRPC message, or is too
+ * large) is declined and goes to connect-node unchanged, with the bytes
+ * already read.
  *
  * What leaves is what connect-node would send, built with its own parts:
  * the method's serialization lookup (same parsers and serializers), its
- * compression negotiation and compressors, its error JSON and HTTP status
- * mapping, and the same headers. test/rpc-fast-path.test.ts holds the two
- * side by side over a matrix of requests.
+ * compression negotiation and compressors, its error JSON, HTTP status
+ * mapping and gRPC trailer status, and the same headers written in the same
+ * order. test/rpc-fast-path.test.ts holds the two side by side over a matrix
+ * of requests.
  */
 export function unaryFastPath(
   gateway: Gateway,
@@ -99,27 +130,10 @@ export function unaryFastPath(
   const output = operation.method.output;
   const serialization = createMethodSerializationLookup(operation.method as never, undefined, undefined, { readMaxBytes: options.readMaxBytes, writeMaxBytes: 0xffffffff });
   const path = `/${operation.service.typeName}/${operation.method.name}`;
-  return async (req, reply) => {
+
+  /** The answer's message bytes, or the error connect-node's path would end the call with. */
+  const call = async (req: FastifyRequest, input: Message, shape: Shape): Promise<{ bytes: Uint8Array } | { error: ConnectError }> => {
     const h = req.headers;
-    const contentType = h["content-type"];
-    const binary = contentType === "application/proto" ? true : contentType === "application/json" ? false : undefined;
-    if (
-      req.method !== "POST" ||
-      binary === undefined ||
-      h["content-encoding"] !== undefined ||
-      h["connect-timeout-ms"] !== undefined ||
-      (h["connect-protocol-version"] !== undefined && h["connect-protocol-version"] !== "1")
-    ) {
-      return {};
-    }
-    const body = await readBody(req.raw, options.readMaxBytes);
-    if ("over" in body) return { body: body.over };
-    let input: Message;
-    try {
-      input = serialization.getI(binary).parse(body.bytes) as Message;
-    } catch {
-      return { body: once(body.bytes) }; // connect-node says what is wrong with it, in its words
-    }
     const src: CallSource = {
       header: (name) => {
         const v = h[name];
@@ -128,36 +142,98 @@ export function unaryFastPath(
       clientIp: req.clientIp,
       requestId: req.id,
       signal: undefined,
-      transport: "connect",
-      binary,
+      transport: shape.protocol,
+      binary: shape.binary,
     };
-    let status = 200;
-    let bytes: Uint8Array;
-    let type = binary ? "application/proto" : "application/json";
     try {
-      bytes = successBytes(output, await answer(input, src), binary);
+      return { bytes: successBytes(output, await answer(input, src), shape.binary) };
     } catch (e) {
-      let error: ConnectError;
-      if (e instanceof ConnectError && (e.code !== Code.Internal || e.findDetails(StatusBlockSchema).length > 0)) error = e;
-      else {
-        // As the logInternalErrors interceptor does on connect-node's path.
-        options.log?.error({ err: e, requestId: req.id, procedure: `${req.protocol}://${req.host}${path}` }, "an RPC failed inside the gateway");
-        error = new ConnectError(`internal error; quote request id ${req.id}`, Code.Internal);
-      }
-      status = codeToHttpStatus(error.code);
-      type = "application/json";
-      bytes = errorToJsonBytes(error, undefined);
+      if (e instanceof ConnectError && (e.code !== Code.Internal || e.findDetails(StatusBlockSchema).length > 0)) return { error: e };
+      // As the logInternalErrors interceptor does on connect-node's path.
+      options.log?.error({ err: e, requestId: req.id, procedure: `${req.protocol}://${req.host}${path}` }, "an RPC failed inside the gateway");
+      return { error: new ConnectError(`internal error; quote request id ${req.id}`, Code.Internal) };
     }
-    reply.code(status).header("content-type", type);
-    const accept = h["accept-encoding"];
-    const compression = compressionNegotiate(acceptCompression, null, accept === undefined ? null : Array.isArray(accept) ? accept.join(",") : accept, "accept-encoding").response;
-    if (compression !== null && bytes.byteLength >= compressMinBytes) {
-      bytes = await compression.compress(bytes);
-      reply.header("content-encoding", compression.name);
+  };
+
+  return async (req, reply) => {
+    const shape = shapeOf(req);
+    if (shape === undefined) return {};
+    // A gRPC body is one length-prefixed message: 5 bytes of prefix, then at most readMaxBytes.
+    const body = await readBody(req.raw, shape.protocol === "grpc" ? options.readMaxBytes + 5 : options.readMaxBytes);
+    if ("over" in body) return { body: body.over };
+    let payload = body.bytes;
+    if (shape.protocol === "grpc") {
+      // Anything but exactly one uncompressed message is connect-node's to answer.
+      if (payload.length < 5 || payload[0] !== 0 || Buffer.from(payload.buffer, payload.byteOffset, 5).readUInt32BE(1) !== payload.length - 5) return { body: once(body.bytes) };
+      payload = payload.subarray(5);
     }
-    reply.send(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+    let input: Message;
+    try {
+      input = serialization.getI(shape.binary).parse(payload) as Message;
+    } catch {
+      return { body: once(body.bytes) }; // connect-node says what is wrong with it, in its words
+    }
+    const result = await call(req, input, shape);
+    if (shape.protocol === "grpc") await sendGrpc(req, reply, result);
+    else await sendConnect(req, reply, result, shape.binary);
     return undefined;
   };
+}
+
+/** A Connect unary answer: the message, or the error as JSON with its HTTP status, compressed as negotiated. */
+async function sendConnect(req: FastifyRequest, reply: FastifyReply, result: { bytes: Uint8Array } | { error: ConnectError }, binary: boolean): Promise<void> {
+  let bytes: Uint8Array;
+  if ("bytes" in result) {
+    bytes = result.bytes;
+    reply.code(200).header("content-type", binary ? "application/proto" : "application/json");
+  } else {
+    bytes = errorToJsonBytes(result.error, undefined);
+    reply.code(codeToHttpStatus(result.error.code)).header("content-type", "application/json");
+  }
+  const compression = compressionNegotiate(acceptCompression, null, headerValue(req.headers["accept-encoding"]), "accept-encoding").response;
+  if (compression !== null && bytes.byteLength >= compressMinBytes) {
+    bytes = await compression.compress(bytes);
+    reply.header("content-encoding", compression.name);
+  }
+  reply.send(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+}
+
+/**
+ * A gRPC answer as connect-node writes it on the same response object: the
+ * headers (content type, `grpc-encoding` when the caller accepts one we
+ * offer), the message as one length-prefixed frame (compressed from
+ * compressMinBytes on), then the trailers with the status.
+ */
+async function sendGrpc(req: FastifyRequest, reply: FastifyReply, result: { bytes: Uint8Array } | { error: ConnectError }): Promise<void> {
+  const res = reply.raw;
+  const compression = compressionNegotiate(acceptCompression, null, headerValue(req.headers["grpc-accept-encoding"]), "grpc-accept-encoding").response;
+  // Headers Fastify holds (CORS) go out too, as on connect-node's path.
+  for (const [key, value] of Object.entries(reply.getHeaders())) if (value !== undefined) res.setHeader(key, value);
+  const header: Record<string, string> = { "content-type": "application/grpc+proto" };
+  if (compression !== null) header["grpc-encoding"] = compression.name;
+  let frame: Buffer | undefined;
+  if ("bytes" in result) {
+    let data = result.bytes;
+    let flags = 0;
+    if (compression !== null && data.byteLength >= compressMinBytes) {
+      data = await compression.compress(data);
+      flags = 1;
+    }
+    frame = Buffer.allocUnsafe(5 + data.byteLength);
+    frame[0] = flags;
+    frame.writeUInt32BE(data.byteLength, 1);
+    frame.set(data, 5);
+  }
+  const trailer: Record<string, string> = {};
+  setTrailerStatus(new Headers(), "error" in result ? result.error : undefined).forEach((value, key) => (trailer[key] = value));
+  await new Promise<void>((resolve) => {
+    res.once("finish", resolve);
+    res.once("close", resolve);
+    res.writeHead(200, header);
+    res.addTrailers(trailer);
+    if (frame === undefined) res.end();
+    else res.end(frame);
+  });
 }
 
 export type { DescMessage };
