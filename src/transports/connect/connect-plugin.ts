@@ -30,7 +30,7 @@ export interface ConnectOptions {
   readonly readiness: Readiness;
   /** Where failed admin tokens are counted. */
   readonly telemetry?: Telemetry | undefined;
-  /** Serve Connect unary calls of the catalogue without connect-node where it can (default true; off, every call takes connect-node's path). */
+  /** Serve Connect and gRPC unary calls of the catalogue without connect-node where it can (default true; off, every call takes connect-node's path). */
   readonly rpcFastPath?: boolean | undefined;
 }
 

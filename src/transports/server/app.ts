@@ -46,7 +46,7 @@ export interface AppOptions {
   readonly metrics?: { readonly telemetry: PrometheusTelemetry; readonly token: string };
   /** Proxies (addresses, CIDRs) whose `Forwarded` / `X-Forwarded-For` name the client; empty trusts none. */
   readonly trustedProxies?: readonly string[];
-  /** The Connect unary fast path of the catalogue services (default on; the differential test turns it off to compare). */
+  /** The Connect and gRPC unary fast path of the catalogue services (default on; the differential test turns it off to compare). */
   readonly rpcFastPath?: boolean;
 }
 
