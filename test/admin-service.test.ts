@@ -122,6 +122,58 @@ describe("managing accounts over the AdminService", () => {
   });
 });
 
+describe("secrets and signing over the AdminService", () => {
+  it("RotateSecret returns a new secret once; the old one stops working", async () => {
+    const c = admin();
+    const created = await c.createAccount({ name: "rotating" }, ok);
+    const key = created.account!.key;
+    const rotated = await c.rotateSecret({ key }, ok);
+    expect(rotated.secret).toHaveLength(40);
+    expect(rotated.secret).not.toBe(created.secret);
+    expect(rotated.account?.key).toBe(key);
+    const call = (secret: string) => legacyGet(gw.base, "/retail/item_get/", { key, secret, num_iid: demo.retailNumIid }).then((r) => r.json.error_code);
+    expect(await call(created.secret)).toBe("4005");
+    expect(await call(rotated.secret)).toBe("0000");
+    const err = await c.rotateSecret({ key: "no-such-key" }, ok).then(() => undefined, ConnectError.from);
+    expect(err?.code).toBe(Code.NotFound);
+  });
+
+  it("SignCall signs a legacy and an RPC call that the gateway accepts once, without the caller holding the secret", async () => {
+    const c = admin();
+    const key = (await c.createAccount({ name: "signed" }, ok)).account!.key;
+    const params = { num_iid: demo.retailNumIid, result_type: "json" };
+    const legacy = await c.signCall({ key, method: "GET", path: "/retail/item_get/", params }, ok);
+    expect(legacy.signature).toMatch(/^[0-9a-f]{64}$/);
+    expect(Number(legacy.timestamp)).toBeGreaterThan(Date.now() / 1000 - 60);
+    const query = { key, ...params, timestamp: String(legacy.timestamp), nonceStr: legacy.nonce, signature: legacy.signature };
+    expect((await legacyGet(gw.base, "/retail/item_get/", query)).json.error_code).toBe("0000");
+    expect((await legacyGet(gw.base, "/retail/item_get/", query)).json.error_code).toBe("4005"); // the nonce is spent
+
+    const rpc = await c.signCall({ key, method: "RPC", path: "/gateway.catalogue.v1.RetailService/ItemGet", params: { num_iid: demo.retailNumIid } }, ok);
+    const res = await fetch(`${gw.base}/gateway.catalogue.v1.RetailService/ItemGet`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-api-key": key, "x-api-timestamp": String(rpc.timestamp), "x-api-nonce": rpc.nonce, "x-api-signature": rpc.signature },
+      body: JSON.stringify({ numIid: demo.retailNumIid }),
+    });
+    expect(res.status).toBe(200);
+    const answer = (await res.json()) as { status: { errorCode?: string }; item?: unknown };
+    expect(answer.status.errorCode ?? "ERROR_CODE_SUCCESS").toBe("ERROR_CODE_SUCCESS"); // the default, left out of JSON
+    expect(answer.item).toBeDefined();
+
+    // A signature covers its parameters: another item is refused.
+    const other = await c.signCall({ key, method: "GET", path: "/retail/item_get/", params }, ok);
+    const tampered = { key, num_iid: "600000000000", result_type: "json", timestamp: String(other.timestamp), nonceStr: other.nonce, signature: other.signature };
+    expect((await legacyGet(gw.base, "/retail/item_get/", tampered)).json.error_code).toBe("4005");
+
+    const bad = await c.signCall({ key, method: "PUT", path: "/retail/item_get/", params }, ok).then(() => undefined, ConnectError.from);
+    expect(bad?.code).toBe(Code.InvalidArgument);
+    const unknown = await c.signCall({ key: "no-such-key", method: "GET", path: "/retail/item_get/", params }, ok).then(() => undefined, ConnectError.from);
+    expect(unknown?.code).toBe(Code.NotFound);
+    const anonymous = await c.signCall({ key, method: "GET", path: "/retail/item_get/", params }).then(() => undefined, ConnectError.from);
+    expect(anonymous?.code).toBe(Code.Unauthenticated);
+  });
+});
+
 describe("the CLI", () => {
   it("creates an account with --max, --concurrency, --balance and --expires, and reports usage", async () => {
     const env = { GATEWAY_DATA_DIR: gw.config.dataDir };

@@ -1,7 +1,8 @@
 import type { OperationContract, OperationId } from "../contract/operations.ts";
 import type { AccountStore } from "./account-store.ts";
 import type { Meter } from "./meter.ts";
-import { newKey, newSecret, sealSecret, type Account, type OperationState } from "./accounts.ts";
+import { browserSignature, newKey, newNonce, newSecret, sealSecret, type Account, type OperationState } from "./accounts.ts";
+import type { SignedCall } from "../contract/browser-signature.ts";
 import { assertTimeZone, dayOf, type Clock } from "./clock.ts";
 import { formatMoney, type Micros } from "./money.ts";
 
@@ -174,6 +175,22 @@ export class AccountAdmin {
     const secret = newSecret();
     await this.store.update(key, sealSecret(secret));
     return secret;
+  }
+
+  /**
+   * Signs one call for the account in the browser-safe form, now, with a
+   * fresh nonce: the signing endpoint a page calls instead of holding the
+   * secret. An account whose secret predates signed calls cannot sign until
+   * its secret is rotated; a stopped account can (its call is refused 4007,
+   * as any other).
+   */
+  async signCall(key: string, call: Omit<SignedCall, "timestamp" | "nonce">): Promise<{ timestamp: number; nonce: string; signature: string }> {
+    const account = await this.get(key);
+    if (account.hmacKey === undefined) throw new AccountAdminError(`account ${key}'s secret predates signed calls; rotate it first`);
+    if (!/^(GET|POST|RPC)$/.test(call.method)) throw new AccountAdminError("method must be GET or POST (legacy paths) or RPC");
+    if (!call.path.startsWith("/")) throw new AccountAdminError("path must start with /");
+    const signed = { ...call, timestamp: Math.floor(this.clock.now() / 1000), nonce: newNonce() };
+    return { timestamp: signed.timestamp, nonce: signed.nonce, signature: browserSignature(account.hmacKey, signed) };
   }
 
   /**

@@ -1,5 +1,5 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
-import { signingKeyLabel } from "../contract/browser-signature.ts";
+import { canonicalString, signingKeyLabel, type SignedCall } from "../contract/browser-signature.ts";
 import { legacySigningKey } from "./legacy-signature.ts";
 import type { OperationId } from "../contract/operations.ts";
 import type { Micros } from "./money.ts";
@@ -88,6 +88,16 @@ export function sealSecret(secret: string): { secretHash: string; secretSalt: st
     // The same derivation as deriveSigningKey in src/client/browser-signature.ts.
     hmacKey: createHmac("sha256", secret).update(signingKeyLabel).digest("hex"),
   };
+}
+
+/** The browser-safe signature of a call under an account's HMAC signing key, as lowercase hex: what the gateway checks and what AdminService.SignCall hands out. */
+export function browserSignature(hmacKey: string, call: SignedCall): string {
+  return createHmac("sha256", Buffer.from(hmacKey, "hex")).update(canonicalString(call)).digest("hex");
+}
+
+/** A fresh nonce for a signed call: 22 characters of A-Z a-z 0-9 _ - from a cryptographic source. */
+export function newNonce(): string {
+  return randomBytes(16).toString("base64url");
 }
 
 /** Compares two hex digests in constant time; a length mismatch compares against itself first. */

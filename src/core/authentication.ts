@@ -1,9 +1,8 @@
-import { createHmac } from "node:crypto";
-import { canonicalString, signatureScheme } from "../contract/browser-signature.ts";
+import { signatureScheme } from "../contract/browser-signature.ts";
 import type { OperationContract as Operation } from "../contract/operations.ts";
 import { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 import type { AccountStore } from "./account-store.ts";
-import { sameHex, secretMatches, type Account } from "./accounts.ts";
+import { browserSignature, sameHex, secretMatches, type Account } from "./accounts.ts";
 import { dayOf, zonedTimeToEpoch } from "./clock.ts";
 import { GatewayError } from "./gateway-error.ts";
 import { legacySign } from "./legacy-signature.ts";
@@ -137,8 +136,7 @@ export class Authenticator {
     if (c.nonce === undefined || !nonceForm.test(c.nonce)) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "a signed call needs nonceStr: 8 to 64 letters, digits, _ or -");
     this.checkTime(Number(c.timestamp) * 1000, now, "timestamp");
     if (account.hmacKey === undefined) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "this account's secret predates signed calls; rotate it to sign calls");
-    const canonical = canonicalString({ method: c.method, path: c.path, params: c.params, timestamp: Number(c.timestamp), nonce: c.nonce });
-    const expected = createHmac("sha256", Buffer.from(account.hmacKey, "hex")).update(canonical).digest("hex");
+    const expected = browserSignature(account.hmacKey, { method: c.method, path: c.path, params: c.params, timestamp: Number(c.timestamp), nonce: c.nonce });
     if (!hex64.test(c.signature) || !sameHex(expected, c.signature)) {
       throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, `signature does not match; sign "${c.method} ${c.path}" with every parameter the call sends, its timestamp and nonce`);
     }

@@ -188,6 +188,14 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           await switches.setMaintenance(admin.operation(req.operation) as OperationId, req.maintenance);
           return { operations: await switches.maintenance() };
         }),
+        rotateSecret: guarded(async (req) => {
+          const secret = await admin.rotateSecret(req.key);
+          return { account: accountMessage(await admin.get(req.key)), secret };
+        }),
+        signCall: guarded(async (req) => {
+          const signed = await admin.signCall(req.key, { method: req.method, path: req.path, params: req.params });
+          return { key: req.key, timestamp: BigInt(signed.timestamp), nonce: signed.nonce, signature: signed.signature };
+        }),
         queryUsage: guarded(async (req) => {
           const report = await meter.query({
             account: req.account || undefined,

@@ -498,6 +498,116 @@ export declare type SetMaintenanceResponse = Message<"gateway.admin.v1.SetMainte
 export declare const SetMaintenanceResponseSchema: GenMessage<SetMaintenanceResponse>;
 
 /**
+ * @generated from message gateway.admin.v1.RotateSecretRequest
+ */
+export declare type RotateSecretRequest = Message<"gateway.admin.v1.RotateSecretRequest"> & {
+  /**
+   * @generated from field: string key = 1;
+   */
+  key: string;
+};
+
+/**
+ * Describes the message gateway.admin.v1.RotateSecretRequest.
+ * Use `create(RotateSecretRequestSchema)` to create a new message.
+ */
+export declare const RotateSecretRequestSchema: GenMessage<RotateSecretRequest>;
+
+/**
+ * @generated from message gateway.admin.v1.RotateSecretResponse
+ */
+export declare type RotateSecretResponse = Message<"gateway.admin.v1.RotateSecretResponse"> & {
+  /**
+   * @generated from field: gateway.admin.v1.Account account = 1;
+   */
+  account?: Account | undefined;
+
+  /**
+   * @generated from field: string secret = 2;
+   */
+  secret: string;
+};
+
+/**
+ * Describes the message gateway.admin.v1.RotateSecretResponse.
+ * Use `create(RotateSecretResponseSchema)` to create a new message.
+ */
+export declare const RotateSecretResponseSchema: GenMessage<RotateSecretResponse>;
+
+/**
+ * @generated from message gateway.admin.v1.SignCallRequest
+ */
+export declare type SignCallRequest = Message<"gateway.admin.v1.SignCallRequest"> & {
+  /**
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * GET or POST on a legacy path, RPC on an RPC path.
+   *
+   * @generated from field: string method = 2;
+   */
+  method: string;
+
+  /**
+   * /<catalogue>/<api_name>/ or /<package>.<Service>/<Method>.
+   *
+   * @generated from field: string path = 3;
+   */
+  path: string;
+
+  /**
+   * Every parameter the call will send with a value, under its legacy name
+   * (num_iid, is_promotion, sid, cache, lang, result_type, ...).
+   *
+   * @generated from field: map<string, string> params = 4;
+   */
+  params: { [key: string]: string };
+};
+
+/**
+ * Describes the message gateway.admin.v1.SignCallRequest.
+ * Use `create(SignCallRequestSchema)` to create a new message.
+ */
+export declare const SignCallRequestSchema: GenMessage<SignCallRequest>;
+
+/**
+ * @generated from message gateway.admin.v1.SignCallResponse
+ */
+export declare type SignCallResponse = Message<"gateway.admin.v1.SignCallResponse"> & {
+  /**
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * Unix seconds.
+   *
+   * @generated from field: int64 timestamp = 2;
+   */
+  timestamp: bigint;
+
+  /**
+   * @generated from field: string nonce = 3;
+   */
+  nonce: string;
+
+  /**
+   * Lowercase hex.
+   *
+   * @generated from field: string signature = 4;
+   */
+  signature: string;
+};
+
+/**
+ * Describes the message gateway.admin.v1.SignCallResponse.
+ * Use `create(SignCallResponseSchema)` to create a new message.
+ */
+export declare const SignCallResponseSchema: GenMessage<SignCallResponse>;
+
+/**
  * @generated from message gateway.admin.v1.QueryUsageRequest
  */
 export declare type QueryUsageRequest = Message<"gateway.admin.v1.QueryUsageRequest"> & {
@@ -894,6 +1004,30 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof SetMaintenanceRequestSchema;
     output: typeof SetMaintenanceResponseSchema;
+  },
+  /**
+   * Replaces an account's secret: the new one is returned here once, and the old one stops working.
+   *
+   * @generated from rpc gateway.admin.v1.AdminService.RotateSecret
+   */
+  rotateSecret: {
+    methodKind: "unary";
+    input: typeof RotateSecretRequestSchema;
+    output: typeof RotateSecretResponseSchema;
+  },
+  /**
+   * Signs one call in the browser-safe form with the account's signing key,
+   * so a page can call with the account without ever holding its secret: the
+   * signing-endpoint pattern (README, "Calling from a browser"), here for the
+   * console's explorer. The signature is good for one call (its nonce) and
+   * for as long as the gateway accepts its timestamp.
+   *
+   * @generated from rpc gateway.admin.v1.AdminService.SignCall
+   */
+  signCall: {
+    methodKind: "unary";
+    input: typeof SignCallRequestSchema;
+    output: typeof SignCallResponseSchema;
   },
   /**
    * Reads the usage ledger: totals, and optionally the rows.
