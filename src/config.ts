@@ -87,6 +87,7 @@ export const settings = {
   shutdownGraceMs: whole("GATEWAY_SHUTDOWN_GRACE_MS", 10_000, [0, 600_000], "milliseconds", "how long in-flight calls may finish after SIGTERM"),
   drainDelayMs: whole("GATEWAY_DRAIN_DELAY_MS", 0, [0, 600_000], "milliseconds", "after SIGTERM, how long `/readyz` and gRPC health answer not-ready while every call is still served, before the port closes (give load balancers time to notice; 5000 or more behind Kubernetes)"),
   trustedProxies: text("GATEWAY_TRUSTED_PROXIES", "", "proxies (addresses or CIDRs, comma-separated, e.g. `10.0.0.0/8,::1`) whose `Forwarded` / `X-Forwarded-For` name the client; from any other peer those headers change nothing", { shown: "empty (trust none)" }),
+  console: oneOf("GATEWAY_CONSOLE", "auto", ["auto", "on", "off"], "the web console at `/console/` (accounts, usage, an explorer; it uses the AdminService): `auto` serves it in the demo (`npm start`) and not under `gateway serve`"),
   metricsToken: text("GATEWAY_METRICS_TOKEN", "", "bearer token `/metrics` requires; unset, anyone who reaches the port can scrape it", { shown: "unset", secret: true }),
   corsOrigins: text("GATEWAY_CORS_ORIGINS", defaultAppSettings.corsOrigins.join(","), "origins browsers may call from, comma-separated (`https://shop.example.com`); `*` any; empty turns CORS off"),
   ledgerCommitMs: whole("GATEWAY_LEDGER_COMMIT_MS", defaultMeterOptions.commitIntervalMs, [0, 1000], "milliseconds", "longest wait of a ledger row for its group commit; 0 commits at the end of each event-loop turn"),

@@ -359,7 +359,7 @@ export async function demoAccount(runtime: Runtime): Promise<{ key: string; secr
 export function appOptions(
   config: GatewayConfig,
   runtime: Runtime,
-  extra: { readonly logger?: Logger; readonly adminToken?: string } = {},
+  extra: { readonly logger?: Logger; readonly adminToken?: string; readonly demo?: boolean } = {},
 ): AppOptions {
   const tls = config.tlsCert !== "" ? { cert: readFileSync(config.tlsCert), key: readFileSync(config.tlsKey) } : undefined;
   return {
@@ -380,5 +380,6 @@ export function appOptions(
     readiness: runtime.readiness,
     trustedProxies: trustedProxyList(config),
     metrics: { telemetry: runtime.metrics, token: config.metricsToken },
+    console: config.console === "on" || (config.console === "auto" && extra.demo === true),
   };
 }

@@ -17,7 +17,7 @@ function jsonBody(op: Operation, args: Readonly<Record<string, string>>): string
 }
 
 /** Ready-to-paste calls of every operation, with the demo account and an example from the demo catalogue. */
-function banner(base: string, tls: boolean, demo: { key: string; secret: string }, adminToken: string | undefined): string {
+function banner(base: string, tls: boolean, demo: { key: string; secret: string }, adminToken: string | undefined, consoleOn: boolean): string {
   const lines = demoRecords();
   const examples = operations.flatMap((op) => {
     const args = op.example(lines);
@@ -54,6 +54,7 @@ function banner(base: string, tls: boolean, demo: { key: string; secret: string 
           `  curl -H 'content-type: application/json' -H 'authorization: Bearer ${adminToken}' -d '{}' ${base}/gateway.admin.v1.AdminService/ListAccounts`,
           "",
         ]),
+    ...(consoleOn ? [`Console: ${base}/console/ (sign in with the admin token)`, ""] : []),
   ].join("\n");
 }
 
@@ -70,7 +71,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   if (options.demo && (await seedDemoCatalogue(runtime))) lifecycle.info({ into: shared ? "the shared database" : config.dataDir }, "seeded the demo catalogue");
   // A demo without a configured admin token gets one for this run, printed below.
   const adminToken = config.adminToken === "" && options.demo ? randomBytes(24).toString("base64url") : config.adminToken;
-  const appSettings = appOptions(config, runtime, { logger: log, adminToken });
+  const appSettings = appOptions(config, runtime, { logger: log, adminToken, demo: options.demo });
   const tls = appSettings.tls !== undefined;
   const app = await buildApp(appSettings);
   await app.listen({ host: config.host, port: config.port });
@@ -88,7 +89,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
       log.error({ err: e }, "the demo account could not be written; the gateway serves without one");
     }
     // The one human text: the demo's ready-to-paste calls, on stdout as the demo has always printed them.
-    if (demo !== undefined) process.stdout.write(`${banner(base, tls, demo, adminToken === config.adminToken ? undefined : adminToken)}\n`);
+    if (demo !== undefined) process.stdout.write(`${banner(base, tls, demo, adminToken === config.adminToken ? undefined : adminToken, appSettings.console === true)}\n`);
   }
 
   await new Promise<void>((resolve) => {

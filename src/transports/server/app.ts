@@ -17,6 +17,7 @@ import { clientAddressResolver } from "./client-address.ts";
 import { installMetrics, type PrometheusTelemetry } from "./metrics.ts";
 import { installProbes } from "./probes.ts";
 import { installOpenApi } from "../legacy/openapi.ts";
+import { installConsole } from "../console/console-route.ts";
 import { operations } from "../../operations/index.ts";
 import { answerUnknownRpc, rpcProtocolOf } from "./unknown-rpc.ts";
 
@@ -46,6 +47,8 @@ export interface AppOptions {
   readonly metrics?: { readonly telemetry: PrometheusTelemetry; readonly token: string };
   /** Proxies (addresses, CIDRs) whose `Forwarded` / `X-Forwarded-For` name the client; empty trusts none. */
   readonly trustedProxies?: readonly string[];
+  /** Serve the web console at /console/ (default off). */
+  readonly console?: boolean;
   /** The Connect and gRPC unary fast path of the catalogue services (default on; the differential test turns it off to compare). */
   readonly rpcFastPath?: boolean;
 }
@@ -141,6 +144,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const readiness = options.readiness ?? new Readiness([]);
   installProbes(app, readiness);
   installOpenApi(app, operations);
+  if (options.console === true) await installConsole(app);
   if (options.metrics !== undefined) installMetrics(app, options.metrics.telemetry, options.metrics.token);
   // Before CORS, whose hook answers OPTIONS itself: the shim's hook adds what each path allows.
   installLegacyShim(app, gateway);

@@ -1,0 +1,254 @@
+// Accounts: list with search and status; create (showing the secret once);
+// stop and resume; enable, stop or add an operation; set the plan; top up;
+// rotate the secret. Every action is an AdminService call whose error is
+// shown in words beside it.
+import { AccountStatus, OperationState, type Account } from "../gen/gateway/admin/v1/admin_pb.js";
+import { inWords, isUnauthenticated } from "./api.ts";
+import { field, formValues, h, notice } from "./dom.ts";
+import type { Shell } from "./main.ts";
+
+const stateNames: Record<number, string> = { [OperationState.ENABLED]: "enabled", [OperationState.STOPPED]: "stopped" };
+
+/** A secret shown once, with a copy button; it is not kept anywhere after the panel is closed. */
+function secretPanel(title: string, key: string, secret: string): HTMLElement {
+  const status = h("span", { "aria-live": "polite", class: "muted" });
+  const panel = h(
+    "section",
+    { class: "card secret", "aria-label": title },
+    h("h2", {}, title),
+    h("p", {}, "This secret is shown once. Store it now: the gateway keeps only a hash of it."),
+    h("dl", {}, h("dt", {}, "Key"), h("dd", {}, h("code", { "data-testid": "new-key" }, key)), h("dt", {}, "Secret"), h("dd", {}, h("code", { "data-testid": "new-secret" }, secret))),
+    h(
+      "button",
+      {
+        type: "button",
+        onclick: async () => {
+          try {
+            await navigator.clipboard.writeText(secret);
+            status.textContent = "Copied.";
+          } catch {
+            status.textContent = "The browser refused the clipboard; select the secret and copy it.";
+          }
+        },
+      },
+      "Copy secret",
+    ),
+    " ",
+    h("button", { type: "button", class: "secondary", onclick: () => panel.remove() }, "I have stored it"),
+    " ",
+    status,
+  );
+  return panel;
+}
+
+function createForm(shell: Shell, done: (key: string, secret: string) => void): HTMLElement {
+  const status = h("div", { "aria-live": "polite" });
+  const ops = shell.operations.map((op) => ({ op, box: h("input", { type: "checkbox", name: `op:${op.id}`, checked: true }), price: h("input", { name: `price:${op.id}`, inputmode: "decimal", placeholder: "free" }) }));
+  const form = h(
+    "form",
+    {
+      class: "card",
+      "aria-labelledby": "create-title",
+      onsubmit: async (e: Event) => {
+        e.preventDefault();
+        const v = formValues(form);
+        const prices: Record<string, string> = {};
+        for (const { op } of ops) if (v[`price:${op.id}`]) prices[op.id] = v[`price:${op.id}`]!;
+        try {
+          const res = await shell.client.createAccount({
+            name: v.name ?? "",
+            ...(v.dailyMax ? { dailyMax: BigInt(v.dailyMax) } : {}),
+            ...(v.concurrency ? { concurrency: Number(v.concurrency) } : {}),
+            ...(v.balance ? { balance: v.balance } : {}),
+            expires: v.expires ?? "",
+            zone: v.zone ?? "",
+            operations: ops.filter((o) => o.box.checked).map((o) => o.op.id),
+            prices,
+          });
+          form.reset();
+          status.replaceChildren();
+          done(res.account!.key, res.secret);
+        } catch (err) {
+          if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
+          status.replaceChildren(notice("error", err instanceof RangeError || err instanceof SyntaxError ? `Not accepted: ${err.message}` : inWords(err)));
+        }
+      },
+    },
+    h("h2", { id: "create-title" }, "New account"),
+    h(
+      "div",
+      { class: "grid" },
+      field("Name", h("input", { name: "name", required: true, maxlength: 200 })),
+      field("Calls a day", h("input", { name: "dailyMax", inputmode: "numeric", pattern: "[0-9]+", placeholder: "10000" })),
+      field("Calls at once", h("input", { name: "concurrency", inputmode: "numeric", pattern: "[0-9]+", placeholder: "20" })),
+      field("Prepaid balance", h("input", { name: "balance", inputmode: "decimal", placeholder: "not billed by balance" })),
+      field("Last day", h("input", { name: "expires", type: "date" }), "empty: a year from today"),
+      field("Time zone", h("input", { name: "zone", placeholder: "Asia/Shanghai" })),
+    ),
+    h(
+      "fieldset",
+      {},
+      h("legend", {}, "Operations and prices per charged call"),
+      ...ops.map(({ op, box, price }) => h("div", { class: "op-row" }, h("label", {}, box, ` ${op.id}`), field(`Price of ${op.id}`, price))),
+    ),
+    h("button", { type: "submit" }, "Create account"),
+    status,
+  );
+  return form;
+}
+
+function accountDetail(shell: Shell, account: Account, refresh: (message?: string, secret?: { key: string; secret: string }) => Promise<void>): HTMLElement {
+  const status = h("div", { "aria-live": "polite" });
+  const act = (label: string, run: () => Promise<unknown>, after?: (result: unknown) => { key: string; secret: string } | undefined) => async () => {
+    status.replaceChildren(notice("ok", `${label}…`));
+    try {
+      const result = await run();
+      await refresh(`${label}: done.`, after?.(result));
+    } catch (err) {
+      if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
+      status.replaceChildren(notice("error", inWords(err)));
+    }
+  };
+  const key = account.key;
+  const stopped = account.status === AccountStatus.STOPPED;
+  const opRows = shell.operations.map((op) => {
+    const state = account.operations[op.id];
+    const label = state === undefined ? "not added" : (stateNames[state] ?? "unknown");
+    const buttons =
+      state === OperationState.ENABLED
+        ? [h("button", { type: "button", class: "secondary", onclick: act(`Stop ${op.id}`, () => shell.client.setOperation({ key, operation: op.id, state: OperationState.STOPPED })) }, `Disable ${op.id}`)]
+        : [h("button", { type: "button", class: "secondary", onclick: act(`Enable ${op.id}`, () => shell.client.setOperation({ key, operation: op.id, state: OperationState.ENABLED })) }, `Enable ${op.id}`)];
+    return h("tr", {}, h("td", {}, op.id), h("td", {}, label), h("td", {}, account.prices[op.id] ?? "free"), h("td", {}, ...buttons));
+  });
+  const plan = h(
+    "form",
+    {
+      class: "inline",
+      "aria-label": `Plan of ${key}`,
+      onsubmit: (e: Event) => {
+        e.preventDefault();
+        const v = formValues(plan);
+        void act("Set plan", () =>
+          shell.client.setPlan({
+            key,
+            ...(v.dailyMax ? { dailyMax: BigInt(v.dailyMax) } : {}),
+            ...(v.concurrency ? { concurrency: Number(v.concurrency) } : {}),
+            ...(v.expires ? { expires: v.expires } : {}),
+            ...(v.zone ? { zone: v.zone } : {}),
+          }),
+        )();
+      },
+    },
+    field("Calls a day", h("input", { name: "dailyMax", inputmode: "numeric", value: String(account.dailyMax) })),
+    field("Calls at once", h("input", { name: "concurrency", inputmode: "numeric", value: String(account.concurrency) })),
+    field("Last day", h("input", { name: "expires", type: "date", value: account.expires })),
+    field("Time zone", h("input", { name: "zone", value: account.zone })),
+    h("button", { type: "submit" }, "Set plan"),
+  );
+  const topUp = h(
+    "form",
+    {
+      class: "inline",
+      "aria-label": `Top up ${key}`,
+      onsubmit: (e: Event) => {
+        e.preventDefault();
+        const amount = formValues(topUp).amount ?? "";
+        void act(`Top up ${amount}`, () => shell.client.topUp({ key, amount }))();
+      },
+    },
+    field("Amount", h("input", { name: "amount", inputmode: "decimal", required: true })),
+    h("button", { type: "submit" }, "Top up"),
+  );
+  return h(
+    "section",
+    { class: "detail", "aria-label": `Account ${key}` },
+    h(
+      "div",
+      { class: "actions" },
+      stopped
+        ? h("button", { type: "button", onclick: act("Resume", () => shell.client.resumeAccount({ key })) }, "Resume account")
+        : h("button", { type: "button", class: "danger", onclick: act("Stop", () => shell.client.stopAccount({ key })) }, "Stop account"),
+      h(
+        "button",
+        {
+          type: "button",
+          class: "secondary",
+          onclick: () => {
+            if (!confirm(`Rotate the secret of ${key}? The current secret stops working at once.`)) return;
+            void act("Rotate secret", () => shell.client.rotateSecret({ key }), (r) => ({ key, secret: (r as { secret: string }).secret }))();
+          },
+        },
+        "Rotate secret",
+      ),
+    ),
+    h("table", {}, h("caption", {}, "Operations"), h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Operation"), h("th", { scope: "col" }, "State"), h("th", { scope: "col" }, "Price"), h("th", { scope: "col" }, "Change"))), h("tbody", {}, ...opRows)),
+    plan,
+    account.balance !== undefined ? topUp : h("p", { class: "muted" }, "Not billed by balance."),
+    status,
+  );
+}
+
+export async function accountsView(main: HTMLElement, shell: Shell): Promise<void> {
+  let accounts: Account[] = [];
+  let open: string | undefined;
+  const search = h("input", { type: "search", name: "search", placeholder: "name or key" });
+  const statusFilter = h("select", { name: "status" }, h("option", { value: "all" }, "All"), h("option", { value: "active" }, "Active"), h("option", { value: "stopped" }, "Stopped"));
+  const news = h("div", { "aria-live": "polite" });
+  const secrets = h("div");
+  const list = h("div", { class: "list" });
+
+  const render = () => {
+    const q = search.value.trim().toLowerCase();
+    const want = statusFilter.value;
+    const shown = accounts.filter(
+      (a) =>
+        (q === "" || a.name.toLowerCase().includes(q) || a.key.toLowerCase().includes(q)) &&
+        (want === "all" || (want === "active") === (a.status === AccountStatus.ACTIVE)),
+    );
+    const rows = shown.flatMap((a) => {
+      const row = h(
+        "tr",
+        { "data-key": a.key },
+        h("td", {}, h("button", { type: "button", class: "link", "aria-expanded": open === a.key ? "true" : "false", onclick: () => ((open = open === a.key ? undefined : a.key), render()) }, a.name || "(no name)")),
+        h("td", {}, h("code", {}, a.key)),
+        h("td", {}, h("span", { class: `badge ${a.status === AccountStatus.ACTIVE ? "active" : "stopped"}` }, a.status === AccountStatus.ACTIVE ? "active" : "stopped")),
+        h("td", { class: "num" }, String(a.dailyMax)),
+        h("td", { class: "num" }, String(a.concurrency)),
+        h("td", { class: "num" }, a.balance ?? "—"),
+        h("td", {}, a.expires),
+      );
+      return open === a.key ? [row, h("tr", { class: "detail-row" }, h("td", { colspan: 7 }, accountDetail(shell, a, refresh)))] : [row];
+    });
+    list.replaceChildren(
+      h(
+        "table",
+        { class: "accounts" },
+        h("caption", {}, `${shown.length} of ${accounts.length} accounts`),
+        h("thead", {}, h("tr", {}, ...["Name", "Key", "Status", "Calls a day", "At once", "Balance", "Last day"].map((t) => h("th", { scope: "col" }, t)))),
+        h("tbody", {}, ...rows),
+      ),
+    );
+  };
+
+  const refresh = async (message?: string, secret?: { key: string; secret: string }) => {
+    accounts = (await shell.client.listAccounts({})).accounts;
+    if (message) news.replaceChildren(notice("ok", message));
+    if (secret) secrets.replaceChildren(secretPanel(`New secret of ${secret.key}`, secret.key, secret.secret));
+    render();
+  };
+
+  search.addEventListener("input", render);
+  statusFilter.addEventListener("change", render);
+  main.replaceChildren(
+    h("h1", {}, "Accounts"),
+    secrets,
+    news,
+    h("div", { class: "filters", role: "search" }, field("Search accounts", search), field("Status", statusFilter)),
+    list,
+    createForm(shell, (key, secret) => {
+      open = key;
+      void refresh(`Account ${key} created.`, { key, secret });
+    }),
+  );
+  await refresh();
+}

@@ -1,0 +1,132 @@
+// The console in a real browser: Debian's Chromium, headless, driving the
+// page the gateway serves, which talks to it only through Connect-Web.
+// Screenshots of each screen go to test-results/console/ (not committed).
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import type { Browser, Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { chromiumPath, launchChromium, recordRequests, screenshotDir } from "./support/browser.ts";
+
+const shots = screenshotDir("console");
+let gw: GatewayFixture;
+let browser: Browser;
+
+beforeAll(async () => {
+  gw = await startGateway({ app: { console: true } });
+  browser = await launchChromium();
+}, 60_000);
+afterAll(async () => {
+  await browser?.close();
+  await gw?.close();
+});
+
+async function signedIn(viewport = { width: 1280, height: 900 }): Promise<{ page: Page; requests: string[] }> {
+  const page = await browser.newPage({ viewport });
+  const requests = recordRequests(page);
+  await page.goto(`${gw.base}/console/`);
+  await page.getByLabel("Admin token").fill(adminToken);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("heading", { name: "Accounts" }).waitFor();
+  return { page, requests };
+}
+
+describe("the console", () => {
+  it("is where Chromium is", () => expect(existsSync(chromiumPath), `${chromiumPath} (apt-get install chromium)`).toBe(true));
+
+  it("refuses a wrong admin token in words, and keeps the token out of the URL", async () => {
+    const page = await browser.newPage();
+    await page.goto(`${gw.base}/console`); // redirected to /console/
+    expect(new URL(page.url()).pathname).toBe("/console/");
+    await page.getByLabel("Admin token").fill("not-the-token");
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await expect.poll(() => page.getByRole("alert").textContent()).toContain("admin token is not valid");
+    expect(page.url()).not.toContain("not-the-token");
+    expect(await page.evaluate<number>("sessionStorage.length")).toBe(0);
+    await page.screenshot({ path: join(shots, "1-sign-in-refused.png"), fullPage: true });
+    await page.close();
+  });
+
+  it("signs in, creates an account showing its secret once, and the secret works", async () => {
+    const { page, requests } = await signedIn();
+    await page.getByLabel("Name").fill("browser-team");
+    await page.getByLabel("Calls a day").first().fill("500");
+    await page.getByLabel("Prepaid balance").fill("10");
+    await page.getByLabel("Price of retail/item_get").fill("0.5");
+    await page.getByRole("button", { name: "Create account" }).click();
+    const key = (await page.getByTestId("new-key").textContent())!;
+    const secret = (await page.getByTestId("new-secret").textContent())!;
+    expect(key).toMatch(/^\w{16}$/);
+    expect(secret).toHaveLength(40);
+    await page.screenshot({ path: join(shots, "2-account-created.png"), fullPage: true });
+    const account = await gw.runtime.admin.get(key);
+    expect(account).toMatchObject({ name: "browser-team", dailyMax: 500, balance: 10_000_000n });
+    expect(account.prices.get("retail/item_get" as never)).toBe(500_000n);
+    expect((await legacyGet(gw.base, "/retail/item_get/", { key, secret, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
+    // The secret is gone once the operator says it is stored.
+    await page.getByRole("button", { name: "I have stored it" }).click();
+    expect(await page.content()).not.toContain(secret);
+    expect(requests.every((u) => u.startsWith(gw.base)), requests.filter((u) => !u.startsWith(gw.base)).join(" ")).toBe(true);
+    await page.close();
+  });
+
+  it("searches, stops and resumes an account, disables an operation, sets the plan, tops up and rotates the secret", async () => {
+    const { key, secret } = await gw.newAccount({ name: "ops-target", balance: 1_000_000n });
+    const { page } = await signedIn();
+    await page.getByLabel("Search accounts").fill("ops-target");
+    await expect.poll(() => page.locator("table.accounts tbody tr").count()).toBe(1);
+    await page.getByRole("button", { name: "ops-target" }).click();
+    const detail = page.getByRole("region", { name: `Account ${key}` });
+
+    await detail.getByRole("button", { name: "Stop account" }).click();
+    await page.getByText("Stop: done.").waitFor();
+    expect((await gw.runtime.admin.get(key)).status).toBe("stopped");
+    expect((await legacyGet(gw.base, "/retail/item_get/", { key, secret, num_iid: demo.retailNumIid })).json.error_code).toBe("4007");
+    await page.getByLabel("Status").selectOption("stopped");
+    await expect.poll(() => page.locator("table.accounts tbody tr[data-key]").count()).toBe(1);
+    await page.screenshot({ path: join(shots, "3-account-stopped.png"), fullPage: true });
+    await detail.getByRole("button", { name: "Resume account" }).click();
+    await page.getByText("Resume: done.").waitFor();
+    expect((await gw.runtime.admin.get(key)).status).toBe("active");
+    await page.getByLabel("Status").selectOption("all");
+
+    await detail.getByRole("button", { name: "Disable retail/item_get" }).click();
+    await page.getByText("Stop retail/item_get: done.").waitFor();
+    expect((await legacyGet(gw.base, "/retail/item_get/", { key, secret, num_iid: demo.retailNumIid })).json.error_code).toBe("4006");
+    await detail.getByRole("button", { name: "Enable retail/item_get" }).click();
+    await page.getByText("Enable retail/item_get: done.").waitFor();
+
+    const plan = page.getByRole("form", { name: `Plan of ${key}` });
+    await plan.getByLabel("Calls a day").fill("77");
+    await plan.getByLabel("Calls at once").fill("3");
+    await plan.getByRole("button", { name: "Set plan" }).click();
+    await page.getByText("Set plan: done.").waitFor();
+    expect(await gw.runtime.admin.get(key)).toMatchObject({ dailyMax: 77, concurrency: 3 });
+
+    const topUp = page.getByRole("form", { name: `Top up ${key}` });
+    await topUp.getByLabel("Amount").fill("2.5");
+    await topUp.getByRole("button", { name: "Top up" }).click();
+    await page.getByText("Top up 2.5: done.").waitFor();
+    expect((await gw.runtime.admin.get(key)).balance).toBe(3_500_000n);
+    await topUp.getByLabel("Amount").fill("lots");
+    await topUp.getByRole("button", { name: "Top up" }).click();
+    await expect.poll(() => detail.getByRole("alert").textContent()).toContain("Not accepted");
+
+    page.once("dialog", (d) => void d.accept());
+    await detail.getByRole("button", { name: "Rotate secret" }).click();
+    const rotated = (await page.getByTestId("new-secret").textContent())!;
+    expect(rotated).toHaveLength(40);
+    expect((await legacyGet(gw.base, "/retail/item_get/", { key, secret, num_iid: demo.retailNumIid })).json.error_code).toBe("4005");
+    expect((await legacyGet(gw.base, "/retail/item_get/", { key, secret: rotated, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
+    await page.screenshot({ path: join(shots, "4-account-detail.png"), fullPage: true });
+    await page.close();
+  });
+
+  it("fits a phone-sized screen", async () => {
+    const { page } = await signedIn({ width: 390, height: 844 });
+    const overflow = await page.evaluate<number>("document.documentElement.scrollWidth - document.documentElement.clientWidth");
+    expect(overflow).toBeLessThanOrEqual(0);
+    await page.screenshot({ path: join(shots, "5-phone-accounts.png"), fullPage: true });
+    await page.close();
+  });
+});
