@@ -104,6 +104,9 @@ describe("managing accounts over the AdminService", () => {
     expect(all.amount).toBe("0.3");
     expect(all.rows).toHaveLength(4);
     expect(all.rows.every((r) => r.account === key && r.transport === "legacy")).toBe(true);
+    // The second call of the demo item was answered from the cache, and the totals say so.
+    expect(all.cacheHits).toBe(BigInt(all.rows.filter((r) => r.cacheHit).length));
+    expect(all.cacheHits).toBeGreaterThanOrEqual(1n);
     const ignored = await c.queryUsage({ account: key, errorCode: ErrorCode.PARAM_ERROR }, ok);
     expect(ignored.totals).toHaveLength(1);
     expect(ignored.totals[0]).toMatchObject({ charge: Charge.IGNORED, calls: 1n, amount: "0" });

@@ -138,6 +138,18 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     expect(await long).toBe(0);
   });
 
+  it("totals calls with their cache hits per account, day, operation and code", async () => {
+    const m = replica("r12");
+    const a = await account();
+    await Promise.all([
+      m.record({ ...row(a, "charged", 0n), cacheHit: true }, undefined),
+      m.record({ ...row(a, "charged", 0n), cacheHit: true }, undefined),
+      m.record(row(a, "charged", 0n), undefined),
+    ]);
+    const report = await m.query({ account: a.key });
+    expect(report.totals.map((t) => [t.code, t.calls, t.cacheHits])).toEqual([[0, 3, 2]]);
+  });
+
   it("counts calls with no account per day, code and address", async () => {
     const m = replica("r11");
     const refusal: LedgerRow = { ...row({ key: "" } as Account, "ignored", 0n), account: undefined, code: 4004, clientIp: "203.0.113.9" };

@@ -62,6 +62,8 @@ export interface UsageTotal {
   readonly charge: ChargeClass;
   readonly calls: number;
   readonly amount: Micros;
+  /** Of those calls, how many were answered from the response cache. */
+  readonly cacheHits: number;
 }
 
 export interface UsageReport {

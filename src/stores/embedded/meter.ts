@@ -395,13 +395,13 @@ export class SqliteMeter implements Meter {
     if (q.account !== undefined) params.account = q.account;
     const filter = (w: string[]) => (w.length > 0 ? `WHERE ${w.join(" AND ")}` : "");
     const parts = [
-      `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, count(*) AS calls, sum(price) AS amount
-       FROM ledger ${filter(accountWhere)} GROUP BY 1, 2, 3, 4, 5`,
-      `SELECT account, day, operation, error_code, charge, calls, amount FROM ledger_daily_totals ${filter(accountWhere)}`,
-      ...(q.account === undefined ? [`SELECT '' AS account, day, operation, error_code, charge, calls, 0 AS amount FROM refusals ${filter(where)}`] : []),
+      `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, count(*) AS calls, sum(price) AS amount,
+       sum(cache_hit) AS cache_hits FROM ledger ${filter(accountWhere)} GROUP BY 1, 2, 3, 4, 5`,
+      `SELECT account, day, operation, error_code, charge, calls, amount, cache_hits FROM ledger_daily_totals ${filter(accountWhere)}`,
+      ...(q.account === undefined ? [`SELECT '' AS account, day, operation, error_code, charge, calls, 0 AS amount, 0 AS cache_hits FROM refusals ${filter(where)}`] : []),
     ];
     const totals = this.db.prepare(
-      `SELECT account, day, operation, error_code, charge, sum(calls) AS calls, sum(amount) AS amount FROM (${parts.join(" UNION ALL ")})
+      `SELECT account, day, operation, error_code, charge, sum(calls) AS calls, sum(amount) AS amount, sum(cache_hits) AS cache_hits FROM (${parts.join(" UNION ALL ")})
        GROUP BY account, day, operation, error_code, charge ORDER BY day, account, operation, error_code`,
     );
     totals.setReadBigInts(true);
@@ -416,6 +416,7 @@ export class SqliteMeter implements Meter {
         charge: t.charge as ChargeClass,
         calls: Number(t.calls),
         amount: t.amount as bigint,
+        cacheHits: Number(t.cache_hits),
       })),
       rows: q.rows ? (rows.all({ ...params, limit: q.rows }) as Record<string, unknown>[]).map(rowFromSql) : [],
     };
@@ -431,10 +432,11 @@ export class SqliteMeter implements Meter {
     const e = this.transaction(() => {
       this.db
         .prepare(
-          `INSERT INTO ledger_daily_totals (day, account, operation, error_code, charge, calls, amount)
-           SELECT day, coalesce(account, ''), coalesce(operation, ''), error_code, charge, count(*), sum(price) FROM ledger WHERE day < ?
+          `INSERT INTO ledger_daily_totals (day, account, operation, error_code, charge, calls, amount, cache_hits)
+           SELECT day, coalesce(account, ''), coalesce(operation, ''), error_code, charge, count(*), sum(price), sum(cache_hit) FROM ledger WHERE day < ?
            GROUP BY 1, 2, 3, 4, 5
-           ON CONFLICT (day, account, operation, error_code, charge) DO UPDATE SET calls = calls + excluded.calls, amount = amount + excluded.amount`,
+           ON CONFLICT (day, account, operation, error_code, charge)
+           DO UPDATE SET calls = calls + excluded.calls, amount = amount + excluded.amount, cache_hits = cache_hits + excluded.cache_hits`,
         )
         .run(beforeDay);
       removed = Number(this.db.prepare("DELETE FROM ledger WHERE day < ?").run(beforeDay).changes);

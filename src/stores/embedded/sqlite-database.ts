@@ -105,6 +105,8 @@ export const migrations: readonly string[] = [
   `CREATE TABLE balances (account TEXT PRIMARY KEY, micros INTEGER NOT NULL CHECK (micros >= 0)) STRICT, WITHOUT ROWID;
   INSERT INTO balances SELECT key, balance FROM accounts WHERE balance IS NOT NULL;
   ALTER TABLE accounts DROP COLUMN balance;`,
+  // 7: how many of a day's folded calls were answered from the cache, so usage keeps its cache-hit share past retention.
+  `ALTER TABLE ledger_daily_totals ADD COLUMN cache_hits INTEGER NOT NULL DEFAULT 0;`,
 ];
 
 export interface DatabaseOptions {

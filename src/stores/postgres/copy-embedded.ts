@@ -71,8 +71,8 @@ const copies: readonly TableCopy[] = [
   },
   {
     table: "ledger_daily_totals",
-    columns: [["day", "text"], ["account", "text"], ["operation", "text"], ["error_code", "integer"], ["charge", "text"], ["calls", "bigint"], ["amount", "bigint"]],
-    select: "SELECT day, account, operation, error_code, charge, calls, amount FROM ledger_daily_totals",
+    columns: [["day", "text"], ["account", "text"], ["operation", "text"], ["error_code", "integer"], ["charge", "text"], ["calls", "bigint"], ["amount", "bigint"], ["cache_hits", "bigint"]],
+    select: "SELECT day, account, operation, error_code, charge, calls, amount, cache_hits FROM ledger_daily_totals",
     count: "SELECT count(*) AS n FROM ledger_daily_totals",
     sums: [["folded amount", "SELECT coalesce(sum(amount), 0) AS n FROM ledger_daily_totals", "SELECT coalesce(sum(amount), 0) AS n FROM ledger_daily_totals"]],
   },

@@ -194,13 +194,13 @@ export class PostgresMeter implements Meter {
     if (q.account !== undefined) add("account = ?", q.account);
     const filter = (w: string[]) => (w.length > 0 ? `WHERE ${w.join(" AND ")}` : "");
     const parts = [
-      `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, count(*) AS calls, sum(price) AS amount
-         FROM ledger ${filter(where)} GROUP BY 1, 2, 3, 4, 5`,
-      `SELECT account, day, operation, error_code, charge, calls, amount FROM ledger_daily_totals ${filter(where)}`,
-      ...(q.account === undefined ? [`SELECT '' AS account, day, operation, error_code, charge, calls, 0 AS amount FROM refusals ${filter(common)}`] : []),
+      `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, count(*) AS calls, sum(price) AS amount,
+         count(*) FILTER (WHERE cache_hit) AS cache_hits FROM ledger ${filter(where)} GROUP BY 1, 2, 3, 4, 5`,
+      `SELECT account, day, operation, error_code, charge, calls, amount, cache_hits FROM ledger_daily_totals ${filter(where)}`,
+      ...(q.account === undefined ? [`SELECT '' AS account, day, operation, error_code, charge, calls, 0 AS amount, 0 AS cache_hits FROM refusals ${filter(common)}`] : []),
     ];
     const totals = await this.pool.query<Record<string, string>>(
-      `SELECT account, day, operation, error_code, charge, sum(calls)::text AS calls, sum(amount)::text AS amount FROM (${parts.join(" UNION ALL ")}) t
+      `SELECT account, day, operation, error_code, charge, sum(calls)::text AS calls, sum(amount)::text AS amount, sum(cache_hits)::text AS cache_hits FROM (${parts.join(" UNION ALL ")}) t
         GROUP BY account, day, operation, error_code, charge ORDER BY day, account, operation, error_code`,
       params,
     );
@@ -220,6 +220,7 @@ export class PostgresMeter implements Meter {
         charge: t.charge as ChargeClass,
         calls: Number(t.calls),
         amount: BigInt(t.amount!),
+        cacheHits: Number(t.cache_hits),
       })),
       rows: (rows?.rows ?? []).map((r) => ({
         requestId: r.request_id as string,

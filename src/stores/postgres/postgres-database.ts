@@ -141,6 +141,8 @@ export const migrations: readonly string[] = [
   // replica and every restart, for its whole window.
   `CREATE TABLE used_signatures (id text PRIMARY KEY, until bigint NOT NULL);
   CREATE INDEX used_signatures_by_until ON used_signatures (until);`,
+  // 4: how many of a day's folded calls were answered from the cache (as the embedded store's step 7).
+  `ALTER TABLE ledger_daily_totals ADD COLUMN cache_hits bigint NOT NULL DEFAULT 0;`,
 
 ];
 

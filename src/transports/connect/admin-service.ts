@@ -49,6 +49,7 @@ function totalMessage(t: UsageTotal) {
     charge: charges[t.charge],
     calls: BigInt(t.calls),
     amount: formatMoney(t.amount),
+    cacheHits: BigInt(t.cacheHits),
   });
 }
 
@@ -208,12 +209,14 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           let calls = 0n;
           let charged = 0n;
           let amount = 0n;
+          let cacheHits = 0n;
           for (const t of report.totals) {
             calls += BigInt(t.calls);
+            cacheHits += BigInt(t.cacheHits);
             if (t.charge === "charged") charged += BigInt(t.calls);
             amount += t.amount;
           }
-          return { totals: report.totals.map(totalMessage), rows: report.rows.map(rowMessage), calls, chargedCalls: charged, amount: formatMoney(amount) };
+          return { totals: report.totals.map(totalMessage), rows: report.rows.map(rowMessage), calls, chargedCalls: charged, amount: formatMoney(amount), cacheHits };
         }),
       },
       { interceptors: [...(options.interceptors ?? []), requireAdminToken(options.token, options.lockout, options.telemetry)] },

@@ -692,6 +692,13 @@ export declare type UsageTotal = Message<"gateway.admin.v1.UsageTotal"> & {
    * @generated from field: string amount = 7;
    */
   amount: string;
+
+  /**
+   * Of those calls, how many were answered from the response cache.
+   *
+   * @generated from field: int64 cache_hits = 8;
+   */
+  cacheHits: bigint;
 };
 
 /**
@@ -796,6 +803,11 @@ export declare type QueryUsageResponse = Message<"gateway.admin.v1.QueryUsageRes
    * @generated from field: string amount = 5;
    */
   amount: string;
+
+  /**
+   * @generated from field: int64 cache_hits = 6;
+   */
+  cacheHits: bigint;
 };
 
 /**
