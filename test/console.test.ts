@@ -122,11 +122,72 @@ describe("the console", () => {
     await page.close();
   });
 
+  it("calls each transport from the explorer, shows the calls in usage, and answers a stopped account's next call with 4007", async () => {
+    const { key } = await gw.newAccount({ name: "explorer-team" });
+    const { page, requests } = await signedIn();
+    await page.getByRole("link", { name: "Explorer" }).click();
+    await page.getByRole("heading", { name: "Explorer" }).waitFor();
+    const call = async (operation: string, transport: string, args: Record<string, string>) => {
+      await page.getByLabel("Operation").selectOption(operation);
+      await page.getByLabel("Account").selectOption(key);
+      await page.getByLabel("Transport").selectOption(transport);
+      for (const [name, value] of Object.entries(args)) await page.getByLabel(new RegExp(`^${name}`)).fill(value);
+      await page.getByRole("button", { name: "Send" }).click();
+      await page.getByTestId("result-code").waitFor();
+      return (await page.getByTestId("result-code").textContent())!;
+    };
+    const item = { num_iid: demo.retailNumIid };
+    expect(await call("retail/item_get", "connect-json", item)).toBe("0000");
+    expect(await page.getByTestId("result-status").textContent()).toContain("requestId");
+    expect(await page.locator("pre.command").first().textContent()).toMatch(/^curl -H 'content-type: application\/json' -H 'x-api-key: /);
+    await page.screenshot({ path: join(shots, "6-explorer-connect-json.png"), fullPage: true });
+    expect(await call("retail/item_get", "connect-binary", item)).toBe("0000");
+    expect(await call("wholesale/item_search_peerbuy", "grpc-web", { num_iid: demo.wholesaleNumIid, sid: demo.wholesaleSid })).toBe("0000");
+    expect(await call("retail/item_get", "legacy:json", item)).toBe("0000");
+    expect(await call("retail/item_get", "legacy:xml", item)).toBe("0000");
+    expect(await call("retail/item_get", "connect-json", { num_iid: "abc" })).toBe("4003");
+    expect(await page.getByTestId("result-status").textContent()).toContain("num_iid");
+
+    // Usage: the six calls, by transport, in the chart and the table.
+    await page.getByRole("link", { name: "Usage" }).click();
+    await page.getByLabel("Account").selectOption(key);
+    await page.getByRole("button", { name: "Show usage" }).click();
+    await expect.poll(() => page.getByTestId("figure-calls").textContent()).toBe("6");
+    expect(await page.getByTestId("figure-charged-calls").textContent()).toBe("5");
+    expect(await page.getByRole("figure", { name: "Calls per day by operation" }).locator("canvas").count()).toBe(1);
+    const latest = page.getByRole("table", { name: "Latest calls" });
+    for (const transport of ["connect", "grpc-web", "legacy"]) await expect.poll(() => latest.getByRole("cell", { name: transport, exact: true }).count()).toBeGreaterThan(0);
+    expect(await latest.getByRole("cell", { name: "4003", exact: true }).count()).toBe(1);
+    const hits = Number(await page.getByTestId("figure-cache-hit-share").textContent().then((t) => t!.replace("%", "")));
+    expect(hits).toBeGreaterThan(0);
+    await page.screenshot({ path: join(shots, "7-usage.png"), fullPage: true });
+    const rows = (await gw.runtime.meter.query({ account: key, rows: 10 })).rows;
+    expect(rows.map((r) => r.transport).sort()).toEqual(["connect", "connect", "connect", "grpc-web", "legacy", "legacy"]);
+
+    // Stop it in the console; its next explorer call is refused with 4007, on an RPC transport and on the legacy one.
+    await page.getByRole("link", { name: "Accounts" }).click();
+    await page.getByRole("button", { name: "explorer-team" }).click();
+    await page.getByRole("region", { name: `Account ${key}` }).getByRole("button", { name: "Stop account" }).click();
+    await page.getByText("Stop: done.").waitFor();
+    await page.getByRole("link", { name: "Explorer" }).click();
+    await page.getByRole("heading", { name: "Explorer" }).waitFor();
+    expect(await call("retail/item_get", "connect-json", item)).toBe("4007");
+    expect(await page.getByRole("region", { name: "Call result" }).textContent()).toContain("PermissionDenied");
+    await page.screenshot({ path: join(shots, "8-explorer-4007.png"), fullPage: true });
+    expect(await call("retail/item_get", "legacy:json", item)).toBe("4007");
+    expect(requests.every((u) => u.startsWith(gw.base)), requests.filter((u) => !u.startsWith(gw.base)).join(" ")).toBe(true);
+    await page.close();
+  });
+
   it("fits a phone-sized screen", async () => {
     const { page } = await signedIn({ width: 390, height: 844 });
     const overflow = await page.evaluate<number>("document.documentElement.scrollWidth - document.documentElement.clientWidth");
     expect(overflow).toBeLessThanOrEqual(0);
     await page.screenshot({ path: join(shots, "5-phone-accounts.png"), fullPage: true });
+    await page.getByRole("link", { name: "Usage" }).click();
+    await page.getByTestId("figure-calls").waitFor();
+    expect(await page.evaluate<number>("document.documentElement.scrollWidth - document.documentElement.clientWidth")).toBeLessThanOrEqual(0);
+    await page.screenshot({ path: join(shots, "9-phone-usage.png"), fullPage: true });
     await page.close();
   });
 });

@@ -50,7 +50,7 @@ export function isUnauthenticated(e: unknown): boolean {
   return ConnectError.from(e).code === Code.Unauthenticated;
 }
 
-/** The operation table as the gateway serves it (/console/operations.json). */
+/** The operation table as the gateway serves it (/console/gateway.json). */
 export interface OperationInfo {
   readonly id: string;
   readonly catalogue: string;
@@ -62,8 +62,15 @@ export interface OperationInfo {
   readonly args: readonly { readonly name: string; readonly required: boolean; readonly accepts: string | readonly string[]; readonly maxLength: number }[];
 }
 
-export async function loadOperations(): Promise<OperationInfo[]> {
-  const res = await fetch("operations.json");
-  if (!res.ok) throw new Error(`operations.json: HTTP ${res.status}`);
-  return (await res.json()) as OperationInfo[];
+/** What the console reads of the gateway it is served by. */
+export interface GatewayInfo {
+  readonly operations: readonly OperationInfo[];
+  /** The legacy result_type values. */
+  readonly resultTypes: readonly string[];
+}
+
+export async function loadGatewayInfo(): Promise<GatewayInfo> {
+  const res = await fetch("gateway.json");
+  if (!res.ok) throw new Error(`gateway.json: HTTP ${res.status}`);
+  return (await res.json()) as GatewayInfo;
 }

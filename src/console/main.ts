@@ -1,8 +1,11 @@
-// The gateway's console: sign-in with the admin token, then accounts. Every
+// The gateway's console: sign-in with the admin token, then accounts, usage
+// and an explorer, one screen each (#/accounts, #/usage, #/explorer). Every
 // call goes through Connect-Web (api.ts).
 import "./console.css";
-import { adminClient, inWords, isUnauthenticated, loadOperations, session, type AdminClient, type OperationInfo } from "./api.ts";
+import { adminClient, inWords, isUnauthenticated, loadGatewayInfo, session, type AdminClient, type GatewayInfo, type OperationInfo } from "./api.ts";
 import { accountsView } from "./accounts.ts";
+import { explorerView } from "./explorer.ts";
+import { usageView } from "./usage.ts";
 import { h, field, notice } from "./dom.ts";
 
 const root = document.getElementById("app")!;
@@ -19,9 +22,8 @@ function signInView(message?: string): void {
       onsubmit: async (e: Event) => {
         e.preventDefault();
         status.replaceChildren(notice("ok", "Signing in…"));
-        const client = adminClient(token.value);
         try {
-          await client.listAccounts({});
+          await adminClient(token.value).listAccounts({});
           session.signIn(token.value);
           void start();
         } catch (err) {
@@ -39,47 +41,70 @@ function signInView(message?: string): void {
   token.focus();
 }
 
-interface Shell {
+export interface Shell {
   readonly client: AdminClient;
   readonly operations: readonly OperationInfo[];
+  readonly resultTypes: readonly string[];
   /** Goes back to the sign-in screen, saying why. */
   signedOut(message: string): void;
 }
 
+const screens = {
+  accounts: { title: "Accounts", show: accountsView },
+  usage: { title: "Usage", show: usageView },
+  explorer: { title: "Explorer", show: explorerView },
+} as const;
+type Screen = keyof typeof screens;
+
+const screenOf = (hash: string): Screen => {
+  const name = hash.replace(/^#\/?/, "");
+  return name in screens ? (name as Screen) : "accounts";
+};
+
 async function start(): Promise<void> {
   const token = session.token();
   if (token === null) return signInView();
-  let operations: OperationInfo[];
+  let info: GatewayInfo;
   try {
-    operations = await loadOperations();
+    info = await loadGatewayInfo();
   } catch (e) {
-    root.replaceChildren(notice("error", `The console cannot load its operation list: ${(e as Error).message}`));
+    root.replaceChildren(notice("error", `The console cannot read the gateway's description: ${(e as Error).message}`));
     return;
   }
+  const onHash = () => void route();
   const shell: Shell = {
     client: adminClient(token),
-    operations,
+    operations: info.operations,
+    resultTypes: info.resultTypes,
     signedOut: (message) => {
+      window.removeEventListener("hashchange", onHash);
       session.signOut();
       signInView(message);
     },
   };
+  const links = Object.entries(screens).map(([name, s]) => h("a", { href: `#/${name}` }, s.title));
   const main = h("main", { id: "main", tabindex: -1 });
-  const header = h(
-    "header",
-    { class: "top" },
-    h("span", { class: "brand" }, "Gateway console"),
-    h("nav", { "aria-label": "Sections" }, h("a", { href: "#/accounts", "aria-current": "page" }, "Accounts")),
-    h("button", { type: "button", class: "link", onclick: () => shell.signedOut("Signed out.") }, "Sign out"),
+  root.replaceChildren(
+    h("header", { class: "top" }, h("span", { class: "brand" }, "Gateway console"), h("nav", { "aria-label": "Sections" }, ...links), h("button", { type: "button", class: "link", onclick: () => shell.signedOut("Signed out.") }, "Sign out")),
+    main,
   );
-  root.replaceChildren(header, main);
-  try {
-    await accountsView(main, shell);
-  } catch (e) {
-    if (isUnauthenticated(e)) shell.signedOut(inWords(e));
-    else main.replaceChildren(notice("error", inWords(e)));
+  async function route(): Promise<void> {
+    const screen = screenOf(location.hash);
+    for (const a of links) {
+      if (a.getAttribute("href") === `#/${screen}`) a.setAttribute("aria-current", "page");
+      else a.removeAttribute("aria-current");
+    }
+    document.title = `${screens[screen].title} · Gateway console`;
+    main.replaceChildren(notice("ok", "Loading…"));
+    try {
+      await screens[screen].show(main, shell);
+    } catch (e) {
+      if (isUnauthenticated(e)) shell.signedOut(inWords(e));
+      else main.replaceChildren(notice("error", inWords(e)));
+    }
   }
+  window.addEventListener("hashchange", onHash);
+  await route();
 }
 
-export type { Shell };
 void start();

@@ -3,6 +3,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { FastifyInstance, FastifyReply } from "fastify";
 import { operations } from "../../operations/index.ts";
+import { legacyFormats } from "../../render/legacy-formats.ts";
 
 /** One file of the console as served: bytes, type and entity tag. */
 interface Asset {
@@ -35,10 +36,11 @@ function asset(body: string | Uint8Array, type: string): Asset {
   return { body: bytes, type, etag: `"${createHash("sha256").update(bytes).digest("base64url").slice(0, 27)}"` };
 }
 
-/** What the page needs to know of the operations: the operation table, in the browser's terms. */
-function operationsJson(): string {
-  return JSON.stringify(
-    operations.map((op) => ({
+/** What the page needs to know of this gateway: the operation table in the browser's terms, and the legacy result types. */
+function gatewayJson(): string {
+  return JSON.stringify({
+    resultTypes: Object.keys(legacyFormats),
+    operations: operations.map((op) => ({
       id: op.id,
       catalogue: op.catalogue,
       apiName: op.apiName,
@@ -48,7 +50,7 @@ function operationsJson(): string {
       method: op.method.name,
       args: op.args.map((a) => ({ name: a.name, required: a.required, accepts: a.accepts, maxLength: a.maxLength })),
     })),
-  );
+  });
 }
 
 /**
@@ -79,7 +81,7 @@ export function consoleAssets(): Promise<Map<string, Asset>> {
       files.set(name, asset(f.contents, name.endsWith(".css") ? "text/css; charset=utf-8" : "text/javascript; charset=utf-8"));
     }
     files.set("index.html", asset(await readFile(join(sources, "index.html")), "text/html; charset=utf-8"));
-    files.set("operations.json", asset(operationsJson(), "application/json"));
+    files.set("gateway.json", asset(gatewayJson(), "application/json"));
     return files;
   })();
   built.catch(() => (built = undefined)); // a failed build is tried again by the next app

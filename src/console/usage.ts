@@ -1,0 +1,161 @@
+// Usage: per account or overall, over a range of days: calls per day by
+// operation and by charge class, the amount spent and the cache-hit share,
+// as charts (uPlot) with the tables beneath. Every figure is QueryUsage's.
+import uPlot from "uplot";
+import "uplot/dist/uPlot.min.css";
+import { Charge, type QueryUsageResponse } from "../gen/gateway/admin/v1/admin_pb.js";
+import { inWords, isUnauthenticated } from "./api.ts";
+import { field, h, notice } from "./dom.ts";
+import type { Shell } from "./main.ts";
+
+const chargeNames: Record<number, string> = { [Charge.CHARGED]: "charged", [Charge.UNCHARGED]: "uncharged", [Charge.IGNORED]: "ignored" };
+const palette = ["#1f5fbf", "#d97706", "#15803d", "#b42318", "#7c3aed", "#0e7490"];
+
+/** YYYY-MM-DD of a Date, in the browser's zone. */
+const isoDay = (d: Date) => `${d.getFullYear()}-${String(d.getMonth() + 1).padStart(2, "0")}-${String(d.getDate()).padStart(2, "0")}`;
+/** The four-digit code of a status block, as legacy callers see it. */
+export const fourDigits = (code: number) => String(code).padStart(4, "0");
+
+/** Every day from `from` to `to`, inclusive (at most a year of them). */
+function daysBetween(from: string, to: string): string[] {
+  const out: string[] = [];
+  const end = Date.parse(`${to}T00:00:00Z`);
+  for (let t = Date.parse(`${from}T00:00:00Z`); t <= end && out.length < 366; t += 86_400_000) out.push(new Date(t).toISOString().slice(0, 10));
+  return out;
+}
+
+/** One series per name, a value per day (0 where QueryUsage has none). */
+function perDay(days: string[], report: QueryUsageResponse, name: (t: QueryUsageResponse["totals"][number]) => string, value: (t: QueryUsageResponse["totals"][number]) => number): Map<string, number[]> {
+  const index = new Map(days.map((d, i) => [d, i]));
+  const series = new Map<string, number[]>();
+  for (const t of report.totals) {
+    const i = index.get(t.day);
+    if (i === undefined) continue;
+    const n = name(t);
+    let s = series.get(n);
+    if (s === undefined) series.set(n, (s = days.map(() => 0)));
+    s[i]! += value(t);
+  }
+  return series;
+}
+
+/** A uPlot chart of named series over the days, sized to its box and resized with it. */
+function chart(title: string, days: string[], series: Map<string, (number | null)[]>, unit: string): HTMLElement {
+  const box = h("figure", { class: "chart", "aria-label": title }, h("figcaption", {}, title));
+  if (series.size === 0) {
+    box.append(h("p", { class: "muted" }, "No calls in this range."));
+    return box;
+  }
+  const xs = days.map((d) => Date.parse(`${d}T00:00:00Z`) / 1000);
+  const names = [...series.keys()];
+  const opts: uPlot.Options = {
+    width: 600,
+    height: 220,
+    tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),
+    scales: { x: { time: true } },
+    axes: [{}, { label: unit, size: 60 }],
+    series: [{ label: "day", value: (_u, v) => (v === null ? "" : new Date(v * 1000).toISOString().slice(0, 10)) }, ...names.map((n, i) => ({ label: n, stroke: palette[i % palette.length]!, width: 2, points: { show: true } }))],
+  };
+  const holder = h("div");
+  box.append(holder);
+  const plot = new uPlot(opts, [xs, ...names.map((n) => series.get(n)!)] as uPlot.AlignedData, holder);
+  const fit = () => plot.setSize({ width: Math.max(280, Math.floor(holder.clientWidth || box.clientWidth || 600)), height: 220 });
+  new ResizeObserver(fit).observe(box);
+  queueMicrotask(fit);
+  return box;
+}
+
+function table(caption: string, head: string[], rows: (string | Node)[][], numeric: number[] = []): HTMLElement {
+  return h(
+    "div",
+    { class: "list" },
+    h(
+      "table",
+      {},
+      h("caption", {}, caption),
+      h("thead", {}, h("tr", {}, ...head.map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, ...rows.map((r) => h("tr", {}, ...r.map((c, i) => h("td", numeric.includes(i) ? { class: "num" } : {}, c))))),
+    ),
+  );
+}
+
+export async function usageView(main: HTMLElement, shell: Shell, preset: { account?: string } = {}): Promise<void> {
+  const accounts = (await shell.client.listAccounts({})).accounts;
+  // Days are each account's own (its zone's midnight), which may be a day ahead of this browser's: the range ends tomorrow.
+  const last = new Date(Date.now() + 86_400_000);
+  const account = h("select", { name: "account" }, h("option", { value: "" }, "All accounts"), ...accounts.map((a) => h("option", { value: a.key, selected: a.key === preset.account }, `${a.name || "(no name)"} · ${a.key}`)));
+  const from = h("input", { type: "date", name: "from", value: isoDay(new Date(last.getTime() - 14 * 86_400_000)), required: true });
+  const to = h("input", { type: "date", name: "to", value: isoDay(last), required: true });
+  const out = h("div", { "aria-live": "polite" });
+
+  const show = async () => {
+    if (from.value > to.value) return out.replaceChildren(notice("error", "The first day is after the last."));
+    out.replaceChildren(notice("ok", "Reading usage…"));
+    let report: QueryUsageResponse;
+    try {
+      report = await shell.client.queryUsage({ account: account.value, from: from.value, to: to.value, rows: 50 });
+    } catch (err) {
+      if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
+      return out.replaceChildren(notice("error", inWords(err)));
+    }
+    const days = daysBetween(from.value, to.value);
+    const byOperation = perDay(days, report, (t) => t.operation || "(no operation)", (t) => Number(t.calls));
+    const byCharge = perDay(days, report, (t) => chargeNames[t.charge] ?? "other", (t) => Number(t.calls));
+    const amount = perDay(days, report, () => "amount spent", (t) => Number(t.amount));
+    const calls = perDay(days, report, () => "calls", (t) => Number(t.calls)).get("calls");
+    const hits = perDay(days, report, () => "hits", (t) => Number(t.cacheHits)).get("hits");
+    const share = new Map<string, (number | null)[]>();
+    if (calls !== undefined) share.set("cache-hit share %", calls.map((c, i) => (c === 0 ? null : Math.round((1000 * (hits?.[i] ?? 0)) / c) / 10)));
+    const hitShare = report.calls === 0n ? "—" : `${((100 * Number(report.cacheHits)) / Number(report.calls)).toFixed(1)}%`;
+    out.replaceChildren(
+      h(
+        "div",
+        { class: "figures" },
+        ...[
+          ["Calls", String(report.calls)],
+          ["Charged calls", String(report.chargedCalls)],
+          ["Amount spent", report.amount],
+          ["Cache-hit share", hitShare],
+        ].map(([label, value]) => h("div", { class: "figure" }, h("span", { class: "muted" }, label!), h("strong", { "data-testid": `figure-${label!.toLowerCase().replace(/\W+/g, "-")}` }, value!))),
+      ),
+      h(
+        "div",
+        { class: "charts" },
+        chart("Calls per day by operation", days, byOperation, "calls"),
+        chart("Calls per day by charge", days, byCharge, "calls"),
+        chart("Amount spent per day", days, amount, "amount"),
+        chart("Cache-hit share per day", days, share, "%"),
+      ),
+      table(
+        "Totals by day, account, operation and code",
+        ["Day", "Account", "Operation", "Code", "Charge", "Calls", "Cache hits", "Amount"],
+        report.totals.map((t) => [t.day, t.account || "(none)", t.operation || "(none)", fourDigits(t.errorCode), chargeNames[t.charge] ?? "", String(t.calls), String(t.cacheHits), t.amount]),
+        [5, 6, 7],
+      ),
+      table(
+        "Latest calls",
+        ["Time", "Request id", "Account", "Operation", "Code", "Transport", "Cache", "Latency ms", "Price"],
+        report.rows.map((r) => [new Date(Number(r.atMs)).toISOString().replace("T", " ").slice(0, 19), h("code", {}, r.requestId), r.account || "(none)", r.operation, fourDigits(r.errorCode), r.transport, r.cacheHit ? "hit" : "", (Number(r.latencyUs) / 1000).toFixed(1), r.price]),
+        [7, 8],
+      ),
+    );
+  };
+
+  const form = h(
+    "form",
+    {
+      class: "inline card",
+      "aria-label": "Usage range",
+      onsubmit: (e: Event) => {
+        e.preventDefault();
+        void show();
+      },
+    },
+    field("Account", account),
+    field("From", from, "in each account's own days"),
+    field("To", to),
+    h("button", { type: "submit" }, "Show usage"),
+  );
+  main.replaceChildren(h("h1", {}, "Usage"), form, out);
+  await show();
+}
