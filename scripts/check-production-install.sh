@@ -52,8 +52,17 @@ curl -fsS "$base/readyz" >/dev/null
 node_version="$(curl -fsS "$base/metrics" | grep -o 'nodejs_version_info{version="v[0-9]*' | grep -o '[0-9]*$')"
 if [ "$node_version" -lt 24 ]; then echo "production install: the gateway runs on Node $node_version, not the pinned 24" >&2; exit 1; fi
 if grep -qi 'secret' "$work/out.log"; then echo "production install: gateway serve printed a secret:" >&2; cat "$work/out.log" >&2; exit 1; fi
+if curl -fsS "$base/console/" 2>/dev/null | grep -q '<html'; then echo "production install: gateway serve serves the console without GATEWAY_CONSOLE=on" >&2; exit 1; fi
 stop
-echo "production install: npm ci --omit=dev, npx gateway serve on Node $node_version: ready, no secret printed, clean stop"
+echo "production install: npm ci --omit=dev, npx gateway serve on Node $node_version: ready, no secret printed, no console, clean stop"
+
+# The console builds from the production install alone (esbuild, connect-web and uPlot are dependencies).
+GATEWAY_CONSOLE=on start npx gateway serve
+curl -fsS "$base/console/" | grep -q '<script type="module" src="app.js">' || { echo "production install: GATEWAY_CONSOLE=on serves no console page" >&2; exit 1; }
+[ "$(curl -fsS "$base/console/app.js" | wc -c)" -gt 10000 ] || { echo "production install: the console bundle is missing" >&2; exit 1; }
+curl -fsS "$base/console/sign.js" | grep -q 'GATEWAY-HMAC-SHA256' || { echo "production install: /console/sign.js is missing" >&2; exit 1; }
+stop
+echo "production install: GATEWAY_CONSOLE=on serves the console and sign.js"
 
 start npm start
 for _ in $(seq 1 50); do grep -q 'Demo account' "$work/out.log" && break; sleep 0.2; done

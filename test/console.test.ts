@@ -47,6 +47,27 @@ describe("the console", () => {
     await page.close();
   });
 
+  it("says so when the admin API is off, and is not served at all unless asked for", async () => {
+    const { buildApp } = await import("../src/transports/server/app.ts");
+    const off = await buildApp({ gateway: gw.runtime.gateway, logLevel: false, console: true, admin: { ports: gw.runtime, token: "" } });
+    await off.listen({ host: "127.0.0.1", port: 0 });
+    const plain = await startGateway(); // as `gateway serve` builds it: GATEWAY_CONSOLE=auto outside the demo
+    try {
+      const page = await browser.newPage();
+      await page.goto(`http://127.0.0.1:${(off.server.address() as { port: number }).port}/console/`);
+      await page.getByLabel("Admin token").fill("anything-at-all");
+      await page.getByRole("button", { name: "Sign in" }).click();
+      await expect.poll(() => page.getByRole("alert").textContent()).toContain("admin API is off");
+      await page.close();
+      const res = await fetch(`${plain.base}/console/`);
+      expect(res.headers.get("content-type")).not.toContain("text/html");
+      expect(await fetch(`${plain.base}/console/app.js`).then((r) => r.headers.get("content-type"))).not.toContain("javascript");
+    } finally {
+      await off.close();
+      await plain.close();
+    }
+  });
+
   it("signs in, creates an account showing its secret once, and the secret works", async () => {
     const { page, requests } = await signedIn();
     await page.getByLabel("Name").fill("browser-team");
@@ -123,8 +144,10 @@ describe("the console", () => {
   });
 
   it("calls each transport from the explorer, shows the calls in usage, and answers a stopped account's next call with 4007", async () => {
-    const { key } = await gw.newAccount({ name: "explorer-team" });
     const { page, requests } = await signedIn();
+    await page.getByLabel("Name").fill("explorer-team");
+    await page.getByRole("button", { name: "Create account" }).click();
+    const key = (await page.getByTestId("new-key").textContent())!;
     await page.getByRole("link", { name: "Explorer" }).click();
     await page.getByRole("heading", { name: "Explorer" }).waitFor();
     const call = async (operation: string, transport: string, args: Record<string, string>) => {
