@@ -54,6 +54,8 @@ export interface Runtime {
   readonly meter: Meter;
   readonly switches: OperatorSwitches;
   readonly catalogue: CatalogueStore;
+  /** The response cache (this process's part of it in shared mode), or none when it is off. */
+  readonly cache: ResponseCache | undefined;
   /** Whether every store answers and takes writes, and whether the gateway is draining. */
   readonly readiness: Readiness;
   /** The gateway's metrics, as `/metrics` serves them. */
@@ -311,6 +313,8 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
     },
   );
   const readiness = new Readiness(stores.checks);
+  const cache = stores.cache;
+  if (cache !== undefined) telemetry.watchCache(() => cache.bytes);
   return {
     gateway,
     lockout,
@@ -321,6 +325,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
     meter,
     switches,
     catalogue,
+    cache: stores.cache,
     close: async () => {
       readiness.drain();
       for (const u of upstreams) void u.close();

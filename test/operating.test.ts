@@ -176,6 +176,9 @@ describe("metrics", () => {
       expect(s.get('gateway_auth_failures_total{reason="unknown_key"}')).toBe(3);
       expect(s.get('gateway_auth_failures_total{reason="admin_token"}')).toBe(1);
       expect(s.get("gateway_inflight_calls")).toBe(0);
+      // One item in the cache, with its renderings: what the cache counts against its bound.
+      expect(s.get("gateway_cache_bytes")).toBe(m.runtime.cache!.bytes);
+      expect(s.get("gateway_cache_bytes")).toBeGreaterThan(10_000);
       // Every call has one ledger row (or refusal count), and every one went through a group commit.
       // The 6 calls of an account each have a ledger row; the 4 without one are counted per address instead.
       expect(s.get("gateway_ledger_batch_rows_sum")).toBe(6);

@@ -1,10 +1,9 @@
-import { create, toBinary } from "@bufbuild/protobuf";
 import { createHash } from "node:crypto";
 import type { OperationId } from "../contract/operations.ts";
 import type { CatalogueSource, Found, NotFound } from "./catalogue-source.ts";
 import type { Args, Operation } from "./operation.ts";
 import { GatewayError } from "./gateway-error.ts";
-import type { CacheEntry, ResponseCache } from "./response-cache.ts";
+import { EntryMemo, entryBytes, type CacheEntry, type ResponseCache } from "./response-cache.ts";
 import { noTelemetry, type Telemetry } from "./telemetry.ts";
 import type { TargetLanguage, TranslationReport, Translator } from "./translation.ts";
 
@@ -32,16 +31,9 @@ export interface Answered {
   /** Served from the cache (fresh, or stale in place of a failing source). */
   readonly fromCache: boolean;
   /** The entry's memo for renderers, when the answer is a stored one. */
-  readonly memo: Map<string, unknown> | undefined;
+  readonly memo: EntryMemo | undefined;
   /** For a call in another language than the source's: how the translation went. */
   readonly translation?: TranslationReport | undefined;
-}
-
-/** Approximate bytes an entry holds: the answer's wire size, several times over for its decoded form and renderings. */
-function approximateBytes(operation: Operation, value: unknown, reason: string): number {
-  if (value === null) return 256 + reason.length * 2;
-  const binary = toBinary(operation.method.output, create(operation.method.output, { item: value })).length;
-  return 512 + binary * 8;
 }
 
 /**
@@ -208,8 +200,8 @@ export class CachedCatalogue {
       ...answer,
       freshUntil: now + ttl * 1000,
       staleUntil: now + (ttl + this.policy.staleIfErrorSeconds) * 1000,
-      bytes: approximateBytes(operation, answer.value, answer.reason),
-      memo: new Map(),
+      bytes: entryBytes(answer.value, answer.reason),
+      memo: new EntryMemo(),
     };
     if (ttl > 0) this.cache?.set(key, entry);
     return entry;

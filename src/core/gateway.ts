@@ -15,6 +15,7 @@ import type { Args, Operation } from "./operation.ts";
 import { createRequestIdGenerator } from "./request-id.ts";
 import type { Admission, Meter, Transport } from "./meter.ts";
 import type { OperatorSwitches } from "./operator-switches.ts";
+import type { EntryMemo } from "./response-cache.ts";
 import { noTelemetry, type Telemetry } from "./telemetry.ts";
 
 export type { Transport } from "./meter.ts";
@@ -56,7 +57,7 @@ export interface CallInput {
  * entry's scratch space for renderers.
  */
 export type Outcome =
-  | { readonly kind: "success"; readonly operation: Operation; readonly status: StatusBlock; readonly item: unknown; readonly memo?: Map<string, unknown> | undefined }
+  | { readonly kind: "success"; readonly operation: Operation; readonly status: StatusBlock; readonly item: unknown; readonly memo?: EntryMemo | undefined }
   | {
       readonly kind: "error";
       readonly operation: Operation | undefined;
@@ -162,7 +163,7 @@ export class Gateway {
     let options: CallOptions = { useCache: true, lang: "cn" };
     let admission: Admission | undefined;
     let fromCache = false;
-    let memo: Map<string, unknown> | undefined;
+    let memo: EntryMemo | undefined;
     let translation: TranslationReport | undefined;
     try {
       await this.lockout.check(input.clientIp, now).catch((e: unknown) => {

@@ -1,3 +1,36 @@
+import { retainedBytes } from "./retained-size.ts";
+
+/**
+ * What renderers worked out for one cache entry (the item already encoded
+ * per legacy format, its protobuf bytes, …). It counts what it holds, and
+ * tells its cache when it grows, so renderings added after an entry is
+ * stored count against the cache's bound too.
+ */
+export class EntryMemo extends Map<string, unknown> {
+  /** Bytes its values hold (retainedBytes). */
+  bytes = 0;
+  /** Called after every set; a bounded cache re-weighs the entry. */
+  onGrow: (() => void) | undefined;
+
+  override set(key: string, value: unknown): this {
+    const before = super.get(key);
+    super.set(key, value);
+    this.grew(retainedBytes(value) - (before === undefined ? 0 : retainedBytes(before)));
+    return this;
+  }
+
+  /** For a memoised value that keeps more as it is used (a fragment rendering itself per format): `bytes` more are held. */
+  grew(bytes: number): void {
+    this.bytes += bytes;
+    this.onGrow?.();
+  }
+}
+
+/** The bytes of an entry besides its memo: the entry object, its token and reason, the decoded answer. */
+export function entryBytes(value: unknown, reason: string): number {
+  return 208 + retainedBytes(reason) + retainedBytes(value);
+}
+
 /** One stored answer of a catalogue source. */
 export interface CacheEntry<T = unknown> {
   /** The answer: a record, or null for a stored "no result" (2000). */
@@ -12,7 +45,7 @@ export interface CacheEntry<T = unknown> {
   readonly freshUntil: number;
   /** Unix milliseconds until which it may stand in for a failing source. */
   readonly staleUntil: number;
-  /** Approximate bytes it holds. */
+  /** Bytes it holds besides its memo (entryBytes): measured from the decoded answer, not guessed from the wire size. */
   readonly bytes: number;
   /** For a translated answer: how its translation went. */
   readonly translation?: { readonly status: "" | "partial"; readonly engine: string } | undefined;
@@ -20,7 +53,12 @@ export interface CacheEntry<T = unknown> {
    * What renderers worked out for this entry (e.g. the item already encoded
    * per legacy format), so a hit costs little more than the status block.
    */
-  readonly memo: Map<string, unknown>;
+  readonly memo: EntryMemo;
+}
+
+/** What an entry weighs against a cache's bound: itself and everything memoised for it so far. */
+export function weight(entry: CacheEntry): number {
+  return Math.max(1, entry.bytes + entry.memo.bytes);
 }
 
 /**

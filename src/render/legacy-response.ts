@@ -142,8 +142,9 @@ function itemValue(outcome: Extract<Outcome, { kind: "success" }>): PhpValue {
   const { message, list } = outcome.operation.item;
   const value = list ? (outcome.item as Message[]).map((i) => messageValue(message, i)) : messageValue(message, outcome.item as Message);
   if (outcome.memo === undefined) return value;
-  const fragment = new PhpFragment(value);
-  outcome.memo.set(memoKey, fragment);
+  const memo = outcome.memo;
+  const fragment = new PhpFragment(value, (bytes) => memo.grew(bytes));
+  memo.set(memoKey, fragment);
   return fragment;
 }
 

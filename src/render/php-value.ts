@@ -1,3 +1,4 @@
+import { exactUtf8, retainedBytes } from "../core/retained-size.ts";
 /**
  * A PHP value, as legacy callers decode it: the one representation every
  * legacy format (json, jsonu, and later serialize, var_export, xml) renders.
@@ -46,9 +47,12 @@ export class PhpFragment {
   readonly value: PhpValue;
   private readonly texts = new Map<string, string>();
   private readonly encoded = new Map<string, Buffer>();
+  /** Told the bytes of each rendering kept, so the cache entry holding the fragment counts them. */
+  private readonly grew: ((bytes: number) => void) | undefined;
 
-  constructor(value: PhpValue) {
+  constructor(value: PhpValue, grew?: (bytes: number) => void) {
     this.value = value;
+    this.grew = grew;
   }
 
   text(key: string, render: () => string): string {
@@ -56,6 +60,7 @@ export class PhpFragment {
     if (t === undefined) {
       t = render();
       this.texts.set(key, t);
+      this.grew?.(40 + retainedBytes(t));
     }
     return t;
   }
@@ -66,8 +71,9 @@ export class PhpFragment {
     if (b === undefined) {
       const t = this.texts.get(key);
       if (t === undefined) return undefined;
-      b = Buffer.from(t, "utf8");
+      b = exactUtf8(t);
       this.encoded.set(key, b);
+      this.grew?.(40 + retainedBytes(b));
     }
     return b;
   }

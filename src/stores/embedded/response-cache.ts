@@ -1,5 +1,5 @@
 import { LRUCache } from "lru-cache";
-import type { CacheEntry, ResponseCache } from "../../core/response-cache.ts";
+import { weight, type CacheEntry, type ResponseCache } from "../../core/response-cache.ts";
 
 /** The cache bound when none is given. */
 export const defaultCacheMaxBytes = 64 * 1_048_576;
@@ -15,7 +15,7 @@ export class MemoryCache implements ResponseCache {
 
   constructor(maxBytes: number, now: () => number = Date.now) {
     this.now = now;
-    this.lru = new LRUCache<string, CacheEntry>({ maxSize: maxBytes, sizeCalculation: (e) => Math.max(1, e.bytes) });
+    this.lru = new LRUCache<string, CacheEntry>({ maxSize: maxBytes, sizeCalculation: weight });
   }
 
   async get(key: string): Promise<CacheEntry | undefined> {
@@ -28,6 +28,13 @@ export class MemoryCache implements ResponseCache {
   }
 
   set(key: string, entry: CacheEntry): void {
+    // A rendering memoised later weighs the entry again (and may push older entries out);
+    // lru-cache re-weighs a key only when it is set anew, not when the same value is set again.
+    entry.memo.onGrow = () => {
+      if (this.lru.peek(key) !== entry) return;
+      this.lru.delete(key);
+      this.lru.set(key, entry);
+    };
     this.lru.set(key, entry);
   }
 

@@ -3,7 +3,7 @@ import type { Redis } from "ioredis";
 import { LRUCache } from "lru-cache";
 import { randomBytes } from "node:crypto";
 import { GatewayError } from "../../core/gateway-error.ts";
-import type { CacheEntry, ResponseCache } from "../../core/response-cache.ts";
+import { EntryMemo, entryBytes, weight, type CacheEntry, type ResponseCache } from "../../core/response-cache.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { operationById } from "../../operations/index.ts";
 
@@ -58,7 +58,7 @@ export class RedisResponseCache implements ResponseCache {
   constructor(redis: Redis, options: Partial<RedisResponseCacheOptions> = {}) {
     this.redis = redis;
     this.options = { ...defaultRedisResponseCacheOptions, ...options };
-    this.local = new LRUCache({ maxSize: this.options.localMaxBytes, sizeCalculation: (e) => Math.max(1, e.bytes), ttl: this.options.localMs, ttlAutopurge: false });
+    this.local = new LRUCache({ maxSize: this.options.localMaxBytes, sizeCalculation: weight, ttl: this.options.localMs, ttlAutopurge: false });
   }
 
   get bytes(): number {
@@ -77,12 +77,24 @@ export class RedisResponseCache implements ResponseCache {
     }
     const entry = stored === null ? undefined : decode(key, stored);
     if (entry === undefined || entry.staleUntil <= now) return undefined;
-    this.local.set(key, entry);
+    this.keepLocal(key, entry);
     return entry;
   }
 
-  set(key: string, entry: CacheEntry): void {
+  /** In the in-process tier, re-weighed as renderings are memoised for it. */
+  private keepLocal(key: string, entry: CacheEntry): void {
+    // lru-cache re-weighs a key only when it is set anew; the entry keeps the time it had left here.
+    entry.memo.onGrow = () => {
+      if (this.local.peek(key) !== entry) return;
+      const ttl = this.local.getRemainingTTL(key);
+      this.local.delete(key);
+      if (ttl > 0) this.local.set(key, entry, { ttl });
+    };
     this.local.set(key, entry);
+  }
+
+  set(key: string, entry: CacheEntry): void {
+    this.keepLocal(key, entry);
     const ms = entry.staleUntil - this.options.now();
     const bytes = encode(key, entry);
     if (ms <= 0 || bytes === undefined) return;
@@ -133,9 +145,9 @@ function decode(key: string, bytes: Buffer): CacheEntry | undefined {
       token: head.t,
       freshUntil: head.f,
       staleUntil: head.x,
-      bytes: head.b,
+      bytes: entryBytes(value, head.r), // measured here: what this replica's copy holds
       ...(head.tr !== null ? { translation: head.tr } : {}),
-      memo: new Map(),
+      memo: new EntryMemo(),
     };
   } catch {
     return undefined; // an entry this version cannot read is a miss

@@ -43,6 +43,7 @@ export class PrometheusTelemetry implements Telemetry {
   private readonly durationChildren = new Map<string, { observe(v: number): void }>();
   private readonly cacheChildren = new Map<string, { inc(): void }>();
   private inflightNow = 0;
+  private cacheBytesNow: () => number = () => 0;
 
   constructor() {
     // The gauge is read when scraped, so a call costs an addition, not a gauge update.
@@ -55,6 +56,19 @@ export class PrometheusTelemetry implements Telemetry {
         this.set(self.inflightNow);
       },
     });
+    new Gauge({
+      name: "gateway_cache_bytes",
+      help: "Bytes the response cache of this process holds, as it counts them against GATEWAY_CACHE_MAX_BYTES: decoded answers and every rendering kept for them.",
+      registers: [this.registry],
+      collect() {
+        this.set(self.cacheBytesNow());
+      },
+    });
+  }
+
+  /** Where `gateway_cache_bytes` is read from. */
+  watchCache(bytes: () => number): void {
+    this.cacheBytesNow = bytes;
   }
 
   /** The text a scrape gets: this gateway's families, then the process's own (CPU, memory, event loop, GC). */
