@@ -6,7 +6,7 @@ import { defaultCachePolicy } from "./core/cached-catalogue.ts";
 import { assertTimeZone } from "./core/clock.ts";
 import { defaultGatewayOptions } from "./core/gateway.ts";
 import { defaultUpstreamOptions } from "./sources/upstream/upstream-source.ts";
-import { defaultCacheMaxBytes } from "./stores/embedded/response-cache.ts";
+import { defaultMemoryMb, memoryPlan, minMemoryMb } from "./memory-budget.ts";
 import { defaultMeterOptions } from "./stores/embedded/meter.ts";
 import { defaultLibreTranslateOptions } from "./translation/libretranslate-engine.ts";
 import { catalogues, operations, operationsNamed } from "./operations/index.ts";
@@ -101,7 +101,8 @@ export const settings = {
   upstreamMaxBodyBytes: whole("GATEWAY_UPSTREAM_MAX_BODY_BYTES", upstream.maxBodyBytes, [1024, 1 << 30], "bytes", "largest answer read from the upstream provider; past it 4002, uncharged, and the connection is dropped"),
   upstreamCatalogues: text("GATEWAY_UPSTREAM_CATALOGUES", "retail=taobao,wholesale=1688", "the provider's names for our catalogues"),
   sources: text("GATEWAY_SOURCES", "", "source per catalogue, e.g. `retail=upstream,wholesale=embedded`", { shown: "upstream if a URL is set, else embedded" }),
-  cacheMaxBytes: whole("GATEWAY_CACHE_MAX_BYTES", defaultCacheMaxBytes, [0, 2 ** 40], "bytes", "memory of the response cache; 0 turns it off"),
+  memoryMb: whole("GATEWAY_MEMORY_MB", defaultMemoryMb, [minMemoryMb, 1_048_576], "MiB", "the memory budget: V8's heap limits and the response cache's bound come from it, and the RSS stays within it plus a fixed overhead (README, Configuration)"),
+  cacheMaxBytes: whole("GATEWAY_CACHE_MAX_BYTES", -1, [-1, 2 ** 40], "bytes", "memory of the response cache (at most half the memory budget); 0 turns it off; -1 is the budget's share", "a quarter of `GATEWAY_MEMORY_MB`"),
   cacheTtlSeconds: text("GATEWAY_CACHE_TTL_SECONDS", "", "freshness of a found answer per operation, as `<catalogue>/<api_name>=SECONDS`; a bare api name sets every operation of that name; 0 stores nothing", { shown: "each operation's own (600)" }),
   cacheNotFoundTtlSeconds: whole("GATEWAY_CACHE_NOT_FOUND_TTL_SECONDS", defaultCachePolicy.notFoundTtlSeconds, [0, 31_536_000], "seconds", "freshness of a stored 2000"),
   cacheStaleIfErrorSeconds: whole("GATEWAY_CACHE_STALE_IF_ERROR_SECONDS", defaultCachePolicy.staleIfErrorSeconds, [0, 31_536_000], "seconds", "how long an expired answer may stand in for a failing source"),
@@ -227,6 +228,9 @@ function crossChecks(config: GatewayConfig): string[] {
   const proxyProblem = trustedProxiesProblem(proxies);
   if (proxyProblem !== undefined) problems.push(`${where("trustedProxies")}: ${proxyProblem}`);
   if (config.adminToken !== "" && config.adminToken.length < 16) problems.push(`${where("adminToken")} must be at least 16 characters`);
+  if (config.cacheMaxBytes > (config.memoryMb * 1_048_576) / 2) {
+    problems.push(`${where("cacheMaxBytes")} is more than half of the memory budget (${where("memoryMb")} = ${config.memoryMb}); raise the budget or lower the cache's bound`);
+  }
   return problems;
 }
 
@@ -277,4 +281,9 @@ export function sourceOf(config: Pick<GatewayConfig, "sources" | "upstreamUrl">,
   }
   if (named !== undefined) return named[1] === "upstream" ? "upstream" : "embedded";
   return config.upstreamUrl !== "" ? "upstream" : "embedded";
+}
+
+/** The response cache's bound: GATEWAY_CACHE_MAX_BYTES when set, else the memory budget's share. */
+export function cacheBound(config: Pick<GatewayConfig, "cacheMaxBytes" | "memoryMb">): number {
+  return config.cacheMaxBytes >= 0 ? config.cacheMaxBytes : memoryPlan(config.memoryMb).cacheMaxBytes;
 }

@@ -3,7 +3,7 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 import { demoRecords } from "./catalogue/demo-dataset.ts";
 import { importRecords } from "./catalogue/catalogue-import.ts";
-import { corsOriginList, pairList, sourceOf, trustedProxyList, type GatewayConfig } from "./config.ts";
+import { cacheBound, corsOriginList, pairList, sourceOf, trustedProxyList, type GatewayConfig } from "./config.ts";
 import { catalogues, operations, operationsNamed } from "./operations/index.ts";
 import { CachedCatalogue, defaultCachePolicy, type CachePolicy } from "./core/cached-catalogue.ts";
 import type { CatalogueSource } from "./core/catalogue-source.ts";
@@ -182,7 +182,7 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
     switches: new SqliteOperatorSwitches(db, watch),
     replays: new SqliteReplayGuard(db),
     catalogue: new EmbeddedCatalogue(db),
-    cache: config.cacheMaxBytes > 0 ? new MemoryCache(config.cacheMaxBytes, () => clock.now()) : undefined,
+    cache: cacheBound(config) > 0 ? new MemoryCache(cacheBound(config), () => clock.now()) : undefined,
     lockout: new MemoryAddressLockout(lockoutOptions(config)),
     nodeLabel: config.nodeLabel || defaultGatewayOptions.nodeLabel,
     lastRequestId: meter.lastRequestId(),
@@ -250,7 +250,7 @@ async function sharedStores(config: GatewayConfig, clock: Clock, telemetry: Tele
     switches: new PostgresOperatorSwitches(pool, () => clock.now()),
     replays: new PostgresReplayGuard(pool),
     catalogue: new PostgresCatalogue(pool),
-    cache: config.cacheMaxBytes > 0 ? new RedisResponseCache(connected, { localMaxBytes: Math.min(config.cacheMaxBytes, 16 * 1_048_576), now: () => clock.now() }) : undefined,
+    cache: cacheBound(config) > 0 ? new RedisResponseCache(connected, { localMaxBytes: Math.min(cacheBound(config), 16 * 1_048_576), now: () => clock.now() }) : undefined,
     lockout: new RedisAddressLockout(connected, lockoutOptions(config)),
     nodeLabel,
     lastRequestId: undefined,

@@ -1,8 +1,9 @@
+import { getHeapStatistics } from "node:v8";
 import { randomBytes } from "node:crypto";
 import { demoRecords } from "../catalogue/demo-dataset.ts";
 import type { Operation } from "../core/operation.ts";
 import { operations } from "../operations/index.ts";
-import type { GatewayConfig } from "../config.ts";
+import { cacheBound, type GatewayConfig } from "../config.ts";
 import { appOptions, demoAccount, openRuntime, seedDemoCatalogue, sharedMode } from "../runtime.ts";
 import { lockDataDirectory } from "../stores/embedded/data-directory-lock.ts";
 import { credentialHeaders } from "../transports/credentials.ts";
@@ -79,7 +80,9 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   const port = typeof address === "object" && address !== null ? address.port : config.port;
   const host = config.host.includes(":") ? `[${config.host}]` : config.host;
   const base = `${tls ? "https" : "http"}://${host}:${port}`;
-  lifecycle.info({ url: base, mode: shared ? "shared" : "embedded", node: runtime.gateway.nodeLabel }, `gateway listening on ${base} (legacy GET, Connect, gRPC-Web and gRPC on one port)`);
+  // What the memory budget came to in this process: the heap limit V8 runs with (see bin/gateway.js) and the cache's bound.
+  const memory = { memoryMb: config.memoryMb, heapLimitMb: Math.round(getHeapStatistics().heap_size_limit / 1_048_576), cacheMaxBytes: cacheBound(config) };
+  lifecycle.info({ url: base, mode: shared ? "shared" : "embedded", node: runtime.gateway.nodeLabel, memory }, `gateway listening on ${base} (legacy GET, Connect, gRPC-Web and gRPC on one port)`);
   if (options.demo) {
     let demo: { key: string; secret: string } | undefined;
     try {

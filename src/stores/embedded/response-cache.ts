@@ -1,9 +1,6 @@
 import { LRUCache } from "lru-cache";
 import { weight, type CacheEntry, type ResponseCache } from "../../core/response-cache.ts";
 
-/** The cache bound when none is given. */
-export const defaultCacheMaxBytes = 64 * 1_048_576;
-
 /**
  * The embedded response cache: least recently used entries go first once
  * the entries' bytes pass the bound. Entries are kept until their stale

@@ -1,0 +1,54 @@
+/**
+ * One memory budget, GATEWAY_MEMORY_MB, and how it divides. The process's
+ * RSS stays within the budget plus a fixed overhead: the code, Node's and
+ * V8's own structures, the modules and SQLite's page cache, measured here at
+ * about 150 MiB and the same whatever the traffic.
+ *
+ * - V8's young generation: three semi-spaces (`--max-semi-space-size`), each
+ *   the power of two nearest below a sixteenth of the budget, from 8 to 32
+ *   MiB (V8 rounds a semi-space up to a power of two).
+ * - V8's old generation (`--max-old-space-size`): the rest of the budget.
+ *   Everything long-lived is in it, the response cache first.
+ * - The response cache: a quarter of the budget, unless
+ *   GATEWAY_CACHE_MAX_BYTES says otherwise (at most half of the budget).
+ *
+ * `gateway serve` applies the heap limits by re-executing Node with them
+ * (process.execve: the same process, pid and signals); see bin/gateway.js.
+ * Imported by bin/gateway.js before anything else, so it imports nothing.
+ */
+
+export const defaultMemoryMb = 512;
+export const minMemoryMb = 128;
+/** What the process holds beyond the budget, measured at idle and under load (README, Configuration). */
+export const fixedOverheadMb = 150;
+
+export interface MemoryPlan {
+  readonly memoryMb: number;
+  readonly semiSpaceMb: number;
+  readonly oldSpaceMb: number;
+  /** The response cache's bound when GATEWAY_CACHE_MAX_BYTES does not set one. */
+  readonly cacheMaxBytes: number;
+}
+
+export function memoryPlan(memoryMb: number): MemoryPlan {
+  const semiSpaceMb = Math.min(32, Math.max(8, 2 ** Math.floor(Math.log2(memoryMb / 16))));
+  return { memoryMb, semiSpaceMb, oldSpaceMb: memoryMb - 3 * semiSpaceMb, cacheMaxBytes: Math.floor(memoryMb / 4) * 1_048_576 };
+}
+
+/** The V8 flags of a plan. */
+export function heapFlags(plan: MemoryPlan): string[] {
+  return [`--max-old-space-size=${plan.oldSpaceMb}`, `--max-semi-space-size=${plan.semiSpaceMb}`];
+}
+
+/** Whether the process was started with heap limits of its own (flags or NODE_OPTIONS): those win over the budget's. */
+export function hasHeapFlags(execArgv: readonly string[], nodeOptions: string | undefined): boolean {
+  return [...execArgv, ...(nodeOptions ?? "").split(/\s+/)].some((a) => /^--max-(old|semi)-space-size(=|$)/.test(a.replaceAll("_", "-")));
+}
+
+/** GATEWAY_MEMORY_MB as bin/gateway.js reads it, before the configuration is: undefined when absent or not a whole number in range (the configuration then says what is wrong). */
+export function memoryMbFromEnv(raw: string | undefined): number | undefined {
+  if (raw === undefined || raw === "") return defaultMemoryMb;
+  if (!/^[0-9]+$/.test(raw)) return undefined;
+  const n = Number(raw);
+  return n >= minMemoryMb && n <= 1_048_576 ? n : undefined;
+}
