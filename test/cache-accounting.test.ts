@@ -5,12 +5,12 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { importRecords } from "../src/catalogue/catalogue-import.ts";
 import { EntryMemo, entryBytes, type CacheEntry } from "../src/core/response-cache.ts";
 import { retainedBytes } from "../src/core/retained-size.ts";
 import { ItemGetRequestSchema } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { MemoryCache } from "../src/stores/embedded/response-cache.ts";
+import { distinctItems } from "./support/catalogue.ts";
 import { startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
 setFlagsFromString("--expose-gc");
@@ -57,14 +57,7 @@ describe("measured against the heap", () => {
   beforeAll(async () => {
     gw = await startGateway({ config: { cacheMaxBytes: 2 ** 31 } });
     // n distinct items: the demo's detail records under new ids, as a real catalogue would hold them.
-    const details = demoRecords().filter((r) => r.kind === "item_detail" && r.obtainable && (r.catalogue ?? "retail") === "retail");
-    const lines = Array.from({ length: n }, (_, i) => {
-      const r = structuredClone(details[i % details.length]!) as { item: { num_iid: string; title: string } };
-      r.item.num_iid = String(700_000_000_000 + i);
-      r.item.title = `${r.item.title} ${i}`;
-      return r;
-    });
-    const report = await importRecords(gw.runtime.catalogue, lines as never, { storedAt: Math.floor(Date.now() / 1000) });
+    const report = await importRecords(gw.runtime.catalogue, distinctItems(n, 700_000_000_000) as never, { storedAt: Math.floor(Date.now() / 1000) });
     expect(report.skipped).toEqual([]);
   }, 60_000);
   afterAll(() => gw?.close());

@@ -9,8 +9,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { fixedOverheadMb, memoryPlan } from "../src/memory-budget.ts";
+import { distinctItems } from "./support/catalogue.ts";
 import { root, runCli } from "./support/cli.ts";
 
 const budgetMb = 160;
@@ -28,14 +28,7 @@ describe("the memory budget", () => {
   it(`keeps a serving gateway within ${budgetMb} MiB plus the fixed overhead under random misses over ${items} items`, async () => {
     const env = { GATEWAY_DATA_DIR: dir, GATEWAY_PORT: "0", GATEWAY_LOG_LEVEL: "warn", GATEWAY_MEMORY_MB: String(budgetMb) };
     // The demo's detail records under new ids: a catalogue of `items` distinct items, several times the cache.
-    const details = demoRecords().filter((r) => r.kind === "item_detail" && r.obtainable && (r.catalogue ?? "retail") === "retail");
-    const lines = Array.from({ length: items }, (_, i) => {
-      const r = structuredClone(details[i % details.length]!) as { item: { num_iid: string; title: string } };
-      r.item.num_iid = String(800_000_000_000 + i);
-      r.item.title = `${r.item.title} ${i}`;
-      return JSON.stringify(r);
-    });
-    writeFileSync(join(dir, "catalogue.ndjson"), `${lines.join("\n")}\n`);
+    writeFileSync(join(dir, "catalogue.ndjson"), `${distinctItems(items, 800_000_000_000).map((r) => JSON.stringify(r)).join("\n")}\n`);
     expect((await runCli(["import", join(dir, "catalogue.ndjson")], env)).code).toBe(0);
     const account = JSON.parse((await runCli(["accounts", "create", "--json", "--max", "100000000", "--concurrency", "10000"], env)).stdout) as { key: string; secret: string };
 
