@@ -1,4 +1,5 @@
-// npm run bench: the gateway against bare baselines, side by side in one run.
+// npm run bench: the gateway against bare baselines, side by side in one run
+// (`npm run bench -- --scale`: cost as the catalogue grows, bench/scale.ts).
 // Every server is a child process on loopback; everything started is stopped.
 import { create, toBinary } from "@bufbuild/protobuf";
 import autocannon from "autocannon";
@@ -354,11 +355,14 @@ const cleanup = () => {
   for (const c of children) c.kill("SIGKILL");
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 };
+// `npm run bench -- --scale`: the catalogue-size cases (bench/scale.ts) instead.
+const scaleBench = process.argv.includes("--scale") ? await import("./scale.ts") : undefined;
 process.once("SIGINT", () => {
   cleanup();
+  scaleBench?.cleanupScale();
   process.exit(130);
 });
-main().then(
+(scaleBench ? scaleBench.scale().finally(scaleBench.cleanupScale) : main()).then(
   () => {
     cleanup();
     process.exit(0);

@@ -306,3 +306,19 @@ export function demoExampleIds(records = demoRecords()): { retailNumIid: string;
     wholesaleSid: wholesale.sid as string,
   };
 }
+
+/**
+ * A catalogue of `n` distinct retail items for load and memory tests: the
+ * demo's detail records under new ids from `firstId` on, each title
+ * numbered, as import records. Yielded one by one, so a million of them
+ * never sit in memory at once.
+ */
+export function* demoDetailCopies(n: number, firstId: number): Generator<Record<string, unknown>> {
+  const details = demoRecords().filter((r) => r.kind === "item_detail" && r.obtainable && (r.catalogue ?? "retail") === "retail");
+  for (let i = 0; i < n; i++) {
+    const r = structuredClone(details[i % details.length]!) as { item: { num_iid: string; title: string } };
+    r.item.num_iid = String(firstId + i);
+    r.item.title = `${r.item.title} ${i}`;
+    yield r as unknown as Record<string, unknown>;
+  }
+}
