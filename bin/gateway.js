@@ -11,8 +11,8 @@ import { createRequire } from "node:module";
 const major = Number(process.versions.node.split(".")[0]);
 if (major >= 24) {
   if (process.argv[2] === "serve" && typeof process.execve === "function") {
-    const { hasHeapFlags, heapFlags, memoryMbFromEnv, memoryPlan } = await import("../src/memory-budget.ts");
-    const memoryMb = memoryMbFromEnv(process.env.GATEWAY_MEMORY_MB);
+    const { hasHeapFlags, heapFlags, memoryMbOf, memoryPlan } = await import("../src/memory-budget.ts");
+    const memoryMb = memoryMbOf(process.env);
     // A budget that does not read is left to the configuration, which names the problem.
     if (memoryMb !== undefined && !hasHeapFlags(process.execArgv, process.env.NODE_OPTIONS)) {
       process.execve(process.execPath, [process.execPath, ...heapFlags(memoryPlan(memoryMb)), ...process.execArgv, import.meta.filename, ...process.argv.slice(2)], process.env);

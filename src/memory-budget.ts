@@ -14,8 +14,9 @@
  *
  * `gateway serve` applies the heap limits by re-executing Node with them
  * (process.execve: the same process, pid and signals); see bin/gateway.js.
- * Imported by bin/gateway.js before anything else, so it imports nothing.
+ * Imported by bin/gateway.js before anything else, so it imports only node:fs.
  */
+import { readFileSync } from "node:fs";
 
 export const defaultMemoryMb = 512;
 export const minMemoryMb = 128;
@@ -45,10 +46,23 @@ export function hasHeapFlags(execArgv: readonly string[], nodeOptions: string | 
   return [...execArgv, ...(nodeOptions ?? "").split(/\s+/)].some((a) => /^--max-(old|semi)-space-size(=|$)/.test(a.replaceAll("_", "-")));
 }
 
-/** GATEWAY_MEMORY_MB as bin/gateway.js reads it, before the configuration is: undefined when absent or not a whole number in range (the configuration then says what is wrong). */
-export function memoryMbFromEnv(raw: string | undefined): number | undefined {
+/**
+ * The budget as bin/gateway.js reads it, before the configuration is, by the
+ * configuration's own precedence: GATEWAY_MEMORY_MB, else `memoryMb` in the
+ * JSON file GATEWAY_CONFIG names, else the default. Undefined when the value
+ * is not a whole number in range or the file cannot be read: the
+ * configuration then says what is wrong, and the start stops there.
+ */
+export function memoryMbOf(env: NodeJS.ProcessEnv): number | undefined {
+  let raw: unknown = env.GATEWAY_MEMORY_MB;
+  if ((raw === undefined || raw === "") && env.GATEWAY_CONFIG) {
+    try {
+      raw = (JSON.parse(readFileSync(env.GATEWAY_CONFIG, "utf8")) as { memoryMb?: unknown }).memoryMb;
+    } catch {
+      return undefined;
+    }
+  }
   if (raw === undefined || raw === "") return defaultMemoryMb;
-  if (!/^[0-9]+$/.test(raw)) return undefined;
-  const n = Number(raw);
-  return n >= minMemoryMb && n <= 1_048_576 ? n : undefined;
+  const n = typeof raw === "string" && /^[0-9]+$/.test(raw) ? Number(raw) : raw;
+  return typeof n === "number" && Number.isInteger(n) && n >= minMemoryMb && n <= 1_048_576 ? n : undefined;
 }

@@ -9,7 +9,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { fixedOverheadMb, memoryPlan } from "../src/memory-budget.ts";
+import { loadConfig } from "../src/config.ts";
+import { fixedOverheadMb, hasHeapFlags, heapFlags, memoryMbOf, memoryPlan } from "../src/memory-budget.ts";
 import { distinctItems } from "./support/catalogue.ts";
 import { root, runCli } from "./support/cli.ts";
 
@@ -23,6 +24,38 @@ afterAll(() => {
 });
 
 const rssKb = (pid: number, field: "VmRSS" | "VmHWM") => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]);
+
+describe("how the budget divides, and where it is read", () => {
+  it("gives V8 three power-of-two semi-spaces and the rest, and the cache a quarter", () => {
+    expect(memoryPlan(512)).toEqual({ memoryMb: 512, semiSpaceMb: 32, oldSpaceMb: 416, cacheMaxBytes: 128 * 1_048_576 });
+    expect(memoryPlan(160)).toEqual({ memoryMb: 160, semiSpaceMb: 8, oldSpaceMb: 136, cacheMaxBytes: 40 * 1_048_576 });
+    expect(memoryPlan(300).semiSpaceMb).toBe(16);
+    expect(memoryPlan(4096).semiSpaceMb).toBe(32);
+    expect(heapFlags(memoryPlan(512))).toEqual(["--max-old-space-size=416", "--max-semi-space-size=32"]);
+  });
+
+  it("reads the budget as the configuration does: the environment, then the GATEWAY_CONFIG file, then the default", () => {
+    const file = join(dir, "config.json");
+    writeFileSync(file, JSON.stringify({ memoryMb: 300 }));
+    expect(memoryMbOf({})).toBe(512);
+    expect(memoryMbOf({ GATEWAY_CONFIG: file })).toBe(300);
+    expect(memoryMbOf({ GATEWAY_CONFIG: file, GATEWAY_MEMORY_MB: "200" })).toBe(200);
+    expect(loadConfig({ GATEWAY_CONFIG: file }).memoryMb).toBe(300);
+    for (const bad of ["abc", "64", "1.5"]) {
+      expect(memoryMbOf({ GATEWAY_MEMORY_MB: bad })).toBeUndefined(); // left to the configuration, which refuses it
+      expect(() => loadConfig({ GATEWAY_MEMORY_MB: bad })).toThrow(/GATEWAY_MEMORY_MB/);
+    }
+    expect(memoryMbOf({ GATEWAY_CONFIG: join(dir, "missing.json") })).toBeUndefined();
+    expect(() => loadConfig({ GATEWAY_MEMORY_MB: "256", GATEWAY_CACHE_MAX_BYTES: String(200 * 1_048_576) })).toThrow(/more than half of the memory budget/);
+  });
+
+  it("leaves heap limits given on the command line or in NODE_OPTIONS alone", () => {
+    expect(hasHeapFlags([], undefined)).toBe(false);
+    expect(hasHeapFlags(["--max-old-space-size=900"], undefined)).toBe(true);
+    expect(hasHeapFlags([], "--inspect --max_semi_space_size=4")).toBe(true);
+    expect(hasHeapFlags(["--cpu-prof"], "--enable-source-maps")).toBe(false);
+  });
+});
 
 describe("the memory budget", () => {
   it(`keeps a serving gateway within ${budgetMb} MiB plus the fixed overhead under random misses over ${items} items`, async () => {
