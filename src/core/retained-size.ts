@@ -71,13 +71,6 @@ export function exactUtf8(text: string): Buffer {
   return bytes;
 }
 
-/** A copy of bytes in a buffer of exactly their size, for keeping (see exactUtf8). */
-export function exactCopy(bytes: Uint8Array): Buffer {
-  const copy = Buffer.allocUnsafeSlow(bytes.byteLength);
-  copy.set(bytes);
-  return copy;
-}
-
 // eslint-disable-next-line no-control-regex
 const beyondLatin1 = /[^\u0000-\u00ff]/;
 

@@ -1,5 +1,6 @@
 import { LRUCache } from "lru-cache";
 import { weight, type CacheEntry, type ResponseCache } from "../../core/response-cache.ts";
+import { reweighOnGrowth } from "../reweigh.ts";
 
 /**
  * The embedded response cache: least recently used entries go first once
@@ -25,13 +26,7 @@ export class MemoryCache implements ResponseCache {
   }
 
   set(key: string, entry: CacheEntry): void {
-    // A rendering memoised later weighs the entry again (and may push older entries out);
-    // lru-cache re-weighs a key only when it is set anew, not when the same value is set again.
-    entry.memo.onGrow = () => {
-      if (this.lru.peek(key) !== entry) return;
-      this.lru.delete(key);
-      this.lru.set(key, entry);
-    };
+    reweighOnGrowth(this.lru, key, entry);
     this.lru.set(key, entry);
   }
 

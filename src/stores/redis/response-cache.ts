@@ -6,6 +6,7 @@ import { GatewayError } from "../../core/gateway-error.ts";
 import { EntryMemo, entryBytes, weight, type CacheEntry, type ResponseCache } from "../../core/response-cache.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { operationById } from "../../operations/index.ts";
+import { reweighOnGrowth } from "../reweigh.ts";
 
 export interface RedisResponseCacheOptions {
   /** Put before every key, so several gateways (or test files) can share one Redis. */
@@ -83,13 +84,7 @@ export class RedisResponseCache implements ResponseCache {
 
   /** In the in-process tier, re-weighed as renderings are memoised for it. */
   private keepLocal(key: string, entry: CacheEntry): void {
-    // lru-cache re-weighs a key only when it is set anew; the entry keeps the time it had left here.
-    entry.memo.onGrow = () => {
-      if (this.local.peek(key) !== entry) return;
-      const ttl = this.local.getRemainingTTL(key);
-      this.local.delete(key);
-      if (ttl > 0) this.local.set(key, entry, { ttl });
-    };
+    reweighOnGrowth(this.local, key, entry);
     this.local.set(key, entry);
   }
 

@@ -7,7 +7,7 @@ import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import type { IncomingMessage } from "node:http";
 import type { Gateway } from "../../core/gateway.ts";
-import { exactCopy, exactUtf8 } from "../../core/retained-size.ts";
+import { exactUtf8 } from "../../core/retained-size.ts";
 import type { Operation } from "../../core/operation.ts";
 import { StatusBlockSchema } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { Outcome } from "../../core/gateway.ts";
@@ -30,8 +30,10 @@ function successBytes(output: DescMessage, outcome: Extract<Outcome, { kind: "su
   if (item === undefined) {
     const only = create(output, { item: outcome.item } as never);
     // Binary: the item's field(s). JSON: `{"item":X`, the whole message's text up to where the status joins it.
-    // Kept in the entry: in buffers of their own size, so what the cache counts is what stays alive.
-    item = binary ? exactCopy(toBinary(output, only)) : exactUtf8(toJsonString(output, only).slice(0, -1));
+    // Kept in the entry: in blocks of their own size, so what the cache counts is what stays alive
+    // (toBinary returns a fresh exact-size array: a Buffer view of it copies nothing).
+    const bytes = binary ? toBinary(output, only) : undefined;
+    item = bytes ? Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength) : exactUtf8(toJsonString(output, only).slice(0, -1));
     memo?.set(key, item);
   }
   const status = create(output, { status: outcome.status } as never);
