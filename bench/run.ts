@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { ItemGetRequestSchema } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { grpcLoad, type LoadResult } from "./grpc-load.ts";
+import { cpuMicros, memoryMb } from "./proc.ts";
 
 const root = join(import.meta.dirname, "..");
 const seconds = Number(process.env.BENCH_SECONDS ?? 8);
@@ -67,17 +68,6 @@ interface Row {
 
 type AutocannonOptions = Parameters<typeof autocannon>[0];
 
-/**
- * A process's CPU time so far (user + system), in microseconds, from /proc.
- * Unlike req/s, CPU per request hardly moves when the load generator or a
- * neighbour competes for the cores: the figure to compare across runs here.
- */
-function cpuMicros(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return (Number(fields[11]) + Number(fields[12])) * (1_000_000 / 100); // utime, stime in clock ticks (USER_HZ 100)
-}
-
 /** Runs `load` and adds the server's CPU per request. */
 async function watched(pid: number, load: () => Promise<LoadResult>): Promise<LoadResult> {
   const before = cpuMicros(pid);
@@ -101,11 +91,6 @@ async function grpc(url: string, frame: Buffer, headers: Record<string, string>,
   const opts = { sessions: 4, streams: connections };
   await grpcLoad(url, "/gateway.catalogue.v1.RetailService/ItemGet", frame, headers, { ...opts, seconds: warmupSeconds });
   return watched(pid, () => grpcLoad(url, "/gateway.catalogue.v1.RetailService/ItemGet", frame, headers, { ...opts, seconds }));
-}
-
-function peakRssMb(pid: number): number {
-  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-  return m ? Number(m[1]) / 1024 : Number.NaN;
 }
 
 async function main(): Promise<void> {
@@ -179,7 +164,7 @@ async function main(): Promise<void> {
   add("5. gRPC ItemGet hit (h2, node:http2 client)", await grpc(base, frame, rpcHeaders, gw));
   add("7a. flood of wrong secrets", await http1({ url: `${base}/retail/item_get/?${new URLSearchParams({ key: account.key, secret: "wrong", num_iid: item.num_iid })}` }, gw), { note: "after 20 failures the address is refused (4008) before any lookup" });
   add("7b. over-quota rejections (4013)", await http1({ url: `${base}/retail/item_get/?${new URLSearchParams({ key: broke.key, secret: broke.secret, num_iid: item.num_iid })}` }, gw));
-  const peakRss = peakRssMb(gateway.child.pid!);
+  const peakRss = memoryMb(gateway.child.pid!, "VmHWM");
 
   // 6: a cold cache in front of an upstream answering in 20 ms: many callers, few items.
   const upstream = await start("bench/servers/fake-upstream.ts", {});

@@ -8,11 +8,12 @@
 // starts is stopped and every file it writes is removed.
 import autocannon from "autocannon";
 import { spawn, type ChildProcess } from "node:child_process";
-import { createWriteStream, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync, mkdirSync } from "node:fs";
+import { createWriteStream, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync, mkdirSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { once } from "node:events";
 import { demoDetailCopies } from "../src/catalogue/demo-dataset.ts";
+import { cpuMicros, memoryMb } from "./proc.ts";
 
 const root = join(import.meta.dirname, "..");
 const sizes = (process.env.BENCH_SCALE_SIZES ?? "10000,100000,1000000").split(",").map(Number);
@@ -23,12 +24,6 @@ const firstId = 800_000_000_000;
 const children: ChildProcess[] = [];
 const dirs: string[] = [];
 
-const kb = (pid: number, field: "VmRSS" | "VmHWM") => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0);
-function cpuMicros(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return (Number(f[11]) + Number(f[12])) * 10_000;
-}
 const dirBytes = (dir: string): number => readdirSync(dir).reduce((n, f) => n + statSync(join(dir, f)).size, 0);
 
 /** Runs `gateway <args>`; resolves with its stdout, its wall time and its peak RSS. */
@@ -41,7 +36,7 @@ function gateway(args: string[], env: Record<string, string>): Promise<{ out: st
   let peak = 0;
   const sampler = setInterval(() => {
     try {
-      peak = Math.max(peak, kb(child.pid!, "VmHWM"));
+      peak = Math.max(peak, memoryMb(child.pid!, "VmHWM"));
     } catch {
       // gone
     }
@@ -51,7 +46,7 @@ function gateway(args: string[], env: Record<string, string>): Promise<{ out: st
   return new Promise((resolve, reject) =>
     child.once("exit", (code) => {
       clearInterval(sampler);
-      if (code === 0) resolve({ out, ms: Date.now() - started, peakMb: peak / 1024 });
+      if (code === 0) resolve({ out, ms: Date.now() - started, peakMb: peak });
       else reject(new Error(`gateway ${args.join(" ")} exited ${code}: ${err.slice(-500)}`));
     }),
   );
@@ -151,9 +146,9 @@ async function scaleCase(n: number): Promise<ScaleRow> {
   const hit = await load(base, path, false, seconds, pid);
   console.error(`  ${n} items: random-miss soak, ${soakSeconds} s`);
   let soakPeak = 0;
-  await load(base, path, true, soakSeconds, pid, () => (soakPeak = Math.max(soakPeak, kb(pid, "VmRSS"))));
-  const soakEndMb = kb(pid, "VmRSS") / 1024;
-  const peakMb = kb(pid, "VmHWM") / 1024;
+  await load(base, path, true, soakSeconds, pid, () => (soakPeak = Math.max(soakPeak, memoryMb(pid, "VmRSS"))));
+  const soakEndMb = memoryMb(pid, "VmRSS");
+  const peakMb = memoryMb(pid, "VmHWM");
   const cachedItems = Math.round((await cacheBytes()) / cacheBytesPerItem);
   server.kill("SIGTERM");
   await once(server, "exit");
@@ -166,7 +161,7 @@ async function scaleCase(n: number): Promise<ScaleRow> {
     databaseMb,
     miss,
     hit,
-    soakPeakMb: Math.max(soakPeak / 1024, peakMb),
+    soakPeakMb: Math.max(soakPeak, peakMb),
     soakEndMb,
     cacheBytesPerItem,
     cachedItems,

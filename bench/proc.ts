@@ -1,0 +1,19 @@
+// What the benchmarks read of a process from /proc.
+import { readFileSync } from "node:fs";
+
+/**
+ * A process's CPU time so far (user + system), in microseconds. Unlike
+ * req/s, CPU per request hardly moves when the load generator or a
+ * neighbour competes for the cores: the figure to compare across runs here.
+ */
+export function cpuMicros(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(fields[11]) + Number(fields[12])) * (1_000_000 / 100); // utime, stime in clock ticks (USER_HZ 100)
+}
+
+/** A process's resident memory now (VmRSS) or at its peak so far (VmHWM), in MiB. */
+export function memoryMb(pid: number, field: "VmRSS" | "VmHWM"): number {
+  const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return m ? Number(m[1]) / 1024 : Number.NaN;
+}
