@@ -46,6 +46,9 @@ export function inWords(e: unknown): string {
   }
 }
 
+/** The four-digit code of a status block, as legacy callers see it. */
+export const fourDigits = (code: number) => String(code).padStart(4, "0");
+
 export function isUnauthenticated(e: unknown): boolean {
   return ConnectError.from(e).code === Code.Unauthenticated;
 }

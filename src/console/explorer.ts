@@ -10,10 +10,9 @@ import type { Account } from "../gen/gateway/admin/v1/admin_pb.js";
 import { RetailService } from "../gen/gateway/catalogue/v1/retail_pb.js";
 import { StatusBlockSchema } from "../gen/gateway/catalogue/v1/status_pb.js";
 import { WholesaleService } from "../gen/gateway/catalogue/v1/wholesale_pb.js";
-import { inWords, isUnauthenticated, type OperationInfo } from "./api.ts";
+import { fourDigits, inWords, isUnauthenticated, type OperationInfo } from "./api.ts";
 import { field, h, notice } from "./dom.ts";
 import type { Shell } from "./main.ts";
-import { fourDigits } from "./usage.ts";
 
 const services: readonly DescService[] = [RetailService, WholesaleService];
 const transports = {

@@ -4,7 +4,7 @@
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import { Charge, type QueryUsageResponse } from "../gen/gateway/admin/v1/admin_pb.js";
-import { inWords, isUnauthenticated } from "./api.ts";
+import { fourDigits, inWords, isUnauthenticated } from "./api.ts";
 import { field, h, notice } from "./dom.ts";
 import type { Shell } from "./main.ts";
 
@@ -13,8 +13,6 @@ const palette = ["#1f5fbf", "#d97706", "#15803d", "#b42318", "#7c3aed", "#0e7490
 
 /** YYYY-MM-DD of a Date, in the browser's zone. */
 const isoDay = (d: Date) => `${d.getFullYear()}-${String(d.getMonth() + 1).padStart(2, "0")}-${String(d.getDate()).padStart(2, "0")}`;
-/** The four-digit code of a status block, as legacy callers see it. */
-export const fourDigits = (code: number) => String(code).padStart(4, "0");
 
 /** Every day from `from` to `to`, inclusive (at most a year of them). */
 function daysBetween(from: string, to: string): string[] {
