@@ -4,7 +4,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
-import { clone } from "@bufbuild/protobuf";
+import { clone, toBinary } from "@bufbuild/protobuf";
 import { ItemDetailSchema, RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { Lang } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { GlossaryEngine } from "../src/translation/glossary-engine.ts";
@@ -80,7 +80,7 @@ describe("translated item detail (glossary, the embedded default)", () => {
     const found = await gw.runtime.catalogue.fetch(retailItemGet, { num_iid: demo.retailNumIid, is_promotion: "1" });
     if (!found.found) throw new Error("the demo item is missing");
     const record = clone(ItemDetailSchema, { ...(found.value as ItemDetail), numIid: "700000000777", title: "神秘面纱连衣裙" });
-    await gw.runtime.catalogue.storeBatch([{ kind: itemDetailRecord, catalogue: "retail", key: record.numIid, record, obtainable: true }], 1);
+    await gw.runtime.catalogue.storeBatch([{ kind: itemDetailRecord, catalogue: "retail", key: record.numIid, bytes: toBinary(ItemDetailSchema, record), obtainable: true }], 1);
     const r = await get("700000000777", "en");
     expect(r.translate_status).toBe("partial");
     expect((r.item as Item).title).toBe("神秘面纱 dress");

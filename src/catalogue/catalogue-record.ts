@@ -28,6 +28,6 @@ export function readCatalogueRecord(value: unknown): CatalogueRecord {
   if (typeof catalogue !== "string" || !known.includes(catalogue)) {
     throw new Error(`catalogue of a ${kind.name} record must be ${known.map((c) => `"${c}"`).join(" or ")}, not ${JSON.stringify(catalogue)}`);
   }
-  const { key, record, obtainable } = kind.read(value);
-  return { kind, catalogue, key, record, obtainable };
+  const { key, bytes, obtainable } = kind.read(value);
+  return { kind, catalogue, key, bytes, obtainable };
 }

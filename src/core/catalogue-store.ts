@@ -8,7 +8,8 @@ export interface StoredRecord {
   readonly kind: RecordKind;
   readonly catalogue: string;
   readonly key: string;
-  readonly record: unknown;
+  /** The record in its stored form: the kind's protobuf message, serialized. */
+  readonly bytes: Uint8Array;
   readonly obtainable: boolean;
 }
 

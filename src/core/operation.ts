@@ -21,7 +21,7 @@ export interface RecordKind<S = unknown> {
    * One import line (a JSON object) as the record to store, under its key.
    * Throws an Error whose message says what is wrong with the line.
    */
-  read(line: Readonly<Record<string, unknown>>): { readonly key: string; readonly record: S; readonly obtainable: boolean };
+  read(line: Readonly<Record<string, unknown>>): { readonly key: string; readonly bytes: Uint8Array; readonly obtainable: boolean };
   /** Example arguments for the first usable record of a list of import lines, or undefined. */
   example?(lines: readonly Readonly<Record<string, unknown>>[], catalogue: string): Readonly<Record<string, string>> | undefined;
 }

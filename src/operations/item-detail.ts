@@ -1,4 +1,5 @@
-import { clone, type DescService } from "@bufbuild/protobuf";
+import { clone, toBinary, type DescService } from "@bufbuild/protobuf";
+import { legacyBinary } from "../catalogue/legacy-binary.ts";
 import { isObject, numericId, readLegacyMessage, requireComplete, requireId } from "../catalogue/legacy-message.ts";
 import { legacyLayouts } from "../contract/legacy-layout.ts";
 import { operationContract, type OperationArg } from "../contract/operations.ts";
@@ -21,12 +22,16 @@ export const itemDetailRecord: RecordKind<ItemDetail> = {
   schema: ItemDetailSchema,
   defaultCatalogue: "retail",
   read(line) {
-    const item = readLegacyMessage(ItemDetailSchema, line.item, "item");
-    requireId(item.numIid, "item.num_iid", numericId);
+    // The short path, when the record takes it; else the general reader, which says what is wrong.
+    const bytes = legacyBinary(ItemDetailSchema, line.item);
+    const item = bytes === undefined ? readLegacyMessage(ItemDetailSchema, line.item, "item") : undefined;
+    const raw = line.item as { num_iid?: unknown; numIid?: unknown };
+    const key = requireId(item === undefined ? (raw.num_iid ?? raw.numIid) : item.numIid, "item.num_iid", numericId);
     if (line.obtainable !== undefined && typeof line.obtainable !== "boolean") throw new Error("obtainable must be true or false");
     const obtainable = line.obtainable !== false;
+    if (item === undefined) return { key, bytes: bytes!, obtainable };
     if (obtainable) requireComplete(ItemDetailSchema, line.item, "item");
-    return { key: item.numIid, record: item, obtainable };
+    return { key, bytes: toBinary(ItemDetailSchema, item), obtainable };
   },
 };
 

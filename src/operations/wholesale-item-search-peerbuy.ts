@@ -1,4 +1,5 @@
-import { clone, create } from "@bufbuild/protobuf";
+import { clone, create, toBinary } from "@bufbuild/protobuf";
+import { legacyBinaryList } from "../catalogue/legacy-binary.ts";
 import { isObject, numericId, readLegacyMessage, requireComplete, requireId, shopId } from "../catalogue/legacy-message.ts";
 import { legacyLayouts } from "../contract/legacy-layout.ts";
 import { operationContract } from "../contract/operations.ts";
@@ -24,9 +25,13 @@ export const peerViewedRecord: RecordKind<ItemSearchPeerbuyResponse> = {
     const numIid = requireId(line.num_iid, "num_iid", numericId);
     const sid = requireId(line.sid, "sid", shopId);
     if (!Array.isArray(line.item)) throw new Error("item must be a list of peer-viewed items");
+    const key = `${numIid}/${sid}`;
+    // The short path, when every item takes it; else the general reader, which says what is wrong.
+    const bytes = legacyBinaryList(ItemSearchPeerbuyResponseSchema.field.item, line.item);
+    if (bytes !== undefined) return { key, bytes, obtainable: true };
     const items = line.item.map((e, i) => readLegacyMessage(PeerViewedItemSchema, e, `item[${i}]`));
     line.item.forEach((e, i) => requireComplete(PeerViewedItemSchema, e, `item[${i}]`));
-    return { key: `${numIid}/${sid}`, record: create(ItemSearchPeerbuyResponseSchema, { item: items }), obtainable: true };
+    return { key, bytes: toBinary(ItemSearchPeerbuyResponseSchema, create(ItemSearchPeerbuyResponseSchema, { item: items })), obtainable: true };
   },
 };
 

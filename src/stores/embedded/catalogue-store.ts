@@ -1,4 +1,3 @@
-import { toBinary, type DescMessage, type Message } from "@bufbuild/protobuf";
 import type { DatabaseSync, StatementSync } from "node:sqlite";
 import type { Found, NotFound } from "../../core/catalogue-source.ts";
 import { storedAnswer, type CatalogueStore, type StoredRecord } from "../../core/catalogue-store.ts";
@@ -35,7 +34,7 @@ export class EmbeddedCatalogue implements CatalogueStore {
     this.db.exec("BEGIN IMMEDIATE");
     try {
       for (const r of records) {
-        this.put.run(r.catalogue, r.kind.name, r.key, toBinary(r.kind.schema as DescMessage, r.record as Message), r.obtainable ? 1 : 0, storedAt);
+        this.put.run(r.catalogue, r.kind.name, r.key, r.bytes, r.obtainable ? 1 : 0, storedAt);
       }
       this.db.exec("COMMIT");
     } catch (e) {

@@ -1,4 +1,3 @@
-import { toBinary, type DescMessage, type Message } from "@bufbuild/protobuf";
 import type pg from "pg";
 import type { Found, NotFound } from "../../core/catalogue-source.ts";
 import { storedAnswer, type CatalogueStore, type StoredRecord } from "../../core/catalogue-store.ts";
@@ -44,7 +43,7 @@ export class PostgresCatalogue implements CatalogueStore {
         records.map((x) => x.catalogue),
         records.map((x) => x.kind.name),
         records.map((x) => x.key),
-        records.map((x) => Buffer.from(toBinary(x.kind.schema as DescMessage, x.record as Message))),
+        records.map((x) => Buffer.from(x.bytes.buffer, x.bytes.byteOffset, x.bytes.byteLength)),
         records.map((x) => x.obtainable),
         storedAt,
       ],
