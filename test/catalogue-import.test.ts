@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { importRecords } from "../src/catalogue/catalogue-import.ts";
+import { importFile } from "../src/catalogue/file-import.ts";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { defaultConfig } from "../src/config.ts";
 import { openRuntime, type Runtime } from "../src/runtime.ts";
@@ -46,8 +46,7 @@ const expectedSkips = [2, 3, 6, 7, 9, 11];
 
 describe("import", () => {
   it("skips each bad line with its line number and imports every other line", async () => {
-    const { readNdjson } = await import("../src/catalogue/catalogue-import.ts");
-    const report = await importRecords(runtime.catalogue, readNdjson(join(dir, "items.ndjson")), { storedAt: 1_700_000_000, batchSize: 2 });
+    const report = await importFile(runtime.catalogue, join(dir, "items.ndjson"), { storedAt: 1_700_000_000, workers: 0 });
     expect(report.skipped.map((s) => s.line)).toEqual(expectedSkips);
     expect(report.imported).toBe(4);
     expect(report.skipped.find((s) => s.line === 3)!.message).toMatch(/price/);
@@ -65,6 +64,36 @@ describe("import", () => {
     expect(unobtainable).toEqual({ found: false, reason: "item 700000000005 cannot be obtained" });
     expect((await runtime.catalogue.fetch(wholesaleItemSearchPeerbuy, { num_iid: "710000000001", sid: "b2b-1" })).found).toBe(true);
     expect((await itemGet("700000000002")).found).toBe(false);
+  });
+
+  it("reads a file of many parcels the same with worker threads as on one thread: line numbers, order, CRLF, BOM, a last line without newline", async () => {
+    // About 3.5 MiB: several parcels, with bad lines and a repeated key (the later line wins) spread across them.
+    const many: string[] = [];
+    for (let i = 0; i < 700; i++) {
+      if (i % 97 === 5) many.push("{broken");
+      else if (i % 131 === 7) many.push("");
+      else many.push(item(String(720000000000 + (i % 650)), { title: `line ${i + 1}` }));
+    }
+    const text = `\ufeff${many.join("\n").replace(/\n(?=.*"line 300")/, "\r\n")}`;
+    writeFileSync(join(dir, "many.ndjson"), text); // no newline after the last line
+    const reports = [];
+    for (const workers of [0, 2]) {
+      const r = await openRuntime({ ...defaultConfig, dataDir: join(dir, `many-${workers}`) });
+      try {
+        const progress: number[] = [];
+        const report = await importFile(r.catalogue, join(dir, "many.ndjson"), { storedAt: 1_700_000_000, workers, onProgress: (d) => progress.push(d.lines) });
+        expect(progress.at(-1)).toBe(700);
+        reports.push(report);
+        const repeated = await r.catalogue.fetch(retailItemGet, { num_iid: "720000000010", is_promotion: "1" });
+        expect(repeated.found && (repeated.value as ItemDetail).title).toBe("line 661");
+        expect((await r.catalogue.size()).get("retail/item_detail")).toBe(new Set(many.flatMap((l, i) => (l.startsWith("{\"") ? [i % 650] : []))).size);
+      } finally {
+        await r.close();
+      }
+    }
+    expect(reports[0]!.skipped.map((s) => s.line)).toEqual(many.flatMap((l, i) => (l === "{broken" ? [i + 1] : [])));
+    expect(reports[1]).toEqual(reports[0]);
+    expect(reports[0]!.imported).toBe(many.filter((l) => l.startsWith("{\"")).length);
   });
 
   it("works from the CLI, reporting skipped lines and exiting 1", async () => {
