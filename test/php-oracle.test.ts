@@ -3,6 +3,7 @@ import { promisify } from "node:util";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import fc from "fast-check";
 import { XMLParser } from "fast-xml-parser";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
@@ -39,9 +40,16 @@ const nasty = [
   "x".repeat(100_000) + "尾", "é".repeat(3000), "$var {$x} \\'", "?>",
 ];
 
+/** Texts of every kind of character, each escape next to plain runs (a fixed seed: the same corpus every run). */
+const generated = fc.sample(
+  fc.string({ unit: fc.oneof(fc.constantFrom("\u0000", "\b", "\t", "\n", "\f", "\r", "\u001f", '"', "/", "\\", "\u007f", "\u0080", "é", "中", "\u2028", "\u2029", "\uffff", "🔥", "\ud800"), fc.string({ maxLength: 4 })), maxLength: 80 }),
+  { seed: 17, numRuns: 300 },
+);
+
 function syntheticCorpus(): [string, PhpMap][] {
   return [
     ["strings", m(nasty.map((s, i) => [`s${i}`, s]))],
+    ["generated strings", m(generated.map((s, i) => [`g${i}`, s]))],
     ["floats", m([[ "zero", f(0) ], ["negzero", f(-0)], ["price", f(25.8)], ["integral", f(30)], ["third", f(1 / 3)], ["big", f(1.25e25)], ["small", f(1e-5)], ["tiny", f(5e-324)], ["huge", f(1.7976931348623157e308)], ["e17", f(1e17)], ["e16", f(1e16)], ["neg", f(-108.3)]])],
     ["ints", m([["zero", 0], ["one", 1], ["neg", -5], ["max", Number.MAX_SAFE_INTEGER], ["min", Number.MIN_SAFE_INTEGER]])],
     ["scalars", m([["true", true], ["false", false], ["null", null]])],

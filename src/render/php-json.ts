@@ -26,6 +26,7 @@ const plainAscii = /^[\x20-\x21\x23-\x2e\x30-\x5b\x5d-\x7f]*$/;
 export function phpJsonString(s: string, options: PhpJsonOptions): string {
   if (plainAscii.test(s)) return `"${s}"`;
   if (!s.isWellFormed()) s = s.toWellFormed();
+  if (!options.unescapedUnicode) return escapedJsonString(s);
   let out = '"';
   let start = 0;
   for (let i = 0; i < s.length; i++) {
@@ -42,6 +43,49 @@ export function phpJsonString(s: string, options: PhpJsonOptions): string {
     }
   }
   return out + s.slice(start) + '"';
+}
+
+/** The byte each short escape's letter is, by the character it escapes. */
+const shortEscapeLetters = new Uint8Array(128);
+for (const [code, text] of Object.entries(shortEscapes)) shortEscapeLetters[Number(code)] = text.charCodeAt(1);
+const hexBytes = new Uint8Array([...hex].map((c) => c.charCodeAt(0)));
+let scratch = Buffer.allocUnsafe(64 * 1024);
+
+/**
+ * The default mode's string, written as bytes: everything it writes is
+ * ASCII (non-ASCII as `\uXXXX`), so the text is built in a scratch buffer a
+ * byte at a time and read back once, rather than joined from a slice and an
+ * escape string per character (the cost of a Chinese description).
+ */
+function escapedJsonString(s: string): string {
+  const need = 6 * s.length + 2;
+  if (scratch.length < need) scratch = Buffer.allocUnsafe(Math.max(need, 2 * scratch.length));
+  const b = scratch;
+  let p = 0;
+  b[p++] = 34;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x80) {
+      const letter = shortEscapeLetters[c]!;
+      if (letter !== 0) {
+        b[p++] = 92;
+        b[p++] = letter;
+        continue;
+      }
+      if (c >= 0x20) {
+        b[p++] = c;
+        continue;
+      }
+    }
+    b[p++] = 92;
+    b[p++] = 117;
+    b[p++] = hexBytes[(c >> 12) & 15]!;
+    b[p++] = hexBytes[(c >> 8) & 15]!;
+    b[p++] = hexBytes[(c >> 4) & 15]!;
+    b[p++] = hexBytes[c & 15]!;
+  }
+  b[p++] = 34;
+  return b.toString("latin1", 0, p);
 }
 
 export interface PhpFloatStyle {
