@@ -25,11 +25,16 @@ describe("retainedBytes", () => {
     expect(retainedBytes("abcdefgh")).toBe(16 + 8);
     expect(retainedBytes("商品")).toBe(16 + 8); // two characters, two bytes each
     expect(retainedBytes("x".repeat(1000))).toBe(16 + 1000);
+    expect(retainedBytes("")).toBe(0); // V8's own
     expect(retainedBytes({ a: 1, b: 2 })).toBe(24 + 16);
-    expect(retainedBytes([1, 2, 3])).toBe(48 + 24);
+    expect(retainedBytes({ a: 1, b: 2, c: 3, d: 4, e: 5 })).toBe(24 + 40 + 32); // a property array past four
+    // Past 16 properties added one by one, a hash table of three slots an entry, 32 entries for 20 keys.
+    expect(retainedBytes(Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`k${i}`, i])))).toBe(24 + 64 + 24 * 32);
+    expect(retainedBytes([1, 2, 3])).toBe(32 + 16 + 8 * 16); // the capacity pushing three would give
+    expect(retainedBytes([])).toBe(32);
     expect(retainedBytes(Buffer.alloc(4096))).toBe(80 + 4096);
     const shared = { big: "y".repeat(800) };
-    expect(retainedBytes([shared, shared])).toBe(48 + 16 + retainedBytes(shared));
+    expect(retainedBytes([shared, shared])).toBe(32 + 16 + 8 * 16 + retainedBytes(shared));
   });
 });
 

@@ -25,22 +25,23 @@ export type LegacyFormatName = keyof typeof legacyFormats;
 const marker = `\u0000gateway-item-${randomBytes(16).toString("hex")}\u0000`;
 
 /**
- * The response as bytes. When its item is a cached fragment whose rendering
- * in this format is already made, the rest is rendered around a placeholder
- * and the item's bytes are spliced in, so a cache hit encodes only the
- * status block. The bytes are the same as rendering the whole value.
+ * The response as bytes. When its item is a cached fragment, the rest is
+ * rendered around a placeholder and the item's bytes (made on first use in
+ * this format, kept for the next) are spliced in, so a cache hit encodes
+ * only the status block. The bytes are the same as rendering the whole
+ * value.
  */
 export function renderLegacy(format: LegacyFormatName, response: PhpMap): Buffer {
   const item = response.get("item");
   const render = legacyFormats[format].render;
   if (!(item instanceof PhpFragment) || item instanceof PhpPlaceholder) return Buffer.from(render(response), "utf8");
-  const placeholder = new PhpPlaceholder(marker);
+  const placeholder = new PhpPlaceholder(marker, item);
   response.set("item", placeholder);
   const text = render(response);
   response.set("item", item);
   const itemBytes = placeholder.asked === undefined ? undefined : item.bytes(placeholder.asked);
   const at = text.indexOf(marker);
-  // First use in this format: render it whole, which fills the fragment for next time.
+  // A renderer that did not ask for the item as a fragment: render it whole.
   if (itemBytes === undefined || at < 0) return Buffer.from(render(response), "utf8");
   return Buffer.concat([Buffer.from(text.slice(0, at), "utf8"), itemBytes, Buffer.from(text.slice(at + marker.length), "utf8")]);
 }

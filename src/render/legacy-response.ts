@@ -140,10 +140,12 @@ function itemValue(outcome: Extract<Outcome, { kind: "success" }>): PhpValue {
   const known = outcome.memo?.get(memoKey);
   if (known instanceof PhpFragment) return known;
   const { message, list } = outcome.operation.item;
-  const value = list ? (outcome.item as Message[]).map((i) => messageValue(message, i)) : messageValue(message, outcome.item as Message);
-  if (outcome.memo === undefined) return value;
+  const item = outcome.item;
+  const make = () => (list ? (item as Message[]).map((i) => messageValue(message, i)) : messageValue(message, item as Message));
+  if (outcome.memo === undefined) return make();
   const memo = outcome.memo;
-  const fragment = new PhpFragment(value, (bytes) => memo.grew(bytes));
+  // Made from the (cached) message whenever a rendering is first made, never kept itself.
+  const fragment = new PhpFragment(make, (bytes) => memo.grew(bytes));
   memo.set(memoKey, fragment);
   return fragment;
 }

@@ -39,62 +39,82 @@ export function phpArrayKey(key: string): string | bigint {
 
 /**
  * A value that remembers how each renderer wrote it. A cached item is
- * wrapped in one, so a cache hit splices the item's text in and renders only
- * the status block. Every renderer produces the same bytes with or without
- * the wrapper; `key` names the renderer and anything the text depends on.
+ * wrapped in one, so a cache hit splices the item's bytes in and renders
+ * only the status block. Every renderer produces the same bytes with or
+ * without the wrapper; `key` names the renderer and anything the text
+ * depends on.
+ *
+ * It keeps each rendering once, as UTF-8 bytes, and not the value itself:
+ * the value is made again (from the cached message) only when a rendering
+ * not made yet is asked for, so a cached item holds its message and the
+ * bytes of the formats it was asked in, nothing more.
  */
 export class PhpFragment {
-  readonly value: PhpValue;
-  private readonly texts = new Map<string, string>();
+  private readonly make: () => PhpValue;
   private readonly encoded = new Map<string, Buffer>();
   /** Told the bytes of each rendering kept, so the cache entry holding the fragment counts them. */
   private readonly grew: ((bytes: number) => void) | undefined;
 
-  constructor(value: PhpValue, grew?: (bytes: number) => void) {
-    this.value = value;
+  constructor(value: PhpValue | (() => PhpValue), grew?: (bytes: number) => void) {
+    this.make = typeof value === "function" ? value : () => value;
     this.grew = grew;
   }
 
+  /** The value, made anew: read it once per rendering. */
+  get value(): PhpValue {
+    return this.make();
+  }
+
   text(key: string, render: () => string): string {
-    let t = this.texts.get(key);
-    if (t === undefined) {
-      t = render();
-      this.texts.set(key, t);
-      this.grew?.(40 + retainedBytes(t));
-    }
+    const b = this.encoded.get(key);
+    if (b !== undefined) return b.toString("utf8");
+    const t = render();
+    this.keep(key, t);
     return t;
   }
 
-  /** A rendering already made, as UTF-8 bytes (kept, so a hit does not encode it again). */
+  /** A rendering already made, as UTF-8 bytes. */
   bytes(key: string): Buffer | undefined {
-    let b = this.encoded.get(key);
-    if (b === undefined) {
-      const t = this.texts.get(key);
-      if (t === undefined) return undefined;
-      b = exactUtf8(t);
-      this.encoded.set(key, b);
-      this.grew?.(40 + retainedBytes(b));
-    }
-    return b;
+    return this.encoded.get(key);
+  }
+
+  /** Makes the rendering `key` unless it is made. */
+  prepare(key: string, render: () => string): void {
+    if (!this.encoded.has(key)) this.keep(key, render());
+  }
+
+  private keep(key: string, text: string): void {
+    const b = exactUtf8(text);
+    this.encoded.set(key, b);
+    this.grew?.(40 + retainedBytes(b));
   }
 }
 
 /**
  * Stands in for a fragment while the rest of a document is rendered: it
- * writes `marker` and remembers which rendering was asked for, so the
- * fragment's bytes can be spliced in at the marker.
+ * writes `marker` and remembers which rendering was asked for (making it in
+ * the fragment if it is not made yet), so the fragment's bytes can be
+ * spliced in at the marker.
  */
 export class PhpPlaceholder extends PhpFragment {
   readonly marker: string;
+  private readonly item: PhpFragment;
   asked: string | undefined;
 
-  constructor(marker: string) {
+  constructor(marker: string, item: PhpFragment) {
     super(null);
     this.marker = marker;
+    this.item = item;
   }
 
-  override text(key: string): string {
+  override get value(): PhpValue {
+    return this.item.value;
+  }
+
+  override text(key: string, render: () => string): string {
     this.asked = key;
+    // The renderer's closure reads this placeholder's value: the item's.
+    this.item.prepare(key, render);
     return this.marker;
   }
 }
