@@ -56,6 +56,12 @@ if curl -fsS "$base/console/" 2>/dev/null | grep -q '<html'; then echo "producti
 stop
 echo "production install: npm ci --omit=dev, npx gateway serve on Node $node_version: ready, no secret printed, no console, clean stop"
 
+# The import's worker threads load from the production install alone.
+npm run -s demo:ndjson >"$work/demo.ndjson"
+imported="$(GATEWAY_DATA_DIR="$work/import-data" npx gateway import "$work/demo.ndjson" --json --workers 2)"
+echo "$imported" | grep -q '"skipped":\[\]' && ! echo "$imported" | grep -q '"imported":0,' || { echo "production install: gateway import failed: $imported" >&2; exit 1; }
+echo "production install: gateway import with two worker threads: $(echo "$imported" | grep -o '"imported":[0-9]*') records"
+
 # The console builds from the production install alone (esbuild, connect-web and uPlot are dependencies).
 GATEWAY_CONSOLE=on start npx gateway serve
 curl -fsS "$base/console/" | grep -q '<script type="module" src="app.js">' || { echo "production install: GATEWAY_CONSOLE=on serves no console page" >&2; exit 1; }
