@@ -96,6 +96,28 @@ describe("import", () => {
     expect(reports[0]!.imported).toBe(many.filter((l) => l.startsWith("{\"")).length);
   });
 
+  it("reads lines longer than a parcel, and skips a line past the limit unread, with its line number", async () => {
+    const long = item("730000000002", { desc: "长".repeat(900_000) }); // about 2.6 MiB: runs across three 1 MiB chunks
+    const junk = "x".repeat(5 << 20); // 5 MiB, past the 4 MiB limit set below
+    const file = join(dir, "long.ndjson");
+    writeFileSync(file, [item("730000000001"), long, junk, item("730000000003"), junk].join("\n")); // the last line has no newline
+    for (const workers of [0, 2]) {
+      const r = await openRuntime({ ...defaultConfig, dataDir: join(dir, `long-${workers}`) });
+      try {
+        const report = await importFile(r.catalogue, file, { storedAt: 1_700_000_000, workers, maxLineBytes: 4 << 20 });
+        expect(report.imported).toBe(3);
+        expect(report.skipped.map((s) => s.line)).toEqual([3, 5]);
+        expect(report.skipped[0]!.message).toMatch(/the line is 5242881 bytes long, more than the 4194304 bytes a line may have/);
+        expect(report.skipped[1]!.message).toMatch(/the line is 5242880 bytes long/);
+        const found = await r.catalogue.fetch(retailItemGet, { num_iid: "730000000002", is_promotion: "1" });
+        expect(found.found && (found.value as ItemDetail).desc.length).toBe(900_000);
+        expect((await r.catalogue.fetch(retailItemGet, { num_iid: "730000000003", is_promotion: "1" })).found).toBe(true);
+      } finally {
+        await r.close();
+      }
+    }
+  });
+
   it("works from the CLI, reporting skipped lines and exiting 1", async () => {
     const env = { GATEWAY_DATA_DIR: join(dir, "cli") };
     const text = await runCli(["import", join(dir, "items.ndjson")], env);

@@ -13,7 +13,11 @@ export interface FileImportOptions {
   readonly workers?: number;
   /** Called after each parcel is written, with the lines and bytes of the file done so far. */
   readonly onProgress?: (done: { readonly lines: number; readonly bytes: number }) => void;
+  /** A longer line is reported and skipped unread (default 16 MiB; a demo record is about 6 kB). */
+  readonly maxLineBytes?: number;
 }
+
+export const defaultMaxLineBytes = 16 << 20;
 
 /** Records written a transaction, at least (a parcel's records are never split). */
 const batchRecords = 500;
@@ -31,8 +35,9 @@ export function defaultImportWorkers(): number {
  * protobuf bytes: most of an import's time) while this thread writes the
  * records, one transaction a parcel, in the file's order, so a later line
  * for the same key wins as it always did. A bad line is reported with its
- * line number and skipped. At most two parcels a worker are in flight, so
- * memory stays flat whatever the file's size.
+ * line number and skipped. At most two parcels a worker are in flight, and
+ * a line longer than `maxLineBytes` is skipped without being held, so memory
+ * stays flat whatever the file holds.
  */
 export async function importFile(catalogue: CatalogueStore, path: string, options: FileImportOptions): Promise<ImportReport> {
   const readers = new ParcelReaders(options.workers ?? defaultImportWorkers());
@@ -62,28 +67,85 @@ export async function importFile(catalogue: CatalogueStore, path: string, option
     if (batch.length >= batchRecords) await flush();
   };
   try {
-    let rest: Buffer | undefined;
+    const maxLine = options.maxLineBytes ?? defaultMaxLineBytes;
     let first = true;
-    const send = (parcel: Buffer) => {
-      const read = readers.read(parcel, first);
-      read.catch(() => {}); // awaited in turn; a failure before then is not unhandled
-      pending.push({ read, size: parcel.length });
+    for await (const piece of piecesOf(path, maxLine)) {
+      if ("overlong" in piece) {
+        const message = `the line is ${piece.overlong} bytes long, more than the ${maxLine} bytes a line may have; skipped unread`;
+        pending.push({ read: Promise.resolve({ lines: 1, records: [], bytes: new Uint8Array(0), skipped: [{ line: 1, message }] }), size: piece.overlong });
+      } else {
+        const read = readers.read(piece.lines, first);
+        read.catch(() => {}); // awaited in turn; a failure before then is not unhandled
+        pending.push({ read, size: piece.lines.length });
+      }
       first = false;
-    };
-    for await (const chunk of createReadStream(path, { highWaterMark: parcelBytes }) as AsyncIterable<Buffer>) {
-      const buf = rest === undefined ? chunk : Buffer.concat([rest, chunk]);
-      const cut = buf.lastIndexOf(10) + 1;
-      rest = cut < buf.length ? buf.subarray(cut) : undefined;
-      if (cut > 0) send(buf.subarray(0, cut));
       while (pending.length >= readers.capacity) await writeOldest();
     }
-    if (rest !== undefined) send(rest);
     while (pending.length > 0) await writeOldest();
     await flush();
   } finally {
     await readers.close();
   }
   return { imported, skipped };
+}
+
+/**
+ * The file in pieces: parcels of whole lines (about `parcelBytes` each; the
+ * file's last line may lack its newline), or, for a line longer than
+ * `maxLine` bytes, its length alone (with its newline): such a line is
+ * dropped as it is read, never held whole. The start of a line that runs
+ * past a chunk is kept as a list of chunks and joined once.
+ */
+async function* piecesOf(path: string, maxLine: number): AsyncGenerator<{ readonly lines: Buffer } | { readonly overlong: number }> {
+  let tail: Buffer[] = [];
+  let tailBytes = 0;
+  /** Bytes of an overlong line dropped so far, until its newline; 0 when none is being dropped. */
+  let dropping = 0;
+  for await (const chunk of createReadStream(path, { highWaterMark: parcelBytes }) as AsyncIterable<Buffer>) {
+    let from = 0;
+    if (dropping > 0) {
+      const end = chunk.indexOf(10);
+      if (end < 0) {
+        dropping += chunk.length;
+        continue;
+      }
+      yield { overlong: dropping + end + 1 };
+      dropping = 0;
+      from = end + 1;
+    }
+    const firstEnd = chunk.indexOf(10, from);
+    if (firstEnd < 0) {
+      tail.push(chunk.subarray(from));
+      tailBytes += chunk.length - from;
+      if (tailBytes > maxLine) {
+        dropping = tailBytes;
+        tail = [];
+        tailBytes = 0;
+      }
+      continue;
+    }
+    // Only the line that began in an earlier chunk can be longer than a chunk.
+    if (tailBytes + firstEnd - from > maxLine) {
+      yield { overlong: tailBytes + firstEnd - from + 1 };
+      tail = [];
+      tailBytes = 0;
+      from = firstEnd + 1;
+    }
+    const last = chunk.lastIndexOf(10);
+    if (last >= from) {
+      const lines = chunk.subarray(from, last + 1);
+      yield { lines: tail.length === 0 ? lines : Buffer.concat([...tail, lines]) };
+      tail = [];
+      tailBytes = 0;
+      from = last + 1;
+    }
+    if (from < chunk.length) {
+      tail.push(chunk.subarray(from));
+      tailBytes += chunk.length - from;
+    }
+  }
+  if (dropping > 0) yield { overlong: dropping };
+  else if (tailBytes > 0) yield { lines: Buffer.concat(tail) };
 }
 
 /** Parcel readers: worker threads taking parcels in turn (each answers its own in order), or this thread. */
