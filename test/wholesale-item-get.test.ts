@@ -86,9 +86,11 @@ describe("legacy shim (app.inject)", () => {
     const first = JSON.parse((await inject({ num_iid: String(wholesale.num_iid) })).body) as { item: { title: string }; cache: number; secache: string };
     const retail = JSON.parse((await gw.app.inject({ url: `/retail/item_get/?${new URLSearchParams(auth)}` })).body) as { item: { title: string }; secache: string };
     const second = JSON.parse((await inject({ num_iid: String(wholesale.num_iid) })).body) as { item: { title: string }; cache: number; secache: string };
+    const third = JSON.parse((await inject({ num_iid: String(wholesale.num_iid) })).body) as { cache: number };
     expect(first.item.title).toBe(wholesale.title);
     expect(retail.item.title).toBe("零售同号商品");
-    expect([first.cache, second.cache]).toEqual([0, 1]);
+    // Kept from its second request on (the embedded catalogue's answers are cheap to read again): the third is a hit.
+    expect([first.cache, second.cache, third.cache]).toEqual([0, 0, 1]);
     expect(second.item.title).toBe(wholesale.title);
     expect(second.secache).toBe(first.secache);
     expect(retail.secache).not.toBe(first.secache);

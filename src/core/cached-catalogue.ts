@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import type { OperationId } from "../contract/operations.ts";
 import type { CatalogueSource, Found, NotFound } from "./catalogue-source.ts";
 import type { Args, Operation } from "./operation.ts";
+import { Doorkeeper } from "./doorkeeper.ts";
 import { GatewayError } from "./gateway-error.ts";
 import { EntryMemo, entryBytes, type CacheEntry, type ResponseCache } from "./response-cache.ts";
 import { noTelemetry, type Telemetry } from "./telemetry.ts";
@@ -38,7 +39,8 @@ export interface Answered {
 
 /**
  * The catalogue sources behind the response cache. Only real answers are
- * stored (0000, and 2000 for a shorter time), never faults. Simultaneous
+ * stored (0000, and 2000 for a shorter time), never faults; a local
+ * source's answer from the second time its key is asked for. Simultaneous
  * misses for one key make one source call and share its answer. When the
  * source fails and an expired answer younger than the stale bound exists,
  * that answer is served instead of the fault.
@@ -48,7 +50,8 @@ export class CachedCatalogue {
   private readonly cache: ResponseCache | undefined;
   private readonly policy: CachePolicy;
   private readonly now: () => number;
-  private readonly inFlight = new Map<string, Promise<CacheEntry>>();
+  private readonly inFlight = new Map<string, Promise<Fetched>>();
+  private readonly doorkeeper = new Doorkeeper();
   private readonly translator: Translator | undefined;
   private readonly telemetry: Telemetry;
 
@@ -129,7 +132,8 @@ export class CachedCatalogue {
       return this.fromEntry(stored, true);
     }
     try {
-      return this.fromEntry(await this.fetchOnce(key, operation, source, args, useCache), false);
+      const { entry, kept } = await this.fetchOnce(key, operation, source, args, useCache);
+      return this.fromEntry(entry, false, kept);
     } catch (e) {
       // Stale-if-error: a fault of the source, and an answer young enough to stand in.
       if (e instanceof GatewayError && stored !== undefined && stored.staleUntil > this.now()) {
@@ -147,7 +151,7 @@ export class CachedCatalogue {
    * source themselves, so a replica that died holding the claim costs a wait,
    * never an answer). A `cache=no` refresh always asks the source itself.
    */
-  private fetchOnce(key: string, operation: Operation, source: CatalogueSource, args: Args, useCache: boolean): Promise<CacheEntry> {
+  private fetchOnce(key: string, operation: Operation, source: CatalogueSource, args: Args, useCache: boolean): Promise<Fetched> {
     const running = this.inFlight.get(key);
     if (running !== undefined) {
       this.telemetry.cacheEvent(operation.id, "coalesced");
@@ -159,19 +163,22 @@ export class CachedCatalogue {
         const shared = await this.awaitShared(key);
         if (shared !== undefined) {
           this.telemetry.cacheEvent(operation.id, "coalesced");
-          return shared;
+          return { entry: shared, kept: true };
         }
       }
       this.telemetry.cacheEvent(operation.id, "miss");
       try {
         // The shared call is not tied to the first caller's connection: others wait on it too.
         const answer = await source.fetch(operation, args, new AbortController().signal);
+        // A local source's answer is kept from the second request for its key on (doorkeeper.ts).
+        const keep = source.local !== true || this.doorkeeper.seenBefore(key);
         if (answer.found) {
-          return this.store(key, operation, this.ttl(operation), { value: answer.value, reason: "", storedAt: answer.storedAt, token: answer.token });
+          const entry = this.store(key, operation, keep ? this.ttl(operation) : 0, { value: answer.value, reason: "", storedAt: answer.storedAt, token: answer.token });
+          return { entry, kept: keep };
         }
         const storedAt = Math.floor(this.now() / 1000);
         const token = createHash("md5").update(`${key}\u0000${storedAt}`).digest("hex");
-        return this.store(key, operation, this.policy.notFoundTtlSeconds, { value: null, reason: answer.reason, storedAt, token });
+        return { entry: this.store(key, operation, keep ? this.policy.notFoundTtlSeconds : 0, { value: null, reason: answer.reason, storedAt, token }), kept: keep };
       } finally {
         if (typeof claim === "function") await claim().catch(() => {});
       }
@@ -193,25 +200,32 @@ export class CachedCatalogue {
     return undefined;
   }
 
-  /** An answer as a cache entry, fresh for `ttl` seconds and kept as a stand-in for the stale bound after; `ttl` 0 keeps nothing. */
+  /** An answer as a cache entry, fresh for `ttl` seconds and kept as a stand-in for the stale bound after; `ttl` 0 keeps nothing (and measures nothing). */
   private store(key: string, operation: Operation, ttl: number, answer: Pick<CacheEntry, "value" | "reason" | "storedAt" | "token" | "translation">): CacheEntry {
     const now = this.now();
     const entry: CacheEntry = {
       ...answer,
       freshUntil: now + ttl * 1000,
       staleUntil: now + (ttl + this.policy.staleIfErrorSeconds) * 1000,
-      bytes: entryBytes(answer.value, answer.reason),
+      bytes: ttl > 0 ? entryBytes(answer.value, answer.reason) : 0,
       memo: new EntryMemo(),
     };
     if (ttl > 0) this.cache?.set(key, entry);
     return entry;
   }
 
-  private fromEntry(entry: CacheEntry, fromCache: boolean): Answered {
+  /** The answer of an entry; its memo only when the entry is kept (renderings of an answer used once are not worth keeping). */
+  private fromEntry(entry: CacheEntry, fromCache: boolean, kept = true): Answered {
     const answer: Answered["answer"] =
       entry.value === null
         ? { found: false, reason: entry.reason }
         : { found: true, value: entry.value, storedAt: entry.storedAt, token: entry.token };
-    return { answer, fromCache, memo: entry.memo };
+    return { answer, fromCache, memo: kept ? entry.memo : undefined };
   }
+}
+
+/** A source's answer as an entry, and whether the cache keeps it. */
+interface Fetched {
+  readonly entry: CacheEntry;
+  readonly kept: boolean;
 }

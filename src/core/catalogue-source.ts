@@ -25,5 +25,12 @@ export interface NotFound {
 export interface CatalogueSource {
   /** Reported as the `_ddf` marker. */
   readonly label: string;
+  /**
+   * The gateway's own catalogue: an answer costs only a local read to make
+   * again, so the cache keeps one from its second request on (see
+   * doorkeeper.ts). An answer of a source that is not local (a paid
+   * provider) is kept from the first: nothing is bought twice.
+   */
+  readonly local?: boolean;
   fetch(operation: Operation, args: Args, signal?: AbortSignal): Promise<Found | NotFound>;
 }

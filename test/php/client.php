@@ -8,7 +8,7 @@
 // Usage: php client.php BASE KEY SECRET RETAIL_NUM_IID WHOLESALE_NUM_IID
 
 [$_, $base, $key, $secret, $retailId, $wholesaleId] = $argv;
-$perCall = ['request_id', 'execution_time', 'server_time', 'server_memory', 'api_info'];
+$perCall = ['request_id', 'execution_time', 'server_time', 'server_memory', 'api_info', 'cache'];
 
 function fetch(string $url): string {
     $ch = curl_init($url);

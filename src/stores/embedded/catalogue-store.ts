@@ -11,6 +11,7 @@ import type { Args, Operation } from "../../core/operation.ts";
  */
 export class EmbeddedCatalogue implements CatalogueStore {
   readonly label = "embedded";
+  readonly local = true;
   private readonly db: DatabaseSync;
   private readonly byKey: StatementSync;
   private readonly put: StatementSync;

@@ -12,6 +12,7 @@ import type { Args, Operation } from "../../core/operation.ts";
 export class PostgresCatalogue implements CatalogueStore {
   /** The `_ddf` marker: the gateway's own catalogue, as opposed to the upstream provider. */
   readonly label = "embedded";
+  readonly local = true;
   private readonly pool: pg.Pool;
 
   constructor(pool: pg.Pool) {
