@@ -11,7 +11,7 @@ export interface FileImportOptions {
   readonly storedAt: number;
   /** Threads that parse and read the lines beside this one; 0 reads them on this thread. Default: one a core, at most four. */
   readonly workers?: number;
-  /** Called after each parcel is written, with the lines and bytes of the file done so far. */
+  /** Called after each transaction, with the lines and bytes of the file done so far. */
   readonly onProgress?: (done: { readonly lines: number; readonly bytes: number }) => void;
   /** A longer line is reported and skipped unread (default 16 MiB; a demo record is about 6 kB). */
   readonly maxLineBytes?: number;
@@ -22,7 +22,7 @@ export const defaultMaxLineBytes = 16 << 20;
 /** Records written a transaction, at least (a parcel's records are never split). */
 const batchRecords = 500;
 
-/** The file is cut into parcels of about this many bytes, at line ends (a longer line is a parcel of its own). */
+/** The file is cut into parcels of about this many bytes, at line ends (a longer line makes its parcel longer). */
 const parcelBytes = 1 << 20;
 
 export function defaultImportWorkers(): number {
@@ -33,7 +33,7 @@ export function defaultImportWorkers(): number {
  * Imports an NDJSON file into the catalogue, streaming: the file is read in
  * parcels of whole lines; worker threads parse and read them (JSON, checks,
  * protobuf bytes: most of an import's time) while this thread writes the
- * records, one transaction a parcel, in the file's order, so a later line
+ * records, 500 or more a transaction, in the file's order, so a later line
  * for the same key wins as it always did. A bad line is reported with its
  * line number and skipped. At most two parcels a worker are in flight, and
  * a line longer than `maxLineBytes` is skipped without being held, so memory

@@ -6,19 +6,19 @@ import { isObject } from "./legacy-message.ts";
 /**
  * The short way from a legacy record (an import line's parsed object) to
  * the protobuf bytes the catalogue stores, for the common case: a complete
- * record whose every value has the plain
- * JSON type of its field. It walks the object once and writes the bytes,
- * where the general reader (drop PHP's empty arrays, protobuf's JSON
- * reader, the completeness check, protobuf's binary writer) makes two
- * copies and walks the record four times.
+ * record whose every value has the plain JSON type of its field. It walks
+ * the object once and writes the bytes, where the general reader (drop
+ * PHP's empty arrays, protobuf's JSON reader, the completeness check,
+ * protobuf's binary writer) makes two copies and walks the record four
+ * times.
  *
  * Anything off that path answers undefined, and the caller takes the
  * general reader, which accepts what it accepts and says what is wrong with
- * the rest: a missing field, an unknown key, a field named twice, a number given as
- * text where an integer is due, a null (but for a field declared
- * `optional`), a type the records do not use. When it answers, its bytes are
- * the general reader's, byte for byte (test/legacy-binary.test.ts holds the
- * two together).
+ * the rest: a missing field, an unknown key, a field named twice, a number
+ * given as text where an integer is due, a null (but for a field declared
+ * `optional`), a type the records do not use. When it answers, its bytes
+ * are the general reader's, byte for byte (test/legacy-binary.test.ts holds
+ * the two together).
  */
 export function legacyBinary(desc: DescMessage, value: unknown): Uint8Array | undefined {
   if (!isObject(value)) return undefined;
