@@ -125,7 +125,11 @@ describe("import", () => {
     expect(text.stdout).toContain("imported 4 records, skipped 6");
     for (const line of expectedSkips) expect(text.stderr).toContain(`line ${line}:`);
 
-    const json = await runCli(["import", join(dir, "items.ndjson"), "--json"], env);
+    const bad = await runCli(["import", join(dir, "items.ndjson"), "--workers", "lots"], env);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("--workers must be a whole number from 0 to 64");
+
+    const json = await runCli(["import", join(dir, "items.ndjson"), "--json", "--workers", "1"], env);
     const report = JSON.parse(json.stdout) as { imported: number; skipped: { line: number }[] };
     expect(report.imported).toBe(4);
     expect(report.skipped.map((s) => s.line)).toEqual(expectedSkips);
