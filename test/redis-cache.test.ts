@@ -79,6 +79,19 @@ describe("the response cache shared through Redis", () => {
     expect(later.answer).toEqual(answers[0]!.answer);
   });
 
+  it("the gateway's own catalogue asked at once on three replicas answers at once on each: no claim, no wait", async () => {
+    // A local source's first answer is not kept (doorkeeper.ts): a replica waiting on another's claim would wait it out.
+    const reads = { n: 0 };
+    const local: CatalogueSource = { label: "embedded", local: true, fetch: async (op, args) => (reads.n++, catalogue.fetch(op, args)) };
+    const replicas = await Promise.all([replica(local, 3000), replica(local, 3000), replica(local, 3000)]);
+    const started = Date.now();
+    const fresh = { num_iid: demoRecords().map((r) => (r.item as { num_iid?: string }).num_iid).find((id) => id !== undefined && id !== demo.retailNumIid)!, is_promotion: "1" };
+    const answers = await Promise.all(replicas.map((r) => r.answer(retailItemGet, fresh, "cn", true, signal)));
+    expect(Date.now() - started).toBeLessThan(1500);
+    expect(answers.every((a) => a.answer.found)).toBe(true);
+    expect(reads.n).toBe(3);
+  });
+
   it("keeps lists and 2000s too, and a cache=no refresh on one replica is what the others serve within a second", async () => {
     const source = countingSource(0);
     const [a, b] = await Promise.all([replica(source), replica(source)]);

@@ -146,8 +146,8 @@ export class CachedCatalogue {
 
   /**
    * One source call per key at a time; the others wait for it and share its
-   * answer. With a cache shared by several replicas, one replica at a time:
-   * the others wait for its entry (up to the claim's length, then ask the
+   * answer. With a cache shared by several replicas and a source that is not
+   * local, one replica at a time: the others wait for its entry (up to the claim's length, then ask the
    * source themselves, so a replica that died holding the claim costs a wait,
    * never an answer). A `cache=no` refresh always asks the source itself.
    */
@@ -158,7 +158,9 @@ export class CachedCatalogue {
       return running;
     }
     const call = (async () => {
-      const claim = useCache ? await this.cache?.claim?.(key, this.policy.claimMs) : undefined;
+      // Claims keep a paid item from being bought twice; a local read needs none (and a local
+      // answer may not be kept, which would leave the others waiting out the claim).
+      const claim = useCache && source.local !== true ? await this.cache?.claim?.(key, this.policy.claimMs) : undefined;
       if (claim === "held") {
         const shared = await this.awaitShared(key);
         if (shared !== undefined) {
