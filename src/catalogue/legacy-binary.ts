@@ -43,9 +43,12 @@ function written(write: (w: ByteSink) => boolean): Uint8Array | undefined {
  */
 export function legacyBinaryList(list: DescField, values: readonly unknown[]): Uint8Array | undefined {
   if (list.fieldKind !== "list" || list.listKind !== "message") return undefined;
-  const write = writerOf(list);
+  let write = listWriters.get(list);
+  if (write === undefined) listWriters.set(list, (write = writerOf(list)));
   return written((w) => write(w, values));
 }
+
+const listWriters = new WeakMap<DescField, WriteValue>();
 
 /** Writes one value of a field, tag included; false when the value is off the short path. */
 type WriteValue = (w: ByteSink, v: unknown) => boolean;
