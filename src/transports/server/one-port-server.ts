@@ -30,8 +30,11 @@ const firstRequestTimer = Symbol("firstRequestTimer");
 type PendingSocket = Socket & { [firstRequestTimer]?: NodeJS.Timeout };
 
 function firstRequestArrived(socket: PendingSocket): void {
-  clearTimeout(socket[firstRequestTimer]);
-  delete socket[firstRequestTimer];
+  const timer = socket[firstRequestTimer];
+  if (timer === undefined) return;
+  clearTimeout(timer);
+  // Not deleted: a deleted property would turn the socket into a slow dictionary-mode object for every later request.
+  socket[firstRequestTimer] = undefined;
 }
 
 /**
@@ -89,12 +92,14 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   // Once closing starts, every HTTP/1.1 connection ends with its current
   // response, and HTTP/2 sessions get a GOAWAY and end with their streams.
   let closing = false;
+  // One function for every response, not a closure each: this runs on every request.
+  const onFinish = () => {
+    if (closing) setImmediate(() => h1.closeIdleConnections());
+  };
   h1.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {
     firstRequestArrived(req.socket);
     if (closing) res.shouldKeepAlive = false;
-    res.once("finish", () => {
-      if (closing) setImmediate(() => h1.closeIdleConnections());
-    });
+    res.on("finish", onFinish);
   });
   // Fastify calls this hook by name when it starts closing.
   Object.assign(h1, {
