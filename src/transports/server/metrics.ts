@@ -16,32 +16,130 @@ function processRegistry(): Registry {
   return processMetrics;
 }
 
-const latencyBuckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+export const latencyBuckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
 /** The four-digit code as legacy clients see it (0 is "0000"). */
 const codeLabel = (code: ErrorCode) => String(code).padStart(4, "0");
+
+/** One label set's calls and durations, counted on the call's path with plain arithmetic; prom-client reads them when scraped. */
+interface CallCell {
+  readonly labels: { readonly operation: string; readonly code: string; readonly transport: string };
+  /** Calls not yet added to the prom-client counter. */
+  pending: number;
+  /** This (operation, transport)'s durations, shared by its codes. */
+  readonly durations: DurationCell;
+  readonly counter: { inc(n: number): void };
+}
+
+interface DurationCell {
+  readonly labels: { readonly operation: string; readonly transport: string };
+  /** Observations per bucket (not cumulative); the last counts those above every bound. */
+  readonly buckets: Float64Array;
+  sum: number;
+  count: number;
+}
+
+/**
+ * A histogram whose label sets are counted by the caller (a DurationCell
+ * each) and rendered by prom-client's registry as its own Histogram would be:
+ * the same series, labels and order. prom-client's observe() hashes its
+ * labels on every call, which cost the hot path more than the rest of the
+ * metrics together.
+ */
+class CellHistogram {
+  readonly type = "histogram";
+  readonly aggregator = "sum";
+  readonly cells: DurationCell[] = [];
+
+  readonly name: string;
+  readonly help: string;
+  readonly upperBounds: readonly number[];
+
+  constructor(name: string, help: string, upperBounds: readonly number[], registry: Registry) {
+    this.name = name;
+    this.help = help;
+    this.upperBounds = upperBounds;
+    registry.registerMetric(this as never);
+  }
+
+  cell(labels: DurationCell["labels"]): DurationCell {
+    const cell = { labels, buckets: new Float64Array(this.upperBounds.length + 1), sum: 0, count: 0 };
+    this.cells.push(cell);
+    return cell;
+  }
+
+  async getForPromString(): Promise<{ name: string; help: string; type: string; aggregator: string; values: unknown[] }> {
+    const values: unknown[] = [];
+    const bucket = `${this.name}_bucket`;
+    for (const c of this.cells) {
+      let acc = 0;
+      this.upperBounds.forEach((le, i) => {
+        acc += c.buckets[i]!;
+        values.push({ labels: { le }, sharedLabels: c.labels, value: acc, metricName: bucket, exemplar: null });
+      });
+      values.push(
+        { labels: { le: "+Inf" }, sharedLabels: c.labels, value: c.count, metricName: bucket, exemplar: null },
+        { labels: {}, sharedLabels: c.labels, value: c.sum, metricName: `${this.name}_sum`, exemplar: undefined },
+        { labels: {}, sharedLabels: c.labels, value: c.count, metricName: `${this.name}_count`, exemplar: undefined },
+      );
+    }
+    return { name: this.name, help: this.help, type: this.type, aggregator: this.aggregator, values };
+  }
+
+  /** The JSON form (`registry.getMetricsAsJSON`): every label of a sample in one object, as prom-client's own histogram gives it. */
+  async get(): Promise<unknown> {
+    const data = await this.getForPromString();
+    const values = (data.values as { labels: object; sharedLabels: object }[]).map(({ labels, sharedLabels, ...rest }) => ({ ...rest, labels: { ...labels, ...sharedLabels } }));
+    return { ...data, values };
+  }
+
+  reset(): void {
+    for (const c of this.cells) {
+      c.buckets.fill(0);
+      c.sum = 0;
+      c.count = 0;
+    }
+  }
+}
 
 /**
  * The gateway's metrics in Prometheus form, one registry per gateway (so two
  * in one process never mix). It is the Telemetry the core reports to; label
  * values are operation ids, four-digit codes, transports, catalogues and
- * fixed reasons, never an account key. Label sets seen once are kept, so a
- * call costs a few increments, not a label lookup.
+ * fixed reasons, never an account key. A call's counts are plain additions
+ * into cells found through nested maps (no label string is built or hashed
+ * per call); the counters take them when scraped.
  */
 export class PrometheusTelemetry implements Telemetry {
   readonly registry = new Registry();
-  private readonly calls = new Counter({ name: "gateway_calls_total", help: "Calls answered, by operation (empty: none reached), four-digit code and transport.", labelNames: ["operation", "code", "transport"], registers: [this.registry] });
-  private readonly callSeconds = new Histogram({ name: "gateway_call_duration_seconds", help: "Time from a call's arrival in the core to its answer, ledger commit included.", labelNames: ["operation", "transport"], buckets: latencyBuckets, registers: [this.registry] });
-  private readonly cache = new Counter({ name: "gateway_cache_events_total", help: "Response-cache lookups: hit, miss (asked the source), stale (stood in for a failing source), coalesced (waited for another call's fetch).", labelNames: ["operation", "result"], registers: [this.registry] });
+  private readonly callCells = new Map<string, Map<string, Map<ErrorCode, CallCell>>>();
+  private readonly durationCells = new Map<string, Map<string, DurationCell>>();
+  private readonly cacheCells = new Map<string, Map<CacheResult, { pending: number; readonly counter: { inc(n: number): void } }>>();
+  private readonly calls = new Counter({
+    name: "gateway_calls_total",
+    help: "Calls answered, by operation (empty: none reached), four-digit code and transport.",
+    labelNames: ["operation", "code", "transport"],
+    registers: [this.registry],
+    collect: () => {
+      for (const byTransport of this.callCells.values()) for (const byCode of byTransport.values()) for (const c of byCode.values()) PrometheusTelemetry.take(c);
+    },
+  });
+  private readonly callSeconds = new CellHistogram("gateway_call_duration_seconds", "Time from a call's arrival in the core to its answer, ledger commit included.", latencyBuckets, this.registry);
+  private readonly cache = new Counter({
+    name: "gateway_cache_events_total",
+    help: "Response-cache lookups: hit, miss (asked the source), stale (stood in for a failing source), coalesced (waited for another call's fetch).",
+    labelNames: ["operation", "result"],
+    registers: [this.registry],
+    collect: () => {
+      for (const byResult of this.cacheCells.values()) for (const c of byResult.values()) PrometheusTelemetry.take(c);
+    },
+  });
   private readonly upstream = new Counter({ name: "gateway_upstream_requests_total", help: "Calls to the upstream provider, retries included, by outcome: ok, not_found, timeout, circuit_open, error.", labelNames: ["operation", "outcome"], registers: [this.registry] });
   private readonly upstreamSeconds = new Histogram({ name: "gateway_upstream_duration_seconds", help: "Time of each call to the upstream provider, retries included.", labelNames: ["operation"], buckets: latencyBuckets, registers: [this.registry] });
   private readonly circuit = new Gauge({ name: "gateway_circuit_open", help: "1 while the upstream circuit breaker of a catalogue is open (calls answered 4002 at once).", labelNames: ["catalogue"], registers: [this.registry] });
   private readonly commitSeconds = new Histogram({ name: "gateway_ledger_commit_seconds", help: "Time of each group commit of the usage ledger.", buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1], registers: [this.registry] });
   private readonly batchRows = new Histogram({ name: "gateway_ledger_batch_rows", help: "Ledger rows written by each group commit.", buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], registers: [this.registry] });
   private readonly authFailures = new Counter({ name: "gateway_auth_failures_total", help: "Failed authentications: missing_key, unknown_key, bad_credentials, address_locked, admin_token.", labelNames: ["reason"], registers: [this.registry] });
-  private readonly callChildren = new Map<string, { inc(): void }>();
-  private readonly durationChildren = new Map<string, { observe(v: number): void }>();
-  private readonly cacheChildren = new Map<string, { inc(): void }>();
   private inflightNow = 0;
   private cacheBytesNow: () => number = () => 0;
 
@@ -82,21 +180,51 @@ export class PrometheusTelemetry implements Telemetry {
 
   callFinished(operation: string, code: ErrorCode, transport: Transport, seconds: number): void {
     this.inflightNow--;
-    const key = `${operation}\u0000${code}\u0000${transport}`;
-    let calls = this.callChildren.get(key);
-    if (calls === undefined) this.callChildren.set(key, (calls = this.calls.labels(operation, codeLabel(code), transport)));
-    calls.inc();
-    const dkey = `${operation}\u0000${transport}`;
-    let duration = this.durationChildren.get(dkey);
-    if (duration === undefined) this.durationChildren.set(dkey, (duration = this.callSeconds.labels(operation, transport)));
-    duration.observe(seconds);
+    const cell = this.callCell(operation, code, transport);
+    cell.pending++;
+    const d = cell.durations;
+    const bounds = latencyBuckets;
+    let i = 0;
+    while (i < bounds.length && seconds > bounds[i]!) i++;
+    d.buckets[i]!++;
+    d.sum += seconds;
+    d.count++;
+  }
+
+  private callCell(operation: string, code: ErrorCode, transport: Transport): CallCell {
+    let byTransport = this.callCells.get(operation);
+    if (byTransport === undefined) this.callCells.set(operation, (byTransport = new Map()));
+    let byCode = byTransport.get(transport);
+    if (byCode === undefined) byTransport.set(transport, (byCode = new Map()));
+    let cell = byCode.get(code);
+    if (cell === undefined) {
+      let durations = this.durationCells.get(operation)?.get(transport);
+      if (durations === undefined) {
+        durations = this.callSeconds.cell({ operation, transport });
+        let byT = this.durationCells.get(operation);
+        if (byT === undefined) this.durationCells.set(operation, (byT = new Map()));
+        byT.set(transport, durations);
+      }
+      const labels = { operation, code: codeLabel(code), transport };
+      cell = { labels, pending: 0, durations, counter: this.calls.labels(labels.operation, labels.code, labels.transport) };
+      byCode.set(code, cell);
+    }
+    return cell;
   }
 
   cacheEvent(operation: string, result: CacheResult): void {
-    const key = `${operation}\u0000${result}`;
-    let child = this.cacheChildren.get(key);
-    if (child === undefined) this.cacheChildren.set(key, (child = this.cache.labels(operation, result)));
-    child.inc();
+    let byResult = this.cacheCells.get(operation);
+    if (byResult === undefined) this.cacheCells.set(operation, (byResult = new Map()));
+    let cell = byResult.get(result);
+    if (cell === undefined) byResult.set(result, (cell = { pending: 0, counter: this.cache.labels(operation, result) }));
+    cell.pending++;
+  }
+
+  /** Adds a cell's pending count to its prom-client counter (when scraped). */
+  private static take(cell: { pending: number; readonly counter: { inc(n: number): void } }): void {
+    if (cell.pending === 0) return;
+    cell.counter.inc(cell.pending);
+    cell.pending = 0;
   }
 
   upstreamRequest(operation: string, outcome: string, seconds: number): void {
