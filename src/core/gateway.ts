@@ -1,6 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { errorCodeInfo } from "../contract/error-codes.ts";
-import { ErrorCode, LanguageInfoSchema, StatusBlockSchema, type StatusBlock } from "../gen/gateway/catalogue/v1/status_pb.js";
+import { ErrorCode, LanguageInfoSchema, type StatusBlock } from "../gen/gateway/catalogue/v1/status_pb.js";
+import { newStatusBlock } from "./status-block.ts";
 import type { AccountStore } from "./account-store.ts";
 import type { Account } from "./accounts.ts";
 import { MemoryAddressLockout, type AddressLockout } from "./address-lockout.ts";
@@ -305,17 +306,16 @@ export class Gateway {
 
   /** The fields every status block has, whatever the outcome. */
   private statusBlock(code: ErrorCode, reason: string, now: number, requestId: string, apiType: string, clientIp: string): StatusBlock {
-    const status = create(StatusBlockSchema, {
-      error: errorCodeInfo(code).label,
-      reason,
-      errorCode: code,
-      serverTime: `${this.options.zoneLabel}/${formatDateTime(now, this.options.timeZone)}`,
-      apiType,
-      requestId,
-      translateLanguage: "zh-CN",
-      serverMemory: this.serverMemory(now),
-      clientIp,
-    });
+    const status = newStatusBlock();
+    status.error = errorCodeInfo(code).label;
+    status.reason = reason;
+    status.errorCode = code;
+    status.serverTime = `${this.options.zoneLabel}/${formatDateTime(now, this.options.timeZone)}`;
+    status.apiType = apiType;
+    status.requestId = requestId;
+    status.translateLanguage = "zh-CN";
+    status.serverMemory = this.serverMemory(now);
+    status.clientIp = clientIp;
     if (code !== ErrorCode.SUCCESS) status.success = 0;
     return status;
   }
