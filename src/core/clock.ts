@@ -38,6 +38,22 @@ const formatted = new Map<string, string>();
 /** `YYYY-MM-DD HH:MM:SS` of the instant in the zone. */
 export function formatDateTime(ms: number, zone: string): string {
   const second = Math.floor(ms / 1000);
+  // The last few answers first: a call asks for the same two or three (now, the entry's time) over and over,
+  // and comparing a number and a string is cheaper than building and hashing a key.
+  for (let i = 0; i < recent.length; i++) {
+    const r = recent[i]!;
+    if (r.second === second && r.zone === zone) return r.text;
+  }
+  const text = formatDateTimeSlow(second, zone);
+  recent[nextRecent] = { second, zone, text };
+  nextRecent = (nextRecent + 1) % recent.length;
+  return text;
+}
+
+const recent: { second: number; zone: string; text: string }[] = Array.from({ length: 4 }, () => ({ second: Number.NaN, zone: "", text: "" }));
+let nextRecent = 0;
+
+function formatDateTimeSlow(second: number, zone: string): string {
   const key = `${zone}\u0000${second}`;
   const known = formatted.get(key);
   if (known !== undefined) return known;
