@@ -172,6 +172,33 @@ function mapFromXml(children: XmlNode[]): PhpMap {
 }
 
 describe("cached items (fragments)", () => {
+  it("keep a Latin-1 rendering as text and any other as UTF-8 bytes, and send the same bytes either way", () => {
+    const texts = ["plain ascii", "café ñ ß ÿ \u0080\u00a0", "商品 描述", "mixed é 商品", "lone \ud800 surrogate", ""];
+    const wire = (body: string | Buffer) => (typeof body === "string" ? Buffer.from(body, "utf8") : body);
+    for (const itemText of texts) {
+      for (const statusText of ["", "原因 é"]) {
+        const value: PhpMap = new Map<string, PhpValue>([
+          ["item", new Map<string, PhpValue>([["title", itemText], ["price", new PhpFloat(1.5)], ["list", [1, itemText]]])],
+          ["error", statusText],
+          ["reason", statusText],
+        ]);
+        for (const [format, { render }] of Object.entries(legacyFormats)) {
+          const plain = Buffer.from(render(value), "utf8");
+          const fragment = new PhpFragment(value.get("item")!);
+          const response: PhpMap = new Map([...value].map(([k, v]) => [k, k === "item" ? fragment : v]));
+          for (let i = 0; i < 2; i++) expect(wire(renderLegacy(format as LegacyFormatName, response)).equals(plain), `${format} ${JSON.stringify(itemText)} ${i}`).toBe(true);
+          // Renderings whose key is the format's name (xml and var_export key theirs by tag and depth).
+          if (format === "json" || format === "jsonu" || format === "serialize") {
+            const kept = fragment.rendering(format);
+            expect(kept).toBeDefined();
+            const latin1 = !/[^\u0000-\u00ff]/.test(render(new Map([["item", value.get("item")!]])));
+            expect(typeof kept === "string", `${format} ${JSON.stringify(itemText)} kept as text`).toBe(latin1);
+          }
+        }
+      }
+    }
+  });
+
   it("render to the same bytes as the plain value, in every format, first time and from the memo", () => {
     const withItem = corpus.filter(([, v]) => v.has("item"));
     expect(withItem.length).toBeGreaterThan(5);
@@ -181,9 +208,10 @@ describe("cached items (fragments)", () => {
         const plain = render(value);
         expect(render(wrapped), `${name} ${format}`).toBe(plain);
         expect(render(wrapped), `${name} ${format} from the memo`).toBe(plain);
-        // As sent: the item's bytes spliced around a placeholder.
+        // As sent: the item's rendering spliced around a placeholder (text, or bytes beyond Latin-1), as UTF-8 on the wire.
+        const wireBytes = (body: string | Buffer) => (typeof body === "string" ? Buffer.from(body, "utf8") : body);
         const fresh: PhpMap = new Map([...value].map(([k, v]) => [k, k === "item" ? new PhpFragment(v) : v]));
-        for (let i = 0; i < 2; i++) expect(renderLegacy(format as LegacyFormatName, fresh).equals(Buffer.from(plain, "utf8")), `${name} ${format} spliced, pass ${i}`).toBe(true);
+        for (let i = 0; i < 2; i++) expect(wireBytes(renderLegacy(format as LegacyFormatName, fresh)).equals(Buffer.from(plain, "utf8")), `${name} ${format} spliced, pass ${i}`).toBe(true);
       }
     }
   });

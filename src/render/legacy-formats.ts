@@ -25,25 +25,29 @@ export type LegacyFormatName = keyof typeof legacyFormats;
 const marker = `\u0000gateway-item-${randomBytes(16).toString("hex")}\u0000`;
 
 /**
- * The response as bytes. When its item is a cached fragment, the rest is
- * rendered around a placeholder and the item's bytes (made on first use in
- * this format, kept for the next) are spliced in, so a cache hit encodes
- * only the status block. The bytes are the same as rendering the whole
- * value.
+ * The response, as text (which Fastify writes as UTF-8, the bytes PHP wrote)
+ * or as those bytes. When its item is a cached fragment, the rest is
+ * rendered around a placeholder and the item's rendering (made on first use
+ * in this format, kept for the next) is put in its place, so a cache hit
+ * encodes only the status block: text around a rendering kept as text, bytes
+ * around one kept as bytes (php-value.ts says which). Either way the bytes
+ * are the same as rendering the whole value.
  */
-export function renderLegacy(format: LegacyFormatName, response: PhpMap): Buffer {
+export function renderLegacy(format: LegacyFormatName, response: PhpMap): string | Buffer {
   const item = response.get("item");
   const render = legacyFormats[format].render;
-  if (!(item instanceof PhpFragment) || item instanceof PhpPlaceholder) return Buffer.from(render(response), "utf8");
+  if (!(item instanceof PhpFragment) || item instanceof PhpPlaceholder) return render(response);
   const placeholder = new PhpPlaceholder(marker, item);
   response.set("item", placeholder);
   const text = render(response);
   response.set("item", item);
-  const itemBytes = placeholder.asked === undefined ? undefined : item.bytes(placeholder.asked);
+  const kept = placeholder.asked === undefined ? undefined : item.rendering(placeholder.asked);
   const at = text.indexOf(marker);
   // A renderer that did not ask for the item as a fragment: render it whole.
-  if (itemBytes === undefined || at < 0) return Buffer.from(render(response), "utf8");
-  return Buffer.concat([Buffer.from(text.slice(0, at), "utf8"), itemBytes, Buffer.from(text.slice(at + marker.length), "utf8")]);
+  if (kept === undefined || at < 0) return render(response);
+  if (typeof kept === "string") return text.slice(0, at) + kept + text.slice(at + marker.length);
+  // Decoding the bytes to join them as text, for Node to encode again, costs more than one Buffer.
+  return Buffer.concat([Buffer.from(text.slice(0, at), "utf8"), kept, Buffer.from(text.slice(at + marker.length), "utf8")]);
 }
 
 export function isLegacyFormat(name: string): name is LegacyFormatName {

@@ -27,8 +27,8 @@ export function negotiateEncoding(header: string | undefined): Encoding | undefi
   return choice;
 }
 
-/** The body compressed with `encoding`. */
-export function compress(encoding: Encoding, body: Buffer): Buffer {
+/** The body compressed with `encoding` (a string as its UTF-8 bytes). */
+export function compress(encoding: Encoding, body: string | Buffer): Buffer {
   switch (encoding) {
     case "br":
       return zlib.brotliCompressSync(body, brotliOptions);
