@@ -17,13 +17,15 @@ const itemBinaryMemo = "rpc-item-binary";
 const itemJsonMemo = "rpc-item-json";
 
 /**
- * A success as connect-node's serializers would write it, with the item's
- * part made once per cache entry: in binary, the status block's field then
- * the item's field(s) (field order is free in protobuf); in JSON, exactly
- * `toJsonString` of the whole message (`{"item":…,"status":…}`, fields in
- * declaration order), spliced from the item's and the status's own.
+ * A success as connect-node's serializers would write it, as two parts whose
+ * concatenation is the message, the item's part made once per cache entry:
+ * in binary, the status block's field then the item's field(s) (field order
+ * is free in protobuf); in JSON, exactly `toJsonString` of the whole message
+ * (`{"item":…,"status":…}`, fields in declaration order), the item's part
+ * first. Kept apart, a gRPC answer writes them as they are, and copies no
+ * 12.8 kB item into a new off-heap block a call.
  */
-function successBytes(output: DescMessage, outcome: Extract<Outcome, { kind: "success" }>, binary: boolean): Uint8Array {
+function successParts(output: DescMessage, outcome: Extract<Outcome, { kind: "success" }>, binary: boolean): [Uint8Array, Uint8Array] {
   const memo = outcome.memo;
   const key = binary ? itemBinaryMemo : itemJsonMemo;
   let item = memo?.get(key) as Buffer | undefined;
@@ -39,8 +41,10 @@ function successBytes(output: DescMessage, outcome: Extract<Outcome, { kind: "su
   const status = create(output, { status: outcome.status } as never);
   // Binary: the status block's field, then the item's (field order is free in protobuf).
   // JSON: `{"item":X` + `,"status":Y}`, exactly toJsonString of the whole message.
-  return binary ? Buffer.concat([toBinary(output, status), item]) : Buffer.concat([item, Buffer.from(`,${toJsonString(output, status).slice(1)}`)]);
+  return binary ? [toBinary(output, status), item] : [item, Buffer.from(`,${toJsonString(output, status).slice(1)}`)];
 }
+
+const joined = ([a, b]: [Uint8Array, Uint8Array]): Uint8Array => Buffer.concat([a, b]);
 
 /** The compressions connect-fastify offers (its default), in its order. */
 export const acceptCompression: Compression[] = [compressionGzip, compressionBrotli];
@@ -136,7 +140,7 @@ export function unaryFastPath(
   const path = `/${operation.service.typeName}/${operation.method.name}`;
 
   /** The answer's message bytes, or the error connect-node's path would end the call with. */
-  const call = async (req: FastifyRequest, input: Message, shape: Shape): Promise<{ bytes: Uint8Array } | { error: ConnectError }> => {
+  const call = async (req: FastifyRequest, input: Message, shape: Shape): Promise<{ parts: [Uint8Array, Uint8Array] } | { error: ConnectError }> => {
     const h = req.headers;
     const src: CallSource = {
       header: (name) => {
@@ -150,7 +154,7 @@ export function unaryFastPath(
       binary: shape.binary,
     };
     try {
-      return { bytes: successBytes(output, await answer(input, src), shape.binary) };
+      return { parts: successParts(output, await answer(input, src), shape.binary) };
     } catch (e) {
       if (e instanceof ConnectError && (e.code !== Code.Internal || e.findDetails(StatusBlockSchema).length > 0)) return { error: e };
       // As the logInternalErrors interceptor does on connect-node's path.
@@ -185,10 +189,10 @@ export function unaryFastPath(
 }
 
 /** A Connect unary answer: the message, or the error as JSON with its HTTP status, compressed as negotiated. */
-async function sendConnect(req: FastifyRequest, reply: FastifyReply, result: { bytes: Uint8Array } | { error: ConnectError }, binary: boolean): Promise<void> {
+async function sendConnect(req: FastifyRequest, reply: FastifyReply, result: { parts: [Uint8Array, Uint8Array] } | { error: ConnectError }, binary: boolean): Promise<void> {
   let bytes: Uint8Array;
-  if ("bytes" in result) {
-    bytes = result.bytes;
+  if ("parts" in result) {
+    bytes = joined(result.parts);
     reply.code(200).header("content-type", binary ? "application/proto" : "application/json");
   } else {
     bytes = errorToJsonBytes(result.error, undefined);
@@ -208,25 +212,30 @@ async function sendConnect(req: FastifyRequest, reply: FastifyReply, result: { b
  * offer), the message as one length-prefixed frame (compressed from
  * compressMinBytes on), then the trailers with the status.
  */
-async function sendGrpc(req: FastifyRequest, reply: FastifyReply, result: { bytes: Uint8Array } | { error: ConnectError }): Promise<void> {
+async function sendGrpc(req: FastifyRequest, reply: FastifyReply, result: { parts: [Uint8Array, Uint8Array] } | { error: ConnectError }): Promise<void> {
   const res = reply.raw;
   const compression = compressionNegotiate(acceptCompression, null, headerValue(req.headers["grpc-accept-encoding"]), "grpc-accept-encoding").response;
   // Headers Fastify holds (CORS) go out too, as on connect-node's path.
   for (const [key, value] of Object.entries(reply.getHeaders())) if (value !== undefined) res.setHeader(key, value);
   const header: Record<string, string> = { "content-type": "application/grpc+proto" };
   if (compression !== null) header["grpc-encoding"] = compression.name;
-  let frame: Buffer | undefined;
-  if ("bytes" in result) {
-    let data = result.bytes;
+  // The frame: its 5-byte prefix with the first part, then the second part as it is kept (no copy of the item).
+  let frame: [Buffer, Uint8Array] | undefined;
+  if ("parts" in result) {
+    let [first, second] = result.parts;
+    let size = first.byteLength + second.byteLength;
     let flags = 0;
-    if (compression !== null && data.byteLength >= compressMinBytes) {
-      data = await compression.compress(data);
+    if (compression !== null && size >= compressMinBytes) {
+      first = await compression.compress(joined(result.parts));
+      second = new Uint8Array(0);
+      size = first.byteLength;
       flags = 1;
     }
-    frame = Buffer.allocUnsafe(5 + data.byteLength);
-    frame[0] = flags;
-    frame.writeUInt32BE(data.byteLength, 1);
-    frame.set(data, 5);
+    const head = Buffer.allocUnsafe(5 + first.byteLength);
+    head[0] = flags;
+    head.writeUInt32BE(size, 1);
+    head.set(first, 5);
+    frame = [head, second];
   }
   const trailer: Record<string, string> = {};
   setTrailerStatus(new Headers(), "error" in result ? result.error : undefined).forEach((value, key) => (trailer[key] = value));
@@ -236,7 +245,11 @@ async function sendGrpc(req: FastifyRequest, reply: FastifyReply, result: { byte
     res.writeHead(200, header);
     res.addTrailers(trailer);
     if (frame === undefined) res.end();
-    else res.end(frame);
+    else if (frame[1].byteLength === 0) res.end(frame[0]);
+    else {
+      res.write(frame[0]);
+      res.end(frame[1]);
+    }
   });
 }
 
