@@ -145,8 +145,23 @@ export function phpJsonEncode(value: PhpValue, options: PhpJsonOptions): string 
   let out = "{";
   let first = true;
   for (const [k, v] of value) {
-    out += (first ? "" : ",") + phpJsonString(k, options) + ":" + phpJsonEncode(v, options);
+    out += (first ? "" : ",") + jsonKey(k, options) + phpJsonEncode(v, options);
     first = false;
   }
   return out + "}";
+}
+
+/** Keys seen, with their colon, per mode: the same few dozen (the status block's, the records' fields) come again every call. */
+const keyTexts = { escaped: new Map<string, string>(), unescaped: new Map<string, string>() };
+/** Past this many distinct keys in a mode (keys of caller-supplied maps, say), new ones are written each time. */
+const maxKeyTexts = 4096;
+
+function jsonKey(key: string, options: PhpJsonOptions): string {
+  const texts = options.unescapedUnicode ? keyTexts.unescaped : keyTexts.escaped;
+  let text = texts.get(key);
+  if (text === undefined) {
+    text = `${phpJsonString(key, options)}:`;
+    if (texts.size < maxKeyTexts) texts.set(key, text);
+  }
+  return text;
 }
