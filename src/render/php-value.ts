@@ -42,8 +42,8 @@ export function phpArrayKey(key: string): string | bigint {
 
 /**
  * A value that remembers how each renderer wrote it. A cached item is
- * wrapped in one, so a cache hit splices the item's bytes in and renders
- * only the status block. Every renderer produces the same bytes with or
+ * wrapped in one, so a cache hit splices the item's rendering in and
+ * renders only the status block. Every renderer produces the same bytes with or
  * without the wrapper; `key` names the renderer and anything the text
  * depends on.
  *
@@ -54,8 +54,8 @@ export function phpArrayKey(key: string): string | bigint {
  * are Latin-1 (every `json` one, which escapes the rest) is kept as a flat
  * one-byte string: the response is then a string too, which Node encodes as
  * it writes it, where bytes would need a new Buffer a response, an off-heap
- * block that V8 counts against its global limit and sweeps with full
- * collections (a 12.8 kB item at 5k hits a second made one every 200 ms).
+ * block that V8 counts against its global memory limit (a 12.8 kB item at 5k
+ * hits a second met that limit, and caused a full collection, every 200 ms).
  * Any other rendering is kept as its UTF-8 bytes, which take 0.55 of the
  * two-byte string V8 would hold for it (the demo items' jsonu, xml,
  * serialize and var_export renderings).
