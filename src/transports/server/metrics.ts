@@ -39,9 +39,16 @@ interface DurationCell {
   count: number;
 }
 
+/** The map under `key` in a map of maps, made on first use. */
+function inner<K, K2, V>(outer: Map<K, Map<K2, V>>, key: K): Map<K2, V> {
+  let map = outer.get(key);
+  if (map === undefined) outer.set(key, (map = new Map()));
+  return map;
+}
+
 /**
- * A histogram whose label sets are counted by the caller (a DurationCell
- * each) and rendered by prom-client's registry as its own Histogram would be:
+ * A histogram whose label sets are cells its caller holds (a DurationCell
+ * each, counted by `observe`) and rendered by prom-client's registry as its own Histogram would be:
  * the same series, labels and order. prom-client's observe() hashes its
  * labels on every call, which cost the hot path more than the rest of the
  * metrics together.
@@ -60,6 +67,16 @@ class CellHistogram {
     this.help = help;
     this.upperBounds = upperBounds;
     registry.registerMetric(this as never);
+  }
+
+  /** One observation: its bucket is the first bound it does not pass, as prom-client's own histogram counts it. */
+  observe(cell: DurationCell, value: number): void {
+    const bounds = this.upperBounds;
+    let i = 0;
+    while (i < bounds.length && value > bounds[i]!) i++;
+    cell.buckets[i]!++;
+    cell.sum += value;
+    cell.count++;
   }
 
   cell(labels: DurationCell["labels"]): DurationCell {
@@ -182,29 +199,16 @@ export class PrometheusTelemetry implements Telemetry {
     this.inflightNow--;
     const cell = this.callCell(operation, code, transport);
     cell.pending++;
-    const d = cell.durations;
-    const bounds = latencyBuckets;
-    let i = 0;
-    while (i < bounds.length && seconds > bounds[i]!) i++;
-    d.buckets[i]!++;
-    d.sum += seconds;
-    d.count++;
+    this.callSeconds.observe(cell.durations, seconds);
   }
 
   private callCell(operation: string, code: ErrorCode, transport: Transport): CallCell {
-    let byTransport = this.callCells.get(operation);
-    if (byTransport === undefined) this.callCells.set(operation, (byTransport = new Map()));
-    let byCode = byTransport.get(transport);
-    if (byCode === undefined) byTransport.set(transport, (byCode = new Map()));
+    const byCode = inner(inner(this.callCells, operation), transport);
     let cell = byCode.get(code);
     if (cell === undefined) {
-      let durations = this.durationCells.get(operation)?.get(transport);
-      if (durations === undefined) {
-        durations = this.callSeconds.cell({ operation, transport });
-        let byT = this.durationCells.get(operation);
-        if (byT === undefined) this.durationCells.set(operation, (byT = new Map()));
-        byT.set(transport, durations);
-      }
+      const byTransport = inner(this.durationCells, operation);
+      let durations = byTransport.get(transport);
+      if (durations === undefined) byTransport.set(transport, (durations = this.callSeconds.cell({ operation, transport })));
       const labels = { operation, code: codeLabel(code), transport };
       cell = { labels, pending: 0, durations, counter: this.calls.labels(labels.operation, labels.code, labels.transport) };
       byCode.set(code, cell);
@@ -213,8 +217,7 @@ export class PrometheusTelemetry implements Telemetry {
   }
 
   cacheEvent(operation: string, result: CacheResult): void {
-    let byResult = this.cacheCells.get(operation);
-    if (byResult === undefined) this.cacheCells.set(operation, (byResult = new Map()));
+    const byResult = inner(this.cacheCells, operation);
     let cell = byResult.get(result);
     if (cell === undefined) byResult.set(result, (cell = { pending: 0, counter: this.cache.labels(operation, result) }));
     cell.pending++;
