@@ -97,8 +97,13 @@ function pushedCapacity(length: number): number {
 // eslint-disable-next-line no-control-regex
 const beyondLatin1 = /[^\u0000-\u00ff]/;
 
+/** Whether V8 can hold the text at one byte a character: every character is Latin-1. */
+export function isLatin1(s: string): boolean {
+  return !beyondLatin1.test(s);
+}
+
 function stringBytes(s: string): number {
   if (s.length === 0) return 0; // V8's one empty string
-  const chars = beyondLatin1.test(s) ? 2 * s.length : s.length;
+  const chars = isLatin1(s) ? s.length : 2 * s.length;
   return 16 + Math.ceil(chars / 8) * 8;
 }

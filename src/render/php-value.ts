@@ -1,7 +1,4 @@
-import { exactUtf8, retainedBytes } from "../core/retained-size.ts";
-
-// eslint-disable-next-line no-control-regex
-const latin1Only = /^[\u0000-\u00ff]*$/;
+import { exactUtf8, isLatin1, retainedBytes } from "../core/retained-size.ts";
 /**
  * A PHP value, as legacy callers decode it: the one representation every
  * legacy format (json, jsonu, and later serialize, var_export, xml) renders.
@@ -95,7 +92,8 @@ export class PhpFragment {
   }
 
   private keep(key: string, text: string): void {
-    const kept = latin1Only.test(text) ? Buffer.from(text, "latin1").toString("latin1") : exactUtf8(text);
+    // Read back from its Latin-1 bytes: a flat one-byte string, not the rope the renderer joined.
+    const kept = isLatin1(text) ? Buffer.from(text, "latin1").toString("latin1") : exactUtf8(text);
     this.encoded.set(key, kept);
     this.grew?.(40 + retainedBytes(kept));
   }
