@@ -4,7 +4,7 @@ import type { Account } from "../src/core/accounts.ts";
 import { GatewayError } from "../src/core/gateway-error.ts";
 import type { Admission, LedgerRow } from "../src/core/meter.ts";
 import { PostgresMeter } from "../src/stores/postgres/meter.ts";
-import { migrateSchema, openPostgres } from "../src/stores/postgres/postgres-database.ts";
+import { migrateSchema, migrations, openPostgres } from "../src/stores/postgres/postgres-database.ts";
 import { freshDatabase } from "./support/postgres.ts";
 import type pg from "pg";
 
@@ -157,6 +157,66 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     expect(await count("SELECT calls::text AS n FROM refusals WHERE client_ip = '203.0.113.9' AND error_code = 4004", [])).toBe(2);
     const report = await m.query({ code: 4004 });
     expect(report.totals.find((t) => t.account === undefined)?.calls).toBe(2);
+  });
+
+  it("keeps each account's open leases counted exactly as the leases themselves, through admissions, commits, refusals and expiry", async () => {
+    const replicas = [replica("t1", { leaseMs: 300 }), replica("t2", { leaseMs: 300 })];
+    const a = await account({ concurrency: 4, dailyMax: 40, balance: 10_000n, prices: new Map([["retail/item_get", 100n]]) });
+    const b = await account({ concurrency: 3 });
+    const open = async (k: string) =>
+      (await admin.query<{ day: string; calls: string; amount: string }>("SELECT day, calls::text, amount::text FROM admissions_open WHERE account = $1 AND calls <> 0 ORDER BY day", [k])).rows;
+    const leases = async (k: string) =>
+      (await admin.query<{ day: string; calls: string; amount: string }>("SELECT day, count(*)::text AS calls, sum(price)::text AS amount FROM admissions WHERE account = $1 GROUP BY day ORDER BY day", [k])).rows;
+    // Charged and uncharged calls, held a while, more at once than either account allows.
+    await Promise.all(Array.from({ length: 30 }, (_, i) => call(replicas[i % 2]!, i % 3 === 0 ? b : a, 30, undefined, i % 4 === 0 ? "uncharged" : "charged")));
+    expect(await open(a.key)).toEqual([]);
+    expect(await open(b.key)).toEqual([]);
+    // Leases a dead replica left: counted while they live, and swept when they would refuse a call.
+    const dying = replica("t3", { leaseMs: 300 });
+    for (let i = 0; i < 3; i++) await dying.admit(b, "retail/item_get", "2026-11-22");
+    dying.close();
+    expect(await open(b.key)).toEqual(await leases(b.key));
+    expect(await open(b.key)).toEqual([{ day: "2026-11-22", calls: "3", amount: "0" }]);
+    expect(await call(replicas[0]!, b)).toBe(4008);
+    await new Promise((r) => setTimeout(r, 400));
+    expect(await call(replicas[1]!, b)).toBe(0);
+    expect(await open(b.key)).toEqual([]);
+    expect(await leases(b.key)).toEqual([]);
+    // A lease of another day, held: both days counted; once it is settled, its day's counts go at the next decision.
+    const held = await replicas[0]!.admit(a, "retail/item_get", "2026-11-21");
+    const today = await replicas[0]!.admit(a, "retail/item_get", "2026-11-22");
+    expect(await open(a.key)).toEqual([{ day: "2026-11-21", calls: "1", amount: "100" }, { day: "2026-11-22", calls: "1", amount: "100" }]);
+    expect(await open(a.key)).toEqual(await leases(a.key));
+    await replicas[0]!.record({ ...row(a, "charged", 100n), day: "2026-11-21" }, held);
+    await replicas[1]!.record(row(a, "charged", 100n), today);
+    expect(await call(replicas[1]!, a)).toBe(0);
+    expect(await count("SELECT count(*)::text AS n FROM admission_totals WHERE account = $1 AND day = '2026-11-21'", [a.key])).toBe(0);
+    expect(await count("SELECT micros::text AS n FROM balances WHERE account = $1", [a.key])).toBe(10_000 - 100 * (await count("SELECT count(*)::text AS n FROM ledger WHERE account = $1 AND charge = 'charged'", [a.key])));
+  });
+
+  it("counts, when the schema is upgraded, the leases that calls already hold", async () => {
+    const old = await freshDatabase("meter_upgrade");
+    const pool = openPostgres(old.url, { max: 2 });
+    try {
+      // The schema as it was before the counts (steps 1 to 4), with two calls in flight under it.
+      await pool.query("CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())");
+      for (let v = 0; v < 4; v++) {
+        await pool.query(migrations[v]!);
+        await pool.query("INSERT INTO schema_migrations (version) VALUES ($1)", [v + 1]);
+      }
+      await pool.query("SELECT gw_admit_many($1, 'acct-up', '2026-11-22', $2, 100, 2, 'old', $3, 60000)", [["l1", "l2"], [0, 0], Date.now()]);
+      expect(await migrateSchema(pool)).toEqual({ from: 4, to: migrations.length });
+      const m = new PostgresMeter(pool, { holder: "new" });
+      meters.push(m);
+      const a = { key: "acct-up", dailyMax: 100, concurrency: 2, prices: new Map(), zone: "Asia/Shanghai" } as unknown as Account;
+      const e = await m.admit(a, "retail/item_get", "2026-11-22").catch((x: unknown) => x);
+      expect((e as GatewayError).code).toBe(4008);
+      await pool.query("DELETE FROM admissions WHERE lease = 'l1'"); // that call's commit
+      expect((await m.admit(a, "retail/item_get", "2026-11-22")).lease).toBeTruthy();
+    } finally {
+      await pool.end();
+      await old.drop();
+    }
   });
 
   it("refuses with 4000, naming the shared database, when PostgreSQL cannot be reached, and tries again after a second", async () => {

@@ -143,6 +143,96 @@ export const migrations: readonly string[] = [
   CREATE INDEX used_signatures_by_until ON used_signatures (until);`,
   // 4: how many of a day's folded calls were answered from the cache (as the embedded store's step 7).
   `ALTER TABLE ledger_daily_totals ADD COLUMN cache_hits bigint NOT NULL DEFAULT 0;`,
+  // 5: each account's leases counted per day, kept by triggers on admissions, so a decision reads a
+  // few rows instead of counting leases. Counting them had scanned every lease the account had had
+  // since the last vacuum, live or dead: at a thousand calls a second, thousands of dead rows a
+  // decision. Leases written and leases deleted are counted in rows of their own: the first only
+  // under the account's admission lock, the second by the commits, so the two never wait for each
+  // other. The triggers count whatever writes admissions (an older replica in a rolling upgrade
+  // included); the lock keeps any lease from being written between the backfill and the triggers.
+  // Leases that expired (their replica died) are swept only when they would refuse a call.
+  `LOCK TABLE admissions IN SHARE ROW EXCLUSIVE MODE;
+  CREATE TABLE admission_totals (
+    account text NOT NULL,
+    day text NOT NULL,
+    side text NOT NULL CHECK (side IN ('written', 'deleted')),
+    calls bigint NOT NULL,
+    amount bigint NOT NULL,
+    PRIMARY KEY (account, day, side)
+  );
+  INSERT INTO admission_totals (account, day, side, calls, amount) SELECT account, day, 'written', count(*), sum(price) FROM admissions GROUP BY account, day;
+  CREATE FUNCTION gw_admissions_written() RETURNS trigger LANGUAGE plpgsql AS $$
+  BEGIN
+    INSERT INTO admission_totals (account, day, side, calls, amount)
+      SELECT account, day, 'written', count(*), sum(price) FROM written GROUP BY account, day
+      ON CONFLICT (account, day, side) DO UPDATE SET calls = admission_totals.calls + excluded.calls, amount = admission_totals.amount + excluded.amount;
+    RETURN NULL;
+  END $$;
+  CREATE FUNCTION gw_admissions_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+  BEGIN
+    INSERT INTO admission_totals (account, day, side, calls, amount)
+      SELECT account, day, 'deleted', count(*), sum(price) FROM deleted GROUP BY account, day
+      ON CONFLICT (account, day, side) DO UPDATE SET calls = admission_totals.calls + excluded.calls, amount = admission_totals.amount + excluded.amount;
+    RETURN NULL;
+  END $$;
+  CREATE TRIGGER admissions_written AFTER INSERT ON admissions REFERENCING NEW TABLE AS written FOR EACH STATEMENT EXECUTE FUNCTION gw_admissions_written();
+  CREATE TRIGGER admissions_deleted AFTER DELETE ON admissions REFERENCING OLD TABLE AS deleted FOR EACH STATEMENT EXECUTE FUNCTION gw_admissions_deleted();
+  CREATE VIEW admissions_open AS
+    SELECT account, day, sum(CASE side WHEN 'written' THEN calls ELSE -calls END) AS calls, sum(CASE side WHEN 'written' THEN amount ELSE -amount END) AS amount
+      FROM admission_totals GROUP BY account, day;
+  CREATE OR REPLACE FUNCTION gw_admit_many(p_leases text[], p_account text, p_day text, p_prices bigint[], p_daily_max bigint, p_concurrency integer,
+                                           p_holder text, p_now bigint, p_lease_ms bigint) RETURNS text[] LANGUAGE plpgsql AS $$
+  DECLARE
+    n integer := coalesce(array_length(p_leases, 1), 0);
+    in_flight bigint;
+    day_pending bigint;
+    reserved bigint;
+    stale bigint;
+    committed bigint;
+    balance bigint;
+    verdicts text[] := '{}';
+    admitted integer[] := '{}';
+  BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('gateway admission ' || p_account, 0));
+    SELECT coalesce(sum(o.calls), 0), coalesce(sum(o.calls) FILTER (WHERE o.day = p_day), 0), coalesce(sum(o.amount), 0),
+           count(*) FILTER (WHERE o.day <> p_day AND o.calls = 0)
+      INTO in_flight, day_pending, reserved, stale FROM admissions_open o WHERE o.account = p_account;
+    SELECT coalesce((SELECT charged FROM usage_daily WHERE account = p_account AND day = p_day), 0) INTO committed;
+    SELECT micros INTO balance FROM balances WHERE account = p_account;
+    IF in_flight + n > p_concurrency OR committed + day_pending + n > p_daily_max
+       OR (balance IS NOT NULL AND balance - reserved < (SELECT coalesce(sum(x), 0) FROM unnest(p_prices) AS x)) THEN
+      -- Some call would be refused: first free what leases that expired still hold.
+      DELETE FROM admissions WHERE account = p_account AND expires_at < p_now;
+      IF FOUND THEN
+        SELECT coalesce(sum(o.calls), 0), coalesce(sum(o.calls) FILTER (WHERE o.day = p_day), 0), coalesce(sum(o.amount), 0)
+          INTO in_flight, day_pending, reserved FROM admissions_open o WHERE o.account = p_account;
+      END IF;
+    END IF;
+    IF stale > 0 THEN
+      -- Days whose every lease is settled: nothing will count against them again.
+      DELETE FROM admission_totals WHERE account = p_account AND day IN (SELECT day FROM admissions_open WHERE account = p_account AND day <> p_day AND calls = 0);
+    END IF;
+    FOR i IN 1 .. n LOOP
+      IF in_flight >= p_concurrency THEN
+        verdicts := verdicts || ('concurrency ' || in_flight);
+      ELSIF committed + day_pending >= p_daily_max THEN
+        verdicts := verdicts || ('daily ' || (committed + day_pending));
+      ELSIF balance IS NOT NULL AND balance - reserved < p_prices[i] THEN
+        verdicts := verdicts || ('balance ' || (balance - reserved));
+      ELSE
+        in_flight := in_flight + 1;
+        day_pending := day_pending + 1;
+        reserved := reserved + p_prices[i];
+        admitted := admitted || i;
+        verdicts := verdicts || 'ok'::text;
+      END IF;
+    END LOOP;
+    IF array_length(admitted, 1) > 0 THEN
+      INSERT INTO admissions (lease, account, day, price, holder, expires_at)
+        SELECT p_leases[i], p_account, p_day, p_prices[i], p_holder, p_now + p_lease_ms FROM unnest(admitted) AS i;
+    END IF;
+    RETURN verdicts;
+  END $$;`,
 
 ];
 
