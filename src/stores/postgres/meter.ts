@@ -47,6 +47,32 @@ interface Queued {
 
 
 /**
+ * A batch's commit as one statement, so one round trip and one implicit
+ * transaction: the ledger rows, each account's charged calls added to its
+ * day, the prices deducted from the balances, the calls with no account
+ * counted per day, code and address, and the batch's leases deleted. Each
+ * part reads only its own parameters, and every key of an upsert appears
+ * once in its arrays (they are summed before), so the parts do not depend
+ * on one another's order. An empty array makes its part write nothing.
+ */
+const commitStatement = `WITH
+  ledger_rows AS (
+    INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport)
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::text[], $8::bigint[], $9::boolean[], $10::bigint[], $11::text[])),
+  days AS (
+    INSERT INTO usage_daily (account, day, charged) SELECT * FROM unnest($12::text[], $13::text[], $14::bigint[])
+    ON CONFLICT (account, day) DO UPDATE SET charged = usage_daily.charged + excluded.charged),
+  spent AS (
+    UPDATE balances b SET micros = b.micros - d.amount FROM unnest($15::text[], $16::bigint[]) AS d (account, amount) WHERE b.account = d.account),
+  refused AS (
+    INSERT INTO refusals (day, operation, error_code, charge, client_ip, transport, calls)
+    SELECT * FROM unnest($17::text[], $18::text[], $19::integer[], $20::text[], $21::text[], $22::text[], $23::bigint[])
+    ON CONFLICT (day, operation, error_code, client_ip, transport) DO UPDATE SET calls = refusals.calls + excluded.calls),
+  settled AS (
+    DELETE FROM admissions WHERE lease = ANY($24::text[]))
+SELECT 1`;
+
+/**
  * The meter of the shared store, exact across any number of replicas. Every
  * decision to admit is one statement (gw_admit_many) deciding and reserving under
  * a per-account lock in PostgreSQL; the reservation is a lease that this
@@ -126,10 +152,10 @@ export class PostgresMeter implements Meter {
     await Promise.all(
       groups.map(async ({ account, day, waiting }) => {
         try {
-          const r = await this.pool.query<{ v: string[] }>("SELECT gw_admit_many($1, $2, $3, $4, $5, $6, $7, $8, $9) AS v", [
+          const r = await this.pool.query<{ v: string[] }>({ name: "gw_admit_many", text: "SELECT gw_admit_many($1, $2, $3, $4, $5, $6, $7, $8, $9) AS v", values: [
             waiting.map((w) => w.lease), account.key, day, waiting.map((w) => w.price.toString()), account.dailyMax, account.concurrency,
             this.options.holder, this.options.now(), this.options.leaseMs,
-          ]);
+          ] });
           this.clearProblem();
           waiting.forEach((w, i) => w.resolve(r.rows[0]!.v[i]!));
         } catch (e) {
@@ -275,10 +301,11 @@ export class PostgresMeter implements Meter {
   }
 
   /**
-   * One transaction for the batch: the ledger rows in one multi-row insert,
-   * each charged call counted against its day and its price deducted, the
-   * calls with no account counted per day, code and address, and the
-   * batch's leases deleted. All of it lands or none does.
+   * One statement for the batch (`commitStatement`), so one transaction:
+   * the ledger rows in one multi-row insert, each charged call counted
+   * against its day and its price deducted, the calls with no account
+   * counted per day, code and address, and the batch's leases deleted. All
+   * of it lands or none does.
    */
   private async commit(batch: Queued[]): Promise<void> {
     const ledger = batch.filter((q) => q.row.account !== undefined || q.admission !== undefined).map((q) => q.row);
@@ -300,46 +327,23 @@ export class PostgresMeter implements Meter {
       if (r.price > 0n) amounts.set(r.account!, (amounts.get(r.account!) ?? 0n) + r.price);
     }
     const leases = batch.flatMap((q) => (q.admission?.lease !== undefined ? [q.admission.lease] : []));
-    let client: pg.PoolClient | undefined;
+    const col = <T>(f: (r: LedgerRow) => T) => ledger.map(f);
+    const d = [...days.values()];
+    const refused = [...refusals.values()];
     try {
-      client = await this.pool.connect();
-      await client.query("BEGIN");
-      if (ledger.length > 0) {
-        const col = <T>(f: (r: LedgerRow) => T) => ledger.map(f);
-        await client.query(
-          `INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport)
-           SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::text[], $8::bigint[], $9::boolean[], $10::bigint[], $11::text[])`,
-          [
-            col((r) => r.requestId), col((r) => String(r.at)), col((r) => r.day), col((r) => r.account ?? null), col((r) => r.operation ?? null), col((r) => r.code),
-            col((r) => r.charge), col((r) => r.price.toString()), col((r) => r.cacheHit), col((r) => String(r.latencyMicros)), col((r) => r.transport),
-          ],
-        );
-      }
-      if (days.size > 0) {
-        const d = [...days.values()];
-        await client.query(
-          `INSERT INTO usage_daily (account, day, charged) SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
-           ON CONFLICT (account, day) DO UPDATE SET charged = usage_daily.charged + excluded.charged`,
-          [d.map((x) => x.account), d.map((x) => x.day), d.map((x) => x.calls)],
-        );
-      }
-      if (amounts.size > 0) {
-        await client.query(
-          "UPDATE balances b SET micros = b.micros - d.amount FROM unnest($1::text[], $2::bigint[]) AS d (account, amount) WHERE b.account = d.account",
-          [[...amounts.keys()], [...amounts.values()].map(String)],
-        );
-      }
-      if (refusals.size > 0) {
-        const r = [...refusals.values()];
-        await client.query(
-          `INSERT INTO refusals (day, operation, error_code, charge, client_ip, transport, calls)
-           SELECT * FROM unnest($1::text[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::bigint[])
-           ON CONFLICT (day, operation, error_code, client_ip, transport) DO UPDATE SET calls = refusals.calls + excluded.calls`,
-          [r.map((x) => x.day), r.map((x) => x.operation), r.map((x) => x.code), r.map((x) => x.charge), r.map((x) => x.ip), r.map((x) => x.transport), r.map((x) => x.calls)],
-        );
-      }
-      if (leases.length > 0) await client.query("DELETE FROM admissions WHERE lease = ANY($1::text[])", [leases]);
-      await client.query("COMMIT");
+      await this.pool.query({
+        name: "gw_commit",
+        text: commitStatement,
+        values: [
+          col((r) => r.requestId), col((r) => String(r.at)), col((r) => r.day), col((r) => r.account ?? null), col((r) => r.operation ?? null), col((r) => r.code),
+          col((r) => r.charge), col((r) => r.price.toString()), col((r) => r.cacheHit), col((r) => String(r.latencyMicros)), col((r) => r.transport),
+          d.map((x) => x.account), d.map((x) => x.day), d.map((x) => x.calls),
+          [...amounts.keys()], [...amounts.values()].map(String),
+          refused.map((x) => x.day), refused.map((x) => x.operation), refused.map((x) => x.code), refused.map((x) => x.charge), refused.map((x) => x.ip), refused.map((x) => x.transport),
+          refused.map((x) => x.calls),
+          leases,
+        ],
+      });
       this.clearProblem();
       for (const l of leases) this.held.delete(l);
       for (const c of charged) {
@@ -348,13 +352,10 @@ export class PostgresMeter implements Meter {
       }
       for (const q of batch) q.done.resolve();
     } catch (e) {
-      await client?.query("ROLLBACK").catch(() => {});
       this.setProblem();
       // The leases stay until they expire: their calls answer 4000, uncharged, and free their places then.
       for (const l of leases) this.held.delete(l);
       for (const q of batch) q.done.reject(e);
-    } finally {
-      client?.release();
     }
   }
 
