@@ -39,6 +39,22 @@ export const defaultPostgresMeterOptions: PostgresMeterOptions = {
   onCommit: () => {},
 };
 
+/** A call waiting for its admission to be decided. */
+interface Waiting {
+  readonly lease: string;
+  readonly price: bigint;
+  resolve(verdict: string): void;
+  reject(e: unknown): void;
+}
+
+/** The calls of one account and day waiting for a decision, and whether one is being made. */
+interface AdmissionGroup {
+  account: Account;
+  readonly day: string;
+  waiting: Waiting[];
+  deciding: boolean;
+}
+
 interface Queued {
   readonly row: LedgerRow;
   readonly admission: Admission | undefined;
@@ -93,8 +109,8 @@ export class PostgresMeter implements Meter {
   /** When a statement last failed to reach the database (Unix ms), or undefined. */
   private failedAt: number | undefined;
   private readonly refusalAddresses: RefusalAddresses;
-  /** Admissions asked for in this turn of the event loop, per account and day. */
-  private readonly admitting = new Map<string, { account: Account; day: string; waiting: { lease: string; price: bigint; resolve(v: string): void; reject(e: unknown): void }[] }>();
+  /** Admissions waiting for a decision, per account and day, and whether one is being made. */
+  private readonly admitting = new Map<string, AdmissionGroup>();
   private admitScheduled = false;
   /** What this replica last read of each account's counts (for api_info), with its own charged calls added since. */
   private readonly summaries = new Map<string, { today: string; summary: { today: number; yesterday: number; before: number }; at: number }>();
@@ -123,13 +139,14 @@ export class PostgresMeter implements Meter {
       const k = `${account.key}\u0000${day}`;
       let group = this.admitting.get(k);
       if (group === undefined) {
-        group = { account, day, waiting: [] };
+        group = { account, day, waiting: [], deciding: false };
         this.admitting.set(k, group);
       }
+      group.account = account;
       group.waiting.push({ lease, price, resolve, reject });
-      if (!this.admitScheduled) {
+      if (!group.deciding && !this.admitScheduled) {
         this.admitScheduled = true;
-        setImmediate(() => void this.decide());
+        setImmediate(() => this.decide());
       }
     });
     const [what, n] = verdict.split(" ");
@@ -141,29 +158,46 @@ export class PostgresMeter implements Meter {
   }
 
   /**
-   * Decides every admission asked for in this turn of the event loop: one
-   * statement per account and day, taking the account's lock once for all
-   * of its calls, in the order they came.
+   * Decides the admissions asked for since the last decision: one statement
+   * per account and day, taking the account's lock once for all of its
+   * calls, in the order they came. An account and day has one statement in
+   * flight at a time; calls that come meanwhile wait for the next, so under
+   * load each statement decides more calls, rather than more statements
+   * queueing on the account's lock in PostgreSQL.
    */
-  private async decide(): Promise<void> {
+  private decide(): void {
     this.admitScheduled = false;
-    const groups = [...this.admitting.values()];
-    this.admitting.clear();
-    await Promise.all(
-      groups.map(async ({ account, day, waiting }) => {
-        try {
-          const r = await this.pool.query<{ v: string[] }>({ name: "gw_admit_many", text: "SELECT gw_admit_many($1, $2, $3, $4, $5, $6, $7, $8, $9) AS v", values: [
-            waiting.map((w) => w.lease), account.key, day, waiting.map((w) => w.price.toString()), account.dailyMax, account.concurrency,
-            this.options.holder, this.options.now(), this.options.leaseMs,
-          ] });
-          this.clearProblem();
-          waiting.forEach((w, i) => w.resolve(r.rows[0]!.v[i]!));
-        } catch (e) {
-          this.setProblem();
-          for (const w of waiting) w.reject(databaseFault(e));
-        }
-      }),
-    );
+    for (const [k, group] of this.admitting) {
+      if (group.deciding) continue;
+      if (group.waiting.length === 0) {
+        this.admitting.delete(k);
+        continue;
+      }
+      const { account, day, waiting } = group;
+      group.waiting = [];
+      group.deciding = true;
+      void this.decideGroup(group, account, day, waiting);
+    }
+  }
+
+  private async decideGroup(group: AdmissionGroup, account: Account, day: string, waiting: Waiting[]): Promise<void> {
+    try {
+      const r = await this.pool.query<{ v: string[] }>({ name: "gw_admit_many", text: "SELECT gw_admit_many($1, $2, $3, $4, $5, $6, $7, $8, $9) AS v", values: [
+        waiting.map((w) => w.lease), account.key, day, waiting.map((w) => w.price.toString()), account.dailyMax, account.concurrency,
+        this.options.holder, this.options.now(), this.options.leaseMs,
+      ] });
+      this.clearProblem();
+      waiting.forEach((w, i) => w.resolve(r.rows[0]!.v[i]!));
+    } catch (e) {
+      this.setProblem();
+      for (const w of waiting) w.reject(databaseFault(e));
+    } finally {
+      group.deciding = false;
+      if (!this.admitScheduled) {
+        this.admitScheduled = true;
+        setImmediate(() => this.decide());
+      }
+    }
   }
 
   record(row: LedgerRow, admission: Admission | undefined): Promise<void> {
