@@ -244,6 +244,7 @@ async function sharedStores(config: GatewayConfig, clock: Clock, telemetry: Tele
       return undefined;
     },
   };
+  const lockout = new RedisAddressLockout(connected, lockoutOptions(config));
   return {
     accounts,
     meter,
@@ -251,7 +252,7 @@ async function sharedStores(config: GatewayConfig, clock: Clock, telemetry: Tele
     replays: new PostgresReplayGuard(pool),
     catalogue: new PostgresCatalogue(pool),
     cache: cacheBound(config) > 0 ? new RedisResponseCache(connected, { localMaxBytes: Math.min(cacheBound(config), 16 * 1_048_576), now: () => clock.now() }) : undefined,
-    lockout: new RedisAddressLockout(connected, lockoutOptions(config)),
+    lockout,
     nodeLabel,
     lastRequestId: undefined,
     checks: [postgres, redisCheck],
@@ -259,6 +260,7 @@ async function sharedStores(config: GatewayConfig, clock: Clock, telemetry: Tele
       await meter.flush();
       meter.close();
       await pool.end();
+      lockout.close();
       connected.disconnect();
     },
   };

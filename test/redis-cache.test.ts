@@ -1,7 +1,7 @@
 // Issue 13, property 6 at the port: one response cache shared by replicas through Redis.
 import { randomBytes } from "node:crypto";
 import type { Redis } from "ioredis";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { importRecords } from "../src/catalogue/catalogue-import.ts";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { CachedCatalogue, defaultCachePolicy } from "../src/core/cached-catalogue.ts";
@@ -154,12 +154,40 @@ describe("failed authentications counted in Redis", () => {
     expect(holds.sort((x, y) => x - y)).toEqual([0, 100, 200, 300, 400]);
     await a.check("198.51.100.7", now); // five failures: slowed, not locked
     await b.failed("198.51.100.7", now + 10); // the sixth, on another replica
-    for (const l of [a, b, c]) {
-      const e = await l.check("198.51.100.7", now + 11).catch((x: unknown) => x);
-      expect((e as GatewayError).code).toBe(4008);
-    }
+    const refused = async (l: RedisAddressLockout) => ((await l.check("198.51.100.7", now + 11).catch((x: unknown) => x)) as GatewayError | undefined)?.code;
+    // At once on the replica that locked it and on one that asks Redis about the address…
+    expect(await refused(b)).toBe(4008);
+    expect(await refused(c)).toBe(4008);
+    // …and, on one that found it not locked a moment ago, as soon as the lock's message arrives:
+    // its check times stay within a second of that finding, so only the message can refuse them.
+    await vi.waitFor(async () => expect(await refused(a)).toBe(4008), { timeout: 500, interval: 5 });
     await c.check("203.0.113.50", now); // another address is not touched
     await new Promise((r) => setTimeout(r, 1100));
     await a.check("198.51.100.7", Date.now());
+    for (const l of [a, b, c]) l.close();
+  });
+
+  it("a replica asks Redis about an address once a second, and hears of a lock made elsewhere at once", async () => {
+    const options = { slowAfterFailures: 2, lockAfterFailures: 3, lockSeconds: 60 };
+    const [near, far] = await Promise.all([client(), client()]);
+    const a = new RedisAddressLockout(near, options, prefix);
+    const b = new RedisAddressLockout(far, options, prefix);
+    await vi.waitFor(() => expect(a.isListening && b.isListening).toBe(true));
+    const now = Date.now();
+    await a.check("192.0.2.1", now);
+    await a.check("192.0.2.2", now);
+    // From here a cannot reach Redis itself; only its subscription is left.
+    near.disconnect();
+    await a.check("192.0.2.1", now + 500); // found not locked half a second ago: not asked again
+    for (let i = 0; i < 3; i++) await b.failed("192.0.2.1", now + 600 + i); // locked by b
+    await vi.waitFor(async () => expect(((await a.check("192.0.2.1", now + 700).catch((x: unknown) => x)) as GatewayError).code).toBe(4008));
+    await a.check("192.0.2.2", now + 700);
+    // An address it has not seen, or saw over a second ago, is asked about: Redis is gone, so 4000.
+    for (const [ip, at] of [["192.0.2.3", now + 700], ["192.0.2.2", now + 1100]] as const) {
+      const e = await a.check(ip, at).catch((x: unknown) => x);
+      expect((e as GatewayError).code).toBe(4000);
+    }
+    a.close();
+    b.close();
   });
 });

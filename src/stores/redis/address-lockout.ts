@@ -6,7 +6,8 @@ import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 const unreachable = "the shared cache (Redis) cannot be reached, so calls are refused, and not charged, until it answers";
 
 // One failure, in one step: drop what left the window, count this one, and lock the address when
-// the count reaches the limit. Returns the count in the window (0 once locked).
+// the count reaches the limit, telling every replica on the channel (ARGV[6]). Returns the count
+// in the window (0 once locked) and what is left of the address's lock in ms (-2 when there is none).
 const failScript = `
 local window, lockAfter, lockMs, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 redis.call('zremrangebyscore', KEYS[1], '-inf', now - window)
@@ -15,47 +16,133 @@ redis.call('pexpire', KEYS[1], window)
 local n = redis.call('zcard', KEYS[1])
 if n >= lockAfter then
   redis.call('del', KEYS[1])
-  if lockMs > 0 then redis.call('set', KEYS[2], '1', 'PX', lockMs) end
-  return 0
+  if lockMs > 0 then
+    redis.call('set', KEYS[2], '1', 'PX', lockMs)
+    redis.call('publish', ARGV[6], lockMs .. ' ' .. ARGV[7])
+  end
+  n = 0
 end
-return n`;
+return {n, redis.call('pttl', KEYS[2])}`;
+
+export interface RedisAddressLockoutOptions extends AddressLockoutOptions {
+  /**
+   * How long an address found not locked is taken as such without asking
+   * Redis again, while this replica listens for locks. A lock made anywhere
+   * reaches every listening replica at once; this bounds the wait for one
+   * whose message was lost.
+   */
+  readonly recheckMs: number;
+  /** Addresses remembered as not locked; past this the memory starts again. */
+  readonly rememberedAddresses: number;
+}
 
 /**
  * The failed-authentication counts of every replica, in Redis: each address's
  * failures in a sorted set trimmed to the window, and its lock as a key that
  * expires. One script per failure, so replicas counting at once never lose one.
+ *
+ * A call asks Redis about its address at most once per `recheckMs` (it had
+ * been a round trip to Redis on every call): the script that locks an address
+ * publishes the lock, and every replica listening keeps the locks it hears of
+ * until they end. While this replica is not listening (its subscription is
+ * down or not yet made), every call asks Redis, as before.
  */
 export class RedisAddressLockout implements AddressLockout {
   private readonly redis: Redis;
-  private readonly options: AddressLockoutOptions;
+  private readonly options: RedisAddressLockoutOptions;
   private readonly prefix: string;
+  private readonly channel: string;
   private sequence = 0;
+  private readonly subscriber: Redis;
+  private listening = false;
+  /** Addresses known to be locked, until when (ms). */
+  private readonly locked = new Map<string, number>();
+  /** Addresses found not locked, and when (ms). */
+  private readonly clear = new Map<string, number>();
 
-  constructor(redis: Redis, options: Partial<AddressLockoutOptions> = {}, prefix = "gateway:") {
+  constructor(redis: Redis, options: Partial<RedisAddressLockoutOptions> = {}, prefix = "gateway:") {
     this.redis = redis;
-    this.options = { ...defaultAddressLockoutOptions, ...options };
+    this.options = { ...defaultAddressLockoutOptions, recheckMs: 1000, rememberedAddresses: 100_000, ...options };
     this.prefix = prefix;
+    this.channel = `${prefix}locked`;
+    this.subscriber = redis.duplicate();
+    this.subscriber.on("error", () => {}); // it reconnects by itself; until then calls ask Redis
+    this.subscriber.on("message", (_channel: string, message: string) => {
+      const space = message.indexOf(" ");
+      this.remember(message.slice(space + 1), Number(message.slice(0, space)), Date.now());
+    });
+    this.subscriber.on("close", () => this.stopListening());
+    this.subscriber.on("ready", () => {
+      this.subscriber.subscribe(this.channel).then(
+        () => {
+          this.clear.clear(); // what was found while not listening may since have changed
+          this.listening = true;
+        },
+        () => this.stopListening(),
+      );
+    });
+  }
+
+  /** Whether this replica hears of locks made elsewhere, and so may skip asking Redis. */
+  get isListening(): boolean {
+    return this.listening;
   }
 
   async check(clientIp: string, now: number): Promise<void> {
+    const until = this.locked.get(clientIp);
+    if (until !== undefined) {
+      if (until > now) throw lockedOut(until - now);
+      this.locked.delete(clientIp);
+    }
+    if (this.listening) {
+      const seen = this.clear.get(clientIp);
+      if (seen !== undefined && now - seen < this.options.recheckMs && seen <= now) return;
+    }
     let ms: number;
     try {
       ms = await this.redis.pttl(`${this.prefix}locked:${clientIp}`);
     } catch (e) {
       throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, unreachable, { cause: e });
     }
-    if (ms > 0) throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `too many failed authentications from this address; try again in ${Math.ceil(ms / 1000)} s`);
-    void now;
+    if (ms > 0) {
+      this.remember(clientIp, ms, now);
+      throw lockedOut(ms);
+    }
+    if (this.clear.size >= this.options.rememberedAddresses) this.clear.clear();
+    this.clear.set(clientIp, now);
   }
 
   async failed(clientIp: string, now: number): Promise<number> {
     const o = this.options;
-    const n = Number(
-      await this.redis.eval(
-        failScript, 2, `${this.prefix}failures:${clientIp}`, `${this.prefix}locked:${clientIp}`,
-        o.failureWindowSeconds * 1000, o.lockAfterFailures, o.lockSeconds * 1000, now, `${now}-${process.pid}-${++this.sequence}`,
-      ),
-    );
+    const [n, lockMs] = (await this.redis.eval(
+      failScript, 2, `${this.prefix}failures:${clientIp}`, `${this.prefix}locked:${clientIp}`,
+      o.failureWindowSeconds * 1000, o.lockAfterFailures, o.lockSeconds * 1000, now, `${now}-${process.pid}-${++this.sequence}`, this.channel, clientIp,
+    )) as [number, number];
+    if (lockMs > 0) this.remember(clientIp, lockMs, now);
     return holdMs(n, o);
   }
+
+  /** Stops listening for locks. */
+  close(): void {
+    this.stopListening();
+    this.subscriber.disconnect();
+  }
+
+  private remember(clientIp: string, ms: number, now: number): void {
+    if (!(ms > 0)) return;
+    this.clear.delete(clientIp);
+    if (this.locked.size >= this.options.rememberedAddresses) {
+      for (const [ip, until] of this.locked) if (until <= now) this.locked.delete(ip);
+    }
+    this.locked.set(clientIp, now + ms);
+  }
+
+  private stopListening(): void {
+    this.listening = false;
+    this.clear.clear();
+  }
+}
+
+function lockedOut(ms: number): GatewayError {
+  return new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `too many failed authentications from this address; try again in ${Math.ceil(ms / 1000)} s`);
 }
