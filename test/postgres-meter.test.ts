@@ -7,6 +7,7 @@ import { PostgresMeter } from "../src/stores/postgres/meter.ts";
 import { migrateSchema, migrations, openPostgres } from "../src/stores/postgres/postgres-database.ts";
 import { freshDatabase } from "./support/postgres.ts";
 import type pg from "pg";
+import net from "node:net";
 
 let db: Awaited<ReturnType<typeof freshDatabase>>;
 const pools: pg.Pool[] = [];
@@ -224,6 +225,50 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     // Counting the leases themselves, as decisions did before schema step 5, read 74 pages here, and more with every call until a vacuum.
     expect(await pages()).toBeLessThanOrEqual(early + 4);
   });
+
+  it("lets calls past an admission stuck on a connection that stopped answering, on another connection", async () => {
+    // A TCP relay to PostgreSQL whose connections can be frozen: their bytes stop, and nothing closes.
+    const pairs: [net.Socket, net.Socket][] = [];
+    const target = new URL(db.url);
+    const relay = net.createServer((client) => {
+      const server = net.connect(Number(target.port || 5432), target.hostname);
+      client.on("error", () => {});
+      server.on("error", () => {});
+      client.pipe(server);
+      server.pipe(client);
+      pairs.push([client, server]);
+    });
+    await new Promise<void>((r) => relay.listen(0, "127.0.0.1", r));
+    const url = new URL(db.url);
+    url.port = String((relay.address() as net.AddressInfo).port);
+    const pool = openPostgres(url.href, { max: 2 });
+    pools.push(pool);
+    const m = new PostgresMeter(pool, { holder: "frozen" });
+    meters.push(m);
+    const a = await account({ concurrency: 10 });
+    try {
+      await m.admit(a, "retail/item_get", "2026-11-22"); // one connection, open and idle
+      for (const [client, server] of pairs) {
+        client.unpipe(server);
+        server.unpipe(client);
+        client.pause();
+        server.pause();
+      }
+      const stuck = m.admit(a, "retail/item_get", "2026-11-22");
+      let stuckEnded = false;
+      stuck.then(() => (stuckEnded = true), () => (stuckEnded = true));
+      await new Promise((r) => setTimeout(r, 100));
+      const next = m.admit(a, "retail/item_get", "2026-11-22"); // waits for the stuck one a second at most, then goes on its own
+      const first = await Promise.race([next.then(() => "admitted"), new Promise((r) => setTimeout(() => r("still waiting after 5 s"), 5000))]);
+      expect(first).toBe("admitted");
+      expect(stuckEnded).toBe(false);
+      for (const pair of pairs) for (const socket of pair) socket.destroy();
+      expect(((await stuck.catch((e: unknown) => e)) as GatewayError).code).toBe(4000);
+    } finally {
+      for (const pair of pairs) for (const socket of pair) socket.destroy();
+      relay.close();
+    }
+  }, 20_000);
 
   it("counts, when the schema is upgraded, the leases that calls already hold", async () => {
     const old = await freshDatabase("meter_upgrade");

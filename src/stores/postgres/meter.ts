@@ -47,12 +47,23 @@ interface Waiting {
   reject(e: unknown): void;
 }
 
-/** The calls of one account and day waiting for a decision, and whether one is being made. */
+/** The calls of one account and day waiting for a decision, and since when one is being made (performance.now()). */
 interface AdmissionGroup {
   account: Account;
   readonly day: string;
   waiting: Waiting[];
-  deciding: boolean;
+  decidingSince: number | undefined;
+}
+
+/**
+ * A decision still in flight after this long is taken as stuck (a connection
+ * that stopped answering, say): the calls waiting behind it get a statement
+ * of their own, on another connection, rather than waiting for it.
+ */
+const stuckDecisionMs = 1000;
+
+function decidingNow(group: AdmissionGroup): boolean {
+  return group.decidingSince !== undefined && performance.now() - group.decidingSince < stuckDecisionMs;
 }
 
 interface Queued {
@@ -106,6 +117,7 @@ export class PostgresMeter implements Meter {
   private timer: { cancel(): void } | undefined;
   private readonly held = new Set<string>();
   private readonly renewal: NodeJS.Timeout;
+  private readonly unstick: NodeJS.Timeout;
   /** When a statement last failed to reach the database (Unix ms), or undefined. */
   private failedAt: number | undefined;
   private readonly refusalAddresses: RefusalAddresses;
@@ -121,6 +133,16 @@ export class PostgresMeter implements Meter {
     this.refusalAddresses = new RefusalAddresses(this.options.refusalAddressesPerDay);
     this.renewal = setInterval(() => void this.renew(), Math.max(100, Math.floor(this.options.leaseMs / 3)));
     this.renewal.unref();
+    // Calls waiting behind a stuck decision go ahead without it (see stuckDecisionMs).
+    this.unstick = setInterval(() => {
+      for (const group of this.admitting.values()) {
+        if (group.waiting.length > 0 && group.decidingSince !== undefined && !decidingNow(group) && !this.admitScheduled) {
+          this.admitScheduled = true;
+          setImmediate(() => this.decide());
+        }
+      }
+    }, stuckDecisionMs / 2);
+    this.unstick.unref();
   }
 
   /** Refuses for a second after the database failed to answer; then a call goes through and tries again. */
@@ -139,12 +161,12 @@ export class PostgresMeter implements Meter {
       const k = `${account.key}\u0000${day}`;
       let group = this.admitting.get(k);
       if (group === undefined) {
-        group = { account, day, waiting: [], deciding: false };
+        group = { account, day, waiting: [], decidingSince: undefined };
         this.admitting.set(k, group);
       }
       group.account = account;
       group.waiting.push({ lease, price, resolve, reject });
-      if (!group.deciding && !this.admitScheduled) {
+      if (!decidingNow(group) && !this.admitScheduled) {
         this.admitScheduled = true;
         setImmediate(() => this.decide());
       }
@@ -168,19 +190,21 @@ export class PostgresMeter implements Meter {
   private decide(): void {
     this.admitScheduled = false;
     for (const [k, group] of this.admitting) {
-      if (group.deciding) continue;
+      if (decidingNow(group)) continue;
       if (group.waiting.length === 0) {
+        if (group.decidingSince !== undefined) continue; // a stuck decision's group stays until it ends
         this.admitting.delete(k);
         continue;
       }
       const { account, day, waiting } = group;
       group.waiting = [];
-      group.deciding = true;
-      void this.decideGroup(group, account, day, waiting);
+      const since = performance.now();
+      group.decidingSince = since;
+      void this.decideGroup(group, since, account, day, waiting);
     }
   }
 
-  private async decideGroup(group: AdmissionGroup, account: Account, day: string, waiting: Waiting[]): Promise<void> {
+  private async decideGroup(group: AdmissionGroup, since: number, account: Account, day: string, waiting: Waiting[]): Promise<void> {
     try {
       const r = await this.pool.query<{ v: string[] }>({ name: "gw_admit_many", text: "SELECT gw_admit_many($1, $2, $3, $4, $5, $6, $7, $8, $9) AS v", values: [
         waiting.map((w) => w.lease), account.key, day, waiting.map((w) => w.price.toString()), account.dailyMax, account.concurrency,
@@ -192,7 +216,7 @@ export class PostgresMeter implements Meter {
       this.setProblem();
       for (const w of waiting) w.reject(databaseFault(e));
     } finally {
-      group.deciding = false;
+      if (group.decidingSince === since) group.decidingSince = undefined;
       if (!this.admitScheduled) {
         this.admitScheduled = true;
         setImmediate(() => this.decide());
@@ -317,6 +341,7 @@ export class PostgresMeter implements Meter {
   /** Stops renewing leases; what it holds expires, or is settled by the rows still queued. */
   close(): void {
     clearInterval(this.renewal);
+    clearInterval(this.unstick);
   }
 
   private schedule(): void {
