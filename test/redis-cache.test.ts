@@ -167,6 +167,16 @@ describe("failed authentications counted in Redis", () => {
     for (const l of [a, b, c]) l.close();
   });
 
+  it("remembers at most its bound of locked addresses, and asks Redis about the rest", async () => {
+    const l = new RedisAddressLockout(await client(), { slowAfterFailures: 5, lockAfterFailures: 1, lockSeconds: 60, rememberedAddresses: 2 }, prefix);
+    const now = Date.now();
+    const ips = ["192.0.2.11", "192.0.2.12", "192.0.2.13"];
+    for (const ip of ips) await l.failed(ip, now); // each locked at its first failure
+    expect((l as unknown as { locked: Map<string, number> }).locked.size).toBe(2);
+    for (const ip of ips) expect(((await l.check(ip, now + 1).catch((x: unknown) => x)) as GatewayError).code).toBe(4008);
+    l.close();
+  });
+
   it("a replica asks Redis about an address once a second, and hears of a lock made elsewhere at once", async () => {
     const options = { slowAfterFailures: 2, lockAfterFailures: 3, lockSeconds: 60 };
     const [near, far] = await Promise.all([client(), client()]);

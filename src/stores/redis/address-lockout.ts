@@ -133,6 +133,8 @@ export class RedisAddressLockout implements AddressLockout {
     this.clear.delete(clientIp);
     if (this.locked.size >= this.options.rememberedAddresses) {
       for (const [ip, until] of this.locked) if (until <= now) this.locked.delete(ip);
+      // Still full: this lock is not kept here, and calls from the address ask Redis, which has it.
+      if (this.locked.size >= this.options.rememberedAddresses) return;
     }
     this.locked.set(clientIp, now + ms);
   }
