@@ -38,6 +38,11 @@ export interface AddressLockout {
   failed(clientIp: string, now: number): Promise<number>;
 }
 
+/** The refusal (4008) of an address whose lock has `ms` left. */
+export function lockedOut(ms: number): GatewayError {
+  return new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `too many failed authentications from this address; try again in ${Math.ceil(ms / 1000)} s`);
+}
+
 /** How long to hold back the answer to the `failures`th failure in the window. */
 export function holdMs(failures: number, options: Pick<AddressLockoutOptions, "slowAfterFailures">): number {
   const over = failures - options.slowAfterFailures;
@@ -56,8 +61,7 @@ export class MemoryAddressLockout implements AddressLockout {
   async check(clientIp: string, now: number): Promise<void> {
     const r = this.failures.get(clientIp);
     if (r !== undefined && r.lockedUntil > now) {
-      const wait = Math.ceil((r.lockedUntil - now) / 1000);
-      throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `too many failed authentications from this address; try again in ${wait} s`);
+      throw lockedOut(r.lockedUntil - now);
     }
   }
 

@@ -136,10 +136,7 @@ export class PostgresMeter implements Meter {
     // Calls waiting behind a stuck decision go ahead without it (see stuckDecisionMs).
     this.unstick = setInterval(() => {
       for (const group of this.admitting.values()) {
-        if (group.waiting.length > 0 && group.decidingSince !== undefined && !decidingNow(group) && !this.admitScheduled) {
-          this.admitScheduled = true;
-          setImmediate(() => this.decide());
-        }
+        if (group.waiting.length > 0 && group.decidingSince !== undefined && !decidingNow(group)) this.scheduleDecision();
       }
     }, stuckDecisionMs / 2);
     this.unstick.unref();
@@ -166,10 +163,7 @@ export class PostgresMeter implements Meter {
       }
       group.account = account;
       group.waiting.push({ lease, price, resolve, reject });
-      if (!decidingNow(group) && !this.admitScheduled) {
-        this.admitScheduled = true;
-        setImmediate(() => this.decide());
-      }
+      if (!decidingNow(group)) this.scheduleDecision();
     });
     const [what, n] = verdict.split(" ");
     if (what === "concurrency") throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `this account already has ${n} calls in flight, its limit`);
@@ -217,11 +211,15 @@ export class PostgresMeter implements Meter {
       for (const w of waiting) w.reject(databaseFault(e));
     } finally {
       if (group.decidingSince === since) group.decidingSince = undefined;
-      if (!this.admitScheduled) {
-        this.admitScheduled = true;
-        setImmediate(() => this.decide());
-      }
+      this.scheduleDecision();
     }
+  }
+
+  /** Runs `decide` once, at the end of this turn of the event loop. */
+  private scheduleDecision(): void {
+    if (this.admitScheduled) return;
+    this.admitScheduled = true;
+    setImmediate(() => this.decide());
   }
 
   record(row: LedgerRow, admission: Admission | undefined): Promise<void> {

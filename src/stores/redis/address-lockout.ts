@@ -1,5 +1,5 @@
 import type { Redis } from "ioredis";
-import { defaultAddressLockoutOptions, holdMs, type AddressLockout, type AddressLockoutOptions } from "../../core/address-lockout.ts";
+import { defaultAddressLockoutOptions, holdMs, lockedOut, type AddressLockout, type AddressLockoutOptions } from "../../core/address-lockout.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 
@@ -143,8 +143,4 @@ export class RedisAddressLockout implements AddressLockout {
     this.listening = false;
     this.clear.clear();
   }
-}
-
-function lockedOut(ms: number): GatewayError {
-  return new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `too many failed authentications from this address; try again in ${Math.ceil(ms / 1000)} s`);
 }
