@@ -5,6 +5,7 @@
 // status block aside: request id, times, memory, usage).
 import { create, fromBinary, toBinary, type DescMessage } from "@bufbuild/protobuf";
 import http from "node:http";
+import diagnostics from "node:diagnostics_channel";
 import http2 from "node:http2";
 import { brotliDecompressSync, gunzipSync, gzipSync } from "node:zlib";
 import { StatusSchema } from "../node_modules/@connectrpc/connect/dist/esm/protocol-grpc/gen/status_pb.js";
@@ -221,6 +222,7 @@ describe.each(operations.map((op) => [op.id, op] as const))("%s over gRPC (HTTP/
     { name: "grpc-encoding identity", headers: { "grpc-encoding": "identity" }, body: () => frame(proto(args)) },
     { name: "gzip-compressed request (declined)", headers: { "grpc-encoding": "gzip" }, body: () => frame(Buffer.from(gzipSync(proto(args))), 1) },
     { name: "grpc-timeout (declined)", headers: { "grpc-timeout": "5S" }, body: () => frame(proto(args)) },
+    { name: "with an Origin (declined: CORS answers it)", headers: { origin: "https://app.example" }, body: () => frame(proto(args)) },
     { name: "an unknown field", body: () => frame(Buffer.concat([proto(args), Buffer.from([0xf8, 0x3f, 0x01])])) },
     { name: "malformed message", body: () => frame(Buffer.from([0x0a, 0xff, 0xff, 0xff])) },
     { name: "compressed flag without grpc-encoding", body: () => frame(proto(args), 1) },
@@ -261,5 +263,103 @@ describe("the fast path is the one answering", () => {
     await fast.runtime.meter.flush();
     const rows = (await fast.runtime.meter.query({ account: fast.account.key, rows: 1000 })).rows;
     expect(rows.some((r) => r.transport === "connect" && r.cacheHit)).toBe(true);
+  });
+});
+
+describe("the gRPC fast path, beside Fastify's", () => {
+  // A second pair, with what the stream path must take from the app: CORS with a list of origins
+  // (Vary, no Allow-Origin without Origin), a trusted proxy's forwarded address, the access log.
+  const fastLines: string[] = [];
+  const slowLines: string[] = [];
+  let fastApp: GatewayFixture;
+  let slowApp: GatewayFixture;
+  const app = { maxBodyBytes: maxBody, corsOrigins: ["https://app.example"], trustedProxies: ["127.0.0.1"] };
+  beforeAll(async () => {
+    fastApp = await startGateway({ app, logLines: fastLines });
+    slowApp = await startGateway({ app: { ...app, rpcFastPath: false }, logLines: slowLines });
+  });
+  afterAll(async () => {
+    await fastApp?.close();
+    await slowApp?.close();
+  });
+  const op = operations.find((o) => o.id === "retail/item_get")!;
+  const path = `/${op.service.typeName}/${op.method.name}`;
+  const request = frame(toBinary(op.method.input, create(op.method.input, { numIid: demo.retailNumIid } as never)));
+  const call = (gw: GatewayFixture, headers: Record<string, string> = {}, body: Uint8Array = request) =>
+    grpcRaw(gw.port, path, { "content-type": "application/grpc", "x-api-key": gw.account.key, "x-api-secret": gw.account.secret, ...headers }, body);
+
+  it("answers on the stream itself: no Fastify handler runs for a call it serves, one does for a call it declines", async () => {
+    // Fastify announces every handler it runs on this channel (handle-request.js).
+    let handled = 0;
+    const count = () => handled++;
+    diagnostics.subscribe("tracing:fastify.request.handler:start", count);
+    try {
+      const handlers = async (gw: GatewayFixture, headers: Record<string, string> = {}) => {
+        const before = handled;
+        const res = await call(gw, headers);
+        expect(res.trailers["grpc-status"]).toBe("0");
+        return handled - before;
+      };
+      expect(await handlers(fast)).toBe(0);
+      expect(await handlers(slow)).toBe(1);
+      expect(await handlers(fast, { "grpc-timeout": "5S" })).toBe(1);
+      expect(await handlers(fast, { origin: "https://app.example" })).toBe(1);
+    } finally {
+      diagnostics.unsubscribe("tracing:fastify.request.handler:start", count);
+    }
+  });
+
+  it("sends the headers CORS adds with a list of origins, and the same answers otherwise", async () => {
+    for (const [headers, body] of [
+      [{}, request],
+      [{ "grpc-accept-encoding": "gzip" }, request],
+      [{}, frame(Buffer.from([0x0a, 0xff, 0xff, 0xff]))],
+      [{ origin: "https://app.example" }, request],
+    ] as const) {
+      await call(fastApp, headers, body);
+      await call(slowApp, headers, body);
+      const a = await call(fastApp, headers, body);
+      const b = await call(slowApp, headers, body);
+      expect(a.headers.vary).toBe("Origin");
+      expect(decodedGrpc(op.method.output, a)).toEqual(decodedGrpc(op.method.output, b));
+    }
+  });
+
+  it("writes the same access lines, with the request id the ledger row has and the forwarded address", async () => {
+    const steady = (line: string) => {
+      const { time: _t, pid: _p, hostname: _h, requestId, responseTime, ...rest } = JSON.parse(line) as Record<string, unknown>;
+      return { ...rest, requestId: typeof requestId, responseTime: typeof responseTime };
+    };
+    const forwarded = { "x-forwarded-for": "203.0.113.9" };
+    const lines = async (gw: GatewayFixture, out: string[]) => {
+      out.length = 0;
+      await call(gw, forwarded);
+      // The completion line follows the stream's close, a moment after the client has its answer.
+      await expect.poll(() => out.filter((l) => l.includes('"request completed"')).length).toBe(1);
+      return out.filter((l) => l.includes('"incoming request"') || l.includes('"request completed"'));
+    };
+    const a = await lines(fastApp, fastLines);
+    const b = await lines(slowApp, slowLines);
+    expect(a.map(steady)).toEqual(b.map(steady));
+    expect(a.map(steady)[0]).toMatchObject({ req: { method: "POST", url: path, remoteAddress: "203.0.113.9" }, msg: "incoming request" });
+    const requestId = (JSON.parse(a[0]!) as { requestId: string }).requestId;
+    expect((JSON.parse(a[1]!) as { requestId: string }).requestId).toBe(requestId);
+    await fastApp.runtime.meter.flush();
+    const rows = (await fastApp.runtime.meter.query({ account: fastApp.account.key, rows: 1000 })).rows;
+    expect(rows.find((r) => r.requestId === requestId)).toMatchObject({ transport: "grpc" });
+  });
+
+  it("a stream the caller resets before its body ends costs nothing and breaks nothing", async () => {
+    const session = http2.connect(`http://127.0.0.1:${fast.port}`);
+    await new Promise((resolve) => session.once("connect", resolve));
+    const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", "x-api-key": fast.account.key, "x-api-secret": fast.account.secret });
+    stream.on("error", () => {});
+    stream.write(request.subarray(0, 3));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    stream.close(http2.constants.NGHTTP2_CANCEL);
+    await new Promise((resolve) => stream.once("close", resolve));
+    session.close();
+    const res = await call(fast);
+    expect(res.trailers["grpc-status"]).toBe("0");
   });
 });

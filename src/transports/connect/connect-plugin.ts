@@ -17,6 +17,8 @@ import { DescriptorIndex, reflectionRoutes, reflectionServices } from "./reflect
 import { logInternalErrors } from "./internal-errors.ts";
 import { undecodableIsInvalidArgument } from "./undecodable-request.ts";
 import { acceptCompression, unaryFastPath } from "./unary-fast-path.ts";
+import { grpcStreamPath, type Http2StreamClaim } from "./grpc-stream-path.ts";
+import type { ClientAddress } from "../server/client-address.ts";
 
 export interface ConnectOptions {
   readonly gateway: Gateway;
@@ -32,6 +34,10 @@ export interface ConnectOptions {
   readonly telemetry?: Telemetry | undefined;
   /** Serve Connect and gRPC unary calls of the catalogue without connect-node where it can (default true; off, every call takes connect-node's path). */
   readonly rpcFastPath?: boolean | undefined;
+  /** The caller's address, as the app's requests have it (for the gRPC fast path, which runs before them). */
+  readonly clientAddress: ClientAddress;
+  /** Headers the app adds to every answer to a request without `Origin` (CORS), for the gRPC fast path. */
+  readonly answerHeaders: Readonly<Record<string, string>>;
 }
 
 /**
@@ -39,11 +45,13 @@ export interface ConnectOptions {
  * the AdminService, gRPC health and server reflection (v1 and v1alpha), every
  * handler wrapped so an undecodable request is `invalid_argument`, internal
  * errors logged once, and each call told the caller's address and the
- * request id.
+ * request id. Returns the gRPC fast path, for the server to give its
+ * HTTP/2 streams to, unless the fast path is off.
  */
-export async function registerConnect(app: FastifyInstance, options: ConnectOptions): Promise<void> {
+export async function registerConnect(app: FastifyInstance, options: ConnectOptions): Promise<Http2StreamClaim | undefined> {
   const logInternal = logInternalErrors(app.log);
-  const contextValues = (req: FastifyRequest) => createContextValues().set(clientIpKey, req.clientIp).set(requestIdKey, req.id);
+  const context = (clientIp: string, requestId: string) => createContextValues().set(clientIpKey, clientIp).set(requestIdKey, requestId);
+  const contextValues = (req: FastifyRequest) => context(req.clientIp, req.id);
   // The catalogue services have routes of their own (catalogueConnectRoutes), with a fast path for their hottest shape.
   const catalogue = createConnectRouter({ interceptors: [logInternal], readMaxBytes: options.readMaxBytes, acceptCompression });
   catalogueRoutes(options.gateway, operations)(catalogue);
@@ -65,6 +73,12 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
     contextValues,
   });
   await app.register(async (scope) => catalogueConnectRoutes(scope, catalogue.handlers as UniversalHandler[], options, contextValues));
+  if (options.rpcFastPath === false) return undefined;
+  const routes = (catalogue.handlers as UniversalHandler[]).flatMap((h) => {
+    const operation = operations.find((op) => `/${op.service.typeName}/${op.method.name}` === h.requestPath);
+    return operation === undefined ? [] : [{ operation, handler: undecodableIsInvalidArgument(h) }];
+  });
+  return grpcStreamPath({ gateway: options.gateway, routes, readMaxBytes: options.readMaxBytes, log: app.log, clientAddress: options.clientAddress, answerHeaders: options.answerHeaders, contextValues: context });
 }
 
 /**

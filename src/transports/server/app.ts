@@ -9,7 +9,8 @@ import { registerConnect } from "../connect/connect-plugin.ts";
 import { credentialHeaders } from "../credentials.ts";
 import { installLegacyShim, legacyBodyTypes, refuseLegacy, unroutablePath } from "../legacy/legacy-shim.ts";
 import { clientErrorHandler } from "./client-errors.ts";
-import { createOnePortServer, type OnePortServerOptions } from "./one-port-server.ts";
+import { claimHttp2Streams, createOnePortServer, type OnePortServerOptions } from "./one-port-server.ts";
+import type { Http2StreamClaim } from "../connect/grpc-stream-path.ts";
 import { MemoryAddressLockout, type AddressLockout } from "../../core/address-lockout.ts";
 import { createLogger, type Logger } from "./logger.ts";
 import { Readiness } from "../../core/health.ts";
@@ -67,6 +68,21 @@ export const defaultAppSettings = {
   } satisfies OnePortServerOptions as OnePortServerOptions,
 };
 
+/**
+ * The headers @fastify/cors adds, with our options, to the answer to a
+ * request that has no `Origin` (its onRequest hook, for a static origin
+ * option): for any origin, that one; for a list, only `Vary: Origin`; the
+ * exposed headers either way. None with CORS off.
+ */
+export function corsHeadersWithoutOrigin(origin: false | string | readonly string[], exposedHeaders: readonly string[]): Record<string, string> {
+  if (origin === false) return {};
+  const out: Record<string, string> = {};
+  if (typeof origin !== "string") out.vary = "Origin";
+  if (typeof origin === "string") out["access-control-allow-origin"] = origin;
+  out["access-control-expose-headers"] = exposedHeaders.join(", ");
+  return out;
+}
+
 /** Why Fastify refused a request, in words that never quote it. */
 function callerFaultReason(code: string | undefined, maxBodyBytes: number): string {
   switch (code) {
@@ -95,9 +111,16 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const maxBodyBytes = options.maxBodyBytes ?? defaultAppSettings.maxBodyBytes;
   const tls = options.tls;
   const limits = { ...defaultAppSettings.limits, ...options.limits };
+  // The gRPC fast path takes its streams before Fastify (grpc-stream-path.ts); it exists once the routes do.
+  let grpcStreams: Http2StreamClaim | undefined;
+  const claim: Http2StreamClaim = (stream, headers) => grpcStreams?.(stream, headers) ?? false;
   const serverFactory: FastifyServerOptions["serverFactory"] = tls
-    ? (handler) => http2.createSecureServer({ allowHTTP1: true, cert: tls.cert, key: tls.key }, handler as never) as never
-    : (handler) => createOnePortServer(handler, limits) as never;
+    ? (handler) => {
+        const server = http2.createSecureServer({ allowHTTP1: true, cert: tls.cert, key: tls.key }, handler as never);
+        claimHttp2Streams(server, claim);
+        return server as never;
+      }
+    : (handler) => createOnePortServer(handler, limits, claim) as never;
   const app = Fastify({
     serverFactory,
     routerOptions: { ignoreTrailingSlash: true },
@@ -149,15 +172,28 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   // Before CORS, whose hook answers OPTIONS itself: the shim's hook adds what each path allows.
   installLegacyShim(app, gateway);
   const corsOrigins = options.corsOrigins ?? defaultAppSettings.corsOrigins;
+  const cors = {
+    origin: corsOrigins.length === 0 ? (false as const) : corsOrigins.includes("*") ? "*" : [...corsOrigins],
+    exposedHeaders: [...connectCors.exposedHeaders],
+  };
   await app.register(fastifyCors, {
-    origin: corsOrigins.length === 0 ? false : corsOrigins.includes("*") ? "*" : [...corsOrigins],
+    ...cors,
     methods: ["GET", "HEAD", "POST", "OPTIONS"],
     allowedHeaders: [...connectCors.allowedHeaders, ...Object.values(credentialHeaders), "Authorization"],
-    exposedHeaders: [...connectCors.exposedHeaders],
     maxAge: 7200,
     // A plain OPTIONS (no Origin) is answered too, with its Allow header.
     strictPreflight: false,
   });
-  await registerConnect(app, { gateway, admin: options.admin, lockout: options.lockout ?? new MemoryAddressLockout(), readMaxBytes: maxBodyBytes, readiness, telemetry: options.metrics?.telemetry, rpcFastPath: options.rpcFastPath });
+  grpcStreams = await registerConnect(app, {
+    gateway,
+    admin: options.admin,
+    lockout: options.lockout ?? new MemoryAddressLockout(),
+    readMaxBytes: maxBodyBytes,
+    readiness,
+    telemetry: options.metrics?.telemetry,
+    rpcFastPath: options.rpcFastPath,
+    clientAddress,
+    answerHeaders: corsHeadersWithoutOrigin(cors.origin, cors.exposedHeaders),
+  });
   return app;
 }

@@ -1,6 +1,7 @@
 import http from "node:http";
 import http2 from "node:http2";
 import type { Socket } from "node:net";
+import type { Http2StreamClaim } from "../connect/grpc-stream-path.ts";
 
 /** The client connection preface of HTTP/2 (RFC 9113, section 3.4). */
 const h2Preface = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
@@ -44,8 +45,9 @@ function firstRequestArrived(socket: PendingSocket): void {
  * The returned object is the HTTP/1.1 server, which owns the listening socket,
  * so Fastify's lifecycle (listen, close, idle-connection cleanup) applies to
  * it; `closeHttp2Sessions` lets Fastify drain the HTTP/2 side on close.
+ * `claim` may take HTTP/2 streams before Fastify sees them.
  */
-export function createOnePortServer(handler: Handler, options: OnePortServerOptions): http.Server {
+export function createOnePortServer(handler: Handler, options: OnePortServerOptions, claim?: Http2StreamClaim): http.Server {
   const h1 = http.createServer({ maxHeaderSize: options.maxHeaderBytes }, handler);
   h1.keepAliveTimeout = options.keepAliveTimeoutMs;
   h1.requestTimeout = options.requestTimeoutMs;
@@ -55,6 +57,7 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   // does; by default Node would drop the request if the answer is not ready yet.
   (h1 as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
   const h2 = http2.createServer({ maxSessionMemory: 10, settings: { maxHeaderListSize: options.maxHeaderBytes } }, handler as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
+  if (claim !== undefined) claimHttp2Streams(h2, claim);
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on("session", (session) => {
     sessions.add(session);
@@ -110,4 +113,19 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   });
   h1.on("close", () => h2.close());
   return h1;
+}
+
+/**
+ * Lets `claim` take each new HTTP/2 stream before Node's compatibility layer
+ * (the handler's request and response objects) does; a stream it leaves
+ * goes on to that layer as before. Node's compatibility layer is itself a
+ * listener of `stream`, added with the request handler.
+ */
+export function claimHttp2Streams(server: http2.Http2Server | http2.Http2SecureServer, claim: Http2StreamClaim): void {
+  const compat = server.listeners("stream") as ((...args: unknown[]) => void)[];
+  server.removeAllListeners("stream");
+  server.on("stream", function (this: unknown, stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, ...rest: unknown[]) {
+    if (claim(stream, headers)) return;
+    for (const listener of compat) listener.call(this, stream, headers, ...rest);
+  });
 }
