@@ -11,6 +11,7 @@ import type { Operation } from "../../core/operation.ts";
 import { StatusBlockSchema } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { Outcome } from "../../core/gateway.ts";
 import { operationAnswer, type CallSource } from "./catalogue-services.ts";
+import { fastMessageField } from "./fast-binary.ts";
 
 const itemBinaryMemo = "rpc-item-binary";
 const itemJsonMemo = "rpc-item-json";
@@ -37,11 +38,14 @@ function successParts(output: DescMessage, outcome: Extract<Outcome, { kind: "su
     item = bytes ? Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength) : exactUtf8(toJsonString(output, only).slice(0, -1));
     memo?.set(key, item);
   }
-  const status = create(output, { status: outcome.status } as never);
   // Binary: the status block's field, then the item's (field order is free in protobuf).
   // JSON: `{"item":X` + `,"status":Y}`, exactly toJsonString of the whole message.
-  return binary ? [toBinary(output, status), item] : [item, Buffer.from(`,${toJsonString(output, status).slice(1)}`)];
+  if (binary) return [fastMessageField(statusFieldNo(output), StatusBlockSchema, outcome.status), item];
+  return [item, Buffer.from(`,${toJsonString(output, create(output, { status: outcome.status } as never)).slice(1)}`)];
 }
+
+/** The number of an answer message's `status` field. */
+const statusFieldNo = (output: DescMessage): number => output.fields.find((f) => f.name === "status")!.number;
 
 export const joined = ([a, b]: [Uint8Array, Uint8Array]): Uint8Array => Buffer.concat([a, b]);
 
