@@ -17,8 +17,9 @@ import { DescriptorIndex, reflectionRoutes, reflectionServices } from "./reflect
 import { logInternalErrors } from "./internal-errors.ts";
 import { undecodableIsInvalidArgument } from "./undecodable-request.ts";
 import { acceptCompression, unaryFastPath } from "./unary-fast-path.ts";
-import { grpcStreamPath, type Http2StreamClaim } from "./grpc-stream-path.ts";
+import { grpcStreamPath } from "./grpc-stream-path.ts";
 import type { ClientAddress } from "../server/client-address.ts";
+import type { Http2StreamClaim } from "../server/one-port-server.ts";
 
 export interface ConnectOptions {
   readonly gateway: Gateway;

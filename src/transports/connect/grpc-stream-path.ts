@@ -6,11 +6,9 @@ import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerHttp2Stream } from
 import type { Gateway } from "../../core/gateway.ts";
 import type { Operation } from "../../core/operation.ts";
 import type { ClientAddress } from "../server/client-address.ts";
+import type { Http2StreamClaim } from "../server/one-port-server.ts";
 import type { CallSource } from "./catalogue-services.ts";
 import { acceptCompression, compressMinBytes, fastAnswer, headerValue, joined, once, readBody, type FastAnswer, type FastResult } from "./unary-fast-path.ts";
-
-/** Takes an HTTP/2 stream before Node's compatibility layer (and so Fastify) sees it; false leaves it to them. */
-export type Http2StreamClaim = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => boolean;
 
 export interface GrpcStreamPathOptions {
   readonly gateway: Gateway;
@@ -156,7 +154,7 @@ async function respondGrpc(stream: ServerHttp2Stream, headers: IncomingHttpHeade
   }
   const trailer: Record<string, string> = {};
   setTrailerStatus(new Headers(), "error" in result ? result.error : undefined).forEach((value, key) => (trailer[key] = value));
-  if (stream.destroyed) return;
+  if (stream.destroyed || stream.closed) return;
   stream.respond(head, { waitForTrailers: true });
   stream.once("wantTrailers", () => stream.sendTrailers(trailer));
   if (frame === undefined) stream.end();
@@ -173,7 +171,7 @@ async function writeUniversal(stream: ServerHttp2Stream, response: UniversalServ
   const it = body?.[Symbol.asyncIterator]();
   try {
     let chunk = await it?.next();
-    if (stream.destroyed) return;
+    if (stream.destroyed || stream.closed) return;
     const head: OutgoingHttpHeaders = { ":status": response.status, ...answerHeaders };
     response.header?.forEach((value, key) => (head[key] = value));
     const trailer: Record<string, string> = {};

@@ -1,10 +1,12 @@
 import http from "node:http";
 import http2 from "node:http2";
 import type { Socket } from "node:net";
-import type { Http2StreamClaim } from "../connect/grpc-stream-path.ts";
 
 /** The client connection preface of HTTP/2 (RFC 9113, section 3.4). */
 const h2Preface = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
+
+/** Takes an HTTP/2 stream before Node's compatibility layer (and so Fastify) sees it; false leaves it to them. */
+export type Http2StreamClaim = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => boolean;
 
 /** Fastify's request handler, which serves both HTTP/1.1 and HTTP/2 compatibility objects. */
 export type Handler = (req: http.IncomingMessage, res: http.ServerResponse) => void;
