@@ -7,6 +7,8 @@ import { parseMoney } from "../src/core/money.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { buildApp } from "../src/transports/server/app.ts";
+import { SqliteMeter } from "../src/stores/embedded/meter.ts";
+import { openDatabase } from "../src/stores/embedded/sqlite-database.ts";
 import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
 let gw: GatewayFixture;
@@ -244,6 +246,43 @@ describe("the ledger", () => {
     expect(await counted(4005)).toBe(wrongSecret + 1);
     const total = (await gw.runtime.meter.query({ code: 4010 })).totals.find((t) => t.account === undefined);
     expect(total?.charge).toBe("ignored");
+  });
+});
+
+describe("a group commit of more rows than one insert statement takes", () => {
+  it("writes every row whole, each field in its column, in one transaction", async () => {
+    // A meter of its own, to count its transactions: a batch that failed would be written again row by row.
+    const db = openDatabase(":memory:");
+    const meter = new SqliteMeter(db);
+    const exec = db.exec.bind(db);
+    let transactions = 0;
+    db.exec = (sql: string) => {
+      if (sql === "BEGIN IMMEDIATE") transactions++;
+      return exec(sql);
+    };
+    const day = "2026-01-02";
+    const stamp = Date.now();
+    const rows = Array.from({ length: 75 }, (_, i) => ({
+      requestId: `gw-test.many${i}-${stamp}`,
+      at: stamp + i,
+      day,
+      account: `gw-test-account-${i % 5}`,
+      operation: i % 2 === 0 ? ("retail/item_get" as const) : undefined,
+      code: i % 2 === 0 ? 0 : 4010,
+      charge: i % 2 === 0 ? ("uncharged" as const) : ("ignored" as const),
+      price: BigInt(i),
+      cacheHit: i % 4 === 0,
+      latencyMicros: 1000 + i,
+      transport: (["legacy", "connect", "grpc", "grpc-web"] as const)[i % 4]!,
+    }));
+    // One turn of the event loop: one group commit, its rows written 32 + 32 + 11 to a statement.
+    await Promise.all(rows.map((r) => meter.record(r, undefined)));
+    expect(transactions).toBe(1);
+    const written = new Map((await meter.query({ from: day, to: day, rows: 1000 })).rows.map((r) => [r.requestId, r]));
+    for (const r of rows) {
+      expect(written.get(r.requestId), r.requestId).toMatchObject({ at: r.at, day, account: r.account, operation: r.operation, code: r.code, charge: r.charge, price: r.price, cacheHit: r.cacheHit, latencyMicros: r.latencyMicros, transport: r.transport });
+    }
+    db.close();
   });
 });
 

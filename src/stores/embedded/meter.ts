@@ -1,4 +1,4 @@
-import type { DatabaseSync, StatementSync } from "node:sqlite";
+import type { DatabaseSync, SQLInputValue, StatementSync } from "node:sqlite";
 import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
@@ -57,6 +57,10 @@ interface RefusalCount {
 /** Distinct refusal keys held while the store cannot be written; past it, counts are dropped (and said so). */
 const maxHeldRefusals = 100_000;
 
+/** Ledger rows written by one insert statement at most (11 values each). */
+const maxRowsPerInsert = 32;
+const ledgerColumns = "request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport";
+
 interface Queued {
   readonly row: LedgerRow;
   readonly admission: Admission | undefined;
@@ -95,7 +99,9 @@ export class SqliteMeter implements Meter {
    */
   private readonly summaries = new Map<string, { day: string; summary: { today: number; yesterday: number; before: number } }>();
   private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
-  private readonly sql: Record<"insert" | "count" | "deduct" | "topUp" | "unbilled" | "sums" | "refusal" | "refusalAddresses", StatementSync>;
+  private readonly sql: Record<"count" | "deduct" | "topUp" | "unbilled" | "sums" | "refusal" | "refusalAddresses", StatementSync>;
+  /** The ledger inserts by number of rows (insertRows). */
+  private readonly inserts: StatementSync[] = [];
   private readonly refusals = new Map<string, RefusalCount>();
   private refusalWaiters: (() => void)[] = [];
   private readonly refusalAddresses: RefusalAddresses;
@@ -109,9 +115,6 @@ export class SqliteMeter implements Meter {
     this.db = db;
     this.options = { ...defaultMeterOptions, ...options };
     this.sql = {
-      insert: db.prepare(
-        "INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-      ),
       count: db.prepare(
         "INSERT INTO usage_daily (account, day, charged) VALUES (?, ?, ?) ON CONFLICT (account, day) DO UPDATE SET charged = charged + excluded.charged",
       ),
@@ -232,6 +235,17 @@ export class SqliteMeter implements Meter {
     });
   }
 
+  /** The insert of `n` ledger rows in one statement (made on first use; one statement steps, binds and checks its constraints once, not `n` times). */
+  private insertRows(n: number): StatementSync {
+    let statement = this.inserts[n];
+    if (statement === undefined) {
+      const tuple = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+      statement = this.db.prepare(`INSERT INTO ledger (${ledgerColumns}) VALUES ${Array.from({ length: n }, () => tuple).join(", ")}`);
+      this.inserts[n] = statement;
+    }
+    return statement;
+  }
+
   private schedule(): void {
     // 0: commit at the end of this turn of the event loop, with every row written in it.
     this.timer ??= this.options.commitIntervalMs === 0 ? setImmediate(() => this.flush()) : setTimeout(() => this.flush(), this.options.commitIntervalMs);
@@ -309,11 +323,16 @@ export class SqliteMeter implements Meter {
       this.transaction(() => {
         const counts = new Map<string, { account: string; day: string; calls: number }>();
         const deductions = new Map<string, bigint>();
+        for (let i = 0; i < rows.length; i += maxRowsPerInsert) {
+          const n = Math.min(maxRowsPerInsert, rows.length - i);
+          const values: SQLInputValue[] = [];
+          for (let j = i; j < i + n; j++) {
+            const row = rows[j]!.row;
+            values.push(row.requestId, row.at, row.day, row.account ?? null, row.operation ?? null, row.code, row.charge, row.price, row.cacheHit ? 1 : 0, row.latencyMicros, row.transport);
+          }
+          this.insertRows(n).run(...values);
+        }
         for (const { row } of rows) {
-          this.sql.insert.run(
-            row.requestId, row.at, row.day, row.account ?? null, row.operation ?? null, row.code, row.charge,
-            row.price, row.cacheHit ? 1 : 0, row.latencyMicros, row.transport,
-          );
           if (row.charge === "charged" && row.account !== undefined) {
             const k = dayKey(row.account, row.day);
             const c = counts.get(k);
