@@ -90,6 +90,7 @@ export const settings = {
   console: oneOf("GATEWAY_CONSOLE", "auto", ["auto", "on", "off"], "the web console at `/console/` (accounts, usage, an explorer; it uses the AdminService): `auto` serves it in the demo (`npm start`) and not under `gateway serve`"),
   metricsToken: text("GATEWAY_METRICS_TOKEN", "", "bearer token `/metrics` requires; unset, anyone who reaches the port can scrape it", { shown: "unset", secret: true }),
   corsOrigins: text("GATEWAY_CORS_ORIGINS", defaultAppSettings.corsOrigins.join(","), "origins browsers may call from, comma-separated (`https://shop.example.com`); `*` any; empty turns CORS off"),
+  rpcFastPath: oneOf("GATEWAY_RPC_FAST_PATH", "on", ["on", "off"], "the fast paths of cached catalogue calls over Connect (HTTP/1.1) and gRPC (HTTP/2, on the stream before Fastify); `off` sends every RPC through connect-node, answering the same bytes more slowly"),
   ledgerCommitMs: whole("GATEWAY_LEDGER_COMMIT_MS", defaultMeterOptions.commitIntervalMs, [0, 1000], "milliseconds", "longest wait of a ledger row for its group commit; 0 commits at the end of each event-loop turn"),
   adminToken: text("GATEWAY_ADMIN_TOKEN", "", "bearer token of the AdminService (16+ characters); unset turns it off", { shown: "unset", secret: true }),
   upstreamUrl: text("GATEWAY_UPSTREAM_URL", "", "the upstream provider; set, every catalogue uses it unless `GATEWAY_SOURCES` says otherwise", { shown: "unset" }),

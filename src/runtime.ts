@@ -388,5 +388,6 @@ export function appOptions(
     trustedProxies: trustedProxyList(config),
     metrics: { telemetry: runtime.metrics, token: config.metricsToken },
     console: config.console === "on" || (config.console === "auto" && extra.demo === true),
+    rpcFastPath: config.rpcFastPath === "on",
   };
 }

@@ -304,6 +304,13 @@ describe("the gRPC fast path, beside Fastify's", () => {
       expect(await handlers(slow)).toBe(1);
       expect(await handlers(fast, { "grpc-timeout": "5S" })).toBe(1);
       expect(await handlers(fast, { origin: "https://app.example" })).toBe(1);
+      // An operator's switch: GATEWAY_RPC_FAST_PATH=off sends every call through Fastify and connect-node.
+      const off = await startGateway({ config: { rpcFastPath: "off" } });
+      try {
+        expect(await handlers(off)).toBe(1);
+      } finally {
+        await off.close();
+      }
     } finally {
       diagnostics.unsubscribe("tracing:fastify.request.handler:start", count);
     }
