@@ -30,8 +30,9 @@ export interface GrpcStreamPathOptions {
  * The gRPC fast path: a unary call of a catalogue operation over HTTP/2,
  * served on the stream itself, before Node's compatibility objects,
  * Fastify's request and reply and connect-node's handler exist. Those cost
- * more than the rest of a cached call (an HTTP/2 stream answered directly
- * takes about half the CPU of the same answer through Fastify).
+ * a good part of a cached call: the same fixed answer took 42-45 µs of CPU
+ * a call on the stream and 65-93 µs through Fastify on the compatibility
+ * layer, when measured.
  *
  * A stream is claimed on its headers alone: a POST to an operation's path
  * (no query), `application/grpc` or `application/grpc+proto`, no
