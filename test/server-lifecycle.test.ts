@@ -2,6 +2,7 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import http2 from "node:http2";
 import https from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -9,7 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { CatalogueSource } from "../src/core/catalogue-source.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { ErrorCode } from "../src/gen/gateway/catalogue/v1/status_pb.js";
-import { buildApp } from "../src/transports/server/app.ts";
+import { buildApp, defaultAppSettings } from "../src/transports/server/app.ts";
+import { createOnePortServer } from "../src/transports/server/one-port-server.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
 let gw: GatewayFixture;
@@ -93,6 +95,68 @@ describe("TLS with ALPN", () => {
       expect(res.item?.numIid).toBe(demo.retailNumIid);
     } finally {
       await app.close();
+    }
+  });
+});
+
+describe("idle HTTP/2 sessions", () => {
+  /** The one-port server with a short session timeout; its handler answers once the request's body has ended. */
+  async function server(sessionTimeoutMs: number) {
+    const s = createOnePortServer(
+      (req, res) => {
+        req.resume();
+        req.on("end", () => res.end("done"));
+      },
+      { ...defaultAppSettings.limits, http2SessionTimeoutMs: sessionTimeoutMs },
+    );
+    await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+    return { port: (s.address() as { port: number }).port, close: () => new Promise<void>((r) => s.close(() => r())) };
+  }
+  /** A session and one POST stream on it, its body left open; resolves with the ms until the server ends the session. */
+  function openStream(port: number, feed?: (stream: http2.ClientHttp2Stream) => void): Promise<number> {
+    return new Promise((resolve) => {
+      const started = performance.now();
+      const session = http2.connect(`http://127.0.0.1:${port}`);
+      session.on("error", () => {});
+      const stream = session.request({ ":method": "POST", ":path": "/anything" }, { endStream: false });
+      stream.on("error", () => {});
+      stream.resume();
+      feed?.(stream);
+      session.on("close", () => resolve(performance.now() - started));
+    });
+  }
+
+  it("are cut after a grace even while a stream whose request never ends holds them open", async () => {
+    const s = await server(300);
+    try {
+      // Without the grace the session waits for the stream for ever: the test's own timeout would end it.
+      const closedAfter = await Promise.all([openStream(s.port), openStream(s.port), openStream(s.port)]);
+      for (const ms of closedAfter) expect(ms).toBeLessThan(5000);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it("are not idle while their streams send frames", async () => {
+    const s = await server(300);
+    try {
+      let ended = false;
+      const closedAfter = openStream(s.port, (stream) => {
+        // A frame every 100 ms for 1.2 s, then the body's end: four session timeouts' worth of activity.
+        let n = 0;
+        const tick = setInterval(() => {
+          if (++n < 12) stream.write("x");
+          else {
+            clearInterval(tick);
+            stream.end();
+          }
+        }, 100);
+        stream.on("data", () => (ended = true));
+      });
+      expect(await closedAfter).toBeGreaterThan(1200);
+      expect(ended).toBe(true); // the answer came, after the body's end
+    } finally {
+      await s.close();
     }
   });
 });

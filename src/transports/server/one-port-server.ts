@@ -16,6 +16,7 @@ export interface OnePortServerOptions {
   keepAliveTimeoutMs: number;
   /** Time a client has to send a whole request (also the limit for its headers). */
   requestTimeoutMs: number;
+  /** An HTTP/2 connection with no frame either way for this long is closed (after a short grace, even with streams open). */
   http2SessionTimeoutMs: number;
   /** Request line and headers together, in bytes. */
   maxHeaderBytes: number;
@@ -28,6 +29,9 @@ export interface OnePortServerOptions {
    */
   firstRequestTimeoutMs: number;
 }
+
+/** How long an HTTP/2 session closed for idleness may wait for its open streams before it is cut. */
+const idleSessionGraceMs = 5000;
 
 const firstRequestTimer = Symbol("firstRequestTimer");
 type PendingSocket = Socket & { [firstRequestTimer]?: NodeJS.Timeout };
@@ -64,7 +68,13 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   h2.on("session", (session) => {
     sessions.add(session);
     session.once("close", () => sessions.delete(session));
-    session.setTimeout(options.http2SessionTimeoutMs, () => session.close());
+    session.setTimeout(options.http2SessionTimeoutMs, () => {
+      // An idle session is asked to end (GOAWAY) and waits for its open streams, but a stream
+      // whose request never ends sends nothing more: past a short grace the connection is cut,
+      // so silent streams cannot hold connections (and the connection cap) for ever.
+      session.close();
+      setTimeout(() => session.destroy(), Math.min(idleSessionGraceMs, options.http2SessionTimeoutMs)).unref();
+    });
   });
 
   const h1Listeners = h1.listeners("connection") as ((socket: Socket) => void)[];
