@@ -11,7 +11,9 @@ import type { CatalogueSource } from "../src/core/catalogue-source.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { ErrorCode } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { buildApp, defaultAppSettings } from "../src/transports/server/app.ts";
-import { createOnePortServer } from "../src/transports/server/one-port-server.ts";
+import { createOnePortServer, createTlsServer } from "../src/transports/server/one-port-server.ts";
+import net from "node:net";
+import tls from "node:tls";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
 let gw: GatewayFixture;
@@ -95,6 +97,82 @@ describe("TLS with ALPN", () => {
       expect(res.item?.numIid).toBe(demo.retailNumIid);
     } finally {
       await app.close();
+    }
+  });
+
+  /** The TLS server alone, its handler answering once a request's body has ended. */
+  async function tlsServer(limits: Partial<typeof defaultAppSettings.limits & { http2SessionTimeoutMs: number }>) {
+    const s = createTlsServer(
+      (req, res) => {
+        req.resume();
+        req.on("end", () => res.end("done"));
+      },
+      { ...defaultAppSettings.limits, http2SessionTimeoutMs: 120_000, ...limits },
+      { cert, key: readFileSync(join(dir, "key.pem")) },
+    );
+    await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+    return { port: (s.address() as { port: number }).port, close: () => new Promise<void>((r) => s.close(() => r())) };
+  }
+  /** Resolves with the ms until the server closes the socket (Infinity past 8 s). */
+  const closedWithin = (socket: net.Socket): Promise<number> =>
+    new Promise((resolve) => {
+      const started = performance.now();
+      socket.on("error", () => {});
+      socket.resume();
+      const give = setTimeout(() => (socket.destroy(), resolve(Infinity)), 8000);
+      socket.on("close", () => (clearTimeout(give), resolve(performance.now() - started)));
+    });
+
+  it("closes connections that stay silent: before the handshake, after it (HTTP/1.1), and with an HTTP/2 stream that never ends", async () => {
+    const s = await tlsServer({ firstRequestTimeoutMs: 300, http2SessionTimeoutMs: 300 });
+    try {
+      const plain = closedWithin(net.connect(s.port, "127.0.0.1"));
+      const h1 = closedWithin(tls.connect({ port: s.port, host: "127.0.0.1", ca: cert, ALPNProtocols: ["http/1.1"] }));
+      const h2 = new Promise<number>((resolve) => {
+        const started = performance.now();
+        const session = http2.connect(`https://127.0.0.1:${s.port}`, { ca: cert });
+        session.on("error", () => {});
+        session.request({ ":method": "POST", ":path": "/anything" }, { endStream: false }).on("error", () => {});
+        const give = setTimeout(() => (session.destroy(), resolve(Infinity)), 8000);
+        session.on("close", () => (clearTimeout(give), resolve(performance.now() - started)));
+      });
+      for (const ms of await Promise.all([plain, h1, h2])) expect(ms).toBeLessThan(8000);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it("serves HTTP/1.1 over TLS past the first-request timeout once a request came, and keeps the connection cap", async () => {
+    const s = await tlsServer({ firstRequestTimeoutMs: 500, maxConnections: 2, maxHeaderBytes: 4096 });
+    try {
+      const body = await new Promise<string>((resolve, reject) => {
+        https
+          .get(`https://127.0.0.1:${s.port}/`, { ca: cert, agent: new https.Agent({ ca: cert, keepAlive: true }) }, (res) => {
+            let text = "";
+            res.on("data", (d: Buffer) => (text += d.toString()));
+            res.on("end", () => resolve(text));
+          })
+          .on("error", reject);
+      });
+      expect(body).toBe("done");
+      // The header size limit (4096 here, Node's own default is 16384) holds for HTTP/1.1 over TLS too.
+      const tooLarge = await new Promise<number>((resolve, reject) => {
+        https
+          .get(`https://127.0.0.1:${s.port}/`, { ca: cert, headers: { "x-large": "a".repeat(5000) } }, (res) => {
+            res.resume();
+            resolve(res.statusCode!);
+          })
+          .on("error", reject);
+      });
+      expect(tooLarge).toBe(431);
+      // Two silent connections fill the cap; a third is closed at once, long before the first-request timeout.
+      const held = [net.connect(s.port, "127.0.0.1"), net.connect(s.port, "127.0.0.1")];
+      await new Promise((r) => setTimeout(r, 100));
+      const third = await closedWithin(net.connect(s.port, "127.0.0.1"));
+      expect(third).toBeLessThan(400);
+      for (const h of held) h.destroy();
+    } finally {
+      await s.close();
     }
   });
 });

@@ -1,7 +1,6 @@
 import { cors as connectCors } from "@connectrpc/connect";
 import fastifyCors from "@fastify/cors";
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from "fastify";
-import http2 from "node:http2";
 import type { Gateway } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { AdminPorts } from "../connect/admin-service.ts";
@@ -9,7 +8,7 @@ import { registerConnect } from "../connect/connect-plugin.ts";
 import { credentialHeaders } from "../credentials.ts";
 import { installLegacyShim, legacyBodyTypes, refuseLegacy, unroutablePath } from "../legacy/legacy-shim.ts";
 import { clientErrorHandler } from "./client-errors.ts";
-import { claimHttp2Streams, createOnePortServer, type Http2StreamClaim, type OnePortServerOptions } from "./one-port-server.ts";
+import { createOnePortServer, createTlsServer, type Http2StreamClaim, type OnePortServerOptions } from "./one-port-server.ts";
 import { MemoryAddressLockout, type AddressLockout } from "../../core/address-lockout.ts";
 import { createLogger, type Logger } from "./logger.ts";
 import { Readiness } from "../../core/health.ts";
@@ -114,11 +113,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   let grpcStreams: Http2StreamClaim | undefined;
   const claim: Http2StreamClaim = (stream, headers) => grpcStreams?.(stream, headers) ?? false;
   const serverFactory: FastifyServerOptions["serverFactory"] = tls
-    ? (handler) => {
-        const server = http2.createSecureServer({ allowHTTP1: true, cert: tls.cert, key: tls.key }, handler as never);
-        claimHttp2Streams(server, claim);
-        return server as never;
-      }
+    ? (handler) => createTlsServer(handler, limits, tls, claim) as never
     : (handler) => createOnePortServer(handler, limits, claim) as never;
   const app = Fastify({
     serverFactory,

@@ -64,18 +64,7 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   (h1 as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
   const h2 = http2.createServer({ maxSessionMemory: 10, settings: { maxHeaderListSize: options.maxHeaderBytes } }, handler as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
   if (claim !== undefined) claimHttp2Streams(h2, claim);
-  const sessions = new Set<http2.ServerHttp2Session>();
-  h2.on("session", (session) => {
-    sessions.add(session);
-    session.once("close", () => sessions.delete(session));
-    session.setTimeout(options.http2SessionTimeoutMs, () => {
-      // An idle session is asked to end (GOAWAY) and waits for its open streams, but a stream
-      // whose request never ends sends nothing more: past a short grace the connection is cut,
-      // so silent streams cannot hold connections (and the connection cap) for ever.
-      session.close();
-      setTimeout(() => session.destroy(), Math.min(idleSessionGraceMs, options.http2SessionTimeoutMs)).unref();
-    });
-  });
+  const sessions = trackHttp2Sessions(h2, options);
 
   const h1Listeners = h1.listeners("connection") as ((socket: Socket) => void)[];
   h1.removeAllListeners("connection");
@@ -120,11 +109,81 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   Object.assign(h1, {
     closeHttp2Sessions() {
       closing = true;
-      for (const session of sessions) session.close();
+      sessions.closeAll();
     },
   });
   h1.on("close", () => h2.close());
   return h1;
+}
+
+/**
+ * The HTTP/2 sessions of a server, each closed when idle for the session
+ * timeout: asked to end (GOAWAY), it waits for its open streams, but a
+ * stream whose request never ends sends nothing more, so past a short grace
+ * the connection is cut and silent streams cannot hold connections (and
+ * the connection cap) for ever. `closeAll` sends every session a GOAWAY.
+ */
+function trackHttp2Sessions(server: http2.Http2Server | http2.Http2SecureServer, options: OnePortServerOptions): { closeAll(): void } {
+  const sessions = new Set<http2.ServerHttp2Session>();
+  server.on("session", (session: http2.ServerHttp2Session) => {
+    sessions.add(session);
+    session.once("close", () => sessions.delete(session));
+    session.setTimeout(options.http2SessionTimeoutMs, () => {
+      session.close();
+      setTimeout(() => session.destroy(), Math.min(idleSessionGraceMs, options.http2SessionTimeoutMs)).unref();
+    });
+  });
+  return {
+    closeAll() {
+      for (const session of sessions) session.close();
+    },
+  };
+}
+
+/**
+ * The TLS server: HTTP/2 and HTTP/1.1 on one port, chosen by ALPN, with the
+ * same limits as the cleartext server. The TLS handshake and then the first
+ * request head (HTTP/1.1) or the client's HTTP/2 settings must each come
+ * within the first-request timeout; HTTP/1.1 requests have the request,
+ * header and keep-alive timeouts and the header size limit; HTTP/2
+ * sessions the header list limit and the idle-session timeout; and the
+ * connection cap counts both. `claim` may take HTTP/2 streams before
+ * Fastify sees them.
+ */
+export function createTlsServer(handler: Handler, options: OnePortServerOptions, tls: { readonly cert: string | Buffer; readonly key: string | Buffer }, claim?: Http2StreamClaim): http2.Http2SecureServer {
+  const server = http2.createSecureServer(
+    {
+      allowHTTP1: true,
+      cert: tls.cert,
+      key: tls.key,
+      handshakeTimeout: options.firstRequestTimeoutMs,
+      maxSessionMemory: 10,
+      settings: { maxHeaderListSize: options.maxHeaderBytes },
+    },
+    handler as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
+  );
+  // Node's HTTP/1.1 handling of an ALPN `http/1.1` connection reads these from the server.
+  Object.assign(server, {
+    keepAliveTimeout: options.keepAliveTimeoutMs,
+    requestTimeout: options.requestTimeoutMs,
+    headersTimeout: Math.min(options.requestTimeoutMs, 60_000),
+    maxHeaderSize: options.maxHeaderBytes,
+  });
+  server.maxConnections = options.maxConnections;
+  if (claim !== undefined) claimHttp2Streams(server, claim);
+  const sessions = trackHttp2Sessions(server, options);
+  server.on("secureConnection", (socket: PendingSocket) => {
+    socket[firstRequestTimer] = setTimeout(() => socket.destroy(), options.firstRequestTimeoutMs);
+    socket[firstRequestTimer].unref();
+    socket.once("close", () => firstRequestArrived(socket));
+  });
+  // HTTP/2: the client's settings follow its preface; from there the session's own timeout takes over.
+  server.on("session", (session: http2.ServerHttp2Session) => session.once("remoteSettings", () => firstRequestArrived(session.socket as unknown as PendingSocket)));
+  server.on("request", (req: http.IncomingMessage | http2.Http2ServerRequest) => {
+    if (req.httpVersionMajor === 1) firstRequestArrived(req.socket as PendingSocket);
+  });
+  Object.assign(server, { closeHttp2Sessions: () => sessions.closeAll() });
+  return server;
 }
 
 /**
