@@ -1,4 +1,4 @@
-import type { ContextValues } from "@connectrpc/connect";
+import type { ConnectError, ContextValues } from "@connectrpc/connect";
 import { compressionNegotiate, type UniversalHandler, type UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import type { FastifyBaseLogger } from "fastify";
@@ -125,6 +125,16 @@ async function serve(options: GrpcStreamPathOptions, route: { readonly fast: Fas
   await respondGrpc(stream, headers, await route.fast.call(input, src, procedure), options.answerHeaders);
 }
 
+/** The trailers connect-node ends a call with: its status, and for an error its message and details. */
+function trailerOf(error: ConnectError | undefined): Record<string, string> {
+  const trailer: Record<string, string> = {};
+  setTrailerStatus(new Headers(), error).forEach((value, key) => (trailer[key] = value));
+  return trailer;
+}
+
+/** A success's trailers, the same every call. */
+const successTrailer: Readonly<Record<string, string>> = Object.freeze(trailerOf(undefined));
+
 /**
  * A gRPC answer as connect-node writes it: the headers (the app's, content
  * type, `grpc-encoding` when the caller accepts one we offer), the message
@@ -153,8 +163,7 @@ async function respondGrpc(stream: ServerHttp2Stream, headers: IncomingHttpHeade
     prefixed.set(first, 5);
     frame = [prefixed, second];
   }
-  const trailer: Record<string, string> = {};
-  setTrailerStatus(new Headers(), "error" in result ? result.error : undefined).forEach((value, key) => (trailer[key] = value));
+  const trailer = "error" in result ? trailerOf(result.error) : { ...successTrailer };
   if (stream.destroyed || stream.closed) return;
   stream.respond(head, { waitForTrailers: true });
   stream.once("wantTrailers", () => stream.sendTrailers(trailer));
