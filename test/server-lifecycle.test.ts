@@ -142,6 +142,22 @@ describe("TLS with ALPN", () => {
     }
   });
 
+  it("the app over TLS closes a silent socket and one that speaks plain HTTP, answering neither with HTTP", async () => {
+    const tlsGw = await startGateway({ app: { tls: { cert, key: readFileSync(join(dir, "key.pem")) }, limits: { firstRequestTimeoutMs: 300 } } });
+    try {
+      const silent = net.connect(tlsGw.port, "127.0.0.1");
+      const plainHttp = net.connect(tlsGw.port, "127.0.0.1", () => plainHttp.write("GET /retail/item_get/ HTTP/1.1\r\nHost: x\r\n\r\n"));
+      let answered = "";
+      plainHttp.on("data", (d: Buffer) => (answered += d.toString("latin1")));
+      // The app's client-error handler once wrote an HTTP answer into the TLS socket, which then
+      // waited for a handshake that never came, and the connection stayed open.
+      for (const ms of await Promise.all([closedWithin(silent), closedWithin(plainHttp)])) expect(ms).toBeLessThan(8000);
+      expect(answered).not.toContain("HTTP/1.1");
+    } finally {
+      await tlsGw.close();
+    }
+  });
+
   it("serves HTTP/1.1 over TLS past the first-request timeout once a request came, and keeps the connection cap", async () => {
     const s = await tlsServer({ firstRequestTimeoutMs: 500, maxConnections: 2, maxHeaderBytes: 4096 });
     try {

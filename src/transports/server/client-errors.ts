@@ -10,10 +10,19 @@ import type { OnePortServerOptions } from "./one-port-server.ts";
  * Fastify's `clientErrorHandler`: a request the HTTP parser refuses (bad
  * syntax, headers too large, a client too slow) still gets a legacy status
  * block, recorded like any refusal, written straight to the socket when no
- * response exists yet.
+ * response exists yet. Any other client error (with TLS, a handshake that
+ * failed or timed out) closes the connection, unrecorded.
  */
 export function clientErrorHandler(gateway: Gateway, limits: Pick<OnePortServerOptions, "maxHeaderBytes" | "requestTimeoutMs">) {
   return (error: Error & { code?: string }, socket: Socket): void => {
+    // Only the HTTP parser's refusals and the request timeout get an answer. The rest (a TLS
+    // handshake that failed or never came, a reset) leave nothing to answer on: an HTTP answer
+    // written to a TLS socket before its handshake would wait for the handshake for ever.
+    const http1Fault = error.code === "ERR_HTTP_REQUEST_TIMEOUT" || error.code?.startsWith("HPE_") === true;
+    if (!http1Fault) {
+      socket.destroy();
+      return;
+    }
     if (!socket.writable) return;
     // The head was read and a handler owns the answer (the fault is in the body,
     // e.g. cut short): once that answer has started, let it finish, then close.
