@@ -20,6 +20,14 @@ export interface CallSource {
   readonly binary: boolean;
 }
 
+/** A CallSource's header reader over Node's request headers (the fast paths'): repeated headers joined with ", ", as fetch's Headers join them. */
+export function headerReader(headers: Readonly<Record<string, string | string[] | undefined>>): CallSource["header"] {
+  return (name) => {
+    const v = headers[name];
+    return Array.isArray(v) ? v.join(", ") : v;
+  };
+}
+
 /** A connect-es handler context as a CallSource. */
 function sourceOfContext(ctx: HandlerContext): CallSource {
   const contentType = ctx.requestHeader.get("content-type") ?? "";

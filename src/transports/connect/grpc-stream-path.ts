@@ -7,7 +7,7 @@ import type { Gateway } from "../../core/gateway.ts";
 import type { Operation } from "../../core/operation.ts";
 import type { ClientAddress } from "../server/client-address.ts";
 import type { Http2StreamClaim } from "../server/one-port-server.ts";
-import type { CallSource } from "./catalogue-services.ts";
+import { headerReader, type CallSource } from "./catalogue-services.ts";
 import { acceptCompression, compressMinBytes, fastAnswer, headerValue, joined, once, readBody, type FastAnswer, type FastResult } from "./unary-fast-path.ts";
 
 export interface GrpcStreamPathOptions {
@@ -112,10 +112,7 @@ async function serve(options: GrpcStreamPathOptions, route: { readonly fast: Fas
   const input = route.fast.parse(bytes.subarray(5), true);
   if (input === undefined) return decline(once(bytes));
   const src: CallSource = {
-    header: (name) => {
-      const v = headers[name];
-      return Array.isArray(v) ? v.join(", ") : v;
-    },
+    header: headerReader(headers),
     clientIp,
     requestId,
     signal: undefined,

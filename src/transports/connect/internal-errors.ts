@@ -7,15 +7,26 @@ import { requestIdKey } from "./context.ts";
  * cause, and the caller gets the id to quote instead of the cause. Catalogue
  * refusals (they carry a status block) were logged by the core already.
  */
-export function logInternalErrors(log: { error(obj: unknown, msg: string): void } | undefined): Interceptor {
+export function logInternalErrors(log: InternalErrorLog | undefined): Interceptor {
   return (next) => async (req) => {
     try {
       return await next(req);
     } catch (e) {
-      if (e instanceof ConnectError && (e.code !== Code.Internal || e.findDetails(StatusBlockSchema).length > 0)) throw e;
-      const requestId = req.contextValues.get(requestIdKey);
-      log?.error({ err: e, requestId, procedure: req.url }, "an RPC failed inside the gateway");
-      throw new ConnectError(`internal error; quote request id ${requestId}`, Code.Internal);
+      throw callerError(e, req.contextValues.get(requestIdKey), req.url, log);
     }
   };
+}
+
+export type InternalErrorLog = { error(obj: unknown, msg: string): void };
+
+/**
+ * What the caller gets for an error a call ended with: a ConnectError that is
+ * not `internal`, or carries a status block, as it is; anything else logged
+ * once with the request id and the procedure, and answered as `internal`
+ * with the id to quote. The interceptor and the RPC fast paths both use it.
+ */
+export function callerError(e: unknown, requestId: string | undefined, procedure: string, log: InternalErrorLog | undefined): ConnectError {
+  if (e instanceof ConnectError && (e.code !== Code.Internal || e.findDetails(StatusBlockSchema).length > 0)) return e;
+  log?.error({ err: e, requestId, procedure }, "an RPC failed inside the gateway");
+  return new ConnectError(`internal error; quote request id ${requestId}`, Code.Internal);
 }

@@ -1,5 +1,5 @@
 import { create, toBinary, toJsonString, type DescMessage, type Message } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
+import type { ConnectError } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import { compressionNegotiate, createMethodSerializationLookup, type Compression } from "@connectrpc/connect/protocol";
 import { codeToHttpStatus, errorToJsonBytes } from "@connectrpc/connect/protocol-connect";
@@ -10,7 +10,8 @@ import { exactUtf8 } from "../../core/retained-size.ts";
 import type { Operation } from "../../core/operation.ts";
 import { StatusBlockSchema } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { Outcome } from "../../core/gateway.ts";
-import { operationAnswer, type CallSource } from "./catalogue-services.ts";
+import { headerReader, operationAnswer, type CallSource } from "./catalogue-services.ts";
+import { callerError } from "./internal-errors.ts";
 import { fastMessageField } from "./fast-binary.ts";
 
 const itemBinaryMemo = "rpc-item-binary";
@@ -25,7 +26,7 @@ const itemJsonMemo = "rpc-item-json";
  * first. Kept apart, a gRPC answer writes them as they are, and copies no
  * 12.8 kB item into a new off-heap block a call.
  */
-function successParts(output: DescMessage, outcome: Extract<Outcome, { kind: "success" }>, binary: boolean): [Uint8Array, Uint8Array] {
+function successParts(output: DescMessage, statusField: number, outcome: Extract<Outcome, { kind: "success" }>, binary: boolean): [Uint8Array, Uint8Array] {
   const memo = outcome.memo;
   const key = binary ? itemBinaryMemo : itemJsonMemo;
   let item = memo?.get(key) as Buffer | undefined;
@@ -40,12 +41,9 @@ function successParts(output: DescMessage, outcome: Extract<Outcome, { kind: "su
   }
   // Binary: the status block's field, then the item's (field order is free in protobuf).
   // JSON: `{"item":X` + `,"status":Y}`, exactly toJsonString of the whole message.
-  if (binary) return [fastMessageField(statusFieldNo(output), StatusBlockSchema, outcome.status), item];
+  if (binary) return [fastMessageField(statusField, StatusBlockSchema, outcome.status), item];
   return [item, Buffer.from(`,${toJsonString(output, create(output, { status: outcome.status } as never)).slice(1)}`)];
 }
-
-/** The number of an answer message's `status` field. */
-const statusFieldNo = (output: DescMessage): number => output.fields.find((f) => f.name === "status")!.number;
 
 export const joined = ([a, b]: [Uint8Array, Uint8Array]): Uint8Array => Buffer.concat([a, b]);
 
@@ -120,6 +118,7 @@ export interface FastAnswer {
 export function fastAnswer(gateway: Gateway, operation: Operation, options: { readonly readMaxBytes: number; readonly log?: { error(obj: unknown, msg: string): void } | undefined }): FastAnswer {
   const answer = operationAnswer(gateway, operation);
   const output = operation.method.output;
+  const statusField = output.fields.find((f) => f.name === "status")!.number;
   const serialization = createMethodSerializationLookup(operation.method as never, undefined, undefined, { readMaxBytes: options.readMaxBytes, writeMaxBytes: 0xffffffff });
   return {
     parse(payload, binary) {
@@ -131,12 +130,10 @@ export function fastAnswer(gateway: Gateway, operation: Operation, options: { re
     },
     async call(input, src, procedure) {
       try {
-        return { parts: successParts(output, await answer(input, src), src.binary) };
+        return { parts: successParts(output, statusField, await answer(input, src), src.binary) };
       } catch (e) {
-        if (e instanceof ConnectError && (e.code !== Code.Internal || e.findDetails(StatusBlockSchema).length > 0)) return { error: e };
         // As the logInternalErrors interceptor does on connect-node's path.
-        options.log?.error({ err: e, requestId: src.requestId, procedure }, "an RPC failed inside the gateway");
-        return { error: new ConnectError(`internal error; quote request id ${src.requestId}`, Code.Internal) };
+        return { error: callerError(e, src.requestId, procedure, options.log) };
       }
     },
   };
@@ -192,10 +189,7 @@ export function unaryFastPath(
     if (input === undefined) return { body: once(body.bytes) };
     const h = req.headers;
     const src: CallSource = {
-      header: (name) => {
-        const v = h[name];
-        return Array.isArray(v) ? v.join(", ") : v;
-      },
+      header: headerReader(h),
       clientIp: req.clientIp,
       requestId: req.id,
       signal: undefined,
