@@ -36,6 +36,13 @@ const idleSessionGraceMs = 5000;
 const firstRequestTimer = Symbol("firstRequestTimer");
 type PendingSocket = Socket & { [firstRequestTimer]?: NodeJS.Timeout };
 
+/** Closes the socket unless firstRequestArrived is called for it within `ms`. */
+function awaitFirstRequest(socket: PendingSocket, ms: number): void {
+  socket[firstRequestTimer] = setTimeout(() => socket.destroy(), ms);
+  socket[firstRequestTimer].unref();
+  socket.once("close", () => firstRequestArrived(socket));
+}
+
 function firstRequestArrived(socket: PendingSocket): void {
   const timer = socket[firstRequestTimer];
   if (timer === undefined) return;
@@ -69,9 +76,7 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   const h1Listeners = h1.listeners("connection") as ((socket: Socket) => void)[];
   h1.removeAllListeners("connection");
   h1.on("connection", (socket: PendingSocket) => {
-    socket[firstRequestTimer] = setTimeout(() => socket.destroy(), options.firstRequestTimeoutMs);
-    socket[firstRequestTimer].unref();
-    socket.once("close", () => firstRequestArrived(socket));
+    awaitFirstRequest(socket, options.firstRequestTimeoutMs);
     let seen = Buffer.alloc(0);
     const decide = () => {
       let chunk: Buffer | null;
@@ -173,9 +178,7 @@ export function createTlsServer(handler: Handler, options: OnePortServerOptions,
   if (claim !== undefined) claimHttp2Streams(server, claim);
   const sessions = trackHttp2Sessions(server, options);
   server.on("secureConnection", (socket: PendingSocket) => {
-    socket[firstRequestTimer] = setTimeout(() => socket.destroy(), options.firstRequestTimeoutMs);
-    socket[firstRequestTimer].unref();
-    socket.once("close", () => firstRequestArrived(socket));
+    awaitFirstRequest(socket, options.firstRequestTimeoutMs);
   });
   // HTTP/2: the client's settings follow its preface; from there the session's own timeout takes over.
   server.on("session", (session: http2.ServerHttp2Session) => session.once("remoteSettings", () => firstRequestArrived(session.socket as unknown as PendingSocket)));
