@@ -3,19 +3,25 @@
 // Started by an older Node (the system's, say `node bin/gateway.js`), it hands
 // itself over to the Node 24 the project pins (the `node` dependency).
 // `serve` runs with V8 heap limits from the memory budget (GATEWAY_MEMORY_MB,
-// src/memory-budget.ts): without limits of its own, it re-executes itself
-// with them, as the same process (process.execve: same pid, same signals).
+// src/memory-budget.ts) and glibc's malloc arenas capped (MALLOC_ARENA_MAX):
+// without limits or a cap of its own, it re-executes itself with them, as the
+// same process (process.execve: same pid, same signals).
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 
 const major = Number(process.versions.node.split(".")[0]);
 if (major >= 24) {
   if (process.argv[2] === "serve" && typeof process.execve === "function") {
-    const { hasHeapFlags, heapFlags, memoryMbOf, memoryPlan } = await import("../src/memory-budget.ts");
+    const { hasHeapFlags, heapFlags, memoryMbOf, memoryPlan, servingEnv } = await import("../src/memory-budget.ts");
     const memoryMb = memoryMbOf(process.env);
     // A budget that does not read is left to the configuration, which names the problem.
-    if (memoryMb !== undefined && !hasHeapFlags(process.execArgv, process.env.NODE_OPTIONS)) {
-      process.execve(process.execPath, [process.execPath, ...heapFlags(memoryPlan(memoryMb)), ...process.execArgv, import.meta.filename, ...process.argv.slice(2)], process.env);
+    if (memoryMb !== undefined) {
+      const flags = hasHeapFlags(process.execArgv, process.env.NODE_OPTIONS) ? [] : heapFlags(memoryPlan(memoryMb));
+      const env = servingEnv(process.env);
+      // Once re-executed, both are there, so it runs on.
+      if (flags.length > 0 || env !== process.env) {
+        process.execve(process.execPath, [process.execPath, ...flags, ...process.execArgv, import.meta.filename, ...process.argv.slice(2)], env);
+      }
     }
   }
   await import("../src/cli/main.ts");

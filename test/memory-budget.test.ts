@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadConfig } from "../src/config.ts";
-import { fixedOverheadMb, hasHeapFlags, heapFlags, memoryMbOf, memoryPlan } from "../src/memory-budget.ts";
+import { fixedOverheadMb, hasHeapFlags, heapFlags, mallocArenaMax, memoryMbOf, memoryPlan, servingEnv } from "../src/memory-budget.ts";
 import { distinctItems } from "./support/catalogue.ts";
 import { root, runCli } from "./support/cli.ts";
 
@@ -55,6 +55,13 @@ describe("how the budget divides, and where it is read", () => {
     expect(hasHeapFlags([], "--inspect --max_semi_space_size=4")).toBe(true);
     expect(hasHeapFlags(["--cpu-prof"], "--enable-source-maps")).toBe(false);
   });
+
+  it("caps glibc's malloc arenas unless the operator chose a number", () => {
+    expect(servingEnv({ PATH: "/bin" })).toEqual({ PATH: "/bin", MALLOC_ARENA_MAX: mallocArenaMax });
+    expect(servingEnv({ MALLOC_ARENA_MAX: "" }).MALLOC_ARENA_MAX).toBe(mallocArenaMax);
+    const own = { MALLOC_ARENA_MAX: "8" };
+    expect(servingEnv(own)).toBe(own);
+  });
 });
 
 describe("the memory budget", () => {
@@ -83,6 +90,8 @@ describe("the memory budget", () => {
     expect(listening.memory).toEqual({ memoryMb: budgetMb, heapLimitMb: plan.oldSpaceMb + 3 * plan.semiSpaceMb, cacheMaxBytes: plan.cacheMaxBytes });
 
     const pid = server.pid!;
+    // The arena cap reached the process glibc started (the same pid, re-executed).
+    expect(readFileSync(`/proc/${pid}/environ`, "utf8").split("\0")).toContain(`MALLOC_ARENA_MAX=${mallocArenaMax}`);
     let peakKb = 0;
     const sampler = setInterval(() => (peakKb = Math.max(peakKb, rssKb(pid, "VmRSS"))), 100);
     let codes = new Map<string, number>();
