@@ -41,6 +41,7 @@ export function defaultImportWorkers(): number {
  */
 export async function importFile(catalogue: CatalogueStore, path: string, options: FileImportOptions): Promise<ImportReport> {
   const readers = new ParcelReaders(options.workers ?? defaultImportWorkers());
+  const endBulk = catalogue.beginBulk?.();
   const pending: { read: Promise<ReadParcel>; size: number }[] = [];
   const skipped: { line: number; message: string }[] = [];
   let imported = 0;
@@ -74,9 +75,10 @@ export async function importFile(catalogue: CatalogueStore, path: string, option
         const message = `the line is ${piece.overlong} bytes long, more than the ${maxLine} bytes a line may have; skipped unread`;
         pending.push({ read: Promise.resolve({ lines: 1, records: [], bytes: new Uint8Array(0), skipped: [{ line: 1, message }] }), size: piece.overlong });
       } else {
+        const size = piece.lines.length; // read before the parcel is moved to a worker
         const read = readers.read(piece.lines, first);
         read.catch(() => {}); // awaited in turn; a failure before then is not unhandled
-        pending.push({ read, size: piece.lines.length });
+        pending.push({ read, size });
       }
       first = false;
       while (pending.length >= readers.capacity) await writeOldest();
@@ -84,7 +86,7 @@ export async function importFile(catalogue: CatalogueStore, path: string, option
     while (pending.length > 0) await writeOldest();
     await flush();
   } finally {
-    await readers.close();
+    await Promise.all([readers.close(), endBulk?.()]);
   }
   return { imported, skipped };
 }
@@ -96,7 +98,7 @@ export async function importFile(catalogue: CatalogueStore, path: string, option
  * dropped as it is read, never held whole. The start of a line that runs
  * past a chunk is kept as a list of chunks and joined once.
  */
-async function* piecesOf(path: string, maxLine: number): AsyncGenerator<{ readonly lines: Buffer } | { readonly overlong: number }> {
+async function* piecesOf(path: string, maxLine: number): AsyncGenerator<{ readonly lines: Buffer<ArrayBuffer> } | { readonly overlong: number }> {
   let tail: Buffer[] = [];
   let tailBytes = 0;
   /** Bytes of an overlong line dropped so far, until its newline; 0 when none is being dropped. */
@@ -134,7 +136,7 @@ async function* piecesOf(path: string, maxLine: number): AsyncGenerator<{ readon
     const last = chunk.lastIndexOf(10);
     if (last >= from) {
       const lines = chunk.subarray(from, last + 1);
-      yield { lines: tail.length === 0 ? lines : Buffer.concat([...tail, lines]) };
+      yield { lines: joined([...tail, lines]) };
       tail = [];
       tailBytes = 0;
       from = last + 1;
@@ -145,7 +147,18 @@ async function* piecesOf(path: string, maxLine: number): AsyncGenerator<{ readon
     }
   }
   if (dropping > 0) yield { overlong: dropping };
-  else if (tailBytes > 0) yield { lines: Buffer.concat(tail) };
+  else if (tailBytes > 0) yield { lines: joined(tail) };
+}
+
+/** The pieces copied once into a buffer of their own (never a view of the stream's, nor of Buffer's shared pool), so a worker can be given it. */
+function joined(pieces: readonly Buffer[]): Buffer<ArrayBuffer> {
+  const own = new Uint8Array(pieces.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of pieces) {
+    own.set(p, at);
+    at += p.length;
+  }
+  return Buffer.from(own.buffer);
 }
 
 /** Parcel readers: worker threads taking parcels in turn (each answers its own in order), or this thread. */
@@ -170,7 +183,8 @@ class ParcelReaders {
     this.capacity = 2 * Math.max(1, count);
   }
 
-  read(parcel: Buffer, first: boolean): Promise<ReadParcel> {
+  /** Reads `parcel`, which must have a buffer of its own: it is moved to the worker, not copied. */
+  read(parcel: Buffer<ArrayBuffer>, first: boolean): Promise<ReadParcel> {
     if (this.workers.length === 0) {
       try {
         return Promise.resolve(readParcel(parcel, first));
@@ -179,11 +193,9 @@ class ParcelReaders {
       }
     }
     const entry = this.workers[this.turn++ % this.workers.length]!;
-    // A copy with a buffer of its own, moved (not copied again) to the worker.
-    const own = new Uint8Array(parcel);
     return new Promise((resolve, reject) => {
       entry.waiting.push({ resolve, reject });
-      entry.worker.postMessage({ parcel: own, first }, [own.buffer]);
+      entry.worker.postMessage({ parcel, first }, [parcel.buffer]);
     });
   }
 

@@ -20,6 +20,12 @@ export interface StoredRecord {
 export interface CatalogueStore extends CatalogueSource {
   /** Writes the records stamped with `storedAt` (Unix seconds), in one transaction: all land or none. */
   storeBatch(records: readonly StoredRecord[], storedAt: number): Promise<void>;
+  /**
+   * Readies the store for a long run of `storeBatch` calls (an import), if it
+   * has a faster way to take them; the answer ends that run and must be
+   * called, whatever happens. Batches are as atomic and durable either way.
+   */
+  beginBulk?(): () => Promise<void>;
   /** Whether it holds no record at all. */
   empty(): Promise<boolean>;
   /** Records held, per `<catalogue>/<kind>`. */

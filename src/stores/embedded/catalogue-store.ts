@@ -2,6 +2,7 @@ import type { DatabaseSync, StatementSync } from "node:sqlite";
 import type { Found, NotFound } from "../../core/catalogue-source.ts";
 import { storedAnswer, type CatalogueStore, type StoredRecord } from "../../core/catalogue-store.ts";
 import type { Args, Operation } from "../../core/operation.ts";
+import { WalCheckpointer } from "./wal-checkpointer.ts";
 
 /**
  * The embedded catalogue: every record kind the operations read, in one
@@ -17,9 +18,15 @@ export class EmbeddedCatalogue implements CatalogueStore {
   private readonly put: StatementSync;
   private readonly counts: StatementSync;
   private readonly anyRow: StatementSync;
+  /** While a bulk run is on: the thread that checkpoints the WAL in place of the commits. */
+  private checkpointer: WalCheckpointer | undefined;
 
-  constructor(db: DatabaseSync) {
+  private readonly bulkWalLimitBytes: number | undefined;
+
+  /** `bulkWalLimitBytes`: how long the WAL may grow in a bulk run (default: the checkpointer's). */
+  constructor(db: DatabaseSync, options: { readonly bulkWalLimitBytes?: number } = {}) {
     this.db = db;
+    this.bulkWalLimitBytes = options.bulkWalLimitBytes;
     this.byKey = db.prepare("SELECT record, obtainable, stored_at FROM catalogue_records WHERE catalogue = ? AND kind = ? AND key = ?");
     this.put = db.prepare("INSERT OR REPLACE INTO catalogue_records (catalogue, kind, key, record, obtainable, stored_at) VALUES (?, ?, ?, ?, ?, ?)");
     this.counts = db.prepare("SELECT catalogue, kind, count(*) AS n FROM catalogue_records GROUP BY catalogue, kind");
@@ -42,6 +49,18 @@ export class EmbeddedCatalogue implements CatalogueStore {
       if (this.db.isTransaction) this.db.exec("ROLLBACK");
       throw e;
     }
+    await this.checkpointer?.written();
+  }
+
+  /** For an import: checkpoints move to a thread of their own (see wal-checkpointer.ts) until the answer is called. */
+  beginBulk(): () => Promise<void> {
+    if (this.checkpointer !== undefined) throw new Error("a bulk run is already on");
+    const checkpointer = (this.checkpointer = WalCheckpointer.start(this.db, this.bulkWalLimitBytes));
+    return async () => {
+      if (this.checkpointer !== checkpointer) return;
+      this.checkpointer = undefined;
+      await checkpointer?.close();
+    };
   }
 
   /** Records held, per catalogue and kind (`retail/item_detail` → 320). */

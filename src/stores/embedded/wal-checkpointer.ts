@@ -1,0 +1,131 @@
+import { statSync } from "node:fs";
+import type { DatabaseSync } from "node:sqlite";
+import { Worker } from "node:worker_threads";
+
+/** SQLite's own default: a connection checkpoints after a commit that leaves the WAL this many pages long. */
+const autoCheckpointPages = 1000;
+
+/** The WAL is let grow to about this many bytes before the writer waits for the checkpointer to catch up. */
+export const defaultWalLimitBytes = 64 << 20;
+
+/** The cells of memory the writer and the checkpointer thread share (Int32 each). */
+export const slot = {
+  /** Commits the writer has announced. */
+  commits: 0,
+  /** The count of commits the last finished checkpoint began after. */
+  covered: 1,
+  state: 2,
+} as const;
+export const state = { running: 0, stopping: 1, gone: 2 } as const;
+
+/**
+ * Checkpoints on a thread of their own, for a long run of writes (an import).
+ * SQLite's automatic checkpoint runs inside the commit that crosses the WAL's
+ * threshold, so the writing thread spent about half its time copying pages
+ * into the database file and waiting for fsync. Here the writer turns that
+ * off and announces each commit (`written()`); the checkpointer thread runs a
+ * passive checkpoint whenever commits came in since its last one began,
+ * copying what is committed while the writer goes on. They share a few cells
+ * of memory, so this works whether or not the writer's event loop turns.
+ *
+ * When the WAL passes its limit, the writer waits (without blocking its
+ * event loop) for a checkpoint that began after its last commit: the WAL is
+ * then wholly in the database file, and SQLite starts it again from its
+ * beginning at the next write, so it never grows much past the limit.
+ *
+ * Durability is SQLite's own: a passive checkpoint copies only committed
+ * frames and syncs the WAL before and the database after, as the automatic
+ * one does. If the checkpointer thread fails, the writer goes back to
+ * checkpointing itself. `close()` catches up, truncates the WAL and restores
+ * the writer's automatic checkpoint.
+ */
+export class WalCheckpointer {
+  private readonly db: DatabaseSync;
+  private readonly worker: Worker;
+  private readonly cells = new Int32Array(new SharedArrayBuffer(3 * 4));
+  private readonly walPath: string;
+  private readonly limitBytes: number;
+  /** The writer's own `journal_size_limit`, given back at the end. */
+  private readonly journalSizeLimit: number;
+  private stopped = false;
+  /** Settles once the thread has its connection (or is gone): until then, it publishes nothing. */
+  private ready: Promise<unknown> | undefined;
+
+  private constructor(db: DatabaseSync, path: string, walLimitBytes: number) {
+    this.db = db;
+    this.walPath = `${path}-wal`;
+    this.limitBytes = walLimitBytes;
+    this.journalSizeLimit = Number((db.prepare("PRAGMA journal_size_limit").get() as { journal_size_limit: number }).journal_size_limit);
+    this.worker = new Worker(new URL("./checkpoint-worker.ts", import.meta.url), { workerData: { path, shared: this.cells.buffer } });
+    this.ready = new Promise((resolve) => {
+      this.worker.once("message", resolve);
+      this.worker.once("exit", resolve);
+    });
+    const gone = () => {
+      Atomics.store(this.cells, slot.state, state.gone);
+      Atomics.notify(this.cells, slot.covered);
+      this.stop();
+    };
+    this.worker.on("error", gone);
+    this.worker.on("exit", gone);
+    db.exec("PRAGMA wal_autocheckpoint = 0");
+    // SQLite cuts the WAL file back to this size when it starts the WAL again, so from then on the file
+    // is longer than the limit only when what is in it is.
+    db.exec(`PRAGMA journal_size_limit = ${walLimitBytes}`);
+  }
+
+  /** A checkpointer for the writer `db`; undefined for a store without a WAL (in memory). */
+  static start(db: DatabaseSync, walLimitBytes = defaultWalLimitBytes): WalCheckpointer | undefined {
+    const path = db.location();
+    if (path === null || path === "") return undefined;
+    const mode = (db.prepare("PRAGMA journal_mode").get() as { journal_mode: string }).journal_mode;
+    return mode.toLowerCase() === "wal" ? new WalCheckpointer(db, path, walLimitBytes) : undefined;
+  }
+
+  /** Call after each commit: wakes the checkpointer, and waits for it to catch up when the WAL is past its limit. */
+  async written(): Promise<void> {
+    if (this.ready !== undefined) {
+      await this.ready;
+      this.ready = undefined;
+    }
+    if (this.stopped) return;
+    const commits = Atomics.add(this.cells, slot.commits, 1) + 1;
+    Atomics.notify(this.cells, slot.commits);
+    if (statSync(this.walPath).size > this.limitBytes) await this.caughtUp(commits);
+  }
+
+  /** Resolves once a checkpoint that began after commit `commits` has ended (or the checkpointer is gone). */
+  private async caughtUp(commits: number): Promise<void> {
+    for (;;) {
+      const covered = Atomics.load(this.cells, slot.covered);
+      if (covered >= commits || Atomics.load(this.cells, slot.state) !== state.running) return;
+      const wait = Atomics.waitAsync(this.cells, slot.covered, covered);
+      if (wait.async) await wait.value;
+    }
+  }
+
+  /** Stops the checkpointer (done, or gone wrong): the writer checkpoints itself again. */
+  private stop(): void {
+    if (this.stopped) return;
+    this.stopped = true;
+    if (this.db.isOpen) {
+      this.db.exec(`PRAGMA wal_autocheckpoint = ${autoCheckpointPages}`);
+      this.db.exec(`PRAGMA journal_size_limit = ${this.journalSizeLimit}`);
+    }
+    if (Atomics.compareExchange(this.cells, slot.state, state.running, state.stopping) === state.running) {
+      Atomics.add(this.cells, slot.commits, 1);
+      Atomics.notify(this.cells, slot.commits);
+    }
+  }
+
+  /** Catches up, lets the thread end, truncates the WAL (if no reader holds it) and hands checkpoints back to the writer. */
+  async close(): Promise<void> {
+    if (!this.stopped) {
+      await this.caughtUp(Atomics.load(this.cells, slot.commits));
+      const ended = new Promise((resolve) => this.worker.once("exit", resolve));
+      this.stop();
+      await ended;
+    }
+    if (this.db.isOpen) this.db.exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  }
+}
