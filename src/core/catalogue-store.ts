@@ -1,5 +1,5 @@
 import { fromBinary } from "@bufbuild/protobuf";
-import { createHash } from "node:crypto";
+import { hash } from "node:crypto";
 import type { CatalogueSource, Found, NotFound } from "./catalogue-source.ts";
 import type { Args, Operation, RecordKind } from "./operation.ts";
 
@@ -48,6 +48,6 @@ export function storedAnswer(
   if (!row.obtainable) return { found: false, reason: operation.unobtainable(args) };
   const answer = operation.answer(fromBinary(operation.record.schema, row.record), args);
   if ("notFound" in answer) return { found: false, reason: answer.notFound };
-  const token = createHash("md5").update([operation.id, ...operation.args.map((a) => args[a.name] ?? ""), row.storedAt].join("\u0000")).digest("hex");
+  const token = hash("md5", [operation.id, ...operation.args.map((a) => args[a.name] ?? ""), row.storedAt].join("\u0000"));
   return { found: true, value: answer.value, storedAt: row.storedAt, token };
 }

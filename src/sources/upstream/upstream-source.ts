@@ -9,7 +9,7 @@ import {
   wrap,
   type IPolicy,
 } from "cockatiel";
-import { createHash } from "node:crypto";
+import { hash } from "node:crypto";
 import { Pool, type Dispatcher } from "undici";
 import { isObject, readLegacyMessage } from "../../catalogue/legacy-message.ts";
 import type { CatalogueSource, Found, NotFound } from "../../core/catalogue-source.ts";
@@ -193,7 +193,7 @@ export class UpstreamSource implements CatalogueSource {
 
   private found<T>(value: T, id: string): Found<T> {
     const storedAt = Math.floor(this.options.now() / 1000);
-    return { found: true, value, storedAt, token: createHash("md5").update(`${this.options.catalogue}\u0000${id}\u0000${storedAt}`).digest("hex") };
+    return { found: true, value, storedAt, token: hash("md5", `${this.options.catalogue}\u0000${id}\u0000${storedAt}`) };
   }
 
   /** One upstream call under the deadline, retry and breaker policies. */
