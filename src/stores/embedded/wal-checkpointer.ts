@@ -91,7 +91,7 @@ export class WalCheckpointer {
     if (this.stopped) return;
     const commits = Atomics.add(this.cells, slot.commits, 1) + 1;
     Atomics.notify(this.cells, slot.commits);
-    if (statSync(this.walPath).size > this.limitBytes) await this.caughtUp(commits);
+    if ((statSync(this.walPath, { throwIfNoEntry: false })?.size ?? 0) > this.limitBytes) await this.caughtUp(commits);
   }
 
   /** Resolves once a checkpoint that began after commit `commits` has ended (or the checkpointer is gone). */
