@@ -18,10 +18,9 @@ export class EmbeddedCatalogue implements CatalogueStore {
   private readonly put: StatementSync;
   private readonly counts: StatementSync;
   private readonly anyRow: StatementSync;
+  private readonly bulkWalLimitBytes: number | undefined;
   /** While a bulk run is on: the thread that checkpoints the WAL in place of the commits. */
   private checkpointer: WalCheckpointer | undefined;
-
-  private readonly bulkWalLimitBytes: number | undefined;
 
   /** `bulkWalLimitBytes`: how long the WAL may grow in a bulk run (default: the checkpointer's). */
   constructor(db: DatabaseSync, options: { readonly bulkWalLimitBytes?: number } = {}) {

@@ -5,8 +5,9 @@ import { slot, state } from "./wal-checkpointer.ts";
 /**
  * The WAL checkpointer's thread (see wal-checkpointer.ts): a connection of its
  * own to the store, running a passive checkpoint whenever the writer has
- * committed since the last one began, and publishing each one's outcome in
- * the memory it shares with the writer. Sleeps while nothing is committed.
+ * committed since the last one began, and publishing in the memory it shares
+ * with the writer how many commits each one covered. Sleeps while nothing is
+ * committed.
  */
 const { path, shared } = workerData as { path: string; shared: SharedArrayBuffer };
 const cells = new Int32Array(shared);

@@ -120,8 +120,9 @@ export class WalCheckpointer {
 
   /** Catches up, lets the thread end, truncates the WAL (if no reader holds it) and hands checkpoints back to the writer. */
   async close(): Promise<void> {
+    if (!this.stopped) await this.caughtUp(Atomics.load(this.cells, slot.commits));
+    // Checked again: the thread may have gone while this waited, and then its exit is past.
     if (!this.stopped) {
-      await this.caughtUp(Atomics.load(this.cells, slot.commits));
       const ended = new Promise((resolve) => this.worker.once("exit", resolve));
       this.stop();
       await ended;
