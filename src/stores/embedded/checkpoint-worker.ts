@@ -15,7 +15,6 @@ const db = new DatabaseSync(path);
 db.exec("PRAGMA busy_timeout = 5000");
 const checkpoint = db.prepare("PRAGMA wal_checkpoint(PASSIVE)");
 let seen = 0;
-parentPort!.postMessage("ready");
 try {
   for (;;) {
     Atomics.wait(cells, slot.commits, seen);
