@@ -82,7 +82,7 @@ export class WalCheckpointer {
     this.walPath = `${path}-wal`;
     this.limitBytes = walLimitBytes;
     this.journalSizeLimit = Number((db.prepare("PRAGMA journal_size_limit").get() as { journal_size_limit: number }).journal_size_limit);
-    this.worker = new Worker(new URL("./checkpoint-worker.ts", import.meta.url), { workerData: { path, shared: this.cells.buffer } });
+    this.worker = new Worker(new URL("./checkpoint-worker.js", import.meta.url), { workerData: { path, shared: this.cells.buffer, slot, state } });
     const gone = () => {
       Atomics.store(this.cells, slot.state, state.gone);
       Atomics.notify(this.cells, slot.covered);
