@@ -27,7 +27,6 @@ import type { Telemetry } from "./core/telemetry.ts";
 import { SqliteAccountStore } from "./stores/embedded/account-store.ts";
 import { ChangeWatch } from "./stores/embedded/change-watch.ts";
 import { EmbeddedCatalogue } from "./stores/embedded/catalogue-store.ts";
-import { servingCommitsPerCheckpoint, servingWalLimitBytes, WalCheckpointer } from "./stores/embedded/wal-checkpointer.ts";
 import { openDatabase } from "./stores/embedded/sqlite-database.ts";
 import { SqliteMeter } from "./stores/embedded/meter.ts";
 import { SqliteOperatorSwitches } from "./stores/embedded/operator-switches.ts";
@@ -77,14 +76,6 @@ export interface RuntimeOptions {
   readonly log?: RuntimeLog;
   /** Where calls, the cache, the upstream and the ledger are counted (default: a registry of its own). */
   readonly metrics?: PrometheusTelemetry;
-  /**
-   * For `gateway serve`: the embedded store's WAL checkpoints run on a thread
-   * of their own (wal-checkpointer.ts), not inside the ledger's commits on
-   * the thread that serves calls, where each one stopped every call for the
-   * copy and the fsync. A one-shot command (accounts, import) leaves them to
-   * SQLite.
-   */
-  readonly checkpointThread?: boolean;
 }
 
 function translationEngine(config: GatewayConfig): TranslationEngine | undefined {
@@ -142,9 +133,8 @@ export function sharedMode(config: Pick<GatewayConfig, "databaseUrl" | "redisUrl
   return config.databaseUrl !== "" && config.redisUrl !== "";
 }
 
-function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | undefined, telemetry: Telemetry, checkpointThread: boolean): Stores {
+function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | undefined, telemetry: Telemetry): Stores {
   const db = openDatabase(databasePath(config), { maxBytes: config.storeMaxBytes });
-  const checkpointer = checkpointThread ? WalCheckpointer.start(db, servingWalLimitBytes, servingCommitsPerCheckpoint) : undefined;
   const watch = new ChangeWatch(db);
   const accounts = new SqliteAccountStore(db, watch);
   const meter = new SqliteMeter(db, {
@@ -160,7 +150,6 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
       else (log?.info ?? log?.error)?.call(log, { droppedRefusals: detail?.droppedRefusals ?? 0 }, "the usage ledger can be written again: calls are served");
     },
     onCommit: (seconds, rows) => telemetry.ledgerCommitted(seconds, rows),
-    committed: () => checkpointer?.written(),
   });
   const probe = db.prepare("SELECT 1");
   const store: HealthCheck = {
@@ -200,8 +189,7 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
     checks: [store],
     close: async () => {
       clearInterval(retention);
-      await meter.flush();
-      await checkpointer?.close();
+      meter.flush();
       db.close();
     },
   };
@@ -287,7 +275,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
   const clock = options.clock ?? systemClock;
   const log = options.log;
   const telemetry = options.metrics ?? new PrometheusTelemetry();
-  const stores = sharedMode(config) ? await sharedStores(config, clock, telemetry) : embeddedStores(config, clock, log, telemetry, options.checkpointThread === true);
+  const stores = sharedMode(config) ? await sharedStores(config, clock, telemetry) : embeddedStores(config, clock, log, telemetry);
   const { accounts, meter, switches, catalogue } = stores;
   const lockout = stores.lockout;
   const upstreams: UpstreamSource[] = [];

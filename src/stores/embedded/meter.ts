@@ -31,14 +31,6 @@ export interface SqliteMeterOptions {
   readonly onHealth: (problem: string | undefined, detail?: { cause?: unknown; droppedRefusals?: number }) => void;
   /** Told after each group commit of ledger rows: how long it took and how many rows it wrote. */
   readonly onCommit: (seconds: number, rows: number) => void;
-  /**
-   * Told after each commit that wrote rows (the serving process's WAL
-   * checkpointer, wal-checkpointer.ts); while the promise it may return is
-   * pending, the batch's calls wait to answer (their rows are durable
-   * already) and no other commit begins: the store's way to have the writer
-   * stand still while it catches up.
-   */
-  readonly committed: () => Promise<void> | undefined;
 }
 
 export const defaultMeterOptions: SqliteMeterOptions = {
@@ -50,7 +42,6 @@ export const defaultMeterOptions: SqliteMeterOptions = {
   minFreeBytes: 64 * 1_048_576,
   onHealth: () => {},
   onCommit: () => {},
-  committed: () => undefined,
 };
 
 /** Calls with no account, counted per day, operation, code, address and transport until the next commit. */
@@ -108,8 +99,6 @@ export class SqliteMeter implements Meter {
    */
   private readonly summaries = new Map<string, { day: string; summary: { today: number; yesterday: number; before: number } }>();
   private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
-  /** While the store asks the writer to wait (`committed`): no commit begins, and rows wait in the queue. */
-  private held: Promise<void> | undefined;
   private readonly sql: Record<"count" | "deduct" | "topUp" | "unbilled" | "sums" | "refusal" | "refusalAddresses", StatementSync>;
   /** The ledger inserts by number of rows (insertRows). */
   private readonly inserts: StatementSync[] = [];
@@ -293,14 +282,12 @@ export class SqliteMeter implements Meter {
     this.droppedRefusals = 0;
   }
 
-  /** Commits what is queued now, or (while the store holds the writer) once it lets go. */
-  flush(): void | Promise<void> {
+  flush(): void {
     if (this.timer !== undefined) {
       clearTimeout(this.timer as NodeJS.Timeout);
       clearImmediate(this.timer as NodeJS.Immediate);
     }
     this.timer = undefined;
-    if (this.held !== undefined) return this.held.then(() => this.flush());
     const batch = this.queue;
     this.queue = [];
     const waiters = this.refusalWaiters;
@@ -381,20 +368,11 @@ export class SqliteMeter implements Meter {
     if (balances.size > 0) this.options.onBalancesChanged(balances);
     // Committed (or given up): the admissions' places are no longer pending.
     for (const { admission } of batch) if (admission !== undefined) this.settle(admission);
-    const answer = () => {
-      for (const queued of batch) {
-        const e = failures.get(queued);
-        if (e === undefined) queued.done.resolve();
-        else queued.done.reject(e);
-      }
-    };
-    const wait = failures.size < batch.length ? this.options.committed() : undefined;
-    if (wait === undefined) return answer();
-    const held = wait.then(answer, answer);
-    this.held = held;
-    void held.finally(() => {
-      if (this.held === held) this.held = undefined;
-    });
+    for (const queued of batch) {
+      const e = failures.get(queued);
+      if (e === undefined) queued.done.resolve();
+      else queued.done.reject(e);
+    }
   }
 
   private settle(a: Admission): void {
