@@ -8,26 +8,6 @@ const autoCheckpointPages = 1000;
 /** The WAL is let grow to about this many bytes before the writer waits for the checkpointer to catch up. */
 export const defaultWalLimitBytes = 64 << 20;
 
-/**
- * A serving gateway asks for a checkpoint every this many ledger commits:
- * about 500 pages of WAL at the 8 or so pages a group commit of 45 rows
- * writes (SQLite's own threshold is 1,000 pages). A checkpoint after every
- * commit had the thread copying and syncing without pause, and cost the
- * serving thread more than it saved.
- */
-export const servingCommitsPerCheckpoint = 64;
-
-/**
- * A serving gateway's WAL limit. The WAL starts again from its beginning
- * only at a commit that finds it wholly checkpointed, so once past its limit
- * the writer stands still for one checkpoint that covers its last commit
- * (its fsyncs: 12-17 ms here). At SQLite's own 4 MiB that pause came as
- * often as the automatic checkpoint's did, and the p99 of a group commit's
- * wait stayed at 11-13 ms; at 16 MiB the p99 was 0.9-1.7 ms and the p999
- * 13-16 ms; at 64 MiB, 0.6-1.2 ms and 1.7-4 ms (a pause every few seconds
- * under the bench's load; README, Performance).
- */
-export const servingWalLimitBytes = defaultWalLimitBytes;
 
 /** The cells of memory the writer and the checkpointer thread share (Int32 each). */
 export const slot = {
@@ -40,15 +20,12 @@ export const slot = {
 export const state = { running: 0, stopping: 1, gone: 2 } as const;
 
 /**
- * Checkpoints on a thread of their own, for a long run of writes: an import,
- * and a serving gateway's ledger. SQLite's automatic checkpoint runs inside
- * the commit that crosses the WAL's threshold: an import's writing thread
- * spent about half its time copying pages into the database file and
- * waiting for fsync, and a serving gateway stopped every call for one
- * commit in a hundred, for 12 ms at its p99. Here the writer turns that
- * off and announces its commits (`written()`, a checkpoint asked for every
- * `commitsPerCheckpoint` of them); the checkpointer thread runs a passive
- * checkpoint whenever commits were announced since its last one began,
+ * Checkpoints on a thread of their own, for a long run of writes (an import).
+ * SQLite's automatic checkpoint runs inside the commit that crosses the WAL's
+ * threshold, so the writing thread spent about half its time copying pages
+ * into the database file and waiting for fsync. Here the writer turns that
+ * off and announces each commit (`written()`); the checkpointer thread runs a
+ * passive checkpoint whenever commits came in since its last one began,
  * copying what is committed while the writer goes on. They share a few cells
  * of memory, so this works whether or not the writer's event loop turns.
  *
@@ -72,13 +49,9 @@ export class WalCheckpointer {
   /** The writer's own `journal_size_limit`, given back at the end. */
   private readonly journalSizeLimit: number;
   private stopped = false;
-  /** A checkpoint is asked for every this many commits (and whenever the WAL is past its limit). */
-  private readonly commitsPerCheckpoint: number;
-  private unannounced = 0;
 
-  private constructor(db: DatabaseSync, path: string, walLimitBytes: number, commitsPerCheckpoint: number) {
+  private constructor(db: DatabaseSync, path: string, walLimitBytes: number) {
     this.db = db;
-    this.commitsPerCheckpoint = commitsPerCheckpoint;
     this.walPath = `${path}-wal`;
     this.limitBytes = walLimitBytes;
     this.journalSizeLimit = Number((db.prepare("PRAGMA journal_size_limit").get() as { journal_size_limit: number }).journal_size_limit);
@@ -96,35 +69,26 @@ export class WalCheckpointer {
     db.exec(`PRAGMA journal_size_limit = ${walLimitBytes}`);
   }
 
-  /** A checkpointer for the writer `db`, a checkpoint asked for every `commitsPerCheckpoint` commits; undefined for a store without a WAL (in memory). */
-  static start(db: DatabaseSync, walLimitBytes = defaultWalLimitBytes, commitsPerCheckpoint = 1): WalCheckpointer | undefined {
+  /** A checkpointer for the writer `db`; undefined for a store without a WAL (in memory). */
+  static start(db: DatabaseSync, walLimitBytes = defaultWalLimitBytes): WalCheckpointer | undefined {
     const path = db.location();
     if (path === null || path === "") return undefined;
     const mode = (db.prepare("PRAGMA journal_mode").get() as { journal_mode: string }).journal_mode;
-    return mode.toLowerCase() === "wal" ? new WalCheckpointer(db, path, walLimitBytes, commitsPerCheckpoint) : undefined;
+    return mode.toLowerCase() === "wal" ? new WalCheckpointer(db, path, walLimitBytes) : undefined;
   }
 
   /**
-   * Call after each commit: asks for a checkpoint every `commitsPerCheckpoint`
-   * commits and, when the WAL is past its limit, answers a promise of a
-   * checkpoint that covers this commit, for which the writer should wait
-   * before its next commit (then the WAL starts again from its beginning).
-   * A commit announced before the thread is up is checkpointed once it is.
+   * Call after each commit: wakes the checkpointer and, when the WAL is past
+   * its limit, answers a promise of a checkpoint that covers this commit, for
+   * which the writer waits before its next one (then the WAL starts again
+   * from its beginning). A commit announced before the thread is up is
+   * checkpointed once it is, so nothing waits for the thread to start.
    */
   written(): Promise<void> | undefined {
     if (this.stopped) return undefined;
-    const over = (statSync(this.walPath, { throwIfNoEntry: false })?.size ?? 0) > this.limitBytes;
-    if (++this.unannounced < this.commitsPerCheckpoint && !over) return undefined;
-    const commits = this.announce();
-    return over ? this.caughtUp(commits) : undefined;
-  }
-
-  /** Tells the thread of the commits not yet announced; returns how many it has been told of. */
-  private announce(): number {
-    this.unannounced = 0;
     const commits = Atomics.add(this.cells, slot.commits, 1) + 1;
     Atomics.notify(this.cells, slot.commits);
-    return commits;
+    return (statSync(this.walPath, { throwIfNoEntry: false })?.size ?? 0) > this.limitBytes ? this.caughtUp(commits) : undefined;
   }
 
   /** Resolves once a checkpoint that began after commit `commits` has ended (or the checkpointer is gone). */
@@ -153,7 +117,7 @@ export class WalCheckpointer {
 
   /** Catches up, lets the thread end, truncates the WAL (if no reader holds it) and hands checkpoints back to the writer. */
   async close(): Promise<void> {
-    if (!this.stopped) await this.caughtUp(this.unannounced > 0 ? this.announce() : Atomics.load(this.cells, slot.commits));
+    if (!this.stopped) await this.caughtUp(Atomics.load(this.cells, slot.commits));
     // Checked again: the thread may have gone while this waited, and then its exit is past.
     if (!this.stopped) {
       const ended = new Promise((resolve) => this.worker.once("exit", resolve));
