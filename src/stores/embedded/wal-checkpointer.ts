@@ -8,7 +8,6 @@ const autoCheckpointPages = 1000;
 /** The WAL is let grow to about this many bytes before the writer waits for the checkpointer to catch up. */
 export const defaultWalLimitBytes = 64 << 20;
 
-
 /** The cells of memory the writer and the checkpointer thread share (Int32 each). */
 export const slot = {
   /** Commits the writer has announced. */
