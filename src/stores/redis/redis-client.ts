@@ -3,10 +3,20 @@ import { Redis } from "ioredis";
 /**
  * A Redis client that fails fast: no offline queue (a command while the
  * connection is down fails at once instead of waiting), one attempt per
- * command, short timeouts; it reconnects by itself. Resolves once ready.
+ * command, bounded waits; it reconnects by itself. Resolves once ready.
+ *
+ * The command timeout is ioredis's timer on this process's event loop, so
+ * it also fires when this process, not Redis, was late: with 1 s, a
+ * replica whose loop stalled for 1.2 s under a burst reported a Redis that
+ * had answered in time as timed out, and answered 4000 (two of seven full
+ * test runs here, one of them CI's, failed so in test/replicas.test.ts).
+ * 5 s is PostgreSQL's bound for a connection from the pool, the other store
+ * a call waits for.
  */
+export const redisCommandTimeoutMs = 5000;
+
 export async function openRedis(url: string): Promise<Redis> {
-  const redis = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 1, connectTimeout: 2000, commandTimeout: 1000 });
+  const redis = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 1, connectTimeout: 2000, commandTimeout: redisCommandTimeoutMs });
   redis.on("error", () => {}); // each failed command says why; the client reconnects
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("Redis did not answer within 5 s")), 5000);
