@@ -6,10 +6,11 @@ import { Redis } from "ioredis";
  * command, bounded waits; it reconnects by itself. Resolves once ready.
  *
  * The command timeout is ioredis's timer on this process's event loop, so
- * it also fires when this process, not Redis, was late: with 1 s, a
- * replica whose loop stalled for 1.2 s under a burst reported a Redis that
- * had answered in time as timed out, and answered 4000 (two of seven full
- * test runs here, one of them CI's, failed so in test/replicas.test.ts).
+ * it also fires when this process, not Redis, was late: with 1 s, a loop
+ * that stalled for 1.2 s saw a Redis that had answered in time as timed
+ * out (test/redis-client.test.ts), and a replica would answer 4000 for it;
+ * the likeliest cause of the stray 4000s in test/replicas.test.ts's
+ * 200-call burst (two of seven full test runs here, one of them CI's).
  * 5 s is PostgreSQL's bound for a connection from the pool, the other store
  * a call waits for.
  */
