@@ -20,6 +20,7 @@ let db: Awaited<ReturnType<typeof freshDatabase>>;
 let a: pg.Pool;
 let b: pg.Pool;
 const meters: PostgresMeter[] = [];
+const extraPools: pg.Pool[] = [];
 
 beforeAll(async () => {
   db = await freshDatabase("stores");
@@ -29,6 +30,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   for (const m of meters) m.close();
+  await Promise.all(extraPools.map((p) => p.end()));
   await a?.end();
   await b?.end();
   await db?.drop();
@@ -68,6 +70,69 @@ describe("accounts", () => {
     await waitFor(async () => (await two.accounts.find(account.key))!.balance, 2_500_000n);
     expect((await two.admin.list()).map((x) => x.key)).toContain(account.key);
     expect(await two.accounts.find("no-such-key")).toBeUndefined();
+  });
+});
+
+/**
+ * A pool of its own whose account reads are counted, and held back while
+ * `hold` is set: the query runs at once, `answered` is told when its answer
+ * is in, and the answer waits for `until`. Every other statement passes untouched.
+ */
+function countingPool(): { pool: pg.Pool; reads: () => number; hold: (until?: { until: Promise<void>; answered: () => void }) => void } {
+  const pool = openPostgres(db.url, { max: 4 });
+  extraPools.push(pool);
+  let reads = 0;
+  let held: { until: Promise<void>; answered: () => void } | undefined;
+  const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+  (pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = async (...args: unknown[]) => {
+    if (!String(args[0]).includes("FROM accounts a")) return query(...args);
+    reads++;
+    const wait = held;
+    const answer = await query(...args);
+    if (wait !== undefined) {
+      wait.answered();
+      await wait.until;
+    }
+    return answer;
+  };
+  return { pool, reads: () => reads, hold: (until) => (held = until) };
+}
+
+describe("accounts, read together", () => {
+  it("reread a stale account once however many calls find it stale at once", async () => {
+    const { account } = await admin(a).admin.create({ name: "stampede" });
+    let now = 1_000_000;
+    const { pool, reads } = countingPool();
+    const store = new PostgresAccountStore(pool, () => now);
+    const first = await Promise.all(Array.from({ length: 50 }, () => store.find(account.key)));
+    expect(first.every((x) => x?.name === "stampede")).toBe(true);
+    expect(reads()).toBe(1);
+    now += 1001; // stale for every caller at once
+    const again = await Promise.all(Array.from({ length: 50 }, () => store.find(account.key)));
+    expect(again.every((x) => x?.name === "stampede")).toBe(true);
+    expect(reads()).toBe(2);
+    // Unknown keys are shared too: a flood of one wrong key costs one query.
+    await Promise.all(Array.from({ length: 20 }, () => store.find("no-such-key-at-all")));
+    expect(reads()).toBe(3);
+  });
+
+  it("do not keep a read that a change on this replica overtook", async () => {
+    const other = admin(a);
+    const { account } = await other.admin.create({ name: "before" });
+    const { pool, hold } = countingPool();
+    const store = new PostgresAccountStore(pool);
+    let release!: () => void;
+    let answered!: () => void;
+    const read = new Promise<void>((r) => (answered = r));
+    hold({ until: new Promise<void>((r) => (release = r)), answered });
+    const overtaken = store.find(account.key);
+    hold(undefined);
+    await read; // it has read "before"; its answer is held
+    await other.accounts.update(account.key, { name: "after" });
+    store.forget(account.key); // as the meter does once this replica changed the account
+    release();
+    expect((await overtaken)?.name).toBe("before");
+    expect((await store.find(account.key))?.name).toBe("after");
   });
 });
 

@@ -11,6 +11,10 @@ const read = `SELECT a.key, a.name, a.secret_hash, a.secret_salt, a.legacy_signi
     a.concurrency, a.prices, a.expires, a.zone, a.created_at::text AS created_at, b.micros::text AS balance
   FROM accounts a LEFT JOIN balances b ON b.account = a.key`;
 
+interface Reading {
+  done: Promise<Account | undefined>;
+}
+
 /**
  * Accounts in the shared store. A replica answers lookups from memory for
  * at most `accountFreshMs`, so a change made anywhere (the CLI, the
@@ -22,6 +26,8 @@ export class PostgresAccountStore implements AccountStore {
   private readonly pool: pg.Pool;
   private readonly now: () => number;
   private readonly cached = new Map<string, { account: Account | undefined; at: number }>();
+  /** Lookups in flight, one per key. */
+  private readonly reading = new Map<string, Reading>();
 
   constructor(pool: pg.Pool, now: () => number = Date.now) {
     this.pool = pool;
@@ -32,15 +38,39 @@ export class PostgresAccountStore implements AccountStore {
     const known = this.cached.get(key);
     const now = this.now();
     if (known !== undefined && now - known.at < accountFreshMs) return known.account;
+    // One query per key at a time: the calls that find an entry stale together share its reread.
+    let reading = this.reading.get(key);
+    if (reading === undefined) {
+      reading = {} as Reading;
+      this.reading.set(key, reading);
+      reading.done = this.read(key, now, reading);
+    }
+    return reading.done;
+  }
+
+  /**
+   * Reads an account and remembers it, unless `forget` dropped this read
+   * meanwhile (this replica changed the account): its answer may predate
+   * the change.
+   */
+  private async read(key: string, now: number, entry: Reading): Promise<Account | undefined> {
+    const stillWanted = () => {
+      const wanted = this.reading.get(key) === entry;
+      if (wanted) this.reading.delete(key);
+      return wanted;
+    };
     let r: pg.QueryResult<AccountRow>;
     try {
       r = await this.pool.query<AccountRow>(`${read} WHERE a.key = $1`, [key]);
     } catch (e) {
+      stillWanted();
       throw databaseFault(e);
     }
     const account = r.rows[0] === undefined ? undefined : accountFromRow(r.rows[0]);
-    if (this.cached.size >= 100_000) this.cached.clear();
-    this.cached.set(key, { account, at: now });
+    if (stillWanted()) {
+      if (this.cached.size >= 100_000) this.cached.clear();
+      this.cached.set(key, { account, at: now });
+    }
     return account;
   }
 
@@ -51,11 +81,11 @@ export class PostgresAccountStore implements AccountStore {
   async insert(account: Account): Promise<void> {
     const row = accountToRow(account);
     await this.pool.query(`INSERT INTO accounts (${accountColumns.join(", ")}) VALUES (${accountColumns.map((_, i) => `$${i + 1}`).join(", ")})`, accountColumns.map((c) => row[c]));
-    this.cached.delete(account.key);
+    this.forget(account.key);
   }
 
   async update(key: string, change: Partial<Omit<Account, "key" | "createdAt" | "balance">>): Promise<Account> {
-    this.cached.delete(key);
+    this.forget(key);
     const current = await this.find(key);
     if (current === undefined) throw new Error(`no account has the key ${key}`);
     const next = { ...current, ...change };
@@ -64,12 +94,13 @@ export class PostgresAccountStore implements AccountStore {
     const values = accountColumns.slice(0, -1).map((c) => row[c]);
     const sets = accountColumns.map((c, i) => [c, i] as const).filter(([c]) => c !== "key" && c !== "created_at");
     await this.pool.query(`UPDATE accounts SET ${sets.map(([c, i]) => `${c} = $${i + 1}`).join(", ")} WHERE key = $1`, values);
-    this.cached.delete(key);
+    this.forget(key);
     return next;
   }
 
   /** Drops what this replica remembers of an account (after its own balance moved). */
   forget(key: string): void {
     this.cached.delete(key);
+    this.reading.delete(key);
   }
 }
