@@ -295,6 +295,18 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     }
   });
 
+  it("commits a decision without waiting for the disk, and leaves the connection's next commit (the ledger's) synchronous", async () => {
+    const pool = openPostgres(db.url, { max: 1 }); // one connection: the decision's and the next statement's
+    pools.push(pool);
+    const m = new PostgresMeter(pool, { holder: "one-connection" });
+    meters.push(m);
+    const a = await account();
+    const admission = await m.admit(a, "retail/item_get", "2026-11-22");
+    expect((await pool.query<{ synchronous_commit: string }>("SHOW synchronous_commit")).rows[0]!.synchronous_commit).toBe("on");
+    await m.record(row(a, "charged", 0n), admission);
+    expect((await admin.query("SELECT count(*)::int AS n FROM ledger WHERE account = $1", [a.key])).rows[0].n).toBe(1);
+  });
+
   it("reads an account's usage once however many calls find it stale at once", async () => {
     const pool = openPostgres(db.url, { max: 4 });
     pools.push(pool);

@@ -74,6 +74,22 @@ interface Queued {
 
 
 /**
+ * A decision as one statement, committed without waiting for its WAL to
+ * reach the disk (synchronous_commit off, for this transaction only). The
+ * account's admission lock is held until the commit, so a decision that
+ * waited for the disk made every other replica's decision for that account
+ * wait as well. What a decision writes is leases, not charges: the charge
+ * is the ledger's commit, which stays synchronous, and its flush carries
+ * every decision committed before it. Only a PostgreSQL crash can lose a
+ * decision (one committed after the last flush, a few milliseconds under
+ * load), and its call is in flight then: if that call can still commit
+ * after the restart (it ran that long), its row is written, and until then
+ * the limits did not count it. So a crash can let through, once, at most
+ * as many extra calls as it lost leases; without a crash nothing changes.
+ */
+const admitStatement = "SELECT gw_admit_many($1, $2, $3, $4, $5, $6, $7, $8, $9) AS v, set_config('synchronous_commit', 'off', true)";
+
+/**
  * A batch's commit as one statement, so one round trip and one implicit
  * transaction: the ledger rows, each account's charged calls added to its
  * day, the prices deducted from the balances, the calls with no account
@@ -209,7 +225,7 @@ export class PostgresMeter implements Meter {
 
   private async decideGroup(group: AdmissionGroup, since: number, account: Account, day: string, waiting: Waiting[]): Promise<void> {
     try {
-      const r = await this.pool.query<{ v: string[] }>({ name: "gw_admit_many", text: "SELECT gw_admit_many($1, $2, $3, $4, $5, $6, $7, $8, $9) AS v", values: [
+      const r = await this.pool.query<{ v: string[] }>({ name: "gw_admit_many", text: admitStatement, values: [
         waiting.map((w) => w.lease), account.key, day, waiting.map((w) => w.price.toString()), account.dailyMax, account.concurrency,
         this.options.holder, this.options.now(), this.options.leaseMs,
       ] });
