@@ -1,5 +1,5 @@
 // What the benchmarks read of a process from /proc.
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 
 /**
  * A process's CPU time so far (user + system), in microseconds. Unlike
@@ -16,4 +16,23 @@ export function cpuMicros(pid: number): number {
 export function memoryMb(pid: number, field: "VmRSS" | "VmHWM"): number {
   const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, "utf8"));
   return m ? Number(m[1]) / 1024 : Number.NaN;
+}
+
+/**
+ * The CPU time so far (µs) of every process on this machine named `name`
+ * (PostgreSQL's backends, its WAL writer and the rest), or undefined when
+ * there is none: a store on another machine is not measured.
+ */
+export function cpuMicrosOfAll(name: string): number | undefined {
+  let total: number | undefined;
+  for (const pid of readdirSync("/proc")) {
+    if (!/^\d+$/.test(pid)) continue;
+    try {
+      if (readFileSync(`/proc/${pid}/comm`, "utf8").trim() !== name) continue;
+      total = (total ?? 0) + cpuMicros(Number(pid));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return total;
 }
