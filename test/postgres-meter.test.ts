@@ -5,7 +5,7 @@ import { GatewayError } from "../src/core/gateway-error.ts";
 import type { Admission, LedgerRow } from "../src/core/meter.ts";
 import { PostgresMeter } from "../src/stores/postgres/meter.ts";
 import { migrateSchema, migrations, openPostgres } from "../src/stores/postgres/postgres-database.ts";
-import { freshDatabase } from "./support/postgres.ts";
+import { freshDatabase, watchQueries } from "./support/postgres.ts";
 import type pg from "pg";
 import net from "node:net";
 
@@ -310,12 +310,7 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
   it("reads an account's usage once however many calls find it stale at once", async () => {
     const pool = openPostgres(db.url, { max: 4 });
     pools.push(pool);
-    let reads = 0;
-    const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
-    (pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = (...args: unknown[]) => {
-      if (String(args[0]).includes("FROM usage_daily WHERE account")) reads++;
-      return query(...args);
-    };
+    const reads = watchQueries(pool, "FROM usage_daily WHERE account").count;
     let now = Date.now();
     const m = new PostgresMeter(pool, { holder: "usage", now: () => now });
     meters.push(m);
@@ -323,12 +318,12 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     await call(m, a);
     const first = await Promise.all(Array.from({ length: 40 }, () => m.usage(a.key, "2026-11-22", "2026-11-21")));
     expect(first.every((u) => u.today === 1)).toBe(true);
-    expect(reads).toBe(1);
+    expect(reads()).toBe(1);
     (first[0] as { today: number }).today = 99; // each caller gets its own copy
     now += 1001;
     const again = await Promise.all(Array.from({ length: 40 }, () => m.usage(a.key, "2026-11-22", "2026-11-21")));
     expect(again.every((u) => u.today === 1)).toBe(true);
-    expect(reads).toBe(2);
+    expect(reads()).toBe(2);
   });
 
   it("refuses with 4000, naming the shared database, when PostgreSQL cannot be reached, and tries again after a second", async () => {

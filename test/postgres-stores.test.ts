@@ -13,7 +13,7 @@ import { PostgresMeter } from "../src/stores/postgres/meter.ts";
 import { PostgresOperatorSwitches } from "../src/stores/postgres/operator-switches.ts";
 import { migrateSchema, openPostgres } from "../src/stores/postgres/postgres-database.ts";
 import { PostgresReplayGuard } from "../src/stores/postgres/replay-guard.ts";
-import { freshDatabase } from "./support/postgres.ts";
+import { freshDatabase, watchQueries, type Hold } from "./support/postgres.ts";
 import type pg from "pg";
 
 let db: Awaited<ReturnType<typeof freshDatabase>>;
@@ -73,36 +73,19 @@ describe("accounts", () => {
   });
 });
 
-/**
- * A pool of its own whose account reads are counted, and held back while
- * `hold` is set: the query runs at once, `answered` is told when its answer
- * is in, and the answer waits for `until`. Every other statement passes untouched.
- */
-function countingPool(): { pool: pg.Pool; reads: () => number; hold: (until?: { until: Promise<void>; answered: () => void }) => void } {
+/** A pool of its own whose account reads are watched (see watchQueries). */
+function watchedPool(): { pool: pg.Pool; reads: () => number; hold: (hold?: Hold) => void } {
   const pool = openPostgres(db.url, { max: 4 });
   extraPools.push(pool);
-  let reads = 0;
-  let held: { until: Promise<void>; answered: () => void } | undefined;
-  const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
-  (pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = async (...args: unknown[]) => {
-    if (!String(args[0]).includes("FROM accounts a")) return query(...args);
-    reads++;
-    const wait = held;
-    const answer = await query(...args);
-    if (wait !== undefined) {
-      wait.answered();
-      await wait.until;
-    }
-    return answer;
-  };
-  return { pool, reads: () => reads, hold: (until) => (held = until) };
+  const { count, hold } = watchQueries(pool, "FROM accounts a");
+  return { pool, reads: count, hold };
 }
 
 describe("accounts, read together", () => {
   it("reread a stale account once however many calls find it stale at once", async () => {
     const { account } = await admin(a).admin.create({ name: "stampede" });
     let now = 1_000_000;
-    const { pool, reads } = countingPool();
+    const { pool, reads } = watchedPool();
     const store = new PostgresAccountStore(pool, () => now);
     const first = await Promise.all(Array.from({ length: 50 }, () => store.find(account.key)));
     expect(first.every((x) => x?.name === "stampede")).toBe(true);
@@ -119,7 +102,7 @@ describe("accounts, read together", () => {
   it("do not keep a read that a change on this replica overtook", async () => {
     const other = admin(a);
     const { account } = await other.admin.create({ name: "before" });
-    const { pool, hold } = countingPool();
+    const { pool, hold } = watchedPool();
     const store = new PostgresAccountStore(pool);
     let release!: () => void;
     let answered!: () => void;

@@ -30,3 +30,32 @@ export async function freshDatabase(prefix: string): Promise<{ url: string; name
     },
   };
 }
+
+/** While set, a watched statement's answer waits for `until` once it is in (`answered` is told then). */
+export interface Hold {
+  readonly until: Promise<void>;
+  readonly answered: () => void;
+}
+
+/**
+ * Watches the statements sent through `pool` whose text contains `fragment`
+ * (a real pool, against the real server): counts them, and holds back their
+ * answers while a hold is set. Every other statement passes untouched.
+ */
+export function watchQueries(pool: pg.Pool, fragment: string): { count: () => number; hold: (hold?: Hold) => void } {
+  let count = 0;
+  let held: Hold | undefined;
+  const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+  (pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = async (...args: unknown[]) => {
+    if (!String(args[0]).includes(fragment)) return query(...args);
+    count++;
+    const wait = held;
+    const answer = await query(...args);
+    if (wait !== undefined) {
+      wait.answered();
+      await wait.until;
+    }
+    return answer;
+  };
+  return { count: () => count, hold: (hold) => (held = hold) };
+}
