@@ -86,8 +86,13 @@ function http1Slice(options: Http1Options, pid: number, duration: number): Promi
     const r = await new Promise<autocannon.Result>((resolve, reject) =>
       autocannon({ ...options, duration, connections, pipelining: 1 } as AutocannonOptions, (err, result) => (err ? reject(err) : resolve(result))),
     );
-    return { requests: r.requests.total, errors: r.errors + r.timeouts + r.non2xx, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, max: r.latency.max };
+    return loadResult(r);
   });
+}
+
+/** What autocannon measured, as a LoadResult (the server's CPU is added by `watched`). */
+function loadResult(r: autocannon.Result): LoadResult {
+  return { requests: r.requests.total, errors: r.errors + r.timeouts + r.non2xx, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, max: r.latency.max };
 }
 
 async function http1(options: Http1Options, pid: number): Promise<LoadResult> {
@@ -195,40 +200,43 @@ async function main(): Promise<void> {
   const gw = gateway.child.pid!;
   const fastifyPid = bareFastify.child.pid!;
   const connectPid = bareConnect.child.pid!;
-  add("baseline: bare Fastify route (case 1 bytes)", await http1({ url: `${fastifyBase}/retail/item_get/` }, fastifyPid));
+  // Each hit's load, for its own run and for its side-by-side rounds with the bare route.
+  const bareRoute: Http1Options = { url: `${fastifyBase}/retail/item_get/` };
+  const legacyHit = (path: string): Http1Options => ({ url: `${base}${path}` });
+  const rpcHit = (contentType: string, payload: Buffer | string): Http1Options => ({
+    url: `${base}/gateway.catalogue.v1.RetailService/ItemGet`, method: "POST", headers: { "content-type": contentType, ...rpcHeaders }, body: payload as string,
+  });
+  const hits = {
+    "1. legacy item_get hit, json": legacyHit(itemPath),
+    "2a. legacy item_get hit, serialize": legacyHit(`${itemPath}&result_type=serialize`),
+    "2b. legacy item_get hit, xml": legacyHit(`${itemPath}&result_type=xml`),
+    "3. legacy item_search_peerbuy hit": legacyHit(`/wholesale/item_search_peerbuy/?${q({ num_iid: String(peers.num_iid), sid: String(peers.sid) })}`),
+    "4a. Connect JSON ItemGet hit": rpcHit("application/json", jsonRequest),
+    "4b. Connect binary ItemGet hit": rpcHit("application/proto", Buffer.from(request)),
+  };
+  const grpcHitCase = "5. gRPC ItemGet hit (h2, node:http2 client)";
+
+  add("baseline: bare Fastify route (case 1 bytes)", await http1(bareRoute, fastifyPid));
   add("baseline: bare connect-node, Connect JSON", await http1({ url: `${connectBase}/gateway.catalogue.v1.RetailService/ItemGet`, method: "POST", headers: { "content-type": "application/json" }, body: jsonRequest }, connectPid));
   add("baseline: bare connect-node, Connect binary", await http1({ url: `${connectBase}/gateway.catalogue.v1.RetailService/ItemGet`, method: "POST", headers: { "content-type": "application/proto" }, body: Buffer.from(request) as unknown as string }, connectPid));
   add("baseline: bare connect-node, gRPC (h2)", await grpc(connectH2, frame, {}, connectPid));
   add("baseline: bare node:http2 gRPC unary handler", await grpc(`http://127.0.0.1:${bareHttp2.ports[0]}`, frame, {}, bareHttp2.child.pid!));
 
-  add("1. legacy item_get hit, json", await http1({ url: `${base}${itemPath}` }, gw));
-  add("2a. legacy item_get hit, serialize", await http1({ url: `${base}${itemPath}&result_type=serialize` }, gw));
-  add("2b. legacy item_get hit, xml", await http1({ url: `${base}${itemPath}&result_type=xml` }, gw));
-  add("3. legacy item_search_peerbuy hit", await http1({ url: `${base}/wholesale/item_search_peerbuy/?${q({ num_iid: String(peers.num_iid), sid: String(peers.sid) })}` }, gw));
-  add("4a. Connect JSON ItemGet hit", await http1({ url: `${base}/gateway.catalogue.v1.RetailService/ItemGet`, method: "POST", headers: { "content-type": "application/json", ...rpcHeaders }, body: jsonRequest }, gw));
-  add("4b. Connect binary ItemGet hit", await http1({ url: `${base}/gateway.catalogue.v1.RetailService/ItemGet`, method: "POST", headers: { "content-type": "application/proto", ...rpcHeaders }, body: Buffer.from(request) as unknown as string }, gw));
-  add("5. gRPC ItemGet hit (h2, node:http2 client)", await grpc(base, frame, rpcHeaders, gw));
+  for (const [name, options] of Object.entries(hits)) add(name, await http1(options, gw));
+  add(grpcHitCase, await grpc(base, frame, rpcHeaders, gw));
   add("7a. flood of wrong secrets", await http1({ url: `${base}/retail/item_get/?${new URLSearchParams({ key: account.key, secret: "wrong", num_iid: item.num_iid })}` }, gw), { note: "after 20 failures the address is refused (4008) before any lookup" });
   add("7b. over-quota rejections (4013)", await http1({ url: `${base}/retail/item_get/?${new URLSearchParams({ key: broke.key, secret: broke.secret, num_iid: item.num_iid })}` }, gw));
   const peakRss = memoryMb(gateway.child.pid!, "VmHWM");
-  // The bare route again, minutes after its first run: a neighbour that slowed one of the two runs
-  // would raise every ratio against it, so the ratios take the faster of the two.
-  add("baseline: bare Fastify route, second run", await http1({ url: `${fastifyBase}/retail/item_get/` }, fastifyPid));
+  // The bare route again, minutes after its first run: how far apart the two are shows how much the
+  // machine moved (the ratios come from the side-by-side rounds below).
+  add("baseline: bare Fastify route, second run", await http1(bareRoute, fastifyPid));
   const bareRows = rows.filter((r) => r.case.startsWith("baseline: bare Fastify route"));
 
   // The targets' ratios: each hit against the bare Fastify route, side by side (see sideBySide).
-  const bareSlice = (d: number) => http1Slice({ url: `${fastifyBase}/retail/item_get/` }, fastifyPid, d);
-  const legacySlice = (path: string) => (d: number) => http1Slice({ url: `${base}${path}` }, gw, d);
-  const rpcSlice = (contentType: string, payload: string | Buffer) => (d: number) =>
-    http1Slice({ url: `${base}/gateway.catalogue.v1.RetailService/ItemGet`, method: "POST", headers: { "content-type": contentType, ...rpcHeaders }, body: payload as string }, gw, d);
+  const bareSlice = (d: number) => http1Slice(bareRoute, fastifyPid, d);
   const sideCases: [string, (d: number) => Promise<LoadResult>][] = [
-    ["1. legacy item_get hit, json", legacySlice(itemPath)],
-    ["2a. legacy item_get hit, serialize", legacySlice(`${itemPath}&result_type=serialize`)],
-    ["2b. legacy item_get hit, xml", legacySlice(`${itemPath}&result_type=xml`)],
-    ["3. legacy item_search_peerbuy hit", legacySlice(`/wholesale/item_search_peerbuy/?${q({ num_iid: String(peers.num_iid), sid: String(peers.sid) })}`)],
-    ["4a. Connect JSON ItemGet hit", rpcSlice("application/json", jsonRequest)],
-    ["4b. Connect binary ItemGet hit", rpcSlice("application/proto", Buffer.from(request))],
-    ["5. gRPC ItemGet hit (h2, node:http2 client)", (d) => grpcSlice(base, frame, rpcHeaders, gw, d)],
+    ...Object.entries(hits).map(([name, options]): [string, (d: number) => Promise<LoadResult>] => [name, (d) => http1Slice(options, gw, d)]),
+    [grpcHitCase, (d) => grpcSlice(base, frame, rpcHeaders, gw, d)],
   ];
   const sideBySides = new Map<string, SideBySide>();
   for (const [name, run] of sideCases) {
@@ -269,14 +277,14 @@ async function main(): Promise<void> {
     console.error("  8. shared mode: skipped (no PostgreSQL at BENCH_POSTGRES_URL or no Redis at BENCH_REDIS_URL)");
   }
 
-  for (const c of ["1. legacy item_get hit, json", "2a. legacy item_get hit, serialize", "2b. legacy item_get hit, xml", "3. legacy item_search_peerbuy hit"]) {
+  for (const c of Object.keys(hits).filter((name) => /^[123]\w*\./.test(name))) {
     const row = rows.find((r) => r.case === c)!;
     row.baseline = "bare Fastify route, side by side";
     row.ratio = sideBySides.get(c)!.ratio;
   }
   ratio("4a. Connect JSON ItemGet hit", "baseline: bare connect-node, Connect JSON");
   ratio("4b. Connect binary ItemGet hit", "baseline: bare connect-node, Connect binary");
-  ratio("5. gRPC ItemGet hit (h2, node:http2 client)", "baseline: bare connect-node, gRPC (h2)");
+  ratio(grpcHitCase, "baseline: bare connect-node, gRPC (h2)");
   const vsFastify = (r: Row) => sideBySides.get(r.case)!.ratio;
   const rpcVsFastify = rows
     .filter((r) => /^[45]\w*\./.test(r.case))
@@ -398,10 +406,7 @@ async function sharedCase(numIid: string): Promise<{ replicas: LoadResult[]; pos
     await new Promise((r) => setTimeout(r, 500));
     const calls = results.reduce((n, r) => n + r.requests.total, 0);
     return {
-      replicas: results.map((r, i) => ({
-        requests: r.requests.total, errors: r.errors + r.timeouts + r.non2xx, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, max: r.latency.max,
-        cpuUs: (cpuAfter[i]! - cpuBefore[i]!) / Math.max(1, r.requests.total),
-      })),
+      replicas: results.map((r, i) => ({ ...loadResult(r), cpuUs: (cpuAfter[i]! - cpuBefore[i]!) / Math.max(1, r.requests.total) })),
       // PostgreSQL's CPU for the two replicas' calls together (every postgres process on this machine), per call.
       postgresCpuUs: postgresBefore === undefined || postgresAfter === undefined ? undefined : (postgresAfter - postgresBefore) / Math.max(1, calls),
     };
