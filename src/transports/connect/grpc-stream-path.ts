@@ -7,6 +7,7 @@ import type { Gateway } from "../../core/gateway.ts";
 import type { Operation } from "../../core/operation.ts";
 import type { ClientAddress } from "../server/client-address.ts";
 import type { Http2StreamClaim } from "../server/one-port-server.ts";
+import { accessLog, type AccessLog } from "../server/access-log.ts";
 import { headerReader, type CallSource } from "./catalogue-services.ts";
 import { acceptCompression, compressMinBytes, fastAnswer, headerValue, joined, once, readBody, type FastAnswer, type FastResult } from "./unary-fast-path.ts";
 
@@ -48,7 +49,8 @@ export interface GrpcStreamPathOptions {
  * trailers, and the same two access log lines with the same request id.
  * test/rpc-fast-path.test.ts compares the two over a matrix of requests.
  */
-export function grpcStreamPath(options: GrpcStreamPathOptions): Http2StreamClaim {
+export function grpcStreamPath(settings: GrpcStreamPathOptions): Http2StreamClaim {
+  const options = { ...settings, accessLog: accessLog(settings.log) };
   const routes = new Map<string, { readonly fast: FastAnswer; readonly handler: UniversalHandler }>();
   for (const { operation, handler } of options.routes) {
     routes.set(`/${operation.service.typeName}/${operation.method.name}`, { fast: fastAnswer(options.gateway, operation, { readMaxBytes: options.readMaxBytes, log: options.log }), handler });
@@ -68,23 +70,13 @@ export function grpcStreamPath(options: GrpcStreamPathOptions): Http2StreamClaim
   };
 }
 
-/** Whether the logger writes info lines (Fastify's no-op logger, with logging off, cannot say, and writes nothing). */
-function infoEnabled(log: FastifyBaseLogger): boolean {
-  const pinoLike = log as FastifyBaseLogger & { isLevelEnabled?: (level: string) => boolean };
-  return typeof pinoLike.isLevelEnabled === "function" && pinoLike.isLevelEnabled("info");
-}
-
-async function serve(options: GrpcStreamPathOptions, route: { readonly fast: FastAnswer; readonly handler: UniversalHandler }, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, path: string): Promise<void> {
+async function serve(options: GrpcStreamPathOptions & { readonly accessLog: AccessLog }, route: { readonly fast: FastAnswer; readonly handler: UniversalHandler }, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, path: string): Promise<void> {
   // A reset or a broken connection ends the stream; the answer then has nowhere to go, and no listener would crash the process.
   stream.on("error", () => {});
-  const started = performance.now();
   const requestId = options.gateway.newRequestId();
   const clientIp = options.clientAddress(stream.session?.socket?.remoteAddress ?? "", headers);
-  const log = infoEnabled(options.log) ? options.log.child({ requestId }) : undefined;
-  if (log !== undefined) {
-    log.info({ req: { method: "POST", url: path, clientIp } }, "incoming request");
-    stream.once("close", () => log.info({ res: { statusCode: stream.sentHeaders?.[":status"] ?? 200 }, responseTime: performance.now() - started }, "request completed"));
-  }
+  const completed = options.accessLog(requestId, "POST", path, clientIp);
+  if (completed !== undefined) stream.once("close", () => completed(Number(stream.sentHeaders?.[":status"] ?? 200)));
   const procedure = `${headers[":scheme"] ?? "http"}://${headers[":authority"] ?? headers.host ?? ""}${path}`;
   const decline = async (body: AsyncIterable<Uint8Array>) => {
     const abort = new AbortController();
