@@ -389,5 +389,6 @@ export function appOptions(
     metrics: { telemetry: runtime.metrics, token: config.metricsToken },
     console: config.console === "on" || (config.console === "auto" && extra.demo === true),
     rpcFastPath: config.rpcFastPath === "on",
+    legacyFastPath: config.legacyFastPath === "on",
   };
 }

@@ -70,7 +70,7 @@ function decoded(output: DescMessage, res: { status: number; headers: Headers; b
 }
 
 /** A POST with exactly these headers (fetch would add Accept-Encoding and undo the encoding). */
-function raw(port: number, path: string, headers: Record<string, string>, body: Uint8Array | string): Promise<{ status: number; headers: Headers; body: Buffer }> {
+function raw(port: number, path: string, headers: Record<string, string>, body: Uint8Array | string): Promise<{ status: number; headers: Headers; body: Buffer; order: string[] }> {
   return new Promise((resolve, reject) => {
     const req = http.request({ host: "127.0.0.1", port, path, method: "POST", headers }, (res) => {
       const chunks: Buffer[] = [];
@@ -78,7 +78,13 @@ function raw(port: number, path: string, headers: Record<string, string>, body: 
       res.on("end", () => {
         const h = new Headers();
         for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) h.set(k, Array.isArray(v) ? v.join(", ") : v);
-        resolve({ status: res.statusCode!, headers: h, body: Buffer.concat(chunks) });
+        // Every header in the order it came, the date and the length aside (the per-call fields' lengths vary).
+        const order: string[] = [];
+        for (let i = 0; i < res.rawHeaders.length; i += 2) {
+          const name = res.rawHeaders[i]!;
+          if (name !== "Date") order.push(name.toLowerCase() === "content-length" ? name : `${name}: ${res.rawHeaders[i + 1]}`);
+        }
+        resolve({ status: res.statusCode!, headers: h, body: Buffer.concat(chunks), order });
       });
       res.on("error", reject);
     });
@@ -123,6 +129,8 @@ describe.each(operations.map((op) => [op.id, op] as const))("%s", (id, op) => {
     { name: "wrong secret (4005)", contentType: "application/json", body: () => JSON.stringify(args), auth: "wrong-secret" },
     { name: "no key (4014)", contentType: "application/proto", body: () => proto(args), auth: "none" },
     { name: "text/plain (415)", contentType: "text/plain", body: () => JSON.stringify(args) },
+    { name: "from a browser (Origin: the fast path inside Fastify)", contentType: "application/json", headers: { origin: "https://app.example" }, body: () => JSON.stringify(args) },
+    { name: "from a browser, binary", contentType: "application/proto", headers: { origin: "https://app.example", "accept-encoding": "gzip" }, body: () => proto(args) },
   ];
 
   it.each(cases.map((c) => [c.name, c] as const))("%s", async (_name, c) => {
@@ -139,6 +147,7 @@ describe.each(operations.map((op) => [op.id, op] as const))("%s", (id, op) => {
     for (const h of ["content-type", "content-encoding", "connect-content-encoding", "accept-encoding", "connect-accept-encoding", "vary", "access-control-allow-origin", "access-control-expose-headers"]) {
       expect(a.headers.get(h), h).toBe(b.headers.get(h));
     }
+    expect(a.order).toEqual(b.order);
     expect(decoded(op.method.output, a)).toEqual(decoded(op.method.output, b));
   });
 });
@@ -356,6 +365,64 @@ describe("the gRPC fast path, beside Fastify's", () => {
     await fastApp.runtime.meter.flush();
     const rows = (await fastApp.runtime.meter.query({ account: fastApp.account.key, rows: 1000 })).rows;
     expect(rows.find((r) => r.requestId === requestId)).toMatchObject({ transport: "grpc" });
+  });
+
+  const connectCall = (gw: GatewayFixture, headers: Record<string, string> = {}) =>
+    raw(gw.port, path, { "content-type": "application/proto", "x-api-key": gw.account.key, "x-api-secret": gw.account.secret, ...headers }, toBinary(op.method.input, create(op.method.input, { numIid: demo.retailNumIid } as never)));
+
+  it("serves Connect unary calls without Origin before Fastify, and the rest through it", async () => {
+    let handled = 0;
+    const count = () => handled++;
+    diagnostics.subscribe("tracing:fastify.request.handler:start", count);
+    try {
+      const handlers = async (gw: GatewayFixture, headers: Record<string, string> = {}) => {
+        const before = handled;
+        const res = await connectCall(gw, headers);
+        expect(res.status).toBe(200);
+        return handled - before;
+      };
+      expect(await handlers(fastApp)).toBe(0);
+      expect(await handlers(slowApp)).toBe(1);
+      expect(await handlers(fastApp, { origin: "https://app.example" })).toBe(1);
+      expect(await handlers(fastApp, { "connect-timeout-ms": "5000" })).toBe(1);
+    } finally {
+      diagnostics.unsubscribe("tracing:fastify.request.handler:start", count);
+    }
+  });
+
+  it("writes the same Connect answers and access lines, with the forwarded address and the CORS headers of a list of origins", async () => {
+    const steady = (line: string) => {
+      const { time: _t, pid: _p, hostname: _h, requestId, responseTime, ...rest } = JSON.parse(line) as Record<string, unknown>;
+      return { ...rest, requestId: typeof requestId, responseTime: typeof responseTime };
+    };
+    const forwarded = { "x-forwarded-for": "203.0.113.9", "accept-encoding": "gzip" };
+    const lines = async (gw: GatewayFixture, out: string[]) => {
+      out.length = 0;
+      const res = await connectCall(gw, forwarded);
+      await expect.poll(() => out.filter((l) => l.includes('"request completed"')).length).toBe(1);
+      return { res, lines: out.filter((l) => l.includes('"incoming request"') || l.includes('"request completed"')) };
+    };
+    const a = await lines(fastApp, fastLines);
+    const b = await lines(slowApp, slowLines);
+    expect(a.res.order).toEqual(b.res.order);
+    expect(a.res.headers.get("vary")).toBe("Origin");
+    expect(decoded(op.method.output, a.res)).toEqual(decoded(op.method.output, b.res));
+    expect(a.lines.map(steady)).toEqual(b.lines.map(steady));
+    expect(a.lines.map(steady)[0]).toMatchObject({ req: { method: "POST", url: path, remoteAddress: "203.0.113.9" }, msg: "incoming request" });
+    const requestId = (JSON.parse(a.lines[0]!) as { requestId: string }).requestId;
+    await fastApp.runtime.meter.flush();
+    const rows = (await fastApp.runtime.meter.query({ account: fastApp.account.key, rows: 1000 })).rows;
+    expect(rows.find((r) => r.requestId === requestId)).toMatchObject({ transport: "connect" });
+  });
+
+  it("a Connect caller that hangs up before its body ends costs nothing and breaks nothing", async () => {
+    const socket = (await import("node:net")).connect(fast.port, "127.0.0.1");
+    await new Promise((resolve) => socket.once("connect", resolve));
+    socket.write(`POST ${path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/proto\r\ncontent-length: 100\r\nx-api-key: ${fast.account.key}\r\n\r\nab`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    socket.destroy();
+    const res = await connectCall(fast);
+    expect(res.status).toBe(200);
   });
 
   it("a stream the caller resets before its body ends costs nothing and breaks nothing", async () => {

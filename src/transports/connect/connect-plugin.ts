@@ -1,5 +1,4 @@
-import { Code, ConnectError, createConnectRouter, createContextValues, type ContextValues } from "@connectrpc/connect";
-import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
+import { createConnectRouter, createContextValues, type ContextValues } from "@connectrpc/connect";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import type { FastifyInstance, FastifyRequest } from "fastify";
@@ -16,10 +15,10 @@ import { healthRoutes } from "./health-service.ts";
 import { DescriptorIndex, reflectionRoutes, reflectionServices } from "./reflection-service.ts";
 import { logInternalErrors } from "./internal-errors.ts";
 import { undecodableIsInvalidArgument } from "./undecodable-request.ts";
-import { acceptCompression, unaryFastPath } from "./unary-fast-path.ts";
+import { acceptCompression, answerWithConnectNode, connectRequestPath, unaryFastPath } from "./unary-fast-path.ts";
 import { grpcStreamPath } from "./grpc-stream-path.ts";
 import type { ClientAddress } from "../server/client-address.ts";
-import type { Http2StreamClaim } from "../server/one-port-server.ts";
+import type { RequestClaims } from "../server/one-port-server.ts";
 
 export interface ConnectOptions {
   readonly gateway: Gateway;
@@ -46,10 +45,11 @@ export interface ConnectOptions {
  * the AdminService, gRPC health and server reflection (v1 and v1alpha), every
  * handler wrapped so an undecodable request is `invalid_argument`, internal
  * errors logged once, and each call told the caller's address and the
- * request id. Returns the gRPC fast path, for the server to give its
- * HTTP/2 streams to, unless the fast path is off.
+ * request id. Returns the fast paths before Fastify, for the server to give
+ * its HTTP/2 streams (gRPC) and HTTP/1.1 requests (Connect) to, unless the
+ * fast path is off.
  */
-export async function registerConnect(app: FastifyInstance, options: ConnectOptions): Promise<Http2StreamClaim | undefined> {
+export async function registerConnect(app: FastifyInstance, options: ConnectOptions): Promise<RequestClaims> {
   const logInternal = logInternalErrors(app.log);
   const context = (clientIp: string, requestId: string) => createContextValues().set(clientIpKey, clientIp).set(requestIdKey, requestId);
   const contextValues = (req: FastifyRequest) => context(req.clientIp, req.id);
@@ -74,12 +74,13 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
     contextValues,
   });
   await app.register(async (scope) => catalogueConnectRoutes(scope, catalogue.handlers as UniversalHandler[], options, contextValues));
-  if (options.rpcFastPath === false) return undefined;
+  if (options.rpcFastPath === false) return {};
   const routes = (catalogue.handlers as UniversalHandler[]).flatMap((h) => {
     const operation = operations.find((op) => `/${op.service.typeName}/${op.method.name}` === h.requestPath);
     return operation === undefined ? [] : [{ operation, handler: undecodableIsInvalidArgument(h) }];
   });
-  return grpcStreamPath({ gateway: options.gateway, routes, readMaxBytes: options.readMaxBytes, log: app.log, clientAddress: options.clientAddress, answerHeaders: options.answerHeaders, contextValues: context });
+  const paths = { gateway: options.gateway, routes, readMaxBytes: options.readMaxBytes, log: app.log, clientAddress: options.clientAddress, answerHeaders: options.answerHeaders, contextValues: context };
+  return { http2Stream: grpcStreamPath(paths), http1Request: connectRequestPath(paths) };
 }
 
 /**
@@ -100,17 +101,8 @@ function catalogueConnectRoutes(scope: FastifyInstance, handlers: UniversalHandl
     scope.all(handler.requestPath, async (req, reply) => {
       const declined = fast === undefined ? {} : await fast(req, reply);
       if (declined === undefined) return reply; // answered
-      try {
-        const request = universalRequestFromNodeRequest(req.raw, reply.raw, undefined, contextValues(req));
-        const response = await universal(declined.body === undefined ? request : { ...request, body: declined.body });
-        // Headers Fastify holds (CORS) go out with connect-node's answer, as connect-fastify does it.
-        for (const [key, value] of Object.entries(reply.getHeaders())) if (value !== undefined) reply.raw.setHeader(key, value);
-        await universalResponseToNodeResponse(response, reply.raw);
-      } catch (e) {
-        if (ConnectError.from(e).code === Code.Aborted) return;
-        scope.log.error({ err: e, requestId: req.id }, `handler for rpc ${handler.method.name} of ${handler.service.typeName} failed`);
-        if (!reply.raw.headersSent) reply.raw.destroy();
-      }
+      // Headers Fastify holds (CORS) go out with connect-node's answer, as connect-fastify does it.
+      await answerWithConnectNode(universal, req.raw, reply.raw, { headers: reply.getHeaders(), contextValues: contextValues(req), body: declined.body, log: scope.log, requestId: req.id });
     });
   }
 }

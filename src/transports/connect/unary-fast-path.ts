@@ -1,10 +1,17 @@
 import { create, toBinary, toJsonString, type DescMessage, type Message } from "@bufbuild/protobuf";
-import type { ConnectError } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import { compressionNegotiate, createMethodSerializationLookup, type Compression } from "@connectrpc/connect/protocol";
 import { codeToHttpStatus, errorToJsonBytes } from "@connectrpc/connect/protocol-connect";
-import type { FastifyReply, FastifyRequest } from "fastify";
+import { Code, ConnectError, type ContextValues } from "@connectrpc/connect";
+import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
+import type { UniversalHandler } from "@connectrpc/connect/protocol";
+import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from "fastify";
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
 import type { Readable } from "node:stream";
+import type { TLSSocket } from "node:tls";
+import { accessLog } from "../server/access-log.ts";
+import type { ClientAddress } from "../server/client-address.ts";
+import type { Http1RequestClaim } from "../server/one-port-server.ts";
 import type { Gateway } from "../../core/gateway.ts";
 import { exactUtf8 } from "../../core/retained-size.ts";
 import type { Operation } from "../../core/operation.ts";
@@ -144,9 +151,8 @@ export function fastAnswer(gateway: Gateway, operation: Operation, options: { re
  * in `application/proto` or `application/json`, uncompressed, without a
  * timeout, in protocol version 1 or unnamed; and if so, whether binary.
  */
-function connectShape(req: FastifyRequest): { readonly binary: boolean } | undefined {
-  if (req.method !== "POST") return undefined;
-  const h = req.headers;
+function connectShape(method: string | undefined, h: IncomingHttpHeaders): { readonly binary: boolean } | undefined {
+  if (method !== "POST") return undefined;
   const contentType = h["content-type"];
   if (contentType !== "application/proto" && contentType !== "application/json") return undefined;
   if (h["content-encoding"] !== undefined || h["connect-timeout-ms"] !== undefined) return undefined;
@@ -156,15 +162,70 @@ function connectShape(req: FastifyRequest): { readonly binary: boolean } | undef
 
 export const headerValue = (v: string | string[] | undefined): string | null => (v === undefined ? null : Array.isArray(v) ? v.join(",") : v);
 
+/** A Connect unary answer as it leaves, whichever path serves the call. */
+interface ConnectAnswer {
+  readonly status: number;
+  /** After the app's own (CORS), in connect-node's order: its headers are a fetch `Headers`, which iterates by name. */
+  readonly headers: readonly (readonly [string, string])[];
+  readonly body: Buffer;
+}
+
+/** The message, or the error as JSON with its HTTP status, compressed as `Accept-Encoding` negotiates. */
+async function connectAnswer(result: FastResult, binary: boolean, acceptEncoding: string | string[] | undefined): Promise<ConnectAnswer> {
+  let bytes: Uint8Array;
+  let status = 200;
+  let contentType = binary ? "application/proto" : "application/json";
+  if ("parts" in result) bytes = joined(result.parts);
+  else {
+    bytes = errorToJsonBytes(result.error, undefined);
+    status = codeToHttpStatus(result.error.code);
+    contentType = "application/json";
+  }
+  const compression = compressionNegotiate(acceptCompression, null, headerValue(acceptEncoding), "accept-encoding").response;
+  const headers: [string, string][] = [];
+  if (compression !== null && bytes.byteLength >= compressMinBytes) {
+    bytes = await compression.compress(bytes);
+    headers.push(["content-encoding", compression.name]);
+  }
+  headers.push(["content-length", String(bytes.byteLength)], ["content-type", contentType]);
+  return { status, headers, body: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength) };
+}
+
+/** What a Connect unary call of an operation needs of its request, whichever path carries it. */
+interface ConnectRequest {
+  readonly raw: IncomingMessage;
+  readonly clientIp: string;
+  readonly requestId: string;
+  /** The URL connect-node names the call by (its log line of an internal error). */
+  readonly procedure: string;
+}
+
+/**
+ * One Connect unary call on the fast path: its answer, or undefined when the
+ * fast path declines it (the body, with the bytes read, for connect-node).
+ */
+async function fastConnectCall(fast: FastAnswer, readMaxBytes: number, binary: boolean, req: ConnectRequest): Promise<ConnectAnswer | Declined> {
+  const body = await readBody(req.raw, readMaxBytes);
+  if ("over" in body) return { body: body.over };
+  const input = fast.parse(body.bytes, binary);
+  if (input === undefined) return { body: once(body.bytes) };
+  const h = req.raw.headers;
+  const src: CallSource = { header: headerReader(h), clientIp: req.clientIp, requestId: req.requestId, signal: undefined, transport: "connect", binary };
+  return connectAnswer(await fast.call(input, src, req.procedure), binary, h["accept-encoding"]);
+}
+
 /**
  * The hottest shape of call over HTTP/1.1, served without connect-node's
  * per-call machinery (handler context, abort signals, async-iterable
  * pipelines, interceptors): a Connect unary POST, binary or JSON, as
  * `connectShape` says. gRPC over HTTP/2 has its own fast path before
- * Fastify (grpc-stream-path.ts). Every other request (gRPC-Web, GET,
- * compressed requests, timeouts, other content types, a body that does not
- * parse or is too large) is declined and goes to connect-node unchanged,
- * with the bytes already read.
+ * Fastify (grpc-stream-path.ts), and so has this shape when the request
+ * has no `Origin` (connectRequestPath, below); this is the one inside the
+ * Fastify route, for the rest (browsers, whose CORS headers Fastify's
+ * plugin decides). Every other request (gRPC-Web, GET, compressed
+ * requests, timeouts, other content types, a body that does not parse or
+ * is too large) is declined and goes to connect-node unchanged, with the
+ * bytes already read.
  *
  * What leaves is what connect-node would send, built with its own parts:
  * the method's serialization lookup (same parsers and serializers), its
@@ -181,42 +242,108 @@ export function unaryFastPath(
   const fast = fastAnswer(gateway, operation, options);
   const path = `/${operation.service.typeName}/${operation.method.name}`;
   return async (req, reply) => {
-    const shape = connectShape(req);
+    const shape = connectShape(req.method, req.headers);
     if (shape === undefined) return {};
-    const body = await readBody(req.raw, options.readMaxBytes);
-    if ("over" in body) return { body: body.over };
-    const input = fast.parse(body.bytes, shape.binary);
-    if (input === undefined) return { body: once(body.bytes) };
-    const h = req.headers;
-    const src: CallSource = {
-      header: headerReader(h),
-      clientIp: req.clientIp,
-      requestId: req.id,
-      signal: undefined,
-      transport: "connect",
-      binary: shape.binary,
-    };
-    await sendConnect(req, reply, await fast.call(input, src, `${req.protocol}://${req.host}${path}`), shape.binary);
+    const answer = await fastConnectCall(fast, options.readMaxBytes, shape.binary, { raw: req.raw, clientIp: req.clientIp, requestId: req.id, procedure: `${req.protocol}://${req.host}${path}` });
+    if (!("status" in answer)) return answer;
+    reply.code(answer.status);
+    for (const [name, value] of answer.headers) reply.header(name, value);
+    reply.send(answer.body);
     return undefined;
   };
 }
 
-/** A Connect unary answer: the message, or the error as JSON with its HTTP status, compressed as negotiated. */
-async function sendConnect(req: FastifyRequest, reply: FastifyReply, result: FastResult, binary: boolean): Promise<void> {
-  let bytes: Uint8Array;
-  if ("parts" in result) {
-    bytes = joined(result.parts);
-    reply.code(200).header("content-type", binary ? "application/proto" : "application/json");
-  } else {
-    bytes = errorToJsonBytes(result.error, undefined);
-    reply.code(codeToHttpStatus(result.error.code)).header("content-type", "application/json");
+/**
+ * connect-node's answer to a call, written to Node's response as
+ * connect-fastify writes it, with `headers` (the app's: CORS) first. An
+ * abort ends quietly; any other failure is logged and the connection cut
+ * if nothing was sent yet.
+ */
+export async function answerWithConnectNode(
+  handler: UniversalHandler,
+  req: IncomingMessage,
+  res: ServerResponse,
+  options: { readonly headers: Readonly<Record<string, unknown>>; readonly contextValues: ContextValues; readonly body?: AsyncIterable<Uint8Array> | undefined; readonly log: FastifyBaseLogger; readonly requestId: string },
+): Promise<void> {
+  try {
+    const request = universalRequestFromNodeRequest(req, res, undefined, options.contextValues);
+    const response = await handler(options.body === undefined ? request : { ...request, body: options.body });
+    for (const [key, value] of Object.entries(options.headers)) if (value !== undefined) res.setHeader(key, value as string);
+    await universalResponseToNodeResponse(response, res);
+  } catch (e) {
+    if (ConnectError.from(e).code === Code.Aborted) return;
+    options.log.error({ err: e, requestId: options.requestId }, `handler for rpc ${handler.method.name} of ${handler.service.typeName} failed`);
+    if (!res.headersSent) res.destroy();
   }
-  const compression = compressionNegotiate(acceptCompression, null, headerValue(req.headers["accept-encoding"]), "accept-encoding").response;
-  if (compression !== null && bytes.byteLength >= compressMinBytes) {
-    bytes = await compression.compress(bytes);
-    reply.header("content-encoding", compression.name);
+}
+
+export interface ConnectRequestPathOptions {
+  readonly gateway: Gateway;
+  /** Each catalogue operation with connect-node's handler of its method, which answers what the fast path declines. */
+  readonly routes: readonly { readonly operation: Operation; readonly handler: UniversalHandler }[];
+  /** Largest request message, in bytes. */
+  readonly readMaxBytes: number;
+  /** The app's logger: access lines as Fastify writes them, internal errors as the interceptor does. */
+  readonly log: FastifyBaseLogger;
+  /** The caller's address from the peer's and the request's headers, as Fastify's requests have it. */
+  readonly clientAddress: ClientAddress;
+  /** Headers every answer to a request without `Origin` carries on Fastify's path (CORS). */
+  readonly answerHeaders: Readonly<Record<string, string>>;
+  /** The handler context values connect-node's path gives a call. */
+  readonly contextValues: (clientIp: string, requestId: string) => ContextValues;
+}
+
+/**
+ * The Connect unary fast path on Node's HTTP/1.1 request, before Fastify:
+ * the shape `connectShape` names, on an operation's path (no query), from a
+ * caller that sends no `Origin` (services, not browsers: the CORS headers
+ * are then fixed, `answerHeaders`). For such a call Fastify's routing,
+ * hooks, content-type parsing and reply add nothing but cost (about a
+ * third of a cached call's CPU, measured). A body that does not parse, or
+ * is too large, goes with its bytes to connect-node's handler, as the
+ * Fastify route hands it. Everything else is left to Fastify.
+ *
+ * What the caller sees is what the Fastify route sends: the same answer
+ * (`fastConnectCall`), the app's headers then the answer's in the same
+ * order, the same request id and the same two access lines.
+ * test/rpc-fast-path.test.ts compares the two over a matrix of requests.
+ */
+export function connectRequestPath(options: ConnectRequestPathOptions): Http1RequestClaim {
+  const routes = new Map<string, { readonly fast: FastAnswer; readonly handler: UniversalHandler }>();
+  for (const { operation, handler } of options.routes) {
+    routes.set(`/${operation.service.typeName}/${operation.method.name}`, { fast: fastAnswer(options.gateway, operation, { readMaxBytes: options.readMaxBytes, log: options.log }), handler });
   }
-  reply.send(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+  const log = accessLog(options.log);
+  const serve = async (route: { readonly fast: FastAnswer; readonly handler: UniversalHandler }, binary: boolean, req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const url = req.url!;
+    const requestId = options.gateway.newRequestId();
+    const clientIp = options.clientAddress(req.socket.remoteAddress ?? "", req.headers);
+    const completed = log(requestId, "POST", url, clientIp);
+    if (completed !== undefined) res.once("finish", () => completed(res.statusCode));
+    const procedure = `${(req.socket as TLSSocket).encrypted ? "https" : "http"}://${req.headers.host ?? ""}${url}`;
+    const answer = await fastConnectCall(route.fast, options.readMaxBytes, binary, { raw: req, clientIp, requestId, procedure });
+    if (!("status" in answer)) {
+      await answerWithConnectNode(route.handler, req, res, { headers: options.answerHeaders, contextValues: options.contextValues(clientIp, requestId), body: answer.body, log: options.log, requestId });
+      return;
+    }
+    const headers: Record<string, string> = { ...options.answerHeaders };
+    for (const [name, value] of answer.headers) headers[name] = value;
+    res.writeHead(answer.status, headers);
+    res.end(answer.body);
+  };
+  return (req, res) => {
+    const route = routes.get(req.url ?? "");
+    if (route === undefined || req.headers.origin !== undefined) return false;
+    const shape = connectShape(req.method, req.headers);
+    if (shape === undefined) return false;
+    serve(route, shape.binary, req, res).catch((e: unknown) => {
+      // A caller that went away while its body was read has nothing to be answered.
+      if (req.socket.destroyed) return;
+      options.log.error({ err: e }, "a Connect call on the fast path failed");
+      if (!res.headersSent) res.destroy();
+    });
+    return true;
+  };
 }
 
 export type { DescMessage };

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { unspecifiedApiNames } from "../../contract/operations.ts";
 import type { Operation } from "../../core/operation.ts";
 import { operations } from "../../operations/index.ts";
-import type { Gateway, Outcome } from "../../core/gateway.ts";
+import type { CallInput, Gateway, Outcome } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { isLegacyFormat, legacyFormats, renderLegacy, type LegacyFormatName } from "../../render/legacy-formats.ts";
 import { legacyResponse } from "../../render/legacy-response.ts";
@@ -29,20 +29,76 @@ function formatOf(params: LegacyParams): { format: LegacyFormatName; rejection?:
   return { format: "json", rejection: `result_type must be one of ${formatList}` };
 }
 
+/** A legacy answer as it leaves: its content type, its encoding and its body. */
+export interface LegacyAnswer {
+  readonly contentType: string;
+  /** `br`, `gzip` or `deflate` when the body is compressed. */
+  readonly encoding: string | undefined;
+  readonly body: string | Buffer;
+}
+
 /**
- * Renders an outcome in a legacy format, compressed as `Accept-Encoding`
- * asks (br, gzip or deflate). Business errors travel as HTTP 200: legacy
- * clients decide on error_code.
+ * An outcome rendered in a legacy format, compressed as `Accept-Encoding`
+ * asks (br, gzip or deflate); a HEAD answer has no body to compress (its
+ * headers are the uncompressed body's). The one rendering of a legacy
+ * answer, whichever path serves the request.
  */
-export function sendLegacy(reply: FastifyReply, outcome: Outcome, format: LegacyFormatName): FastifyReply {
+export function legacyAnswer(outcome: Outcome, format: LegacyFormatName, method: string, acceptEncoding: string | undefined): LegacyAnswer {
   const { contentType } = legacyFormats[format];
   const body = renderLegacy(format, legacyResponse(outcome));
+  const encoding = method === "HEAD" ? undefined : negotiateEncoding(acceptEncoding);
+  if (encoding === undefined) return { contentType, encoding, body };
+  return { contentType, encoding, body: compress(encoding, body) };
+}
+
+/**
+ * Renders an outcome in a legacy format, compressed as `Accept-Encoding`
+ * asks. Business errors travel as HTTP 200: legacy clients decide on
+ * error_code.
+ */
+export function sendLegacy(reply: FastifyReply, outcome: Outcome, format: LegacyFormatName): FastifyReply {
+  const answer = legacyAnswer(outcome, format, reply.request.method, reply.request.headers["accept-encoding"]);
   // Vary on every answer, compressed or not, so no cache serves a compressed body to a client that did not ask for one.
-  reply.code(200).header("content-type", contentType).header("vary", "accept-encoding");
-  // A HEAD answer has no body to compress (its headers are the uncompressed body's).
-  const encoding = reply.request.method === "HEAD" ? undefined : negotiateEncoding(reply.request.headers["accept-encoding"]);
-  if (encoding === undefined) return reply.send(body);
-  return reply.header("content-encoding", encoding).send(compress(encoding, body));
+  reply.code(200).header("content-type", answer.contentType).header("vary", "accept-encoding");
+  if (answer.encoding !== undefined) reply.header("content-encoding", answer.encoding);
+  return reply.send(answer.body);
+}
+
+/** What a legacy request says besides its parameters. */
+export interface LegacyRequest {
+  readonly method: string;
+  readonly authorization: string | undefined;
+  readonly clientIp: string;
+  readonly requestId: string;
+}
+
+/**
+ * A legacy request as one call of the core: its operation's arguments, the
+ * common options and the credentials read from the parameters (query
+ * string, and body for POST), and the result_type it asked for.
+ */
+export function legacyCall(operation: Operation, params: LegacyParams, req: LegacyRequest): { readonly input: CallInput; readonly format: LegacyFormatName } {
+  const { format, rejection } = formatOf(params);
+  const args: Record<string, string | undefined> = {};
+  for (const arg of operation.args) args[arg.name] = params.get(arg.name);
+  const input: CallInput = {
+    args,
+    cache: params.get("cache"),
+    lang: params.get("lang"),
+    credentials: readCredentials({
+      field: (name) => params.get(credentialFields[name].param),
+      authorization: req.authorization,
+      method: req.method === "HEAD" ? "GET" : req.method,
+      path: operation.path,
+      params: () => params.all(),
+    }),
+    transport: "legacy",
+    clientIp: req.clientIp,
+    requestId: req.requestId,
+    malformed: params.problem,
+    rejection,
+  };
+  return { input, format };
 }
 
 /**
@@ -94,28 +150,13 @@ export function installLegacyShim(root: FastifyInstance, gateway: Gateway): void
     app.addContentTypeParser("application/x-www-form-urlencoded", { parseAs: "string" }, (_req, body, done) => done(null, body));
 
     const handle = (operation: Operation) => async (req: FastifyRequest, reply: FastifyReply) => {
-      const params = legacyParams(req.url, req.body);
-      const { format, rejection } = formatOf(params);
-      const args: Record<string, string | undefined> = {};
-      for (const arg of operation.args) args[arg.name] = params.get(arg.name);
-      const outcome = await gateway.call(operation, {
-        args,
-        cache: params.get("cache"),
-        lang: params.get("lang"),
-        credentials: readCredentials({
-          field: (name) => params.get(credentialFields[name].param),
-          authorization: req.headers.authorization,
-          method: req.method === "HEAD" ? "GET" : req.method,
-          path: operation.path,
-          params: () => params.all(),
-        }),
-        transport: "legacy",
+      const { input, format } = legacyCall(operation, legacyParams(req.url, req.body), {
+        method: req.method,
+        authorization: req.headers.authorization,
         clientIp: req.clientIp,
         requestId: req.id,
-        malformed: params.problem,
-        rejection,
       });
-      return sendLegacy(reply, outcome, format);
+      return sendLegacy(reply, await gateway.call(operation, input), format);
     };
     for (const operation of operations) {
       app.get(operation.path, handle(operation));

@@ -8,7 +8,8 @@ import { registerConnect } from "../connect/connect-plugin.ts";
 import { credentialHeaders } from "../credentials.ts";
 import { installLegacyShim, legacyBodyTypes, refuseLegacy, unroutablePath } from "../legacy/legacy-shim.ts";
 import { clientErrorHandler } from "./client-errors.ts";
-import { createOnePortServer, createTlsServer, type Http2StreamClaim, type OnePortServerOptions } from "./one-port-server.ts";
+import { createOnePortServer, createTlsServer, type Http1RequestClaim, type OnePortServerOptions, type RequestClaims } from "./one-port-server.ts";
+import { legacyFastPath } from "../legacy/legacy-fast-path.ts";
 import { MemoryAddressLockout, type AddressLockout } from "../../core/address-lockout.ts";
 import { createLogger, type Logger } from "./logger.ts";
 import { Readiness } from "../../core/health.ts";
@@ -50,6 +51,8 @@ export interface AppOptions {
   readonly console?: boolean;
   /** The Connect and gRPC unary fast path of the catalogue services (default on; the differential test turns it off to compare). */
   readonly rpcFastPath?: boolean;
+  /** The legacy GET fast path before Fastify (legacy-fast-path.ts; default on; the differential test turns it off to compare). */
+  readonly legacyFastPath?: boolean;
 }
 
 /** What the app does when its options leave a setting out: the one place these defaults live. */
@@ -109,12 +112,16 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const maxBodyBytes = options.maxBodyBytes ?? defaultAppSettings.maxBodyBytes;
   const tls = options.tls;
   const limits = { ...defaultAppSettings.limits, ...options.limits };
-  // The gRPC fast path takes its streams before Fastify (grpc-stream-path.ts); it exists once the routes do.
-  let grpcStreams: Http2StreamClaim | undefined;
-  const claim: Http2StreamClaim = (stream, headers) => grpcStreams?.(stream, headers) ?? false;
+  // The fast paths take their requests before Fastify (grpc-stream-path.ts, legacy-fast-path.ts); they exist once the routes do.
+  let rpcRequests: RequestClaims = {};
+  let legacyRequests: Http1RequestClaim | undefined;
+  const claims: RequestClaims = {
+    http2Stream: (stream, headers) => rpcRequests.http2Stream?.(stream, headers) ?? false,
+    http1Request: (req, res) => (legacyRequests?.(req, res) || rpcRequests.http1Request?.(req, res)) ?? false,
+  };
   const serverFactory: FastifyServerOptions["serverFactory"] = tls
-    ? (handler) => createTlsServer(handler, limits, tls, claim) as never
-    : (handler) => createOnePortServer(handler, limits, claim) as never;
+    ? (handler) => createTlsServer(handler, limits, tls, claims) as never
+    : (handler) => createOnePortServer(handler, limits, claims) as never;
   const app = Fastify({
     serverFactory,
     routerOptions: { ignoreTrailingSlash: true },
@@ -178,7 +185,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // A plain OPTIONS (no Origin) is answered too, with its Allow header.
     strictPreflight: false,
   });
-  grpcStreams = await registerConnect(app, {
+  const answerHeaders = corsHeadersWithoutOrigin(cors.origin, cors.exposedHeaders);
+  rpcRequests = await registerConnect(app, {
     gateway,
     admin: options.admin,
     lockout: options.lockout ?? new MemoryAddressLockout(),
@@ -187,7 +195,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     telemetry: options.metrics?.telemetry,
     rpcFastPath: options.rpcFastPath,
     clientAddress,
-    answerHeaders: corsHeadersWithoutOrigin(cors.origin, cors.exposedHeaders),
+    answerHeaders,
   });
+  if (options.legacyFastPath !== false) legacyRequests = legacyFastPath(gateway, { clientAddress, answerHeaders, log: app.log });
   return app;
 }

@@ -8,6 +8,15 @@ const h2Preface = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
 /** Takes an HTTP/2 stream before Node's compatibility layer (and so Fastify) sees it; false leaves it to them. */
 export type Http2StreamClaim = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => boolean;
 
+/** Takes an HTTP/1.1 request before Fastify sees it (and answers it); false leaves it to Fastify. */
+export type Http1RequestClaim = (req: http.IncomingMessage, res: http.ServerResponse) => boolean;
+
+/** What may take requests before Fastify: HTTP/2 streams, HTTP/1.1 requests. */
+export interface RequestClaims {
+  readonly http2Stream?: Http2StreamClaim | undefined;
+  readonly http1Request?: Http1RequestClaim | undefined;
+}
+
 /** Fastify's request handler, which serves both HTTP/1.1 and HTTP/2 compatibility objects. */
 export type Handler = (req: http.IncomingMessage, res: http.ServerResponse) => void;
 
@@ -58,10 +67,10 @@ function firstRequestArrived(socket: PendingSocket): void {
  * The returned object is the HTTP/1.1 server, which owns the listening socket,
  * so Fastify's lifecycle (listen, close, idle-connection cleanup) applies to
  * it; `closeHttp2Sessions` lets Fastify drain the HTTP/2 side on close.
- * `claim` may take HTTP/2 streams before Fastify sees them.
+ * `claims` may take HTTP/2 streams and HTTP/1.1 requests before Fastify sees them.
  */
-export function createOnePortServer(handler: Handler, options: OnePortServerOptions, claim?: Http2StreamClaim): http.Server {
-  const h1 = http.createServer({ maxHeaderSize: options.maxHeaderBytes }, handler);
+export function createOnePortServer(handler: Handler, options: OnePortServerOptions, claims: RequestClaims = {}): http.Server {
+  const h1 = http.createServer({ maxHeaderSize: options.maxHeaderBytes }, http1Handler(handler, claims.http1Request));
   h1.keepAliveTimeout = options.keepAliveTimeoutMs;
   h1.requestTimeout = options.requestTimeoutMs;
   h1.headersTimeout = Math.min(options.requestTimeoutMs, 60_000);
@@ -70,7 +79,7 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   // does; by default Node would drop the request if the answer is not ready yet.
   (h1 as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
   const h2 = http2.createServer({ maxSessionMemory: 10, settings: { maxHeaderListSize: options.maxHeaderBytes } }, handler as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
-  if (claim !== undefined) claimHttp2Streams(h2, claim);
+  if (claims.http2Stream !== undefined) claimHttp2Streams(h2, claims.http2Stream);
   const sessions = trackHttp2Sessions(h2, options);
 
   const h1Listeners = h1.listeners("connection") as ((socket: Socket) => void)[];
@@ -152,10 +161,15 @@ function trackHttp2Sessions(server: http2.Http2Server | http2.Http2SecureServer,
  * within the first-request timeout; HTTP/1.1 requests have the request,
  * header and keep-alive timeouts and the header size limit; HTTP/2
  * sessions the header list limit and the idle-session timeout; and the
- * connection cap counts both. `claim` may take HTTP/2 streams before
+ * connection cap counts both. `claims` may take HTTP/2 streams and HTTP/1.1 requests before
  * Fastify sees them.
  */
-export function createTlsServer(handler: Handler, options: OnePortServerOptions, tls: { readonly cert: string | Buffer; readonly key: string | Buffer }, claim?: Http2StreamClaim): http2.Http2SecureServer {
+export function createTlsServer(
+  handler: Handler,
+  options: OnePortServerOptions,
+  tls: { readonly cert: string | Buffer; readonly key: string | Buffer },
+  claims: RequestClaims = {},
+): http2.Http2SecureServer {
   const server = http2.createSecureServer(
     {
       allowHTTP1: true,
@@ -165,7 +179,7 @@ export function createTlsServer(handler: Handler, options: OnePortServerOptions,
       maxSessionMemory: 10,
       settings: { maxHeaderListSize: options.maxHeaderBytes },
     },
-    handler as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
+    http1Handler(handler, claims.http1Request) as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
   );
   // Node's HTTP/1.1 handling of an ALPN `http/1.1` connection reads these from the server.
   Object.assign(server, {
@@ -175,7 +189,7 @@ export function createTlsServer(handler: Handler, options: OnePortServerOptions,
     maxHeaderSize: options.maxHeaderBytes,
   });
   server.maxConnections = options.maxConnections;
-  if (claim !== undefined) claimHttp2Streams(server, claim);
+  if (claims.http2Stream !== undefined) claimHttp2Streams(server, claims.http2Stream);
   const sessions = trackHttp2Sessions(server, options);
   server.on("secureConnection", (socket: PendingSocket) => {
     awaitFirstRequest(socket, options.firstRequestTimeoutMs);
@@ -187,6 +201,15 @@ export function createTlsServer(handler: Handler, options: OnePortServerOptions,
   });
   Object.assign(server, { closeHttp2Sessions: () => sessions.closeAll() });
   return server;
+}
+
+/** The handler, with `claim` first for each HTTP/1.1 request (the TLS server hands its HTTP/2 compatibility requests here too). */
+function http1Handler(handler: Handler, claim: Http1RequestClaim | undefined): Handler {
+  if (claim === undefined) return handler;
+  return (req, res) => {
+    if (req.httpVersionMajor === 1 && claim(req, res)) return;
+    handler(req, res);
+  };
 }
 
 /**
