@@ -4,13 +4,13 @@
 // path and one without, get the same matrix of requests, and the status,
 // every header in order (Date aside) and the body (its per-call fields
 // aside) must match, and so must the access log lines.
-import diagnostics from "node:diagnostics_channel";
 import http from "node:http";
 import { brotliDecompressSync, gunzipSync, inflateSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { formatDateTime } from "../src/core/clock.ts";
 import { legacySign, legacySigningKey } from "../src/core/legacy-signature.ts";
 import { operations } from "../src/operations/index.ts";
+import { fastifyHandlers } from "./support/fastify-handlers.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
 /** A GET with exactly these headers (fetch would add its own): status, raw headers in order, body as sent. */
@@ -63,19 +63,6 @@ function headBlock(res: { head: string[] }): string[] {
     out.push(name.toLowerCase() === "content-length" ? name : `${name}: ${res.head[i + 1]}`);
   }
   return out;
-}
-
-/** Fastify announces every route handler it runs on this channel (handle-request.js). */
-async function fastifyHandlers<T>(work: () => Promise<T>): Promise<{ result: T; handled: number }> {
-  let handled = 0;
-  const count = () => handled++;
-  diagnostics.subscribe("tracing:fastify.request.handler:start", count);
-  try {
-    const result = await work();
-    return { result, handled };
-  } finally {
-    diagnostics.unsubscribe("tracing:fastify.request.handler:start", count);
-  }
 }
 
 describe.each([

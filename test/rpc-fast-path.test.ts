@@ -5,7 +5,6 @@
 // status block aside: request id, times, memory, usage).
 import { create, fromBinary, toBinary, type DescMessage } from "@bufbuild/protobuf";
 import http from "node:http";
-import diagnostics from "node:diagnostics_channel";
 import http2 from "node:http2";
 import { brotliDecompressSync, gunzipSync, gzipSync } from "node:zlib";
 import { StatusSchema } from "../node_modules/@connectrpc/connect/dist/esm/protocol-grpc/gen/status_pb.js";
@@ -13,6 +12,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { operations } from "../src/operations/index.ts";
+import { fastifyHandlers } from "./support/fastify-handlers.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
 let fast: GatewayFixture;
@@ -277,6 +277,12 @@ describe("the fast path is the one answering", () => {
   });
 });
 
+/** An access line with what differs from call to call left out. */
+function steadyLine(line: string): Record<string, unknown> {
+  const { time: _t, pid: _p, hostname: _h, requestId, responseTime, ...rest } = JSON.parse(line) as Record<string, unknown>;
+  return { ...rest, requestId: typeof requestId, responseTime: typeof responseTime };
+}
+
 describe("the gRPC fast path, beside Fastify's", () => {
   // A second pair, with what the stream path must take from the app: CORS with a list of origins
   // (Vary, no Allow-Origin without Origin), a trusted proxy's forwarded address, the access log.
@@ -300,30 +306,21 @@ describe("the gRPC fast path, beside Fastify's", () => {
     grpcRaw(gw.port, path, { "content-type": "application/grpc", "x-api-key": gw.account.key, "x-api-secret": gw.account.secret, ...headers }, body);
 
   it("answers on the stream itself: no Fastify handler runs for a call it serves, one does for a call it declines", async () => {
-    // Fastify announces every handler it runs on this channel (handle-request.js).
-    let handled = 0;
-    const count = () => handled++;
-    diagnostics.subscribe("tracing:fastify.request.handler:start", count);
+    const handlers = async (gw: GatewayFixture, headers: Record<string, string> = {}) => {
+      const { result, handled } = await fastifyHandlers(() => call(gw, headers));
+      expect(result.trailers["grpc-status"]).toBe("0");
+      return handled;
+    };
+    expect(await handlers(fast)).toBe(0);
+    expect(await handlers(slow)).toBe(1);
+    expect(await handlers(fast, { "grpc-timeout": "5S" })).toBe(1);
+    expect(await handlers(fast, { origin: "https://app.example" })).toBe(1);
+    // An operator's switch: GATEWAY_RPC_FAST_PATH=off sends every call through Fastify and connect-node.
+    const off = await startGateway({ config: { rpcFastPath: "off" } });
     try {
-      const handlers = async (gw: GatewayFixture, headers: Record<string, string> = {}) => {
-        const before = handled;
-        const res = await call(gw, headers);
-        expect(res.trailers["grpc-status"]).toBe("0");
-        return handled - before;
-      };
-      expect(await handlers(fast)).toBe(0);
-      expect(await handlers(slow)).toBe(1);
-      expect(await handlers(fast, { "grpc-timeout": "5S" })).toBe(1);
-      expect(await handlers(fast, { origin: "https://app.example" })).toBe(1);
-      // An operator's switch: GATEWAY_RPC_FAST_PATH=off sends every call through Fastify and connect-node.
-      const off = await startGateway({ config: { rpcFastPath: "off" } });
-      try {
-        expect(await handlers(off)).toBe(1);
-      } finally {
-        await off.close();
-      }
+      expect(await handlers(off)).toBe(1);
     } finally {
-      diagnostics.unsubscribe("tracing:fastify.request.handler:start", count);
+      await off.close();
     }
   });
 
@@ -344,10 +341,6 @@ describe("the gRPC fast path, beside Fastify's", () => {
   });
 
   it("writes the same access lines, with the request id the ledger row has and the forwarded address", async () => {
-    const steady = (line: string) => {
-      const { time: _t, pid: _p, hostname: _h, requestId, responseTime, ...rest } = JSON.parse(line) as Record<string, unknown>;
-      return { ...rest, requestId: typeof requestId, responseTime: typeof responseTime };
-    };
     const forwarded = { "x-forwarded-for": "203.0.113.9" };
     const lines = async (gw: GatewayFixture, out: string[]) => {
       out.length = 0;
@@ -358,8 +351,8 @@ describe("the gRPC fast path, beside Fastify's", () => {
     };
     const a = await lines(fastApp, fastLines);
     const b = await lines(slowApp, slowLines);
-    expect(a.map(steady)).toEqual(b.map(steady));
-    expect(a.map(steady)[0]).toMatchObject({ req: { method: "POST", url: path, remoteAddress: "203.0.113.9" }, msg: "incoming request" });
+    expect(a.map(steadyLine)).toEqual(b.map(steadyLine));
+    expect(a.map(steadyLine)[0]).toMatchObject({ req: { method: "POST", url: path, remoteAddress: "203.0.113.9" }, msg: "incoming request" });
     const requestId = (JSON.parse(a[0]!) as { requestId: string }).requestId;
     expect((JSON.parse(a[1]!) as { requestId: string }).requestId).toBe(requestId);
     await fastApp.runtime.meter.flush();
@@ -371,30 +364,18 @@ describe("the gRPC fast path, beside Fastify's", () => {
     raw(gw.port, path, { "content-type": "application/proto", "x-api-key": gw.account.key, "x-api-secret": gw.account.secret, ...headers }, toBinary(op.method.input, create(op.method.input, { numIid: demo.retailNumIid } as never)));
 
   it("serves Connect unary calls without Origin before Fastify, and the rest through it", async () => {
-    let handled = 0;
-    const count = () => handled++;
-    diagnostics.subscribe("tracing:fastify.request.handler:start", count);
-    try {
-      const handlers = async (gw: GatewayFixture, headers: Record<string, string> = {}) => {
-        const before = handled;
-        const res = await connectCall(gw, headers);
-        expect(res.status).toBe(200);
-        return handled - before;
-      };
-      expect(await handlers(fastApp)).toBe(0);
-      expect(await handlers(slowApp)).toBe(1);
-      expect(await handlers(fastApp, { origin: "https://app.example" })).toBe(1);
-      expect(await handlers(fastApp, { "connect-timeout-ms": "5000" })).toBe(1);
-    } finally {
-      diagnostics.unsubscribe("tracing:fastify.request.handler:start", count);
-    }
+    const handlers = async (gw: GatewayFixture, headers: Record<string, string> = {}) => {
+      const { result, handled } = await fastifyHandlers(() => connectCall(gw, headers));
+      expect(result.status).toBe(200);
+      return handled;
+    };
+    expect(await handlers(fastApp)).toBe(0);
+    expect(await handlers(slowApp)).toBe(1);
+    expect(await handlers(fastApp, { origin: "https://app.example" })).toBe(1);
+    expect(await handlers(fastApp, { "connect-timeout-ms": "5000" })).toBe(1);
   });
 
   it("writes the same Connect answers and access lines, with the forwarded address and the CORS headers of a list of origins", async () => {
-    const steady = (line: string) => {
-      const { time: _t, pid: _p, hostname: _h, requestId, responseTime, ...rest } = JSON.parse(line) as Record<string, unknown>;
-      return { ...rest, requestId: typeof requestId, responseTime: typeof responseTime };
-    };
     const forwarded = { "x-forwarded-for": "203.0.113.9", "accept-encoding": "gzip" };
     const lines = async (gw: GatewayFixture, out: string[]) => {
       out.length = 0;
@@ -407,8 +388,8 @@ describe("the gRPC fast path, beside Fastify's", () => {
     expect(a.res.order).toEqual(b.res.order);
     expect(a.res.headers.get("vary")).toBe("Origin");
     expect(decoded(op.method.output, a.res)).toEqual(decoded(op.method.output, b.res));
-    expect(a.lines.map(steady)).toEqual(b.lines.map(steady));
-    expect(a.lines.map(steady)[0]).toMatchObject({ req: { method: "POST", url: path, remoteAddress: "203.0.113.9" }, msg: "incoming request" });
+    expect(a.lines.map(steadyLine)).toEqual(b.lines.map(steadyLine));
+    expect(a.lines.map(steadyLine)[0]).toMatchObject({ req: { method: "POST", url: path, remoteAddress: "203.0.113.9" }, msg: "incoming request" });
     const requestId = (JSON.parse(a.lines[0]!) as { requestId: string }).requestId;
     await fastApp.runtime.meter.flush();
     const rows = (await fastApp.runtime.meter.query({ account: fastApp.account.key, rows: 1000 })).rows;

@@ -1,31 +1,12 @@
-import type { ConnectError, ContextValues } from "@connectrpc/connect";
-import { compressionNegotiate, type UniversalHandler, type UniversalServerResponse } from "@connectrpc/connect/protocol";
+import type { ConnectError } from "@connectrpc/connect";
+import { compressionNegotiate, type UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
-import type { FastifyBaseLogger } from "fastify";
 import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerHttp2Stream } from "node:http2";
-import type { Gateway } from "../../core/gateway.ts";
-import type { Operation } from "../../core/operation.ts";
-import type { ClientAddress } from "../server/client-address.ts";
 import type { Http2StreamClaim } from "../server/one-port-server.ts";
 import { accessLog, type AccessLog } from "../server/access-log.ts";
 import { headerReader, type CallSource } from "./catalogue-services.ts";
-import { acceptCompression, compressMinBytes, fastAnswer, headerValue, joined, once, readBody, type FastAnswer, type FastResult } from "./unary-fast-path.ts";
+import { acceptCompression, compressMinBytes, fastRoutes, headerValue, joined, once, readBody, type FastPathOptions, type FastResult, type FastRoute } from "./unary-fast-path.ts";
 
-export interface GrpcStreamPathOptions {
-  readonly gateway: Gateway;
-  /** Each catalogue operation with connect-node's handler of its method, which answers what the fast path declines. */
-  readonly routes: readonly { readonly operation: Operation; readonly handler: UniversalHandler }[];
-  /** Largest request message, in bytes. */
-  readonly readMaxBytes: number;
-  /** The app's logger: access lines as Fastify writes them, internal errors as the interceptor does. */
-  readonly log: FastifyBaseLogger;
-  /** The caller's address from the peer's and the request's headers, as Fastify's requests have it. */
-  readonly clientAddress: ClientAddress;
-  /** Headers every answer to a request without `Origin` carries on Fastify's path (CORS). */
-  readonly answerHeaders: Readonly<Record<string, string>>;
-  /** The handler context values connect-node's path gives a call. */
-  readonly contextValues: (clientIp: string, requestId: string) => ContextValues;
-}
 
 /**
  * The gRPC fast path: a unary call of a catalogue operation over HTTP/2,
@@ -49,12 +30,9 @@ export interface GrpcStreamPathOptions {
  * trailers, and the same two access log lines with the same request id.
  * test/rpc-fast-path.test.ts compares the two over a matrix of requests.
  */
-export function grpcStreamPath(settings: GrpcStreamPathOptions): Http2StreamClaim {
+export function grpcStreamPath(settings: FastPathOptions): Http2StreamClaim {
   const options = { ...settings, accessLog: accessLog(settings.log) };
-  const routes = new Map<string, { readonly fast: FastAnswer; readonly handler: UniversalHandler }>();
-  for (const { operation, handler } of options.routes) {
-    routes.set(`/${operation.service.typeName}/${operation.method.name}`, { fast: fastAnswer(options.gateway, operation, { readMaxBytes: options.readMaxBytes, log: options.log }), handler });
-  }
+  const routes = fastRoutes(options);
   return (stream, headers) => {
     const path = headers[":path"];
     const route = path === undefined ? undefined : routes.get(path);
@@ -70,7 +48,7 @@ export function grpcStreamPath(settings: GrpcStreamPathOptions): Http2StreamClai
   };
 }
 
-async function serve(options: GrpcStreamPathOptions & { readonly accessLog: AccessLog }, route: { readonly fast: FastAnswer; readonly handler: UniversalHandler }, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, path: string): Promise<void> {
+async function serve(options: FastPathOptions & { readonly accessLog: AccessLog }, route: FastRoute, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, path: string): Promise<void> {
   // A reset or a broken connection ends the stream; the answer then has nowhere to go, and no listener would crash the process.
   stream.on("error", () => {});
   const requestId = options.gateway.newRequestId();

@@ -277,7 +277,8 @@ export async function answerWithConnectNode(
   }
 }
 
-export interface ConnectRequestPathOptions {
+/** What the fast paths before Fastify (Connect over HTTP/1.1 here, gRPC in grpc-stream-path.ts) take from the app. */
+export interface FastPathOptions {
   readonly gateway: Gateway;
   /** Each catalogue operation with connect-node's handler of its method, which answers what the fast path declines. */
   readonly routes: readonly { readonly operation: Operation; readonly handler: UniversalHandler }[];
@@ -291,6 +292,21 @@ export interface ConnectRequestPathOptions {
   readonly answerHeaders: Readonly<Record<string, string>>;
   /** The handler context values connect-node's path gives a call. */
   readonly contextValues: (clientIp: string, requestId: string) => ContextValues;
+}
+
+/** An operation's method as a fast path serves it: its fast answer, and connect-node's handler for what it declines. */
+export interface FastRoute {
+  readonly fast: FastAnswer;
+  readonly handler: UniversalHandler;
+}
+
+/** The fast paths' routes, by the method's path. */
+export function fastRoutes(options: FastPathOptions): Map<string, FastRoute> {
+  const routes = new Map<string, FastRoute>();
+  for (const { operation, handler } of options.routes) {
+    routes.set(`/${operation.service.typeName}/${operation.method.name}`, { fast: fastAnswer(options.gateway, operation, { readMaxBytes: options.readMaxBytes, log: options.log }), handler });
+  }
+  return routes;
 }
 
 /**
@@ -308,13 +324,10 @@ export interface ConnectRequestPathOptions {
  * order, the same request id and the same two access lines.
  * test/rpc-fast-path.test.ts compares the two over a matrix of requests.
  */
-export function connectRequestPath(options: ConnectRequestPathOptions): Http1RequestClaim {
-  const routes = new Map<string, { readonly fast: FastAnswer; readonly handler: UniversalHandler }>();
-  for (const { operation, handler } of options.routes) {
-    routes.set(`/${operation.service.typeName}/${operation.method.name}`, { fast: fastAnswer(options.gateway, operation, { readMaxBytes: options.readMaxBytes, log: options.log }), handler });
-  }
+export function connectRequestPath(options: FastPathOptions): Http1RequestClaim {
+  const routes = fastRoutes(options);
   const log = accessLog(options.log);
-  const serve = async (route: { readonly fast: FastAnswer; readonly handler: UniversalHandler }, binary: boolean, req: IncomingMessage, res: ServerResponse): Promise<void> => {
+  const serve = async (route: FastRoute, binary: boolean, req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = req.url!;
     const requestId = options.gateway.newRequestId();
     const clientIp = options.clientAddress(req.socket.remoteAddress ?? "", req.headers);
