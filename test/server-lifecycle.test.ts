@@ -1,5 +1,5 @@
 import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import http2 from "node:http2";
@@ -14,6 +14,7 @@ import { buildApp, defaultAppSettings } from "../src/transports/server/app.ts";
 import { createOnePortServer, createTlsServer } from "../src/transports/server/one-port-server.ts";
 import net from "node:net";
 import tls from "node:tls";
+import { fastifyHandlers } from "./support/fastify-handlers.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
 let gw: GatewayFixture;
@@ -70,13 +71,13 @@ describe("TLS with ALPN", () => {
   });
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-  it("serves legacy HTTP/1.1 and gRPC over h2 on one TLS port", async () => {
+  it("serves legacy HTTP/1.1, Connect over HTTP/1.1 and gRPC over h2 on one TLS port, the hot shapes before Fastify", async () => {
     const app = await buildApp({ gateway: gw.runtime.gateway, logLevel: false, tls: { cert, key: readFileSync(join(dir, "key.pem")) } });
     await app.listen({ host: "127.0.0.1", port: 0 });
     const port = (app.server.address() as { port: number }).port;
     try {
       const q = new URLSearchParams({ key: gw.account.key, secret: gw.account.secret, num_iid: demo.retailNumIid });
-      const legacy = await new Promise<{ alpn: string | false | null; body: string }>((resolve, reject) => {
+      const { result: legacy, handled } = await fastifyHandlers(() => new Promise<{ alpn: string | false | null; body: string }>((resolve, reject) => {
         https
           .get(`https://127.0.0.1:${port}/retail/item_get/?${q}`, { ca: cert, ALPNProtocols: ["http/1.1"] } as https.RequestOptions, (res) => {
             const alpn = (res.socket as import("node:tls").TLSSocket).alpnProtocol;
@@ -85,9 +86,18 @@ describe("TLS with ALPN", () => {
             res.on("end", () => resolve({ alpn, body }));
           })
           .on("error", reject);
-      });
+      }));
       expect(legacy.alpn).toBe("http/1.1");
       expect(JSON.parse(legacy.body).error_code).toBe("0000");
+      // The legacy fast path takes HTTP/1.1 requests on the TLS server too.
+      expect(handled).toBe(0);
+
+      const connect = createConnectTransport({ baseUrl: `https://127.0.0.1:${port}`, httpVersion: "1.1", nodeOptions: { ca: cert } });
+      const viaConnect = await fastifyHandlers(() =>
+        createClient(RetailService, connect).itemGet({ numIid: demo.retailNumIid }, { headers: { "x-api-key": gw.account.key, "x-api-secret": gw.account.secret } }),
+      );
+      expect(viaConnect.result.item?.numIid).toBe(demo.retailNumIid);
+      expect(viaConnect.handled).toBe(0);
 
       const transport = createGrpcTransport({ baseUrl: `https://127.0.0.1:${port}`, nodeOptions: { ca: cert } });
       const res = await createClient(RetailService, transport).itemGet(
