@@ -201,8 +201,9 @@ interface ConnectRequest {
 }
 
 /**
- * One Connect unary call on the fast path: its answer, or undefined when the
- * fast path declines it (the body, with the bytes read, for connect-node).
+ * One Connect unary call on the fast path: its answer, or, when the fast
+ * path declines it, what connect-node then needs (the body, with the bytes
+ * already read).
  */
 async function fastConnectCall(fast: FastAnswer, readMaxBytes: number, binary: boolean, req: ConnectRequest): Promise<ConnectAnswer | Declined> {
   const body = await readBody(req.raw, readMaxBytes);

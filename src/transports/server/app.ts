@@ -112,7 +112,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const maxBodyBytes = options.maxBodyBytes ?? defaultAppSettings.maxBodyBytes;
   const tls = options.tls;
   const limits = { ...defaultAppSettings.limits, ...options.limits };
-  // The fast paths take their requests before Fastify (grpc-stream-path.ts, legacy-fast-path.ts); they exist once the routes do.
+  // The fast paths take their requests before Fastify (gRPC streams, Connect and legacy HTTP/1.1 requests); they exist once the routes do.
   let rpcRequests: RequestClaims = {};
   let legacyRequests: Http1RequestClaim | undefined;
   const claims: RequestClaims = {
