@@ -8,7 +8,7 @@ import type { ClientAddress } from "../server/client-address.ts";
 import type { Http1RequestClaim } from "../server/one-port-server.ts";
 import { accessLog } from "../server/access-log.ts";
 import { legacyParams } from "./legacy-params.ts";
-import { legacyAnswer, legacyCall, type LegacyAnswer } from "./legacy-shim.ts";
+import { legacyAnswer, legacyCall, legacyPathsOf, type LegacyAnswer } from "./legacy-shim.ts";
 
 export interface LegacyFastPathOptions {
   /** The caller's address, as the app's requests have it. */
@@ -36,10 +36,7 @@ export interface LegacyFastPathOptions {
  */
 export function legacyFastPath(gateway: Gateway, options: LegacyFastPathOptions): Http1RequestClaim {
   const byPath = new Map<string, Operation>();
-  for (const op of operations) {
-    byPath.set(op.path, op);
-    byPath.set(op.path.replace(/\/$/, ""), op);
-  }
+  for (const op of operations) for (const path of legacyPathsOf(op)) byPath.set(path, op);
   const { clientAddress, answerHeaders } = options;
   const log = accessLog(options.log);
 

@@ -19,6 +19,11 @@ export const legacyMethods = "GET, HEAD, POST, OPTIONS";
 /** The route of every two-segment path no operation has (answered 4010). */
 export const unroutablePath = "/:catalogue/:apiName/";
 
+/** The paths a legacy caller reaches an operation on: its own, and the same without the trailing slash. */
+export function legacyPathsOf(operation: Operation): readonly string[] {
+  return [operation.path, operation.path.replace(/\/$/, "")];
+}
+
 /** Content types a legacy POST body may have. */
 export const legacyBodyTypes = ["application/json", "application/x-www-form-urlencoded"];
 
@@ -133,7 +138,7 @@ function unroutableReason(catalogue: string, apiName: string): string {
  * request no route serves gets a 4010 status block.
  */
 export function installLegacyShim(root: FastifyInstance, gateway: Gateway): void {
-  const legacyPaths = new Set(operations.flatMap((op) => [op.path, op.path.replace(/\/$/, "")]));
+  const legacyPaths = new Set(operations.flatMap(legacyPathsOf));
   root.addHook("onRequest", (req, reply, done) => {
     if (req.method === "OPTIONS") reply.header("allow", legacyPaths.has(req.url.split("?")[0]!) ? legacyMethods : "GET, POST, OPTIONS");
     done();
