@@ -85,17 +85,23 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
   const from = h("input", { type: "date", name: "from", value: isoDay(new Date(last.getTime() - 14 * 86_400_000)), required: true });
   const to = h("input", { type: "date", name: "to", value: isoDay(last), required: true });
   const out = h("div", { "aria-live": "polite" });
+  // Each reading is numbered: only the last one asked for is shown, whatever order the answers come in
+  // (the first reading, of all accounts, answered after a later one asked for one account, showed all).
+  let asked = 0;
 
   const show = async () => {
+    const reading = ++asked;
     if (from.value > to.value) return out.replaceChildren(notice("error", "The first day is after the last."));
     out.replaceChildren(notice("ok", "Reading usage…"));
     let report: QueryUsageResponse;
     try {
       report = await shell.client.queryUsage({ account: account.value, from: from.value, to: to.value, rows: 50 });
     } catch (err) {
+      if (reading !== asked) return;
       if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
       return out.replaceChildren(notice("error", inWords(err)));
     }
+    if (reading !== asked) return;
     const days = daysBetween(from.value, to.value);
     const byOperation = perDay(days, report, (t) => t.operation || "(no operation)", (t) => Number(t.calls));
     const byCharge = perDay(days, report, (t) => chargeNames[t.charge] ?? "other", (t) => Number(t.calls));
