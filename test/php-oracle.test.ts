@@ -10,10 +10,16 @@ import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { errorCodes } from "../src/contract/error-codes.ts";
 import { operationById, operations } from "../src/operations/index.ts";
 import type { CallInput } from "../src/core/gateway.ts";
-import { legacyFormats, renderLegacy, type LegacyFormatName } from "../src/render/legacy-formats.ts";
+import { joinedBody, legacyFormats, renderLegacy, type LegacyBody, type LegacyFormatName } from "../src/render/legacy-formats.ts";
 import { legacyResponse } from "../src/render/legacy-response.ts";
 import { PhpFloat, PhpFragment, type PhpMap, type PhpValue } from "../src/render/php-value.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+
+/** A rendered body's bytes, as they go on the wire. */
+function wire(body: LegacyBody): Buffer {
+  const joined = joinedBody(body);
+  return typeof joined === "string" ? Buffer.from(joined, "utf8") : joined;
+}
 
 // The tagged form the PHP side builds values from (test/php/oracle.php).
 type Node = { s: string } | { i: string } | { d: string } | { b: boolean } | { n: 1 } | { l: Node[] } | { m: [string, Node][] };
@@ -174,7 +180,6 @@ function mapFromXml(children: XmlNode[]): PhpMap {
 describe("cached items (fragments)", () => {
   it("keep a Latin-1 rendering as text and any other as UTF-8 bytes, and send the same bytes either way", () => {
     const texts = ["plain ascii", "café ñ ß ÿ \u0080\u00a0", "商品 描述", "mixed é 商品", "lone \ud800 surrogate", ""];
-    const wire = (body: string | Buffer) => (typeof body === "string" ? Buffer.from(body, "utf8") : body);
     for (const itemText of texts) {
       for (const statusText of ["", "原因 é"]) {
         const value: PhpMap = new Map<string, PhpValue>([
@@ -209,9 +214,8 @@ describe("cached items (fragments)", () => {
         expect(render(wrapped), `${name} ${format}`).toBe(plain);
         expect(render(wrapped), `${name} ${format} from the memo`).toBe(plain);
         // As sent: the item's rendering spliced around a placeholder (text, or bytes beyond Latin-1), as UTF-8 on the wire.
-        const wireBytes = (body: string | Buffer) => (typeof body === "string" ? Buffer.from(body, "utf8") : body);
         const fresh: PhpMap = new Map([...value].map(([k, v]) => [k, k === "item" ? new PhpFragment(v) : v]));
-        for (let i = 0; i < 2; i++) expect(wireBytes(renderLegacy(format as LegacyFormatName, fresh)).equals(Buffer.from(plain, "utf8")), `${name} ${format} spliced, pass ${i}`).toBe(true);
+        for (let i = 0; i < 2; i++) expect(wire(renderLegacy(format as LegacyFormatName, fresh)).equals(Buffer.from(plain, "utf8")), `${name} ${format} spliced, pass ${i}`).toBe(true);
       }
     }
   });

@@ -7,6 +7,7 @@ import { operations } from "../../operations/index.ts";
 import type { ClientAddress } from "../server/client-address.ts";
 import type { Http1RequestClaim } from "../server/one-port-server.ts";
 import { accessLog } from "../server/access-log.ts";
+import { bodyByteLength, isSpliced } from "../../render/legacy-formats.ts";
 import { legacyParams } from "./legacy-params.ts";
 import { legacyAnswer, legacyCall, legacyPathsOf, type LegacyAnswer } from "./legacy-shim.ts";
 
@@ -44,9 +45,19 @@ export function legacyFastPath(gateway: Gateway, options: LegacyFastPathOptions)
     // As sendLegacy on a reply that CORS has already given its headers: Fastify writes them in the order they were set.
     const headers: Record<string, string> = { ...answerHeaders, "content-type": answer.contentType, vary: "accept-encoding" };
     if (answer.encoding !== undefined) headers["content-encoding"] = answer.encoding;
-    headers["content-length"] = String(Buffer.byteLength(answer.body));
+    const body = answer.body;
+    headers["content-length"] = String(bodyByteLength(body));
     res.writeHead(200, headers);
-    res.end(answer.body);
+    if (!isSpliced(body)) {
+      res.end(body);
+      return;
+    }
+    // Corked: the headers and the three parts leave in one write.
+    res.cork();
+    res.write(body.head);
+    res.write(body.item);
+    res.end(body.tail);
+    res.uncork();
   };
 
   const serve = async (operation: Operation, req: IncomingMessage, res: ServerResponse): Promise<void> => {

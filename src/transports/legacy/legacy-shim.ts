@@ -4,7 +4,7 @@ import type { Operation } from "../../core/operation.ts";
 import { operations } from "../../operations/index.ts";
 import type { CallInput, Gateway, Outcome } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
-import { isLegacyFormat, legacyFormats, renderLegacy, type LegacyFormatName } from "../../render/legacy-formats.ts";
+import { isLegacyFormat, joinedBody, legacyFormats, renderLegacy, type LegacyBody, type LegacyFormatName } from "../../render/legacy-formats.ts";
 import { legacyResponse } from "../../render/legacy-response.ts";
 import { credentialFields, readCredentials } from "../credentials.ts";
 import { compress, negotiateEncoding } from "./legacy-compression.ts";
@@ -39,7 +39,8 @@ export interface LegacyAnswer {
   readonly contentType: string;
   /** `br`, `gzip` or `deflate` when the body is compressed. */
   readonly encoding: string | undefined;
-  readonly body: string | Buffer;
+  /** A spliced body (see LegacyBody) only when it is not compressed. */
+  readonly body: LegacyBody;
 }
 
 /**
@@ -53,7 +54,7 @@ export function legacyAnswer(outcome: Outcome, format: LegacyFormatName, method:
   const body = renderLegacy(format, legacyResponse(outcome));
   const encoding = method === "HEAD" ? undefined : negotiateEncoding(acceptEncoding);
   if (encoding === undefined) return { contentType, encoding, body };
-  return { contentType, encoding, body: compress(encoding, body) };
+  return { contentType, encoding, body: compress(encoding, joinedBody(body)) };
 }
 
 /**
@@ -66,7 +67,7 @@ export function sendLegacy(reply: FastifyReply, outcome: Outcome, format: Legacy
   // Vary on every answer, compressed or not, so no cache serves a compressed body to a client that did not ask for one.
   reply.code(200).header("content-type", answer.contentType).header("vary", "accept-encoding");
   if (answer.encoding !== undefined) reply.header("content-encoding", answer.encoding);
-  return reply.send(answer.body);
+  return reply.send(joinedBody(answer.body));
 }
 
 /** What a legacy request says besides its parameters. */
