@@ -5,7 +5,7 @@ import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerHttp2Stream } from
 import type { Http2StreamClaim } from "../server/one-port-server.ts";
 import { accessLog, type AccessLog } from "../server/access-log.ts";
 import { headerReader, type CallSource } from "./catalogue-services.ts";
-import { acceptCompression, compressMinBytes, fastRoutes, headerValue, joined, once, readBody, type FastPathOptions, type FastResult, type FastRoute } from "./unary-fast-path.ts";
+import { acceptCompression, compressMinBytes, fastRoutes, headerValue, once, oneBlock, readBody, type FastPathOptions, type FastResult, type FastRoute } from "./unary-fast-path.ts";
 
 
 /**
@@ -119,7 +119,7 @@ async function respondGrpc(stream: ServerHttp2Stream, headers: IncomingHttpHeade
     let size = first.byteLength + second.byteLength;
     let flags = 0;
     if (compression !== null && size >= compressMinBytes) {
-      first = await compression.compress(joined(result.parts));
+      first = await compression.compress(oneBlock(result.parts));
       second = new Uint8Array(0);
       size = first.byteLength;
       flags = 1;
