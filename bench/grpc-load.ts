@@ -9,6 +9,15 @@ export interface LoadResult {
   max: number;
   /** The server's own CPU time (user + system) per request, in microseconds, when its process was watched. */
   cpuUs?: number;
+  /** What the gateway answered, by its own count, when it was asked (see answered in run.ts). */
+  answers?: Answers;
+}
+
+/** A gateway's answers over a run, from its metrics: calls by four-digit code, and cache hits. */
+export interface Answers {
+  readonly calls: number;
+  readonly byCode: Readonly<Record<string, number>>;
+  readonly cacheHits: number;
 }
 
 /**

@@ -9,7 +9,7 @@ import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { ItemGetRequestSchema } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
-import { grpcLoad, type LoadResult } from "./grpc-load.ts";
+import { grpcLoad, type Answers, type LoadResult } from "./grpc-load.ts";
 import { cpuMicros, cpuMicrosOfAll, memoryMb } from "./proc.ts";
 
 const root = join(import.meta.dirname, "..");
@@ -66,6 +66,8 @@ interface Row {
   ratio?: number;
   /** The server's CPU per request, in microseconds. */
   cpuUs?: number;
+  /** What the gateway answered over the measured seconds (its own count). */
+  answers?: Answers;
   note?: string;
 }
 
@@ -79,6 +81,53 @@ async function watched(pid: number, load: () => Promise<LoadResult>): Promise<Lo
 }
 
 type Http1Options = Omit<AutocannonOptions, "duration" | "connections" | "pipelining">;
+
+/** The gateway's calls by code, and its cache hits, so far (its /metrics). */
+async function answerCounts(base: string): Promise<Answers> {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const byCode: Record<string, number> = {};
+  let calls = 0;
+  for (const m of text.matchAll(/^gateway_calls_total\{[^}]*code="(\d{4})"[^}]*\} (\d+)$/gm)) {
+    byCode[m[1]!] = (byCode[m[1]!] ?? 0) + Number(m[2]);
+    calls += Number(m[2]);
+  }
+  let cacheHits = 0;
+  for (const m of text.matchAll(/^gateway_cache_events_total\{[^}]*result="hit"[^}]*\} (\d+)$/gm)) cacheHits += Number(m[1]);
+  return { calls, byCode, cacheHits };
+}
+
+/**
+ * Runs a load on the gateway at `base` and adds what it answered, by its own
+ * count: a legacy refusal is an HTTP 200 like a hit, so only the gateway
+ * can say that a case measured what it is named for (after case 7a's flood
+ * of wrong secrets the loopback address is refused, 4008, for five minutes).
+ */
+async function answered(base: string, load: () => Promise<LoadResult>): Promise<LoadResult> {
+  const before = await answerCounts(base);
+  const r = await load();
+  const after = await answerCounts(base);
+  const byCode: Record<string, number> = {};
+  for (const [code, n] of Object.entries(after.byCode)) if (n - (before.byCode[code] ?? 0) > 0) byCode[code] = n - (before.byCode[code] ?? 0);
+  return { ...r, answers: { calls: after.calls - before.calls, byCode, cacheHits: after.cacheHits - before.cacheHits } };
+}
+
+/** Answers added up over runs. */
+function addAnswers(a: Answers | undefined, b: Answers | undefined): Answers | undefined {
+  if (a === undefined || b === undefined) return a ?? b;
+  const byCode: Record<string, number> = { ...a.byCode };
+  for (const [code, n] of Object.entries(b.byCode)) byCode[code] = (byCode[code] ?? 0) + n;
+  return { calls: a.calls + b.calls, byCode, cacheHits: a.cacheHits + b.cacheHits };
+}
+
+/** "0000 100.0%, hits 100.0%" (or the mix of codes). */
+function answerText(a: Answers): string {
+  const share = (n: number) => `${((100 * n) / Math.max(1, a.calls)).toFixed(1)}%`;
+  const codes = Object.entries(a.byCode).sort((x, y) => y[1] - x[1]).map(([code, n]) => `${code} ${share(n)}`);
+  return `${codes.join(", ") || "no calls"}; cache hits ${share(a.cacheHits)}`;
+}
+
+/** Whether a hit case's answers were hits: every call 0000 from the cache (a call or two at a run's edges aside). */
+const allHits = (a: Answers | undefined): boolean => a !== undefined && a.calls > 0 && (a.byCode["0000"] ?? 0) >= 0.999 * a.calls && a.cacheHits >= 0.999 * a.calls;
 
 /** `duration` seconds of HTTP/1.1 load, watched (no warm-up). */
 function http1Slice(options: Http1Options, pid: number, duration: number): Promise<LoadResult> {
@@ -95,9 +144,11 @@ function loadResult(r: autocannon.Result): LoadResult {
   return { requests: r.requests.total, errors: r.errors + r.timeouts + r.non2xx, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, max: r.latency.max };
 }
 
-async function http1(options: Http1Options, pid: number): Promise<LoadResult> {
+/** A warm-up, then the measured seconds; with the gateway's `base`, what it answered in them. */
+async function http1(options: Http1Options, pid: number, base?: string): Promise<LoadResult> {
   await http1Slice(options, pid, warmupSeconds);
-  return http1Slice(options, pid, seconds);
+  const run = () => http1Slice(options, pid, seconds);
+  return base === undefined ? run() : answered(base, run);
 }
 
 /** `duration` seconds of gRPC load, watched (no warm-up). */
@@ -105,43 +156,61 @@ function grpcSlice(url: string, frame: Buffer, headers: Record<string, string>, 
   return watched(pid, () => grpcLoad(url, "/gateway.catalogue.v1.RetailService/ItemGet", frame, headers, { sessions: 4, streams: connections, seconds: duration }));
 }
 
-async function grpc(url: string, frame: Buffer, headers: Record<string, string>, pid: number): Promise<LoadResult> {
+async function grpc(url: string, frame: Buffer, headers: Record<string, string>, pid: number, base?: string): Promise<LoadResult> {
   await grpcSlice(url, frame, headers, pid, warmupSeconds);
-  return grpcSlice(url, frame, headers, pid, seconds);
+  const run = () => grpcSlice(url, frame, headers, pid, seconds);
+  return base === undefined ? run() : answered(base, run);
 }
 
 interface SideBySide {
-  /** The case's requests over the bare route's, in runs of the same length taken in turn. */
+  /** The case's requests over those of the bare route serving the case's own bytes, in runs of the same length taken in turn: the targets' ratio. */
   readonly ratio: number;
-  /** The case's CPU per request over the bare route's, over the same runs. */
+  /** The case's CPU per request over that bare route's, over the same runs. */
   readonly cpuRatio: number;
-  readonly rounds: readonly { readonly case: number; readonly bare: number }[];
+  /** The case's requests over those of the bare route serving case 1's bytes (the ratio of the rounds before the same-bytes baseline). */
+  readonly ratioCase1Bytes: number;
+  readonly rounds: readonly { readonly case: number; readonly bare: number; readonly case1Bytes: number }[];
+  /** What the gateway answered over the case's runs. */
+  readonly answers: Answers | undefined;
 }
+
+type Slice = (seconds: number) => Promise<LoadResult>;
 
 /**
  * A case against the bare Fastify route side by side: `pairedRounds`
- * rounds of a `pairedSliceSeconds` run of each, the first of the two
- * alternating, so a neighbour that slows the machine for a while slows
+ * rounds of a `pairedSliceSeconds` run of each, their order reversed every
+ * other round, so a neighbour that slows the machine for a while slows
  * both alike. Two runs of the bare route minutes apart on this shared
  * machine have differed by 1.5x and more (19.4k and 11.4k req/s in one
  * bench run); a ratio against one of them measured the neighbour as much as
- * the gateway.
+ * the gateway. Each round also runs the bare route serving case 1's bytes,
+ * the baseline of the rounds before each case had its own (`case1Bytes`).
  */
-async function sideBySide(bare: (seconds: number) => Promise<LoadResult>, gateway: (seconds: number) => Promise<LoadResult>): Promise<SideBySide> {
-  const total = { case: { requests: 0, cpu: 0 }, bare: { requests: 0, cpu: 0 } };
-  const rounds: { case: number; bare: number }[] = [];
+async function sideBySide(bare: Slice, bareCase1Bytes: Slice, gateway: Slice): Promise<SideBySide> {
+  const sides = { case: gateway, bare, case1Bytes: bareCase1Bytes };
+  const total = { case: { requests: 0, cpu: 0 }, bare: { requests: 0, cpu: 0 }, case1Bytes: { requests: 0, cpu: 0 } };
+  const rounds: { case: number; bare: number; case1Bytes: number }[] = [];
+  let answers: Answers | undefined;
   for (let i = 0; i < pairedRounds; i++) {
-    const round = { case: 0, bare: 0 };
-    for (const side of i % 2 === 0 ? (["bare", "case"] as const) : (["case", "bare"] as const)) {
-      const r = await (side === "bare" ? bare : gateway)(pairedSliceSeconds);
+    const round = { case: 0, bare: 0, case1Bytes: 0 };
+    const order = ["bare", "case", "case1Bytes"] as const;
+    for (const side of i % 2 === 0 ? order : [...order].reverse()) {
+      const r = await sides[side](pairedSliceSeconds);
       total[side].requests += r.requests;
       total[side].cpu += (r.cpuUs ?? 0) * r.requests;
       round[side] = r.rps;
+      if (side === "case") answers = addAnswers(answers, r.answers);
     }
     rounds.push(round);
   }
   const cpu = (t: { requests: number; cpu: number }) => t.cpu / Math.max(1, t.requests);
-  return { ratio: total.case.requests / Math.max(1, total.bare.requests), cpuRatio: cpu(total.case) / cpu(total.bare), rounds };
+  return {
+    ratio: total.case.requests / Math.max(1, total.bare.requests),
+    cpuRatio: cpu(total.case) / cpu(total.bare),
+    ratioCase1Bytes: total.case.requests / Math.max(1, total.case1Bytes.requests),
+    rounds,
+    answers,
+  };
 }
 
 async function main(): Promise<void> {
@@ -170,24 +239,12 @@ async function main(): Promise<void> {
     await (await fetch(`${base}/gateway.catalogue.v1.RetailService/ItemGet`, { method: "POST", headers: { "content-type": "application/proto", ...rpcHeaders }, body: request })).arrayBuffer(),
   );
 
-  const files = mkdtempSync(join(tmpdir(), "gateway-bench-files-"));
-  dirs.push(files);
-  writeFileSync(join(files, "body.json"), body);
-  writeFileSync(join(files, "answer.bin"), binaryAnswer);
-  const bareFastify = await start("bench/servers/bare-fastify.ts", { BENCH_BODY_FILE: join(files, "body.json") });
-  const bareConnect = await start("bench/servers/bare-connect.ts", { BENCH_MESSAGE_FILE: join(files, "answer.bin") });
-  const bareHttp2 = await start("bench/servers/bare-http2.ts", { BENCH_MESSAGE_FILE: join(files, "answer.bin") });
-  const fastifyBase = `http://127.0.0.1:${bareFastify.ports[0]}`;
-  const connectBase = `http://127.0.0.1:${bareConnect.ports[0]}`;
-  const connectH2 = `http://127.0.0.1:${bareConnect.ports[1]}`;
-  const frame = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), request]);
-  frame.writeUInt32BE(request.length, 1);
   const jsonRequest = JSON.stringify({ numIid: item.num_iid, isPromotion: "1" });
 
   const rows: Row[] = [];
   const add = (name: string, r: LoadResult, extra: Partial<Row> = {}) => {
-    rows.push({ case: name, rps: r.rps, p50: r.p50, p99: r.p99, max: r.max, errors: r.errors, ...(r.cpuUs !== undefined ? { cpuUs: r.cpuUs } : {}), ...extra });
-    console.error(`  ${name}: ${r.rps.toFixed(0)} req/s, p99 ${r.p99.toFixed(2)} ms${r.cpuUs === undefined ? "" : `, ${r.cpuUs.toFixed(0)} µs server CPU per request`}`);
+    rows.push({ case: name, rps: r.rps, p50: r.p50, p99: r.p99, max: r.max, errors: r.errors, ...(r.cpuUs !== undefined ? { cpuUs: r.cpuUs } : {}), ...(r.answers ? { answers: r.answers } : {}), ...extra });
+    console.error(`  ${name}: ${r.rps.toFixed(0)} req/s, p99 ${r.p99.toFixed(2)} ms${r.cpuUs === undefined ? "" : `, ${r.cpuUs.toFixed(0)} µs server CPU per request`}${r.answers ? `; answered ${answerText(r.answers)}` : ""}`);
   };
   const ratio = (name: string, baseline: string) => {
     const row = rows.find((r) => r.case === name)!;
@@ -198,10 +255,7 @@ async function main(): Promise<void> {
 
   console.error(`benchmark: ${seconds} s per case after ${warmupSeconds} s of warm-up, ${connections} connections, no pipelining`);
   const gw = gateway.child.pid!;
-  const fastifyPid = bareFastify.child.pid!;
-  const connectPid = bareConnect.child.pid!;
   // Each hit's load, for its own run and for its side-by-side rounds with the bare route.
-  const bareRoute: Http1Options = { url: `${fastifyBase}/retail/item_get/` };
   const legacyHit = (path: string): Http1Options => ({ url: `${base}${path}` });
   const rpcHit = (contentType: string, payload: Buffer | string): Http1Options => ({
     url: `${base}/gateway.catalogue.v1.RetailService/ItemGet`, method: "POST", headers: { "content-type": contentType, ...rpcHeaders }, body: payload as string,
@@ -216,34 +270,70 @@ async function main(): Promise<void> {
   };
   const grpcHitCase = "5. gRPC ItemGet hit (h2, node:http2 client)";
 
+  // Each case's own answer, for a bare route serving the same bytes (its side-by-side baseline): a
+  // load generator's cost depends on the bytes it reads (autocannon decodes every body as UTF-8 text:
+  // 26 µs of its CPU a call for the 7.5 kB binary answer against 13 µs for the ASCII json one), so
+  // a baseline serving other bytes charges the load generator differently on the two sides.
+  const files = mkdtempSync(join(tmpdir(), "gateway-bench-files-"));
+  dirs.push(files);
+  writeFileSync(join(files, "body.json"), body);
+  writeFileSync(join(files, "answer.bin"), binaryAnswer);
+  const frame = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), request]);
+  frame.writeUInt32BE(request.length, 1);
+  const bodies: { name: string; route: string; file: string; contentType: string }[] = [];
+  for (const [i, [name, o]] of Object.entries(hits).entries()) {
+    const r = await fetch(o.url as string, { method: o.method ?? "GET", headers: o.headers as Record<string, string> | undefined, body: o.body as string | undefined });
+    bodies.push({ name, route: `/case/${i}`, file: join(files, `case-${i}`), contentType: r.headers.get("content-type") ?? "" });
+    writeFileSync(bodies.at(-1)!.file, Buffer.from(await r.arrayBuffer()));
+  }
+  const grpcAnswer = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), binaryAnswer]);
+  grpcAnswer.writeUInt32BE(binaryAnswer.length, 1);
+  bodies.push({ name: grpcHitCase, route: "/case/grpc", file: join(files, "case-grpc"), contentType: "application/grpc" });
+  writeFileSync(join(files, "case-grpc"), grpcAnswer);
+  writeFileSync(join(files, "bodies.json"), JSON.stringify(bodies));
+  const bareFastify = await start("bench/servers/bare-fastify.ts", { BENCH_BODY_FILE: join(files, "body.json"), BENCH_BODIES: join(files, "bodies.json") });
+  const bareConnect = await start("bench/servers/bare-connect.ts", { BENCH_MESSAGE_FILE: join(files, "answer.bin") });
+  const bareHttp2 = await start("bench/servers/bare-http2.ts", { BENCH_MESSAGE_FILE: join(files, "answer.bin") });
+  const fastifyBase = `http://127.0.0.1:${bareFastify.ports[0]}`;
+  const connectBase = `http://127.0.0.1:${bareConnect.ports[0]}`;
+  const connectH2 = `http://127.0.0.1:${bareConnect.ports[1]}`;
+  const fastifyPid = bareFastify.child.pid!;
+  const connectPid = bareConnect.child.pid!;
+  const bareRoute: Http1Options = { url: `${fastifyBase}/retail/item_get/` };
+
   add("baseline: bare Fastify route (case 1 bytes)", await http1(bareRoute, fastifyPid));
   add("baseline: bare connect-node, Connect JSON", await http1({ url: `${connectBase}/gateway.catalogue.v1.RetailService/ItemGet`, method: "POST", headers: { "content-type": "application/json" }, body: jsonRequest }, connectPid));
   add("baseline: bare connect-node, Connect binary", await http1({ url: `${connectBase}/gateway.catalogue.v1.RetailService/ItemGet`, method: "POST", headers: { "content-type": "application/proto" }, body: Buffer.from(request) as unknown as string }, connectPid));
   add("baseline: bare connect-node, gRPC (h2)", await grpc(connectH2, frame, {}, connectPid));
   add("baseline: bare node:http2 gRPC unary handler", await grpc(`http://127.0.0.1:${bareHttp2.ports[0]}`, frame, {}, bareHttp2.child.pid!));
 
-  for (const [name, options] of Object.entries(hits)) add(name, await http1(options, gw));
-  add(grpcHitCase, await grpc(base, frame, rpcHeaders, gw));
-  add("7a. flood of wrong secrets", await http1({ url: `${base}/retail/item_get/?${new URLSearchParams({ key: account.key, secret: "wrong", num_iid: item.num_iid })}` }, gw), { note: "after 20 failures the address is refused (4008) before any lookup" });
-  add("7b. over-quota rejections (4013)", await http1({ url: `${base}/retail/item_get/?${new URLSearchParams({ key: broke.key, secret: broke.secret, num_iid: item.num_iid })}` }, gw));
-  const peakRss = memoryMb(gateway.child.pid!, "VmHWM");
+  for (const [name, options] of Object.entries(hits)) add(name, await http1(options, gw, base));
+  add(grpcHitCase, await grpc(base, frame, rpcHeaders, gw, base));
+  add("7b. over-quota rejections (4013)", await http1({ url: `${base}/retail/item_get/?${new URLSearchParams({ key: broke.key, secret: broke.secret, num_iid: item.num_iid })}` }, gw, base));
   // The bare route again, minutes after its first run: how far apart the two are shows how much the
   // machine moved (the ratios come from the side-by-side rounds below).
   add("baseline: bare Fastify route, second run", await http1(bareRoute, fastifyPid));
   const bareRows = rows.filter((r) => r.case.startsWith("baseline: bare Fastify route"));
 
   // The targets' ratios: each hit against the bare Fastify route, side by side (see sideBySide).
-  const bareSlice = (d: number) => http1Slice(bareRoute, fastifyPid, d);
+  const bareSlice = (name: string) => (d: number) => http1Slice({ url: `${fastifyBase}${bodies.find((b) => b.name === name)!.route}` }, fastifyPid, d);
+  const bareCase1Bytes = (d: number) => http1Slice(bareRoute, fastifyPid, d);
   const sideCases: [string, (d: number) => Promise<LoadResult>][] = [
-    ...Object.entries(hits).map(([name, options]): [string, (d: number) => Promise<LoadResult>] => [name, (d) => http1Slice(options, gw, d)]),
-    [grpcHitCase, (d) => grpcSlice(base, frame, rpcHeaders, gw, d)],
+    ...Object.entries(hits).map(([name, options]): [string, (d: number) => Promise<LoadResult>] => [name, (d) => answered(base, () => http1Slice(options, gw, d))]),
+    [grpcHitCase, (d) => answered(base, () => grpcSlice(base, frame, rpcHeaders, gw, d))],
   ];
   const sideBySides = new Map<string, SideBySide>();
   for (const [name, run] of sideCases) {
-    const r = await sideBySide(bareSlice, run);
+    const r = await sideBySide(bareSlice(name), bareCase1Bytes, run);
     sideBySides.set(name, r);
-    console.error(`  side by side with the bare Fastify route: ${name}: ${r.ratio.toFixed(2)}x (CPU per request ${r.cpuRatio.toFixed(1)}x)`);
+    console.error(`  side by side with the bare Fastify route serving the same bytes: ${name}: ${r.ratio.toFixed(2)}x (CPU per request ${r.cpuRatio.toFixed(1)}x; ${r.ratioCase1Bytes.toFixed(2)}x of the route serving case 1's bytes); answered ${r.answers ? answerText(r.answers) : "?"}`);
   }
+
+  // Last of this gateway's cases: after its flood the loopback address is refused (4008) for five
+  // minutes, every call from it (until this round it ran before the side-by-side rounds, which then
+  // measured refusals).
+  add("7a. flood of wrong secrets", await http1({ url: `${base}/retail/item_get/?${new URLSearchParams({ key: account.key, secret: "wrong", num_iid: item.num_iid })}` }, gw, base), { note: "after 20 failures the address is refused (4008) before any lookup" });
+  const peakRss = memoryMb(gateway.child.pid!, "VmHWM");
 
   // 6: a cold cache in front of an upstream answering in 20 ms: many callers, few items.
   const upstream = await start("bench/servers/fake-upstream.ts", {});
@@ -288,22 +378,25 @@ async function main(): Promise<void> {
   const vsFastify = (r: Row) => sideBySides.get(r.case)!.ratio;
   const rpcVsFastify = rows
     .filter((r) => /^[45]\w*\./.test(r.case))
-    .map((r) => `${r.case}: ${vsFastify(r).toFixed(2)}x of the bare Fastify route side by side (CPU per request ${sideBySides.get(r.case)!.cpuRatio.toFixed(1)}x)`);
+    .map((r) => `${r.case}: ${vsFastify(r).toFixed(2)}x of the bare Fastify route serving the same bytes, side by side (CPU per request ${sideBySides.get(r.case)!.cpuRatio.toFixed(1)}x)`);
   const http2Ceiling = rows.find((r) => r.case === "baseline: bare node:http2 gRPC unary handler")!;
   const grpcRow = rows.find((r) => r.case.startsWith("5."))!;
   rpcVsFastify.push(`${grpcRow.case}: ${(grpcRow.rps / http2Ceiling.rps).toFixed(2)}x of the bare node:http2 gRPC unary handler${grpcRow.cpuUs !== undefined && http2Ceiling.cpuUs !== undefined ? ` (CPU per request ${(grpcRow.cpuUs / http2Ceiling.cpuUs).toFixed(1)}x)` : ""}`);
 
+  const hitCases = [...Object.keys(hits), grpcHitCase];
+  const hitsAnswered = hitCases.every((c) => allHits(rows.find((r) => r.case === c)!.answers) && allHits(sideBySides.get(c)!.answers));
   const legacyHits = rows.filter((r) => /^[123]\w*\./.test(r.case));
   const connectHits = rows.filter((r) => r.case.startsWith("4"));
   const grpcHit = rows.find((r) => r.case.startsWith("5."))!;
   const targets = [
-    { target: "every legacy hit (json, serialize, xml, peerbuy) ≥ 0.6x bare Fastify (side by side)", met: legacyHits.every((r) => vsFastify(r) >= 0.6) },
-    { target: "Connect JSON and binary hits ≥ 0.5x bare Fastify (side by side)", met: connectHits.every((r) => vsFastify(r) >= 0.5) },
-    { target: "gRPC hit ≥ 0.25x bare Fastify (side by side)", met: vsFastify(grpcHit) >= 0.25 },
+    { target: "every hit case answered 0000 from the cache on every call (its 8 s run and its side-by-side runs; the ratios below count only then)", met: hitsAnswered },
+    { target: "every legacy hit (json, serialize, xml, peerbuy) ≥ 0.6x bare Fastify serving the same bytes (side by side)", met: hitsAnswered && legacyHits.every((r) => vsFastify(r) >= 0.6) },
+    { target: "Connect JSON and binary hits ≥ 0.5x bare Fastify serving the same bytes (side by side)", met: hitsAnswered && connectHits.every((r) => vsFastify(r) >= 0.5) },
+    { target: "gRPC hit ≥ 0.25x bare Fastify serving the same bytes (side by side)", met: hitsAnswered && vsFastify(grpcHit) >= 0.25 },
     { target: "gateway peak RSS ≤ 250 MB", met: peakRss <= 250 },
-    { target: "p99 < 10 ms at 64 connections, every legacy cache-hit case", met: legacyHits.every((r) => r.p99 < 10) },
+    { target: "p99 < 10 ms at 64 connections, every legacy cache-hit case", met: hitsAnswered && legacyHits.every((r) => r.p99 < 10) },
     { target: "upstream calls per gateway call ≤ distinct/total + 1%", met: perCall <= allowed },
-    ...(shared !== undefined ? [{ target: "each shared-mode replica ≥ 0.5x the embedded legacy hit", met: rows.filter((r) => r.case.startsWith("8")).every((r) => (r.ratio ?? 0) >= 0.5) }] : []),
+    ...(shared !== undefined ? [{ target: "each shared-mode replica ≥ 0.5x the embedded legacy hit", met: rows.filter((r) => r.case.startsWith("8")).every((r) => allHits(r.answers) && (r.ratio ?? 0) >= 0.5) }] : []),
   ];
 
   const report = {
@@ -333,12 +426,17 @@ async function main(): Promise<void> {
     );
   }
   for (const r of rows) if (r.note) console.log(`\n${r.case}: ${r.note}`);
+  console.log("\nwhat the gateway answered (its own count, over the measured seconds):");
+  for (const r of rows) if (r.answers) console.log(`  ${r.case}: ${answerText(r.answers)}`);
+  for (const [name, r] of sideBySides) console.log(`  ${name}, side by side: ${r.answers ? answerText(r.answers) : "?"}`);
   console.log(`\nthe bare Fastify route ran twice, first and after case 7 (${bareRows.map((r) => r.rps.toFixed(0)).join(" and ")} req/s); not the ratios' baseline: see side by side below`);
-  console.log(`\nside by side with the bare Fastify route (${pairedRounds} rounds of ${pairedSliceSeconds} s each, in turn; the targets' ratios):\n`);
-  console.log(`| ${pad("case", 46)} | vs bare Fastify | CPU per request | req/s by round (case / bare) |`);
-  console.log(`|${"-".repeat(48)}|-----------------|-----------------|------------------------------|`);
+  console.log(`\nside by side with the bare Fastify route serving each case's own bytes (${pairedRounds} rounds of ${pairedSliceSeconds} s each, in turn; the targets' ratios), and with it serving case 1's bytes (the rounds before):\n`);
+  console.log(`| ${pad("case", 46)} | vs bare Fastify, same bytes | CPU per request | vs bare Fastify, case 1's bytes | req/s by round (case / bare, same bytes / bare, case 1's bytes) |`);
+  console.log(`|${"-".repeat(48)}|-----------------------------|-----------------|---------------------------------|------------------------------|`);
   for (const [name, r] of sideBySides) {
-    console.log(`| ${pad(name, 46)} | ${`${r.ratio.toFixed(2)}x`.padStart(15)} | ${`${r.cpuRatio.toFixed(1)}x`.padStart(15)} | ${r.rounds.map((x) => `${x.case.toFixed(0)}/${x.bare.toFixed(0)}`).join(" ")} |`);
+    console.log(
+      `| ${pad(name, 46)} | ${`${r.ratio.toFixed(2)}x`.padStart(27)} | ${`${r.cpuRatio.toFixed(1)}x`.padStart(15)} | ${`${r.ratioCase1Bytes.toFixed(2)}x`.padStart(31)} | ${r.rounds.map((x) => `${x.case.toFixed(0)}/${x.bare.toFixed(0)}/${x.case1Bytes.toFixed(0)}`).join(" ")} |`,
+    );
   }
   console.log(`\n${rpcVsFastify.join("\n")}`);
   console.log("\ntargets:");
@@ -399,14 +497,14 @@ async function sharedCase(numIid: string): Promise<{ replicas: LoadResult[]; pos
     await Promise.all([run(one.ports[0]!, warmupSeconds), run(two.ports[0]!, warmupSeconds)]);
     const cpuBefore = [cpuMicros(one.child.pid!), cpuMicros(two.child.pid!)];
     const postgresBefore = cpuMicrosOfAll("postgres");
-    const results = await Promise.all([run(one.ports[0]!, seconds), run(two.ports[0]!, seconds)]);
+    const measured = await Promise.all([one, two].map((r) => answered(`http://127.0.0.1:${r.ports[0]}`, async () => loadResult(await run(r.ports[0]!, seconds)))));
     const cpuAfter = [cpuMicros(one.child.pid!), cpuMicros(two.child.pid!)];
     const postgresAfter = cpuMicrosOfAll("postgres");
     for (const c of [one.child, two.child]) c.kill("SIGTERM");
     await new Promise((r) => setTimeout(r, 500));
-    const calls = results.reduce((n, r) => n + r.requests.total, 0);
+    const calls = measured.reduce((n, r) => n + r.requests, 0);
     return {
-      replicas: results.map((r, i) => ({ ...loadResult(r), cpuUs: (cpuAfter[i]! - cpuBefore[i]!) / Math.max(1, r.requests.total) })),
+      replicas: measured.map((r, i) => ({ ...r, cpuUs: (cpuAfter[i]! - cpuBefore[i]!) / Math.max(1, r.requests) })),
       // PostgreSQL's CPU for the two replicas' calls together (every postgres process on this machine), per call.
       postgresCpuUs: postgresBefore === undefined || postgresAfter === undefined ? undefined : (postgresAfter - postgresBefore) / Math.max(1, calls),
     };
