@@ -1,3 +1,4 @@
+import type { Answers } from "./answers.ts";
 import http2 from "node:http2";
 
 export interface LoadResult {
@@ -9,15 +10,8 @@ export interface LoadResult {
   max: number;
   /** The server's own CPU time (user + system) per request, in microseconds, when its process was watched. */
   cpuUs?: number;
-  /** What the gateway answered, by its own count, when it was asked (see answered in run.ts). */
+  /** What the gateway answered, by its own count, when it was asked (answers.ts). */
   answers?: Answers;
-}
-
-/** A gateway's answers over a run, from its metrics: calls by four-digit code, and cache hits. */
-export interface Answers {
-  readonly calls: number;
-  readonly byCode: Readonly<Record<string, number>>;
-  readonly cacheHits: number;
 }
 
 /**

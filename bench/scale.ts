@@ -13,6 +13,7 @@ import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { once } from "node:events";
 import { demoDetailCopies } from "../src/catalogue/demo-dataset.ts";
+import { answerCounts, type Answers } from "./answers.ts";
 import { cpuMicros, memoryMb } from "./proc.ts";
 
 const root = join(import.meta.dirname, "..");
@@ -90,6 +91,8 @@ interface ScaleRow {
   cachedItems: number;
   /** Of the random calls, the share the cache did not hold. */
   missShare: number;
+  /** Calls of the measured random and hit loads the gateway answered with another code than 0000 (its own count). */
+  notAnswered: number;
 }
 
 async function scaleCase(n: number): Promise<ScaleRow> {
@@ -139,11 +142,17 @@ async function scaleCase(n: number): Promise<ScaleRow> {
   console.error(`  ${n} items: random misses, then hits, ${seconds} s each`);
   await load(base, path, true, 2, pid);
   const e0 = await cacheEvents();
+  const a0 = await answerCounts(base);
   const miss = await load(base, path, true, seconds, pid);
+  const aMiss = await answerCounts(base);
   const e1 = await cacheEvents();
   const missShare = (e1.miss - e0.miss) / Math.max(1, e1.miss - e0.miss + e1.hit - e0.hit);
   await load(base, path, false, 2, pid);
+  const a1 = await answerCounts(base);
   const hit = await load(base, path, false, seconds, pid);
+  const a2 = await answerCounts(base);
+  // Every measured call should be a 0000 (a legacy refusal is an HTTP 200 too, so autocannon cannot tell).
+  const others = (from: Answers, to: Answers) => to.calls - from.calls - ((to.byCode["0000"] ?? 0) - (from.byCode["0000"] ?? 0));
   console.error(`  ${n} items: random-miss soak, ${soakSeconds} s`);
   let soakPeak = 0;
   await load(base, path, true, soakSeconds, pid, () => (soakPeak = Math.max(soakPeak, memoryMb(pid, "VmRSS"))));
@@ -166,6 +175,7 @@ async function scaleCase(n: number): Promise<ScaleRow> {
     cacheBytesPerItem,
     cachedItems,
     missShare,
+    notAnswered: others(a0, aMiss) + others(a1, a2),
   };
 }
 
@@ -187,7 +197,8 @@ export async function scale(): Promise<void> {
     );
   }
   const errors = rows.reduce((e, r) => e + r.miss.errors + r.hit.errors, 0);
-  console.log(`\nerrors: ${errors}; written to ${file} (${((Date.now() - started) / 1000).toFixed(0)} s)`);
+  const notAnswered = rows.reduce((n, r) => n + r.notAnswered, 0);
+  console.log(`\nerrors: ${errors}; calls answered with another code than 0000: ${notAnswered}; written to ${file} (${((Date.now() - started) / 1000).toFixed(0)} s)`);
 }
 
 export function cleanupScale(): void {
