@@ -52,7 +52,6 @@ function successParts(output: DescMessage, statusField: number, outcome: Extract
   return [item, Buffer.from(`,${toJsonString(output, create(output, { status: outcome.status } as never)).slice(1)}`)];
 }
 
-
 /** The compressions connect-fastify offers (its default), in its order. */
 export const acceptCompression: Compression[] = [compressionGzip, compressionBrotli];
 /** connect-es's default: smaller answers are never compressed. */
