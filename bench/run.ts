@@ -197,6 +197,26 @@ async function main(): Promise<void> {
 
   const jsonRequest = JSON.stringify({ numIid: item.num_iid, isPromotion: "1" });
 
+  // Bytes per cached item, retail and wholesale, by the cache's own count (gateway_cache_bytes): every
+  // other obtainable demo item of each catalogue asked for twice as legacy json (a local answer is kept
+  // from its second ask, with the rendering it was asked in).
+  const cacheBytes = async () => Number(/^gateway_cache_bytes (\d+)/m.exec(await (await fetch(`${base}/metrics`)).text())![1]);
+  const bytesPerCachedItem = async (catalogue: "retail" | "wholesale") => {
+    const ids = demoRecords()
+      .filter((r) => r.kind === "item_detail" && r.obtainable && ((r as { catalogue?: string }).catalogue ?? "retail") === catalogue)
+      .map((r) => (r.item as { num_iid: string }).num_iid)
+      .filter((id) => id !== item.num_iid);
+    const before = await cacheBytes();
+    for (let pass = 0; pass < 2; pass++) {
+      for (const id of ids) {
+        const answer = (await (await fetch(`${base}/${catalogue}/item_get/?${q({ num_iid: id, is_promotion: "1" })}`)).json()) as { error_code: string };
+        if (answer.error_code !== "0000") throw new Error(`${catalogue} item ${id} answered ${answer.error_code}`);
+      }
+    }
+    return { items: ids.length, bytes: ((await cacheBytes()) - before) / ids.length };
+  };
+  const cachedItem = { retail: await bytesPerCachedItem("retail"), wholesale: await bytesPerCachedItem("wholesale") };
+
   const rows: Row[] = [];
   const add = (name: string, r: LoadResult, extra: Partial<Row> = {}) => {
     rows.push({ case: name, rps: r.rps, p50: r.p50, p99: r.p99, max: r.max, errors: r.errors, ...(r.cpuUs !== undefined ? { cpuUs: r.cpuUs } : {}), ...(r.answers ? { answers: r.answers } : {}), ...extra });
@@ -361,6 +381,7 @@ async function main(): Promise<void> {
     load: { http1: `autocannon, ${connections} connections, pipelining 1`, grpc: `node:http2 closed loop, ${connections} streams over 4 connections`, seconds, warmupSeconds },
     item: { num_iid: item.num_iid, skus: item.skus.sku.length, descBytes: item.desc.length, answerBytes: body.length },
     gatewayPeakRssMb: peakRss,
+    cacheBytesPerItem: cachedItem,
     rows,
     sideBySide: { rounds: pairedRounds, seconds: pairedSliceSeconds, cases: Object.fromEntries(sideBySides) },
     rpcVsFastify,
@@ -373,7 +394,9 @@ async function main(): Promise<void> {
 
   const pad = (s: string, n: number) => s.padEnd(n);
   console.log(`\n${report.machine.cores} cores, Node ${report.machine.node}; HTTP/1.1 load: ${report.load.http1}; gRPC load: ${report.load.grpc}; ${seconds} s per case after ${warmupSeconds} s warm-up`);
-  console.log(`item ${item.num_iid}: ${item.skus.sku.length} SKUs, ${item.desc.length} characters of description, ${body.length} bytes as json; gateway peak RSS ${peakRss.toFixed(1)} MB\n`);
+  console.log(`item ${item.num_iid}: ${item.skus.sku.length} SKUs, ${item.desc.length} characters of description, ${body.length} bytes as json; gateway peak RSS ${peakRss.toFixed(1)} MB`);
+  const kib = (b: number) => `${(b / 1024).toFixed(1)} KiB`;
+  console.log(`bytes the cache counts per cached item, kept with its legacy json rendering: retail ${kib(cachedItem.retail.bytes)} (over ${cachedItem.retail.items} items), wholesale ${kib(cachedItem.wholesale.bytes)} (over ${cachedItem.wholesale.items} items)\n`);
   console.log(`| ${pad("case", 46)} | req/s | p50 ms | p99 ms | max ms | errors | vs baseline | CPU µs/req |`);
   console.log(`|${"-".repeat(48)}|-------|--------|--------|--------|--------|-------------|------------|`);
   for (const r of rows) {
