@@ -7,7 +7,6 @@ import { accessLog, type AccessLog } from "../server/access-log.ts";
 import { headerReader, type CallSource } from "./catalogue-services.ts";
 import { acceptCompression, compressMinBytes, fastRoutes, headerValue, once, oneBlock, readBody, type FastPathOptions, type FastResult, type FastRoute } from "./unary-fast-path.ts";
 
-
 /**
  * The gRPC fast path: a unary call of a catalogue operation over HTTP/2,
  * served on the stream itself, before Node's compatibility objects,

@@ -10,6 +10,7 @@ import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:
 import type { Readable } from "node:stream";
 import type { TLSSocket } from "node:tls";
 import { accessLog } from "../server/access-log.ts";
+import { endInParts } from "../server/end-in-parts.ts";
 import type { ClientAddress } from "../server/client-address.ts";
 import type { Http1RequestClaim } from "../server/one-port-server.ts";
 import type { Gateway } from "../../core/gateway.ts";
@@ -352,11 +353,7 @@ export function connectRequestPath(options: FastPathOptions): Http1RequestClaim 
     const headers: Record<string, string> = { ...options.answerHeaders };
     for (const [name, value] of answer.headers) headers[name] = value;
     res.writeHead(answer.status, headers);
-    // Corked: the headers and the parts leave in one write.
-    res.cork();
-    for (let i = 0; i < answer.body.length - 1; i++) res.write(answer.body[i]);
-    res.end(answer.body.at(-1));
-    res.uncork();
+    endInParts(res, answer.body);
   };
   return (req, res) => {
     const route = routes.get(req.url ?? "");
