@@ -28,9 +28,10 @@ const marker = `\u0000gateway-item-${randomBytes(16).toString("hex")}\u0000`;
  * A rendered response: text (which is written as UTF-8, the bytes PHP
  * wrote), bytes, or a cached item's bytes with the text around them, the
  * three written one after the other: joining them would copy the item into
- * a new off-heap block every call, and at the rate of cache hits V8's
- * collector then runs for those blocks (a serialize hit took 29-32 µs of
- * CPU written in parts against 39-51 joined, in alternating runs).
+ * a new block every call (off-heap, which V8's collector then runs for at
+ * the rate of cache hits: a serialize hit took 29-32 µs of CPU written in
+ * parts against 39-51 joined, in alternating runs), or, as text, encode it
+ * again on every write.
  */
 export type LegacyBody = string | Buffer | SplicedBody;
 
@@ -48,7 +49,7 @@ export function bodyByteLength(body: LegacyBody): number {
   return isSpliced(body) ? Buffer.byteLength(body.head) + body.item.byteLength + Buffer.byteLength(body.tail) : Buffer.byteLength(body);
 }
 
-/** The body as one string or one block of bytes (for a writer that takes only one, and for compression). */
+/** The body as one string or one block of bytes (for compression, which takes one). */
 export function joinedBody(body: LegacyBody): string | Buffer {
   return isSpliced(body) ? Buffer.concat([Buffer.from(body.head, "utf8"), body.item, Buffer.from(body.tail, "utf8")]) : body;
 }
@@ -56,10 +57,8 @@ export function joinedBody(body: LegacyBody): string | Buffer {
 /**
  * The response rendered. When its item is a cached fragment, the rest is
  * rendered around a placeholder and the item's rendering (made on first use
- * in this format, kept for the next) is put in its place, so a cache hit
- * encodes only the status block: text around a rendering kept as text
- * (one string), the text around a rendering kept as bytes (a SplicedBody;
- * php-value.ts says which is kept how). Either way the bytes are the same as
+ * in this format, kept for the next, as bytes) is put in its place, so a
+ * cache hit encodes only the status block: a SplicedBody, the same bytes as
  * rendering the whole value.
  */
 export function renderLegacy(format: LegacyFormatName, response: PhpMap): LegacyBody {
@@ -74,8 +73,6 @@ export function renderLegacy(format: LegacyFormatName, response: PhpMap): Legacy
   const at = text.indexOf(marker);
   // A renderer that did not ask for the item as a fragment: render it whole.
   if (kept === undefined || at < 0) return render(response);
-  if (typeof kept === "string") return text.slice(0, at) + kept + text.slice(at + marker.length);
-  // Decoding the bytes to join them as text, for Node to encode again, costs more than writing them as they are.
   return { head: text.slice(0, at), item: kept, tail: text.slice(at + marker.length) };
 }
 

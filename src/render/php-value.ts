@@ -1,4 +1,4 @@
-import { exactUtf8, isLatin1, retainedBytes } from "../core/retained-size.ts";
+import { exactUtf8, retainedBytes } from "../core/retained-size.ts";
 /**
  * A PHP value, as legacy callers decode it: the one representation every
  * legacy format (json, jsonu, and later serialize, var_export, xml) renders.
@@ -47,19 +47,19 @@ export function phpArrayKey(key: string): string | bigint {
  * It keeps each rendering once, and not the value itself: the value is
  * made again (from the cached message) only when a rendering not made yet is
  * asked for, so a cached item holds its message and the renderings of the
- * formats it was asked in, nothing more. A rendering all of whose characters
- * are Latin-1 (every `json` one, which escapes the rest) is kept as a flat
- * one-byte string: the response is then a string too, which Node encodes as
- * it writes it, where bytes would need a new Buffer a response, an off-heap
- * block that V8 counts against its global memory limit (a 12.8 kB item at 5k
- * hits a second met that limit, and caused a full collection, every 200 ms).
- * Any other rendering is kept as its UTF-8 bytes, which take 0.55 of the
- * two-byte string V8 would hold for it (the demo items' jsonu, xml,
- * serialize and var_export renderings).
+ * formats it was asked in, nothing more. Every rendering is kept as its
+ * UTF-8 bytes, the bytes a hit sends: a hit writes them as they are, between
+ * the status block's text (renderLegacy's SplicedBody), so no hit encodes
+ * the item again or copies it into a block of its own. (A json rendering
+ * was kept as a flat one-byte string until the hit was written in parts:
+ * Node then encoded its 13 kB into the socket's buffer on every hit, about
+ * 2.5 µs of a 28 µs call.) Beyond Latin-1 (the jsonu, xml, serialize and
+ * var_export renderings of Chinese text) the bytes also take 0.55 of the
+ * two-byte string V8 would hold.
  */
 export class PhpFragment {
   private readonly make: () => PhpValue;
-  private readonly encoded = new Map<string, string | Buffer>();
+  private readonly encoded = new Map<string, Buffer>();
   /** Told the bytes of each rendering kept, so the cache entry holding the fragment counts them. */
   private readonly grew: ((bytes: number) => void) | undefined;
 
@@ -75,14 +75,14 @@ export class PhpFragment {
 
   text(key: string, render: () => string): string {
     const known = this.encoded.get(key);
-    if (known !== undefined) return typeof known === "string" ? known : known.toString("utf8");
+    if (known !== undefined) return known.toString("utf8");
     const t = render();
     this.keep(key, t);
     return t;
   }
 
-  /** A rendering already made: a string, or the UTF-8 bytes of one beyond Latin-1. */
-  rendering(key: string): string | Buffer | undefined {
+  /** A rendering already made, as its UTF-8 bytes. */
+  rendering(key: string): Buffer | undefined {
     return this.encoded.get(key);
   }
 
@@ -92,8 +92,7 @@ export class PhpFragment {
   }
 
   private keep(key: string, text: string): void {
-    // Read back from its Latin-1 bytes: a flat one-byte string, not the rope the renderer joined.
-    const kept = isLatin1(text) ? Buffer.from(text, "latin1").toString("latin1") : exactUtf8(text);
+    const kept = exactUtf8(text);
     this.encoded.set(key, kept);
     this.grew?.(40 + retainedBytes(kept));
   }

@@ -4,7 +4,9 @@ import type { Operation } from "../../core/operation.ts";
 import { operations } from "../../operations/index.ts";
 import type { CallInput, Gateway, Outcome } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
-import { isLegacyFormat, joinedBody, legacyFormats, renderLegacy, type LegacyBody, type LegacyFormatName } from "../../render/legacy-formats.ts";
+import { bodyByteLength, isLegacyFormat, isSpliced, joinedBody, legacyFormats, renderLegacy, type LegacyBody, type LegacyFormatName } from "../../render/legacy-formats.ts";
+import type { OutgoingHttpHeaders } from "node:http";
+import { endInParts } from "../server/end-in-parts.ts";
 import { legacyResponse } from "../../render/legacy-response.ts";
 import { credentialFields, readCredentials } from "../credentials.ts";
 import { compress, negotiateEncoding } from "./legacy-compression.ts";
@@ -67,7 +69,17 @@ export function sendLegacy(reply: FastifyReply, outcome: Outcome, format: Legacy
   // Vary on every answer, compressed or not, so no cache serves a compressed body to a client that did not ask for one.
   reply.code(200).header("content-type", answer.contentType).header("vary", "accept-encoding");
   if (answer.encoding !== undefined) reply.header("content-encoding", answer.encoding);
-  return reply.send(joinedBody(answer.body));
+  const body = answer.body;
+  if (!isSpliced(body)) return reply.send(body);
+  // A cached item's kept bytes, written as they are between the call's text, as the path before
+  // Fastify writes them: not joined into a new block a call. Fastify writes a reply's headers in the
+  // order they were set, content-length last; its access line and onResponse hooks follow the
+  // response's end as for any reply.
+  reply.header("content-length", String(bodyByteLength(body)));
+  reply.hijack();
+  reply.raw.writeHead(200, reply.getHeaders() as OutgoingHttpHeaders);
+  endInParts(reply.raw, [body.head, body.item, body.tail]);
+  return reply;
 }
 
 /** What a legacy request says besides its parameters. */
