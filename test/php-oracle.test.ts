@@ -9,11 +9,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { errorCodes } from "../src/contract/error-codes.ts";
 import { operationById, operations } from "../src/operations/index.ts";
-import type { CallInput } from "../src/core/gateway.ts";
-import { joinedBody, legacyFormats, renderLegacy, type LegacyBody, type LegacyFormatName } from "../src/render/legacy-formats.ts";
+import type { CallInput, Outcome } from "../src/core/gateway.ts";
+import { joinedBody, legacyFormats, renderLegacy, renderOutcome, type LegacyBody, type LegacyFormatName } from "../src/render/legacy-formats.ts";
 import { legacyResponse } from "../src/render/legacy-response.ts";
 import { PhpFloat, PhpFragment, type PhpMap, type PhpValue } from "../src/render/php-value.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { random, statusBlock } from "./support/random-status.ts";
 
 /** A rendered body's bytes, as they go on the wire: text as UTF-8, a spliced body's parts one after the other (as the paths before Fastify write them). */
 function wire(body: LegacyBody): Buffer {
@@ -68,6 +69,8 @@ function syntheticCorpus(): [string, PhpMap][] {
 
 let gw: GatewayFixture;
 let corpus: [string, PhpMap][];
+/** The real calls' outcomes the corpus's first entries are made from. */
+const outcomes: [string, Outcome][] = [];
 let results: { json: string; jsonu: string; serialize: string; var_export: string; xml_reads_back: boolean }[];
 let dir: string;
 
@@ -83,23 +86,27 @@ beforeAll(async () => {
   const peerbuy = operationById.get("wholesale/item_search_peerbuy")!;
   const retailIds = demoRecords().filter((r) => r.kind === "item_detail" && r.obtainable).slice(0, 12).map((r) => (r.item as { num_iid: string }).num_iid);
   const real: [string, PhpMap][] = [];
+  const add = (name: string, outcome: Outcome) => {
+    outcomes.push([name, outcome]);
+    real.push([name, legacyResponse(outcome)]);
+  };
   for (const id of retailIds) {
-    real.push([`item_get ${id}`, legacyResponse(await gw.runtime.gateway.call(itemGet, input({ num_iid: id, is_promotion: "1" })))]);
+    add(`item_get ${id}`, await gw.runtime.gateway.call(itemGet, input({ num_iid: id, is_promotion: "1" })));
   }
-  real.push(["item_get without promotion", legacyResponse(await gw.runtime.gateway.call(itemGet, input({ num_iid: demo.retailNumIid })))]);
-  real.push(["peer-viewed", legacyResponse(await gw.runtime.gateway.call(peerbuy, input({ num_iid: demo.wholesaleNumIid, sid: demo.wholesaleSid })))]);
-  real.push(["item_get 2000", legacyResponse(await gw.runtime.gateway.call(itemGet, input({ num_iid: "1" })))]);
-  real.push(["peer-viewed 2000", legacyResponse(await gw.runtime.gateway.call(peerbuy, input({ num_iid: "1", sid: "x" })))]);
+  add("item_get without promotion", await gw.runtime.gateway.call(itemGet, input({ num_iid: demo.retailNumIid })));
+  add("peer-viewed", await gw.runtime.gateway.call(peerbuy, input({ num_iid: demo.wholesaleNumIid, sid: demo.wholesaleSid })));
+  add("item_get 2000", await gw.runtime.gateway.call(itemGet, input({ num_iid: "1" })));
+  add("peer-viewed 2000", await gw.runtime.gateway.call(peerbuy, input({ num_iid: "1", sid: "x" })));
   // Every operation of the table: its banner example, translated too, and a 2000.
   for (const op of operations) {
     const args = op.example(demoRecords())!;
-    real.push([`${op.id} example`, legacyResponse(await gw.runtime.gateway.call(op, input({ ...args })))]);
-    real.push([`${op.id} example in English`, legacyResponse(await gw.runtime.gateway.call(op, { ...input({ ...args }), lang: "en" }))]);
-    real.push([`${op.id} 2000`, legacyResponse(await gw.runtime.gateway.call(op, input({ ...args, num_iid: "1" })))]);
+    add(`${op.id} example`, await gw.runtime.gateway.call(op, input({ ...args })));
+    add(`${op.id} example in English`, await gw.runtime.gateway.call(op, { ...input({ ...args }), lang: "en" }));
+    add(`${op.id} 2000`, await gw.runtime.gateway.call(op, input({ ...args, num_iid: "1" })));
   }
-  real.push(["4005", legacyResponse(await gw.runtime.gateway.call(itemGet, input({ num_iid: "1" }, { key: gw.account.key, secret: "no" })))]);
+  add("4005", await gw.runtime.gateway.call(itemGet, input({ num_iid: "1" }, { key: gw.account.key, secret: "no" })));
   for (const code of errorCodes.keys()) {
-    real.push([`refusal ${code}`, legacyResponse(await gw.runtime.gateway.refuse(code, "retail", `reason for ${code} with "quotes" & 中文`, { clientIp: "::1", transport: "legacy" }))]);
+    add(`refusal ${code}`, await gw.runtime.gateway.refuse(code, "retail", `reason for ${code} with "quotes" & 中文`, { clientIp: "::1", transport: "legacy" }));
   }
   corpus = [...real, ...syntheticCorpus()];
 
@@ -223,6 +230,32 @@ describe("cached items (fragments)", () => {
         // As sent: the item's rendering spliced around a placeholder (text, or bytes beyond Latin-1), as UTF-8 on the wire.
         const fresh: PhpMap = new Map([...value].map(([k, v]) => [k, k === "item" ? new PhpFragment(v) : v]));
         for (let i = 0; i < 2; i++) expect(wire(renderLegacy(format as LegacyFormatName, fresh)).equals(Buffer.from(plain, "utf8")), `${name} ${format} spliced, pass ${i}`).toBe(true);
+      }
+    }
+  });
+});
+
+describe("outcomes rendered (renderOutcome: json and jsonu written key by key)", () => {
+  it("write every real outcome as its PHP value renders, in every format, first time and from the memo", () => {
+    expect(outcomes.length).toBeGreaterThan(20);
+    for (const [name, outcome] of outcomes) {
+      for (const [format, { render }] of Object.entries(legacyFormats)) {
+        const plain = Buffer.from(render(legacyResponse(outcome)), "utf8");
+        for (let i = 0; i < 2; i++) expect(wire(renderOutcome(format as LegacyFormatName, outcome)).equals(plain), `${name} ${format} pass ${i}`).toBe(true);
+      }
+    }
+  });
+
+  it("write random status blocks around a cached item as the PHP value renders them", () => {
+    const [, success] = outcomes.find(([, o]) => o.kind === "success" && o.memo !== undefined)!;
+    const [, error] = outcomes.find(([, o]) => o.kind === "error")!;
+    for (let seed = 1; seed <= 300; seed++) {
+      for (const base of [success, error]) {
+        const outcome = { ...base, status: statusBlock(random(seed)) } as Outcome;
+        for (const format of ["json", "jsonu"] as const) {
+          const plain = Buffer.from(legacyFormats[format].render(legacyResponse(outcome)), "utf8");
+          expect(wire(renderOutcome(format, outcome)).equals(plain), `seed ${seed} ${base.kind} ${format}`).toBe(true);
+        }
       }
     }
   });

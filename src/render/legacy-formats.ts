@@ -1,4 +1,6 @@
-import { phpJsonEncode } from "./php-json.ts";
+import type { Outcome } from "../core/gateway.ts";
+import { legacyKeys, legacyResponse, legacyValue } from "./legacy-response.ts";
+import { jsonKey, phpJsonEncode, type PhpJsonOptions } from "./php-json.ts";
 import { phpSerialize } from "./php-serialize.ts";
 import { randomBytes } from "node:crypto";
 import { PhpFragment, PhpPlaceholder, type PhpMap } from "./php-value.ts";
@@ -78,4 +80,45 @@ export function renderLegacy(format: LegacyFormatName, response: PhpMap): Legacy
 
 export function isLegacyFormat(name: string): name is LegacyFormatName {
   return Object.hasOwn(legacyFormats, name);
+}
+
+/**
+ * An outcome in json or jsonu, written key by key: the same text as
+ * phpJsonEncode(legacyResponse(outcome)), each value written as that
+ * writes it, without the response's PHP map and the placeholder in between
+ * (a hit renders only its status block, and those cost about 0.7 µs of a
+ * 26 µs json hit in alternating runs). A cached item is its kept bytes (a
+ * SplicedBody), as renderLegacy splices them.
+ */
+function renderJson(outcome: Outcome, options: PhpJsonOptions): LegacyBody {
+  let text = "{";
+  let head: string | undefined;
+  let item: Buffer | undefined;
+  let first = true;
+  for (const key of legacyKeys(outcome)) {
+    text += (first ? "" : ",") + jsonKey(key, options);
+    first = false;
+    const value = legacyValue(outcome, key);
+    if (value instanceof PhpFragment) {
+      // The rendering phpJsonEncode would make of the fragment, under the same name, kept as it keeps it.
+      const name = options.unescapedUnicode ? "jsonu" : "json";
+      value.prepare(name, () => phpJsonEncode(value.value, options));
+      head = text;
+      item = value.rendering(name)!;
+      text = "";
+    } else {
+      text += phpJsonEncode(value, options);
+    }
+  }
+  text += "}";
+  return head === undefined || item === undefined ? text : { head, item, tail: text };
+}
+
+const escaped: PhpJsonOptions = { unescapedUnicode: false };
+const unescaped: PhpJsonOptions = { unescapedUnicode: true };
+
+/** An outcome rendered in a legacy format (json and jsonu written directly, the others from its PHP value). */
+export function renderOutcome(format: LegacyFormatName, outcome: Outcome): LegacyBody {
+  if (format === "json" || format === "jsonu") return renderJson(outcome, format === "json" ? escaped : unescaped);
+  return renderLegacy(format, legacyResponse(outcome));
 }

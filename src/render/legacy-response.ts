@@ -150,16 +150,19 @@ function itemValue(outcome: Extract<Outcome, { kind: "success" }>): PhpValue {
   return fragment;
 }
 
+/** An outcome's top-level keys, in wire order: `item` only on success. */
+export function legacyKeys(outcome: Outcome): readonly (LegacyStatusKey | "item")[] {
+  return outcome.kind === "success" ? outcome.operation.legacyLayout : legacyLayouts.error;
+}
+
+/** The PHP value under one of an outcome's keys (`legacyKeys`). */
+export function legacyValue(outcome: Outcome, key: LegacyStatusKey | "item"): PhpValue {
+  return key === "item" ? (outcome.kind === "success" ? itemValue(outcome) : null) : statusValue(key, outcome.status);
+}
+
 /** The legacy response of an outcome: `item` (on success) and the status block, keys in wire order. */
 export function legacyResponse(outcome: Outcome): PhpMap {
   const out: PhpMap = new Map();
-  const layout = outcome.kind === "success" ? outcome.operation.legacyLayout : legacyLayouts.error;
-  for (const key of layout) {
-    if (key === "item") {
-      if (outcome.kind === "success") out.set("item", itemValue(outcome));
-    } else {
-      out.set(key, statusValue(key, outcome.status));
-    }
-  }
+  for (const key of legacyKeys(outcome)) out.set(key, legacyValue(outcome, key));
   return out;
 }

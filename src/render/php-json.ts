@@ -156,7 +156,8 @@ const keyTexts = { escaped: new Map<string, string>(), unescaped: new Map<string
 /** Past this many distinct keys in a mode (keys of caller-supplied maps, say), new ones are written each time. */
 const maxKeyTexts = 4096;
 
-function jsonKey(key: string, options: PhpJsonOptions): string {
+/** A key as json_encode writes it, with its colon (`"key":`). */
+export function jsonKey(key: string, options: PhpJsonOptions): string {
   const texts = options.unescapedUnicode ? keyTexts.unescaped : keyTexts.escaped;
   let text = texts.get(key);
   if (text === undefined) {

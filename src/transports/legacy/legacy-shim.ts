@@ -4,7 +4,7 @@ import type { Operation } from "../../core/operation.ts";
 import { operations } from "../../operations/index.ts";
 import type { CallInput, Gateway, Outcome } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
-import { bodyByteLength, isLegacyFormat, isSpliced, joinedBody, legacyFormats, renderLegacy, type LegacyBody, type LegacyFormatName } from "../../render/legacy-formats.ts";
+import { bodyByteLength, isLegacyFormat, isSpliced, joinedBody, legacyFormats, renderOutcome, type LegacyBody, type LegacyFormatName } from "../../render/legacy-formats.ts";
 import type { OutgoingHttpHeaders } from "node:http";
 import { endInParts } from "../server/end-in-parts.ts";
 import { legacyResponse } from "../../render/legacy-response.ts";
@@ -53,7 +53,7 @@ export interface LegacyAnswer {
  */
 export function legacyAnswer(outcome: Outcome, format: LegacyFormatName, method: string, acceptEncoding: string | undefined): LegacyAnswer {
   const { contentType } = legacyFormats[format];
-  const body = renderLegacy(format, legacyResponse(outcome));
+  const body = renderOutcome(format, outcome);
   const encoding = method === "HEAD" ? undefined : negotiateEncoding(acceptEncoding);
   if (encoding === undefined) return { contentType, encoding, body };
   return { contentType, encoding, body: compress(encoding, joinedBody(body)) };
