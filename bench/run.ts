@@ -276,8 +276,16 @@ async function main(): Promise<void> {
   const fastifyPid = bareFastify.child.pid!;
   const connectPid = bareConnect.child.pid!;
   const bareRoute: Http1Options = { url: `${fastifyBase}/retail/item_get/` };
+  // The floor: node:http, the secret's salted hash and the gateway's own ledger, serving case 1's bytes (bench/servers/bare-ledger.ts).
+  const floorDir = mkdtempSync(join(tmpdir(), "gateway-bench-floor-"));
+  dirs.push(floorDir);
+  const floorSecret = "floor-secret-0123456789abcdefghijklmnopqrs";
+  const floorServer = await start("bench/servers/bare-ledger.ts", { BENCH_BODY_FILE: join(files, "body.json"), BENCH_DATA_DIR: floorDir, BENCH_SECRET: floorSecret });
+  const floorPid = floorServer.child.pid!;
+  const floorLoad: Http1Options = { url: `http://127.0.0.1:${floorServer.ports[0]}/retail/item_get/?${new URLSearchParams({ key: "bench", secret: floorSecret, num_iid: item.num_iid })}` };
 
   add("baseline: bare Fastify route (case 1 bytes)", await http1(bareRoute, fastifyPid));
+  add("floor: node:http + secret's hash + ledger (case 1 bytes)", await http1(floorLoad, floorPid));
   add("baseline: bare connect-node, Connect JSON", await http1({ url: `${connectBase}/gateway.catalogue.v1.RetailService/ItemGet`, method: "POST", headers: { "content-type": "application/json" }, body: jsonRequest }, connectPid));
   add("baseline: bare connect-node, Connect binary", await http1({ url: `${connectBase}/gateway.catalogue.v1.RetailService/ItemGet`, method: "POST", headers: { "content-type": "application/proto" }, body: Buffer.from(request) as unknown as string }, connectPid));
   add("baseline: bare connect-node, gRPC (h2)", await grpc(connectH2, frame, {}, connectPid));
@@ -304,6 +312,10 @@ async function main(): Promise<void> {
     sideBySides.set(name, r);
     console.error(`  side by side with the bare Fastify route serving the same bytes: ${name}: ${r.ratio.toFixed(2)}x (CPU per request ${r.cpuRatio.toFixed(1)}x; ${r.ratioCase1Bytes.toFixed(2)}x of the route serving case 1's bytes); answered ${r.answers ? answerText(r.answers) : "?"}`);
   }
+
+  // The floor side by side with the same route: how close to it any hit can come while it keeps its ledger row.
+  const floor = await sideBySide(bareCase1Bytes, bareCase1Bytes, (d) => http1Slice(floorLoad, floorPid, d));
+  console.error(`  side by side with the bare Fastify route serving the same bytes: the floor (node:http + secret's hash + ledger): ${floor.ratio.toFixed(2)}x (CPU per request ${floor.cpuRatio.toFixed(1)}x)`);
 
   // Last of this gateway's cases: after its flood the loopback address is refused (4008) for five
   // minutes, every call from it (until this round it ran before the side-by-side rounds, which then
@@ -383,7 +395,7 @@ async function main(): Promise<void> {
     gatewayPeakRssMb: peakRss,
     cacheBytesPerItem: cachedItem,
     rows,
-    sideBySide: { rounds: pairedRounds, seconds: pairedSliceSeconds, cases: Object.fromEntries(sideBySides) },
+    sideBySide: { rounds: pairedRounds, seconds: pairedSliceSeconds, cases: Object.fromEntries(sideBySides), floor },
     rpcVsFastify,
     targets,
     elapsedSeconds: (Date.now() - started) / 1000,
@@ -417,6 +429,9 @@ async function main(): Promise<void> {
       `| ${pad(name, 46)} | ${`${r.ratio.toFixed(2)}x`.padStart(27)} | ${`${r.cpuRatio.toFixed(1)}x`.padStart(15)} | ${`${r.ratioCase1Bytes.toFixed(2)}x`.padStart(31)} | ${r.rounds.map((x) => `${x.case.toFixed(0)}/${x.bare.toFixed(0)}/${x.case1Bytes.toFixed(0)}`).join(" ")} |`,
     );
   }
+  console.log(
+    `\nthe floor, side by side with the same route (node:http, the secret's salted SHA-256 and the gateway's own ledger, one row a call committed before the answer leaves; no routing, cache or rendering): ${floor.ratio.toFixed(2)}x (CPU per request ${floor.cpuRatio.toFixed(1)}x; rounds ${floor.rounds.map((x) => `${x.case.toFixed(0)}/${x.bare.toFixed(0)}`).join(" ")})`,
+  );
   console.log(`\n${rpcVsFastify.join("\n")}`);
   console.log("\ntargets:");
   for (const t of targets) console.log(`  ${t.met ? "met    " : "MISSED "} ${t.target}`);
