@@ -16,6 +16,7 @@ import { dayOf } from "../../src/core/clock.ts";
 import { createRequestIdGenerator } from "../../src/core/request-id.ts";
 import { sha256 } from "../../src/core/sha256.ts";
 import { ErrorCode } from "../../src/gen/gateway/catalogue/v1/status_pb.js";
+import { legacyParams } from "../../src/transports/legacy/legacy-params.ts";
 import { SqliteMeter } from "../../src/stores/embedded/meter.ts";
 import { openDatabase } from "../../src/stores/embedded/sqlite-database.ts";
 
@@ -31,7 +32,8 @@ const headers = { "content-type": "application/json; charset=utf-8", "content-le
 const server = createServer((req, res) => {
   const started = performance.now();
   const now = Date.now();
-  const secret = new URL(req.url ?? "/", "http://x").searchParams.get("secret") ?? "";
+  // The query read as the gateway reads it (legacy-params.ts).
+  const secret = legacyParams(req.url ?? "/").get("secret") ?? "";
   // A wrong secret is still answered with the bytes: the floor measures the work, not a refusal path.
   const code = timingSafeEqual(expected, sha256(salt + secret)) ? ErrorCode.SUCCESS : ErrorCode.INVALID_CREDENTIALS;
   const day = dayOf(now, account.zone);
