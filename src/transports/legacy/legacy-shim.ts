@@ -1,13 +1,12 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { OutgoingHttpHeaders } from "node:http";
 import { unspecifiedApiNames } from "../../contract/operations.ts";
 import type { Operation } from "../../core/operation.ts";
 import { operations } from "../../operations/index.ts";
 import type { CallInput, Gateway, Outcome } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { bodyByteLength, isLegacyFormat, isSpliced, joinedBody, legacyFormats, renderOutcome, type LegacyBody, type LegacyFormatName } from "../../render/legacy-formats.ts";
-import type { OutgoingHttpHeaders } from "node:http";
 import { endInParts } from "../server/end-in-parts.ts";
-import { legacyResponse } from "../../render/legacy-response.ts";
 import { credentialFields, readCredentials } from "../credentials.ts";
 import { compress, negotiateEncoding } from "./legacy-compression.ts";
 import { legacyParams, type LegacyParams } from "./legacy-params.ts";
