@@ -83,7 +83,12 @@ async function watched(pid: number, load: () => Promise<LoadResult>): Promise<Lo
 
 type Http1Options = Omit<AutocannonOptions, "duration" | "connections" | "pipelining">;
 
-
+/** A gRPC length-prefixed message: not compressed, its length, the bytes. */
+function grpcFrame(message: Uint8Array): Buffer {
+  const frame = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), message]);
+  frame.writeUInt32BE(message.length, 1);
+  return frame;
+}
 
 /** `duration` seconds of HTTP/1.1 load, watched (no warm-up). */
 function http1Slice(options: Http1Options, pid: number, duration: number): Promise<LoadResult> {
@@ -140,18 +145,20 @@ type Slice = (seconds: number) => Promise<LoadResult>;
  * machine have differed by 1.5x and more (19.4k and 11.4k req/s in one
  * bench run); a ratio against one of them measured the neighbour as much as
  * the gateway. Each round also runs the bare route serving case 1's bytes,
- * the baseline of the rounds before each case had its own (`case1Bytes`).
+ * the baseline of the rounds before each case had its own (`case1Bytes`),
+ * unless there is none to run (`bare` serves case 1's bytes itself).
  */
-async function sideBySide(bare: Slice, bareCase1Bytes: Slice, gateway: Slice): Promise<SideBySide> {
+async function sideBySide(bare: Slice, bareCase1Bytes: Slice | undefined, gateway: Slice): Promise<SideBySide> {
   const sides = { case: gateway, bare, case1Bytes: bareCase1Bytes };
   const total = { case: { requests: 0, cpu: 0 }, bare: { requests: 0, cpu: 0 }, case1Bytes: { requests: 0, cpu: 0 } };
   const rounds: { case: number; bare: number; case1Bytes: number }[] = [];
   let answers: Answers | undefined;
   for (let i = 0; i < pairedRounds; i++) {
     const round = { case: 0, bare: 0, case1Bytes: 0 };
-    const order = ["bare", "case", "case1Bytes"] as const;
+    // Without a route serving case 1's bytes of its own (the case's own are case 1's), two sides.
+    const order = bareCase1Bytes === undefined ? (["bare", "case"] as const) : (["bare", "case", "case1Bytes"] as const);
     for (const side of i % 2 === 0 ? order : [...order].reverse()) {
-      const r = await sides[side](pairedSliceSeconds);
+      const r = await sides[side]!(pairedSliceSeconds);
       total[side].requests += r.requests;
       total[side].cpu += (r.cpuUs ?? 0) * r.requests;
       round[side] = r.rps;
@@ -163,7 +170,7 @@ async function sideBySide(bare: Slice, bareCase1Bytes: Slice, gateway: Slice): P
   return {
     ratio: total.case.requests / Math.max(1, total.bare.requests),
     cpuRatio: cpu(total.case) / cpu(total.bare),
-    ratioCase1Bytes: total.case.requests / Math.max(1, total.case1Bytes.requests),
+    ratioCase1Bytes: total.case.requests / Math.max(1, (bareCase1Bytes === undefined ? total.bare : total.case1Bytes).requests),
     rounds,
     answers,
   };
@@ -254,16 +261,14 @@ async function main(): Promise<void> {
   dirs.push(files);
   writeFileSync(join(files, "body.json"), body);
   writeFileSync(join(files, "answer.bin"), binaryAnswer);
-  const frame = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), request]);
-  frame.writeUInt32BE(request.length, 1);
+  const frame = grpcFrame(request);
   const bodies: { name: string; route: string; file: string; contentType: string }[] = [];
   for (const [i, [name, o]] of Object.entries(hits).entries()) {
     const r = await fetch(o.url as string, { method: o.method ?? "GET", headers: o.headers as Record<string, string> | undefined, body: o.body as string | undefined });
     bodies.push({ name, route: `/case/${i}`, file: join(files, `case-${i}`), contentType: r.headers.get("content-type") ?? "" });
     writeFileSync(bodies.at(-1)!.file, Buffer.from(await r.arrayBuffer()));
   }
-  const grpcAnswer = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), binaryAnswer]);
-  grpcAnswer.writeUInt32BE(binaryAnswer.length, 1);
+  const grpcAnswer = grpcFrame(binaryAnswer);
   bodies.push({ name: grpcHitCase, route: "/case/grpc", file: join(files, "case-grpc"), contentType: "application/grpc" });
   writeFileSync(join(files, "case-grpc"), grpcAnswer);
   writeFileSync(join(files, "bodies.json"), JSON.stringify(bodies));
@@ -314,7 +319,7 @@ async function main(): Promise<void> {
   }
 
   // The floor side by side with the same route: how close to it any hit can come while it keeps its ledger row.
-  const floor = await sideBySide(bareCase1Bytes, bareCase1Bytes, (d) => http1Slice(floorLoad, floorPid, d));
+  const floor = await sideBySide(bareCase1Bytes, undefined, (d) => http1Slice(floorLoad, floorPid, d));
   console.error(`  side by side with the bare Fastify route serving the same bytes: the floor (node:http + secret's hash + ledger): ${floor.ratio.toFixed(2)}x (CPU per request ${floor.cpuRatio.toFixed(1)}x)`);
 
   // Last of this gateway's cases: after its flood the loopback address is refused (4008) for five

@@ -51,9 +51,12 @@ export function bodyByteLength(body: LegacyBody): number {
   return isSpliced(body) ? Buffer.byteLength(body.head) + body.item.byteLength + Buffer.byteLength(body.tail) : Buffer.byteLength(body);
 }
 
+/** The body's parts in the order they are written (one, unless it is spliced). */
+export const bodyParts = (body: LegacyBody): readonly (string | Buffer)[] => (isSpliced(body) ? [body.head, body.item, body.tail] : [body]);
+
 /** The body as one string or one block of bytes (for compression, which takes one). */
 export function joinedBody(body: LegacyBody): string | Buffer {
-  return isSpliced(body) ? Buffer.concat([Buffer.from(body.head, "utf8"), body.item, Buffer.from(body.tail, "utf8")]) : body;
+  return isSpliced(body) ? Buffer.concat(bodyParts(body).map((p) => (typeof p === "string" ? Buffer.from(p, "utf8") : p))) : body;
 }
 
 /**

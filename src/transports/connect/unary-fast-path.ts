@@ -189,14 +189,16 @@ async function connectAnswer(result: FastResult, binary: boolean, acceptEncoding
     status = codeToHttpStatus(result.error.code);
     contentType = "application/json";
   }
-  const size = parts.reduce((n, p) => n + p.byteLength, 0);
+  let size = parts.reduce((n, p) => n + p.byteLength, 0);
   const compression = compressionNegotiate(acceptCompression, null, headerValue(acceptEncoding), "accept-encoding").response;
   const headers: [string, string][] = [];
   if (compression !== null && size >= compressMinBytes) {
-    parts = [await compression.compress(oneBlock(parts))];
+    const compressed = await compression.compress(oneBlock(parts));
+    parts = [compressed];
+    size = compressed.byteLength;
     headers.push(["content-encoding", compression.name]);
   }
-  headers.push(["content-length", String(parts.reduce((n, p) => n + p.byteLength, 0))], ["content-type", contentType]);
+  headers.push(["content-length", String(size)], ["content-type", contentType]);
   return { status, headers, body: parts };
 }
 

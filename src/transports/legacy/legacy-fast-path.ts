@@ -8,7 +8,7 @@ import type { ClientAddress } from "../server/client-address.ts";
 import type { Http1RequestClaim } from "../server/one-port-server.ts";
 import { accessLog } from "../server/access-log.ts";
 import { endInParts } from "../server/end-in-parts.ts";
-import { bodyByteLength, isSpliced } from "../../render/legacy-formats.ts";
+import { bodyByteLength, bodyParts } from "../../render/legacy-formats.ts";
 import { legacyParams } from "./legacy-params.ts";
 import { legacyAnswer, legacyCall, legacyPathsOf, type LegacyAnswer } from "./legacy-shim.ts";
 
@@ -49,7 +49,7 @@ export function legacyFastPath(gateway: Gateway, options: LegacyFastPathOptions)
     const body = answer.body;
     headers["content-length"] = String(bodyByteLength(body));
     res.writeHead(200, headers);
-    endInParts(res, isSpliced(body) ? [body.head, body.item, body.tail] : [body]);
+    endInParts(res, bodyParts(body));
   };
 
   const serve = async (operation: Operation, req: IncomingMessage, res: ServerResponse): Promise<void> => {

@@ -5,7 +5,7 @@ import type { Operation } from "../../core/operation.ts";
 import { operations } from "../../operations/index.ts";
 import type { CallInput, Gateway, Outcome } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
-import { bodyByteLength, isLegacyFormat, isSpliced, joinedBody, legacyFormats, renderOutcome, type LegacyBody, type LegacyFormatName } from "../../render/legacy-formats.ts";
+import { bodyByteLength, bodyParts, isLegacyFormat, isSpliced, joinedBody, legacyFormats, renderOutcome, type LegacyBody, type LegacyFormatName } from "../../render/legacy-formats.ts";
 import { endInParts } from "../server/end-in-parts.ts";
 import { credentialFields, readCredentials } from "../credentials.ts";
 import { compress, negotiateEncoding } from "./legacy-compression.ts";
@@ -77,7 +77,7 @@ export function sendLegacy(reply: FastifyReply, outcome: Outcome, format: Legacy
   reply.header("content-length", String(bodyByteLength(body)));
   reply.hijack();
   reply.raw.writeHead(200, reply.getHeaders() as OutgoingHttpHeaders);
-  endInParts(reply.raw, [body.head, body.item, body.tail]);
+  endInParts(reply.raw, bodyParts(body));
   return reply;
 }
 
