@@ -1,5 +1,5 @@
 import type { Outcome } from "../core/gateway.ts";
-import { itemJson, legacyKeys, legacyResponse, legacyValue } from "./legacy-response.ts";
+import { legacyKeys, legacyResponse, legacyValue } from "./legacy-response.ts";
 import { jsonKey, phpJsonEncode, type PhpJsonOptions } from "./php-json.ts";
 import { phpSerialize } from "./php-serialize.ts";
 import { randomBytes } from "node:crypto";
@@ -90,9 +90,8 @@ export function isLegacyFormat(name: string): name is LegacyFormatName {
  * phpJsonEncode(legacyResponse(outcome)), each value written as that
  * writes it, without the response's PHP map and the placeholder in between
  * (a hit renders only its status block, and those cost about 0.7 µs of a
- * 26 µs json hit in alternating runs). The item is its bytes (a
- * SplicedBody): a cached item's kept rendering, as renderLegacy splices
- * them, or an answer's made directly from its message (itemJson).
+ * 26 µs json hit in alternating runs). A cached item is its kept bytes (a
+ * SplicedBody), as renderLegacy splices them.
  */
 function renderJson(outcome: Outcome, options: PhpJsonOptions): LegacyBody {
   let text = "{";
@@ -102,12 +101,16 @@ function renderJson(outcome: Outcome, options: PhpJsonOptions): LegacyBody {
   for (const key of legacyKeys(outcome)) {
     text += (first ? "" : ",") + jsonKey(key, options);
     first = false;
-    if (key === "item" && outcome.kind === "success") {
+    const value = legacyValue(outcome, key);
+    if (value instanceof PhpFragment) {
+      // The rendering phpJsonEncode would make of the fragment, under the same name, kept as it keeps it.
+      const name = options.unescapedUnicode ? "jsonu" : "json";
+      value.prepare(name, () => phpJsonEncode(value.value, options));
       head = text;
-      item = itemJson(outcome, options);
+      item = value.rendering(name)!;
       text = "";
     } else {
-      text += phpJsonEncode(legacyValue(outcome, key), options);
+      text += phpJsonEncode(value, options);
     }
   }
   text += "}";

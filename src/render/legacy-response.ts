@@ -4,8 +4,6 @@ import { fourDigits } from "../contract/error-codes.ts";
 import { legacyKeyOfField, legacyLayouts, type LegacyStatusKey } from "../contract/legacy-layout.ts";
 import type { Outcome } from "../core/gateway.ts";
 import type { StatusBlock } from "../gen/gateway/catalogue/v1/status_pb.js";
-import { messageJson, messageListJson } from "./message-json.ts";
-import type { PhpJsonOptions } from "./php-json.ts";
 import { PhpFloat, PhpFragment, type PhpMap, type PhpValue } from "./php-value.ts";
 
 type Plan = readonly { readonly key: string; readonly read: (message: Record<string, unknown>) => PhpValue }[];
@@ -134,43 +132,22 @@ function statusValue(key: LegacyStatusKey, s: StatusBlock): PhpValue {
 
 const memoKey = "legacy-item";
 
-type Success = Extract<Outcome, { kind: "success" }>;
-
-/** The item's PHP value, made anew from its message(s). */
-function madeItem(outcome: Success): PhpValue {
+/**
+ * The `item` of a success. A cached answer keeps it in the entry's memo as a
+ * fragment, so every later hit reuses the item's renderings.
+ */
+function itemValue(outcome: Extract<Outcome, { kind: "success" }>): PhpValue {
+  const known = outcome.memo?.get(memoKey);
+  if (known instanceof PhpFragment) return known;
   const { message, list } = outcome.operation.item;
   const item = outcome.item;
-  return list ? (item as Message[]).map((i) => messageValue(message, i)) : messageValue(message, item as Message);
-}
-
-/** A cached answer's item: a fragment kept in the entry's memo, so every later hit reuses its renderings. */
-function itemFragment(outcome: Success): PhpFragment | undefined {
+  const make = () => (list ? (item as Message[]).map((i) => messageValue(message, i)) : messageValue(message, item as Message));
+  if (outcome.memo === undefined) return make();
   const memo = outcome.memo;
-  if (memo === undefined) return undefined;
-  const known = memo.get(memoKey);
-  if (known instanceof PhpFragment) return known;
   // Made from the (cached) message whenever a rendering is first made, never kept itself.
-  const fragment = new PhpFragment(() => madeItem(outcome), (bytes) => memo.grew(bytes));
+  const fragment = new PhpFragment(make, (bytes) => memo.grew(bytes));
   memo.set(memoKey, fragment);
   return fragment;
-}
-
-/** The `item` of a success: the entry's fragment, or (for an answer not kept) its value. */
-function itemValue(outcome: Success): PhpValue {
-  return itemFragment(outcome) ?? madeItem(outcome);
-}
-
-/**
- * The `item` of a success in json or jsonu, as bytes: a cached answer's kept
- * rendering, made on first use; made directly from the message(s)
- * (message-json.ts), the same bytes as phpJsonEncode of the item's value.
- */
-export function itemJson(outcome: Success, options: PhpJsonOptions): Buffer {
-  const { message, list } = outcome.operation.item;
-  const item = outcome.item;
-  const write = () => (list ? messageListJson(message, item as Message[], options) : messageJson(message, item as Message, options));
-  // The fragment's rendering under the name phpJsonEncode gives it, so either way makes it once.
-  return itemFragment(outcome)?.bytes(options.unescapedUnicode ? "jsonu" : "json", write) ?? write();
 }
 
 /** An outcome's top-level keys, in wire order: `item` only on success. */

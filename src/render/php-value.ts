@@ -91,21 +91,8 @@ export class PhpFragment {
     if (!this.encoded.has(key)) this.keep(key, render());
   }
 
-  /** The rendering `key`, made as bytes (in a block of their own size) unless it is made. */
-  bytes(key: string, render: () => Buffer): Buffer {
-    let kept = this.encoded.get(key);
-    if (kept === undefined) {
-      kept = render();
-      this.keepBytes(key, kept);
-    }
-    return kept;
-  }
-
   private keep(key: string, text: string): void {
-    this.keepBytes(key, exactUtf8(text));
-  }
-
-  private keepBytes(key: string, kept: Buffer): void {
+    const kept = exactUtf8(text);
     this.encoded.set(key, kept);
     this.grew?.(40 + retainedBytes(kept));
   }
