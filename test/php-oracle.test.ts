@@ -10,6 +10,7 @@ import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { errorCodes } from "../src/contract/error-codes.ts";
 import { operationById, operations } from "../src/operations/index.ts";
 import type { CallInput, Outcome } from "../src/core/gateway.ts";
+import { EntryMemo } from "../src/core/response-cache.ts";
 import { joinedBody, legacyFormats, renderLegacy, renderOutcome, type LegacyBody, type LegacyFormatName } from "../src/render/legacy-formats.ts";
 import { legacyResponse } from "../src/render/legacy-response.ts";
 import { PhpFloat, PhpFragment, type PhpMap, type PhpValue } from "../src/render/php-value.ts";
@@ -242,6 +243,23 @@ describe("outcomes rendered (renderOutcome: json and jsonu written key by key)",
       for (const [format, { render }] of Object.entries(legacyFormats)) {
         const plain = Buffer.from(render(legacyResponse(outcome)), "utf8");
         for (let i = 0; i < 2; i++) expect(wire(renderOutcome(format as LegacyFormatName, outcome)).equals(plain), `${name} ${format} pass ${i}`).toBe(true);
+      }
+    }
+  });
+
+  it("write a cached item's json first (renderOutcome), and every format after it from the same memo, as the PHP value renders them", () => {
+    const successes = outcomes.filter(([, o]) => o.kind === "success" && o.memo !== undefined);
+    expect(successes.length).toBeGreaterThan(3);
+    for (const [name, base] of successes) {
+      for (const first of ["json", "jsonu"] as const) {
+        // A fresh entry memo: its item's first rendering is renderOutcome's.
+        const outcome = { ...base, memo: new EntryMemo() } as Outcome;
+        const plain = (format: LegacyFormatName) => Buffer.from(legacyFormats[format].render(legacyResponse({ ...base, memo: undefined } as Outcome)), "utf8");
+        expect(wire(renderOutcome(first, outcome)).equals(plain(first)), `${name} ${first} first`).toBe(true);
+        for (const format of Object.keys(legacyFormats) as LegacyFormatName[]) {
+          expect(wire(renderOutcome(format, outcome)).equals(plain(format)), `${name} ${format} after ${first}`).toBe(true);
+          expect(Buffer.from(legacyFormats[format].render(legacyResponse(outcome)), "utf8").equals(plain(format)), `${name} ${format} generic after ${first}`).toBe(true);
+        }
       }
     }
   });
