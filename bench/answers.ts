@@ -24,6 +24,11 @@ export async function answerCounts(base: string): Promise<Answers> {
   return { calls, byCode, cacheHits };
 }
 
+/** The bytes the gateway's response cache counts now (gateway_cache_bytes, its /metrics). */
+export async function cacheBytes(base: string): Promise<number> {
+  return Number(/^gateway_cache_bytes (\d+)/m.exec(await (await fetch(`${base}/metrics`)).text())![1]);
+}
+
 /**
  * Runs a load on the gateway at `base` and adds what it answered, by its own
  * count: a legacy refusal is an HTTP 200 like a hit, so only the gateway

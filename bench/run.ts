@@ -9,7 +9,7 @@ import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { ItemGetRequestSchema } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
-import { addAnswers, allHits, answered, answerText, type Answers } from "./answers.ts";
+import { addAnswers, allHits, answered, answerText, cacheBytes, type Answers } from "./answers.ts";
 import { grpcLoad, type LoadResult } from "./grpc-load.ts";
 import { cpuMicros, cpuMicrosOfAll, memoryMb } from "./proc.ts";
 
@@ -207,20 +207,19 @@ async function main(): Promise<void> {
   // Bytes per cached item, retail and wholesale, by the cache's own count (gateway_cache_bytes): every
   // other obtainable demo item of each catalogue asked for twice as legacy json (a local answer is kept
   // from its second ask, with the rendering it was asked in).
-  const cacheBytes = async () => Number(/^gateway_cache_bytes (\d+)/m.exec(await (await fetch(`${base}/metrics`)).text())![1]);
   const bytesPerCachedItem = async (catalogue: "retail" | "wholesale") => {
     const ids = demoRecords()
       .filter((r) => r.kind === "item_detail" && r.obtainable && ((r as { catalogue?: string }).catalogue ?? "retail") === catalogue)
       .map((r) => (r.item as { num_iid: string }).num_iid)
       .filter((id) => id !== item.num_iid);
-    const before = await cacheBytes();
+    const before = await cacheBytes(base);
     for (let pass = 0; pass < 2; pass++) {
       for (const id of ids) {
         const answer = (await (await fetch(`${base}/${catalogue}/item_get/?${q({ num_iid: id, is_promotion: "1" })}`)).json()) as { error_code: string };
         if (answer.error_code !== "0000") throw new Error(`${catalogue} item ${id} answered ${answer.error_code}`);
       }
     }
-    return { items: ids.length, bytes: ((await cacheBytes()) - before) / ids.length };
+    return { items: ids.length, bytes: ((await cacheBytes(base)) - before) / ids.length };
   };
   const cachedItem = { retail: await bytesPerCachedItem("retail"), wholesale: await bytesPerCachedItem("wholesale") };
 

@@ -13,7 +13,7 @@ import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { once } from "node:events";
 import { demoDetailCopies } from "../src/catalogue/demo-dataset.ts";
-import { answerCounts, type Answers } from "./answers.ts";
+import { answerCounts, cacheBytes, type Answers } from "./answers.ts";
 import { cpuMicros, memoryMb } from "./proc.ts";
 
 const root = join(import.meta.dirname, "..");
@@ -125,14 +125,13 @@ async function scaleCase(n: number): Promise<ScaleRow> {
   const pid = server.pid!;
   const q = (id: number) => `/retail/item_get/?${new URLSearchParams({ key: account.key, secret: account.secret, num_iid: String(firstId + id) })}`;
   const path = (random: boolean) => q(random ? Math.floor(Math.random() * n) : 7);
-  const cacheBytes = async () => Number(/^gateway_cache_bytes (\d+)/m.exec(await (await fetch(`${base}/metrics`)).text())![1]);
 
   // Bytes per cached item: the cache's own count after K distinct items, each called twice as legacy
   // json (the second call keeps the rendering's bytes too, as every later hit finds them).
   const k = Math.min(500, n);
-  const before = await cacheBytes();
+  const before = await cacheBytes(base);
   for (let i = 0; i < 2 * k; i++) await fetch(`${base}${q(n - 1 - (i % k))}`).then((r) => r.arrayBuffer());
-  const cacheBytesPerItem = ((await cacheBytes()) - before) / k;
+  const cacheBytesPerItem = ((await cacheBytes(base)) - before) / k;
   const cacheEvents = async () => {
     const text = await (await fetch(`${base}/metrics`)).text();
     const count = (result: string) => [...text.matchAll(new RegExp(`^gateway_cache_events_total\\{[^}]*result="${result}"[^}]*\\} (\\d+)`, "gm"))].reduce((s, m) => s + Number(m[1]), 0);
@@ -158,7 +157,7 @@ async function scaleCase(n: number): Promise<ScaleRow> {
   await load(base, path, true, soakSeconds, pid, () => (soakPeak = Math.max(soakPeak, memoryMb(pid, "VmRSS"))));
   const soakEndMb = memoryMb(pid, "VmRSS");
   const peakMb = memoryMb(pid, "VmHWM");
-  const cachedItems = Math.round((await cacheBytes()) / cacheBytesPerItem);
+  const cachedItems = Math.round((await cacheBytes(base)) / cacheBytesPerItem);
   server.kill("SIGTERM");
   await once(server, "exit");
   rmSync(dir, { recursive: true, force: true });
