@@ -1,4 +1,5 @@
-import { fromJson, type DescMessage, type JsonObject } from "@bufbuild/protobuf";
+import type { DescMessage, JsonObject } from "@bufbuild/protobuf";
+import { messageFromJson } from "../core/message-shape.ts";
 
 /**
  * Reading records in their legacy form (as legacy responses and import
@@ -41,7 +42,7 @@ function withoutPhpEmptyArrays(desc: DescMessage, value: Record<string, unknown>
 export function readLegacyMessage<D extends DescMessage>(desc: D, value: unknown, where: string) {
   if (!isObject(value)) throw new Error(`${where} must be an object`);
   try {
-    return fromJson(desc, withoutPhpEmptyArrays(desc, value) as JsonObject);
+    return messageFromJson(desc, withoutPhpEmptyArrays(desc, value) as JsonObject);
   } catch (e) {
     throw new Error(`${where}: ${(e as Error).message}`);
   }

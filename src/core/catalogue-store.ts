@@ -1,6 +1,6 @@
-import { fromBinary } from "@bufbuild/protobuf";
 import { hash } from "node:crypto";
 import type { CatalogueSource, Found, NotFound } from "./catalogue-source.ts";
+import { decodeMessage } from "./message-shape.ts";
 import type { Args, Operation, RecordKind } from "./operation.ts";
 
 /** A record ready to store: its kind, catalogue and key, as the import reads them. */
@@ -46,7 +46,7 @@ export function storedAnswer(
 ): Found | NotFound {
   if (row === undefined) return { found: false, reason: operation.notFound(args) };
   if (!row.obtainable) return { found: false, reason: operation.unobtainable(args) };
-  const answer = operation.answer(fromBinary(operation.record.schema, row.record), args);
+  const answer = operation.answer(decodeMessage(operation.record.schema, row.record), args);
   if ("notFound" in answer) return { found: false, reason: answer.notFound };
   const token = hash("md5", [operation.id, ...operation.args.map((a) => args[a.name] ?? ""), row.storedAt].join("\u0000"));
   return { found: true, value: answer.value, storedAt: row.storedAt, token };

@@ -1,3 +1,5 @@
+import { heldInPlace } from "./message-shape.ts";
+
 /**
  * What a value keeps alive, in bytes: its objects in a 64-bit V8 heap (Node
  * ships without pointer compression, so a slot is 8 bytes) and the off-heap
@@ -12,7 +14,8 @@
  *   added one by one (as protobuf-es builds a message, or a map field) V8
  *   keeps them in a hash table instead: three slots a property in a table
  *   of the power of two at least half again their number (an empty
- *   ItemDetail, 60 fields, takes 3.5 KB, not 0.5);
+ *   ItemDetail, 60 fields, takes 3.5 KB, not 0.5), unless it was made
+ *   with every field in place (message-shape.ts): a slot a property;
  * - an array: 32 bytes, and a 16-byte backing store with a slot an element
  *   of its capacity (grown by half plus 16 as elements were pushed);
  * - a Map: 80 bytes, and 40 an entry (its hash table's share);
@@ -57,7 +60,7 @@ export function retainedBytes(value: unknown, seen: Set<object> = new Set()): nu
         return n;
       }
       const keys = Object.keys(value);
-      let n = objectBytes(keys.length);
+      let n = heldInPlace(value) ? 24 + 8 * keys.length : objectBytes(keys.length);
       for (const k of keys) n += retainedBytes((value as Record<string, unknown>)[k], seen);
       return n;
     }

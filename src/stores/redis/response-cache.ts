@@ -1,8 +1,10 @@
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { create, mergeFromBinary, toBinary } from "@bufbuild/protobuf";
 import type { Redis } from "ioredis";
 import { LRUCache } from "lru-cache";
 import { randomBytes } from "node:crypto";
 import { GatewayError } from "../../core/gateway-error.ts";
+import { zeroMessage } from "../../core/message-shape.ts";
+import type { Operation } from "../../core/operation.ts";
 import { EntryMemo, entryBytes, weight, type CacheEntry, type ResponseCache } from "../../core/response-cache.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { operationById } from "../../operations/index.ts";
@@ -126,13 +128,21 @@ function encode(key: string, entry: CacheEntry): Buffer | undefined {
   return out;
 }
 
+/** The `item` of an answer as `encode` wrote it; a single record decoded into a message in fast mode, as a store's read makes it (message-shape.ts). */
+function decodeItem(operation: Operation, body: Uint8Array): unknown {
+  const output = operation.method.output;
+  const answer = zeroMessage(output) as unknown as { item: unknown };
+  if (!operation.item.list) answer.item = zeroMessage(operation.item.message);
+  return (mergeFromBinary(output, answer as never, body) as unknown as { item: unknown }).item;
+}
+
 function decode(key: string, bytes: Buffer): CacheEntry | undefined {
   const operation = operationById.get(key.slice(0, key.indexOf("\u0000")));
   if (operation === undefined || bytes.length < 4) return undefined;
   try {
     const length = bytes.readUInt32BE(0);
     const head = JSON.parse(bytes.subarray(4, 4 + length).toString("utf8")) as Head;
-    const value = head.n ? null : (fromBinary(operation.method.output, bytes.subarray(4 + length)) as unknown as { item: unknown }).item;
+    const value = head.n ? null : decodeItem(operation, bytes.subarray(4 + length));
     return {
       value,
       reason: head.r,
