@@ -1,7 +1,8 @@
 // Records decoded into messages kept in fast mode (src/core/message-shape.ts):
 // to protobuf-es the same messages as fromBinary/fromJson make, field for
 // field and in the same order, and counted by the cache as what they hold.
-import { create, equals, fromBinary, fromJson, toBinary, toJsonString, type DescMessage } from "@bufbuild/protobuf";
+import { create, createFileRegistry, equals, fromBinary, fromJson, toBinary, toJsonString, type DescMessage } from "@bufbuild/protobuf";
+import { FieldDescriptorProto_Label, FieldDescriptorProto_Type, FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { describe, expect, it } from "vitest";
@@ -48,6 +49,44 @@ describe("zeroMessage", () => {
     const b = zeroMessage(ItemDetailSchema);
     expect(b.props).toEqual([]);
     expect(b.propsList).toEqual({});
+  });
+});
+
+/** A proto3 message of 20 fields with every kind of member a zero message holds an object for: bytes, a list, a oneof, a nested message. */
+function wideMessage(): DescMessage {
+  const { BYTES: TYPE_BYTES, STRING: TYPE_STRING, INT64: TYPE_INT64, DOUBLE: TYPE_DOUBLE, MESSAGE: TYPE_MESSAGE } = FieldDescriptorProto_Type;
+  const { OPTIONAL: LABEL_OPTIONAL, REPEATED: LABEL_REPEATED } = FieldDescriptorProto_Label;
+  const types = [TYPE_BYTES, TYPE_STRING, TYPE_INT64, TYPE_DOUBLE];
+  const field = Array.from({ length: 16 }, (_, i) => ({ name: `f${i}`, jsonName: `f${i}`, number: i + 1, type: types[i % 4]!, label: i === 5 ? LABEL_REPEATED : LABEL_OPTIONAL }));
+  field.push({ name: "a", jsonName: "a", number: 17, type: TYPE_STRING, label: LABEL_OPTIONAL, oneofIndex: 0 } as never);
+  field.push({ name: "b", jsonName: "b", number: 18, type: TYPE_BYTES, label: LABEL_OPTIONAL, oneofIndex: 0 } as never);
+  field.push({ name: "inner", jsonName: "inner", number: 19, type: TYPE_MESSAGE, typeName: ".t.Inner", label: LABEL_OPTIONAL } as never);
+  field.push({ name: "more", jsonName: "more", number: 20, type: TYPE_BYTES, label: LABEL_OPTIONAL });
+  const file = create(FileDescriptorProtoSchema, {
+    name: "t.proto",
+    package: "t",
+    syntax: "proto3",
+    messageType: [
+      { name: "Wide", field, oneofDecl: [{ name: "choice" }] },
+      { name: "Inner", field: [{ name: "x", jsonName: "x", number: 1, type: TYPE_STRING, label: LABEL_OPTIONAL }] },
+    ],
+  });
+  return createFileRegistry(file, () => undefined).getMessage("t.Wide")!;
+}
+
+describe("a message type with every kind of member", () => {
+  it("has create()'s zero message in place, and decodes as fromBinary does", () => {
+    const desc = wideMessage();
+    expect(desc.members.length).toBeGreaterThanOrEqual(maxPlacedProperties);
+    const zero = zeroMessage(desc) as unknown as Record<string, unknown>;
+    expectSame(desc, zero, create(desc));
+    expect(heldInPlace(zero)).toBe(true);
+    expect(zeroMessage(desc)).not.toBe(zero);
+    expect((zeroMessage(desc) as unknown as Record<string, unknown>).f0).not.toBe(zero.f0);
+    const full = create(desc, { f0: Uint8Array.of(1, 2), f1: "é中", f2: -5n, f3: 0.1, f5: ["x", "", "z"], f7: 2.5e-300, choice: { case: "b", value: Uint8Array.of(9) }, inner: { x: "y" }, more: Uint8Array.of(7) } as never);
+    const bytes = toBinary(desc, full);
+    expectSame(desc, decodeMessage(desc, bytes), fromBinary(desc, bytes));
+    expect(equals(desc, decodeMessage(desc, bytes), full)).toBe(true);
   });
 });
 

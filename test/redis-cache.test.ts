@@ -7,6 +7,7 @@ import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { CachedCatalogue, defaultCachePolicy } from "../src/core/cached-catalogue.ts";
 import type { CatalogueSource } from "../src/core/catalogue-source.ts";
 import { GatewayError } from "../src/core/gateway-error.ts";
+import { heldInPlace } from "../src/core/message-shape.ts";
 import { retailItemGet } from "../src/operations/retail-item-get.ts";
 import { wholesaleItemSearchPeerbuy } from "../src/operations/wholesale-item-search-peerbuy.ts";
 import { EmbeddedCatalogue } from "../src/stores/embedded/catalogue-store.ts";
@@ -77,6 +78,8 @@ describe("the response cache shared through Redis", () => {
     const later = await replicas[2]!.answer(retailItemGet, item, "cn", true, signal);
     expect(later.fromCache).toBe(true);
     expect(later.answer).toEqual(answers[0]!.answer);
+    // Decoded into a message in fast mode, as a store's read makes it, and counted so (message-shape.ts).
+    expect(later.answer.found && heldInPlace(later.answer.value as object)).toBe(true);
   });
 
   it("the gateway's own catalogue asked at once on three replicas answers at once on each: no claim, no wait", async () => {

@@ -1,4 +1,4 @@
-import { create, fromBinary, fromJson, mergeFromBinary, mergeFromJson, type DescMessage, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
+import { create, fromBinary, fromJson, mergeFromBinary, mergeFromJson, ScalarType, type DescMessage, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
 
 /**
  * Messages that V8 keeps in fast mode, for the records the cache holds.
@@ -14,7 +14,7 @@ import { create, fromBinary, fromJson, mergeFromBinary, mergeFromJson, type Desc
  * Here a message type with more fields than that gets a template of its zero
  * value, made once and kept in fast mode; a new message is a copy of it
  * (V8 copies such an object with its hidden class, in one step), with fresh
- * lists, maps and oneofs. The decoders then fill it as `fromBinary` would
+ * lists, maps, oneofs and bytes. The decoders then fill it as `fromBinary` would
  * fill `create`'s: the same message to protobuf-es, the same fields in the
  * same order (test/message-shape.test.ts).
  *
@@ -59,12 +59,13 @@ function zeroFactory(desc: DescMessage): (() => object) | null {
   return factory;
 }
 
-/** A fresh value of a zero message's list, map or oneof member, by its name. */
+/** A fresh value of a zero message's list, map, oneof or bytes member, by its name. */
 function freshOf(desc: DescMessage, localName: string): () => unknown {
   const member = desc.members.find((m) => m.localName === localName);
   if (member?.kind === "oneof") return () => ({ case: undefined });
   if (member?.fieldKind === "list") return () => [];
   if (member?.fieldKind === "map") return () => ({});
+  if (member?.fieldKind === "scalar" && member.scalar === ScalarType.BYTES) return () => new Uint8Array(0);
   throw new Error(`${desc.typeName}.${localName}: a zero message holds no other object`);
 }
 
