@@ -1,4 +1,4 @@
-import { heldInPlace } from "./message-shape.ts";
+import { heldInPlace, maxPlacedProperties } from "./message-shape.ts";
 
 /**
  * What a value keeps alive, in bytes: its objects in a 64-bit V8 heap (Node
@@ -60,7 +60,8 @@ export function retainedBytes(value: unknown, seen: Set<object> = new Set()): nu
         return n;
       }
       const keys = Object.keys(value);
-      let n = heldInPlace(value) ? 24 + 8 * keys.length : objectBytes(keys.length);
+      // Only an object past the hash-table bound can have been made in place (message-shape.ts): the set is asked of no other.
+      let n = keys.length > maxPlacedProperties && heldInPlace(value) ? 24 + 8 * keys.length : objectBytes(keys.length);
       for (const k of keys) n += retainedBytes((value as Record<string, unknown>)[k], seen);
       return n;
     }
@@ -84,7 +85,7 @@ export function exactUtf8(text: string): Buffer {
 /** A plain object of `count` properties: in-object slots and a property array, or, past 16, a hash table (V8's NameDictionary). */
 function objectBytes(count: number): number {
   if (count <= 4) return 24 + 8 * count;
-  if (count <= 16) return 24 + 8 * count + 32;
+  if (count <= maxPlacedProperties) return 24 + 8 * count + 32;
   let capacity = 4;
   while (capacity < count + (count >> 1)) capacity *= 2;
   return 24 + 64 + 24 * capacity;
