@@ -33,6 +33,29 @@ describe("PHP json_encode strings", () => {
   it("replaces a lone surrogate, which PHP could not have read, with U+FFFD", () => {
     expect(phpJsonString("a\ud800b", json)).toBe('"a\\ufffdb"');
   });
+
+  it("writes the same text whatever V8 holds the string as (one renderer call site sees them all, as in the server)", () => {
+    // The renderers call string methods through String.prototype (string-calls.ts) once a call site
+    // has met many representations; the text must not depend on which one a string is.
+    const texts = ["颜色é/\n", "a\ud800b\udc00c", "🔥 x \u2028"];
+    const long = "商品描述".repeat(40);
+    for (const text of texts) {
+      const forms = [
+        text, // as written
+        `${long}${text}`.slice(long.length), // sliced
+        [...text].join(""), // joined
+        text.length > 1 ? text.slice(0, 1) + text.slice(1) : text, // cons
+        JSON.parse(JSON.stringify(text)) as string, // parsed
+        String.fromCharCode(...Array.from({ length: text.length }, (_, i) => text.charCodeAt(i))), // built
+      ];
+      for (const options of [json, jsonu]) {
+        const expected = phpJsonString(text, options);
+        for (const form of forms) expect(phpJsonString(form, options)).toBe(expected);
+      }
+    }
+    expect(phpJsonString("a\ud800b\udc00c", json)).toBe('"a\\ufffdb\\ufffdc"');
+    expect(phpJsonString("a\ud800b\udc00c", jsonu)).toBe('"a\ufffdb\ufffdc"');
+  });
 });
 
 // Expected texts checked against PHP 8.2's json_encode.

@@ -1,5 +1,6 @@
 import { phpFloatText } from "./php-json.ts";
 import { PhpFloat, PhpFragment, type PhpMap, type PhpValue } from "./php-value.ts";
+import { wellFormed } from "./string-calls.ts";
 
 // The XML mapping of a legacy response (README, "result_type=xml"):
 // - the document is `<?xml version="1.0" encoding="UTF-8"?>` and one `<response>` element
@@ -27,7 +28,7 @@ function attribute(s: string): string {
 function element(tag: string, attrs: string, value: PhpValue): string {
   if (value instanceof PhpFragment) return value.text(`xml:${tag}${attrs}`, () => element(tag, attrs, value.value));
   if (typeof value === "string") {
-    const s = value.isWellFormed() ? value : value.toWellFormed();
+    const s = wellFormed(value);
     if (s === "") return `<${tag}${attrs}/>`;
     if (notXml10.test(s)) return `<${tag}${attrs} encoding="base64">${Buffer.from(s, "utf8").toString("base64")}</${tag}>`;
     return `<${tag}${attrs}>${text(s)}</${tag}>`;
@@ -43,7 +44,7 @@ function element(tag: string, attrs: string, value: PhpValue): string {
 function children(map: PhpMap): string {
   let out = "";
   for (const [key, value] of map) {
-    const k = key.isWellFormed() ? key : key.toWellFormed();
+    const k = wellFormed(key);
     if (plainName.test(k) && !/^xml/i.test(k)) out += element(k, "", value);
     else if (notXml10.test(k)) out += element("entry", ` key-base64="${Buffer.from(k, "utf8").toString("base64")}"`, value);
     else out += element("entry", ` key="${attribute(k)}"`, value);

@@ -1,4 +1,5 @@
 import { PhpFloat, PhpFragment, type PhpValue } from "./php-value.ts";
+import { charCode, sliceOf, wellFormed } from "./string-calls.ts";
 
 export interface PhpJsonOptions {
   /** JSON_UNESCAPED_UNICODE: write non-ASCII characters as UTF-8 (`jsonu`). */
@@ -25,12 +26,12 @@ const plainAscii = /^[\x20-\x21\x23-\x2e\x30-\x5b\x5d-\x7f]*$/;
  */
 export function phpJsonString(s: string, options: PhpJsonOptions): string {
   if (plainAscii.test(s)) return `"${s}"`;
-  if (!s.isWellFormed()) s = s.toWellFormed();
+  s = wellFormed(s);
   if (!options.unescapedUnicode) return escapedJsonString(s);
   let out = '"';
   let start = 0;
   for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
+    const c = charCode(s, i);
     let escape: string | undefined;
     if (c < 0x80) {
       escape = shortEscapes[c] ?? (c < 0x20 ? u4(c) : undefined);
@@ -38,11 +39,11 @@ export function phpJsonString(s: string, options: PhpJsonOptions): string {
       escape = u4(c);
     }
     if (escape !== undefined) {
-      out += s.slice(start, i) + escape;
+      out += sliceOf(s, start, i) + escape;
       start = i + 1;
     }
   }
-  return out + s.slice(start) + '"';
+  return out + sliceOf(s, start) + '"';
 }
 
 /** The byte each short escape's letter is, by the character it escapes. */
@@ -64,7 +65,7 @@ function escapedJsonString(s: string): string {
   let p = 0;
   b[p++] = 34;
   for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
+    const c = charCode(s, i);
     if (c < 0x80) {
       const letter = shortEscapeLetters[c]!;
       if (letter !== 0) {

@@ -1,10 +1,11 @@
 import { phpFloatText } from "./php-json.ts";
 import { PhpFloat, PhpFragment, phpArrayKey, type PhpValue } from "./php-value.ts";
+import { wellFormed } from "./string-calls.ts";
 
 const floatStyle = { exponent: "E", zeroFraction: false } as const;
 
 function str(s: string): string {
-  const text = s.isWellFormed() ? s : s.toWellFormed();
+  const text = wellFormed(s);
   return `s:${Buffer.byteLength(text, "utf8")}:"${text}";`;
 }
 

@@ -1,11 +1,12 @@
 import { phpFloatText } from "./php-json.ts";
 import { PhpFloat, PhpFragment, phpArrayKey, type PhpValue } from "./php-value.ts";
+import { wellFormed } from "./string-calls.ts";
 
 const floatStyle = { exponent: "E", zeroFraction: true } as const;
 
 /** A PHP single-quoted literal: `\` and `'` escaped, NUL spliced in as "\0". */
 function quoted(s: string): string {
-  const text = s.isWellFormed() ? s : s.toWellFormed();
+  const text = wellFormed(s);
   return `'${text.replace(/[\\']/g, "\\$&").replaceAll("\0", `' . "\\0" . '`)}'`;
 }
 
