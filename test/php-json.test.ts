@@ -44,7 +44,7 @@ describe("PHP json_encode strings", () => {
         text, // as written
         `${long}${text}`.slice(long.length), // sliced
         [...text].join(""), // joined
-        text.length > 1 ? text.slice(0, 1) + text.slice(1) : text, // cons
+        text.slice(0, 1) + text.slice(1), // cons
         JSON.parse(JSON.stringify(text)) as string, // parsed
         String.fromCharCode(...Array.from({ length: text.length }, (_, i) => text.charCodeAt(i))), // built
       ];
