@@ -12,10 +12,15 @@ import { operationById, operations } from "../src/operations/index.ts";
 import type { CallInput, Outcome } from "../src/core/gateway.ts";
 import { EntryMemo } from "../src/core/response-cache.ts";
 import { joinedBody, legacyFormats, renderLegacy, renderOutcome, type LegacyBody, type LegacyFormatName } from "../src/render/legacy-formats.ts";
-import { legacyResponse } from "../src/render/legacy-response.ts";
+import { legacyResponse, statusValue } from "../src/render/legacy-response.ts";
+import { StatusJsonKey } from "../src/render/status-json.ts";
+import { phpJsonEncode } from "../src/render/php-json.ts";
+import { legacyLayouts } from "../src/contract/legacy-layout.ts";
 import { PhpFloat, PhpFragment, type PhpMap, type PhpValue } from "../src/render/php-value.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 import { random, statusBlock } from "./support/random-status.ts";
+import { clone, create } from "@bufbuild/protobuf";
+import { LanguageInfoSchema, StatusBlockSchema, type StatusBlock } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 
 /** A rendered body's bytes, as they go on the wire: text as UTF-8, a spliced body's parts one after the other (as the paths before Fastify write them). */
 function wire(body: LegacyBody): Buffer {
@@ -274,6 +279,58 @@ describe("outcomes rendered (renderOutcome: json and jsonu written key by key)",
           const plain = Buffer.from(legacyFormats[format].render(legacyResponse(outcome)), "utf8");
           expect(wire(renderOutcome(format, outcome)).equals(plain), `seed ${seed} ${base.kind} ${format}`).toBe(true);
         }
+      }
+    }
+  });
+});
+
+describe("the status keys' remembered texts (status-json.ts)", () => {
+  it("write each key's first value, with nothing remembered yet, as phpJsonEncode writes its PHP value", () => {
+    const [, success] = outcomes.find(([, o]) => o.kind === "success" && o.memo !== undefined)!;
+    const empty = clone(StatusBlockSchema, success.status);
+    empty.callArgs = {};
+    empty.language = undefined;
+    const blocks = [success.status, empty, ...Array.from({ length: 20 }, (_, i) => statusBlock(random(1000 + i)))];
+    const keys = [...new Set(Object.values(legacyLayouts).flat())].filter((k) => k !== "item");
+    for (const options of [{ unescapedUnicode: false }, { unescapedUnicode: true }]) {
+      for (const key of keys) {
+        for (const [i, block] of blocks.entries()) {
+          expect(new StatusJsonKey(key, options).value(block), `${key} block ${i} ${JSON.stringify(options)}`).toBe(phpJsonEncode(statusValue(key, block), options));
+        }
+      }
+    }
+  });
+
+  it("write each key's new value when only it changes, and the old one again when it comes back", () => {
+    const [, success] = outcomes.find(([, o]) => o.kind === "success" && o.memo !== undefined)!;
+    const base = success.status;
+    // One field at a time, to a value beside the one before (same length, same keys), then back.
+    const changes: Record<string, (s: StatusBlock) => void> = {
+      requestId: (s) => (s.requestId = s.requestId.replace(/.$/, (c) => (c === "0" ? "1" : "0"))),
+      apiInfo: (s) => (s.apiInfo = "today:2 max:9 all[2=2+0+0];expires:2030-01-01"),
+      executionTime: (s) => (s.executionTime = 0.0125),
+      cache: (s) => (s.cache = !s.cache),
+      secacheTime: (s) => (s.secacheTime = s.secacheTime + 1n),
+      callArgsValue: (s) => (s.callArgs = Object.fromEntries(Object.entries(s.callArgs).map(([k, v]) => [k, `${v}9`]))),
+      callArgsFewer: (s) => (s.callArgs = Object.fromEntries(Object.entries(s.callArgs).slice(1))),
+      callArgsNone: (s) => (s.callArgs = {}),
+      callArgsEscaped: (s) => (s.callArgs = { ...s.callArgs, "k/\u00e9": "v\u4e2d/\"" }),
+      language: (s) => (s.language = create(LanguageInfoSchema, { currentLang: "en", sourceLang: "cn" })),
+      noLanguage: (s) => (s.language = undefined),
+      reason: (s) => (s.reason = "\u4e2d\u6587 / \"quoted\""),
+    };
+    for (const format of ["json", "jsonu"] as const) {
+      const check = (status: StatusBlock, what: string) => {
+        const outcome = { ...success, status } as Outcome;
+        const plain = Buffer.from(legacyFormats[format].render(legacyResponse(outcome)), "utf8");
+        expect(wire(renderOutcome(format, outcome)).equals(plain), `${format} ${what}`).toBe(true);
+      };
+      for (const [name, change] of Object.entries(changes)) {
+        check(base, `${name}: before`);
+        const changed = clone(StatusBlockSchema, base);
+        change(changed);
+        check(changed, `${name}: changed`);
+        check(base, `${name}: back`);
       }
     }
   });

@@ -1,6 +1,7 @@
 import type { Outcome } from "../core/gateway.ts";
 import { legacyKeys, legacyResponse, legacyValue } from "./legacy-response.ts";
-import { jsonKey, phpJsonEncode, type PhpJsonOptions } from "./php-json.ts";
+import { phpJsonEncode, type PhpJsonOptions } from "./php-json.ts";
+import { jsonKeySteps } from "./status-json.ts";
 import { phpSerialize } from "./php-serialize.ts";
 import { randomBytes } from "node:crypto";
 import { PhpFragment, PhpPlaceholder, type PhpMap } from "./php-value.ts";
@@ -94,14 +95,17 @@ export function isLegacyFormat(name: string): name is LegacyFormatName {
  * SplicedBody), as renderLegacy splices them.
  */
 function renderJson(outcome: Outcome, options: PhpJsonOptions): LegacyBody {
-  let text = "{";
+  const status = outcome.status;
+  let text = "";
   let head: string | undefined;
   let item: Buffer | undefined;
-  let first = true;
-  for (const key of legacyKeys(outcome)) {
-    text += (first ? "" : ",") + jsonKey(key, options);
-    first = false;
-    const value = legacyValue(outcome, key);
+  for (const step of jsonKeySteps(legacyKeys(outcome), options)) {
+    text += step.prefix;
+    if (step.status !== undefined) {
+      text += step.status.value(status);
+      continue;
+    }
+    const value = legacyValue(outcome, "item");
     if (value instanceof PhpFragment) {
       // The rendering phpJsonEncode would make of the fragment, under the same name, kept as it keeps it.
       const name = options.unescapedUnicode ? "jsonu" : "json";

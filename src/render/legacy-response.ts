@@ -76,7 +76,8 @@ export function messageValue(desc: DescMessage, message: Message): PhpMap {
   return out;
 }
 
-function statusValue(key: LegacyStatusKey, s: StatusBlock): PhpValue {
+/** The PHP value of one key of the status block (every legacy format's, the one source of what each key holds). */
+export function statusValue(key: LegacyStatusKey, s: StatusBlock): PhpValue {
   switch (key) {
     case "error_code":
       return fourDigits(s.errorCode);
