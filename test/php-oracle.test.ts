@@ -13,7 +13,7 @@ import type { CallInput, Outcome } from "../src/core/gateway.ts";
 import { EntryMemo } from "../src/core/response-cache.ts";
 import { joinedBody, legacyFormats, renderLegacy, renderOutcome, type LegacyBody, type LegacyFormatName } from "../src/render/legacy-formats.ts";
 import { legacyResponse, statusValue } from "../src/render/legacy-response.ts";
-import { StatusJsonKey } from "../src/render/status-json.ts";
+import { statusJsonWriter } from "../src/render/status-json.ts";
 import { phpJsonEncode } from "../src/render/php-json.ts";
 import { legacyLayouts } from "../src/contract/legacy-layout.ts";
 import { PhpFloat, PhpFragment, type PhpMap, type PhpValue } from "../src/render/php-value.ts";
@@ -295,7 +295,7 @@ describe("the status keys' remembered texts (status-json.ts)", () => {
     for (const options of [{ unescapedUnicode: false }, { unescapedUnicode: true }]) {
       for (const key of keys) {
         for (const [i, block] of blocks.entries()) {
-          expect(new StatusJsonKey(key, options).value(block), `${key} block ${i} ${JSON.stringify(options)}`).toBe(phpJsonEncode(statusValue(key, block), options));
+          expect(statusJsonWriter(key, options)(block), `${key} block ${i} ${JSON.stringify(options)}`).toBe(phpJsonEncode(statusValue(key, block), options));
         }
       }
     }

@@ -101,8 +101,8 @@ function renderJson(outcome: Outcome, options: PhpJsonOptions): LegacyBody {
   let item: Buffer | undefined;
   for (const step of jsonKeySteps(legacyKeys(outcome), options)) {
     text += step.prefix;
-    if (step.status !== undefined) {
-      text += step.status.value(status);
+    if (step.write !== undefined) {
+      text += step.write(status);
       continue;
     }
     const value = legacyValue(outcome, "item");
