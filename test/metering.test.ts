@@ -249,6 +249,30 @@ describe("the ledger", () => {
   });
 });
 
+describe("a cache hit on the embedded store", () => {
+  it("reaches its ledger row without waiting on any port (each answers at once), and is answered once the row is committed", async () => {
+    const a = await gw.newAccount();
+    const operation = operationById.get("retail/item_get")!;
+    const input = { args: { num_iid: demo.retailNumIid }, credentials: { key: a.key, secret: a.secret }, transport: "legacy" as const, clientIp: "192.0.2.90" };
+    const gateway = gw.runtime.gateway;
+    for (let i = 0; i < 2; i++) await gateway.call(operation, input); // read twice: kept from the second
+    const meter = gw.runtime.meter;
+    const rows: string[] = [];
+    const committed = meter.record.bind(meter);
+    Object.assign(meter, { record: (row: Parameters<typeof meter.record>[0], admission: Parameters<typeof meter.record>[1]) => (rows.push(row.requestId), committed(row, admission)) });
+    try {
+      const answered = gateway.call(operation, { ...input, requestId: "hit-1" });
+      // Lockout, account, maintenance, admission and cache answered at once: the row is handed over before call returns.
+      expect(rows).toEqual(["hit-1"]);
+      const outcome = await answered;
+      expect([outcome.kind, outcome.status.errorCode, outcome.status.cache]).toEqual(["success", 0, true]);
+      expect((await meter.query({ account: a.key, rows: 10 })).rows.map((r) => r.requestId)).toContain("hit-1");
+    } finally {
+      delete (meter as { record?: unknown }).record;
+    }
+  });
+});
+
 describe("a group commit of more rows than one insert statement takes", () => {
   it("writes every row whole, each field in its column, in one transaction", async () => {
     // A meter of its own, to count its transactions: a batch that failed would be written again row by row.

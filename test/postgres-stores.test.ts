@@ -43,7 +43,7 @@ function admin(pool: pg.Pool): { admin: AccountAdmin; accounts: PostgresAccountS
   return { admin: new AccountAdmin(accounts, meter, systemClock, operations), accounts };
 }
 
-const waitFor = async <T>(read: () => Promise<T>, want: T, ms = 1500): Promise<number> => {
+const waitFor = async <T>(read: () => T | Promise<T>, want: T, ms = 1500): Promise<number> => {
   const started = Date.now();
   while ((await read()) !== want) {
     if (Date.now() - started > ms) throw new Error(`still not ${String(want)} after ${ms} ms`);

@@ -1,5 +1,6 @@
 import { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 import { GatewayError } from "./gateway-error.ts";
+import type { MaybeAsync } from "./maybe-async.ts";
 
 export interface AddressLockoutOptions {
   /** Failed authentications from one address before each answer is slowed… */
@@ -32,8 +33,8 @@ interface FailureRecord {
  * spreading its guesses.
  */
 export interface AddressLockout {
-  /** Refuses (4008) an address locked out for failing too often. */
-  check(clientIp: string, now: number): Promise<void>;
+  /** Refuses (4008) an address locked out for failing too often; at once where the failures are in this process (MaybeAsync). */
+  check(clientIp: string, now: number): MaybeAsync<void>;
   /** Counts a failure; resolves to how long to hold the answer back, in ms. */
   failed(clientIp: string, now: number): Promise<number>;
 }
@@ -58,7 +59,7 @@ export class MemoryAddressLockout implements AddressLockout {
     this.options = { ...defaultAddressLockoutOptions, ...options };
   }
 
-  async check(clientIp: string, now: number): Promise<void> {
+  check(clientIp: string, now: number): void {
     const r = this.failures.get(clientIp);
     if (r !== undefined && r.lockedUntil > now) {
       throw lockedOut(r.lockedUntil - now);

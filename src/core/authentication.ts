@@ -6,6 +6,7 @@ import { browserSignature, sameHex, secretMatches, type Account } from "./accoun
 import { dayOf, zonedTimeToEpoch } from "./clock.ts";
 import { GatewayError } from "./gateway-error.ts";
 import { legacySign } from "./legacy-signature.ts";
+import type { MaybeAsync } from "./maybe-async.ts";
 import type { ReplayGuard } from "./replay-guard.ts";
 
 /** How a caller proves who it is (README, "Authentication"). */
@@ -74,27 +75,35 @@ export class Authenticator {
     this.options = { ...defaultAuthenticationOptions, ...options };
   }
 
-  /** The account whose credentials these are: 4014 without a key, 4004 for an unknown one, 4005 when they do not prove it. */
-  async identify(operation: Operation, credentials: Credentials, now: number): Promise<Account> {
+  /**
+   * The account whose credentials these are: 4014 without a key, 4004 for
+   * an unknown one, 4005 when they do not prove it. At once (a refusal
+   * thrown) when the store answers at once and the credentials are a
+   * secret; a signed call waits for its replay check (MaybeAsync).
+   */
+  identify(operation: Operation, credentials: Credentials, now: number): MaybeAsync<Account> {
     if (credentials.kind === "unsupported") {
       throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, `the Authorization scheme ${credentials.scheme.slice(0, 32)} is not supported; send the key alone, Bearer <key>, Gateway-Key <key> or ${signatureScheme}`);
     }
     const key = credentials.key;
     if (key === undefined || key === "") throw new GatewayError(ErrorCode.MISSING_URL_PARAM, "missing url param: key");
-    const account = key.length <= maxKeyLength ? await this.accounts.find(key) : undefined;
+    const found = key.length <= maxKeyLength ? this.accounts.find(key) : undefined;
+    return found instanceof Promise ? found.then((account) => this.proven(account, credentials, operation, now)) : this.proven(found, credentials, operation, now);
+  }
+
+  /** The account found for the key, once the credentials prove it. */
+  private proven(account: Account | undefined, credentials: Exclude<Credentials, { kind: "unsupported" }>, operation: Operation, now: number): MaybeAsync<Account> {
     if (account === undefined) throw new GatewayError(ErrorCode.ACCOUNT_NOT_FOUND, "no account has this key");
     switch (credentials.kind) {
       case "legacy-signed":
-        await this.checkLegacySigned(account, credentials, operation, now);
-        break;
+        return this.checkLegacySigned(account, credentials, operation, now).then(() => account);
       case "hmac":
-        await this.checkHmac(account, credentials, now);
-        break;
+        return this.checkHmac(account, credentials, now).then(() => account);
       default:
         if (credentials.secret === undefined || credentials.secret === "") throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "missing secret");
         if (!secretMatches(account, credentials.secret)) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "the secret does not match the key");
+        return account;
     }
-    return account;
   }
 
   /** Whether an identified account may call the operation now: 4007, expired 4005, 4012, 4006. */

@@ -5,6 +5,7 @@ import type { Args, Operation } from "./operation.ts";
 import { Doorkeeper } from "./doorkeeper.ts";
 import { GatewayError } from "./gateway-error.ts";
 import { EntryMemo, entryBytes, type CacheEntry, type ResponseCache } from "./response-cache.ts";
+import type { MaybeAsync } from "./maybe-async.ts";
 import { noTelemetry, type Telemetry } from "./telemetry.ts";
 import type { TargetLanguage, TranslationReport, Translator } from "./translation.ts";
 
@@ -79,24 +80,35 @@ export class CachedCatalogue {
    * The answer to one call; `useCache` false always asks the source (and
    * refreshes the entry). An answer in another language is translated from
    * the source-language answer (itself cached, so the item is bought once)
-   * and stored under its language, unless its translation failed.
+   * and stored under its language, unless its translation failed. A fresh
+   * entry in a cache that answers at once is answered at once (MaybeAsync).
    */
-  async answer(operation: Operation, args: Args, lang: string, useCache: boolean, signal: AbortSignal): Promise<Answered> {
+  answer(operation: Operation, args: Args, lang: string, useCache: boolean, signal: AbortSignal): MaybeAsync<Answered> {
     if (lang === "cn") return this.sourceAnswer(operation, args, useCache, signal);
-    const target = lang as TargetLanguage;
     const key = this.key(operation, args, lang);
-    const stored = await this.cache?.get(key);
+    const stored = this.cache?.get(key);
+    if (stored instanceof Promise) return stored.then((entry) => this.translatedAnswer(key, entry, operation, args, lang as TargetLanguage, useCache, signal));
+    return this.translatedAnswer(key, stored, operation, args, lang as TargetLanguage, useCache, signal);
+  }
+
+  /** The stored translation when it is fresh, or a new one. */
+  private translatedAnswer(key: string, stored: CacheEntry | undefined, operation: Operation, args: Args, lang: TargetLanguage, useCache: boolean, signal: AbortSignal): MaybeAsync<Answered> {
     if (useCache && stored !== undefined && stored.freshUntil > this.now() && stored.translation !== undefined) {
       this.telemetry.cacheEvent(operation.id, "hit");
       return { ...this.fromEntry(stored, true), translation: { ...stored.translation, seconds: 0 } };
     }
+    return this.translated(key, operation, args, lang, useCache, signal);
+  }
+
+  /** The source-language answer translated, and stored under its language unless its translation failed. */
+  private async translated(key: string, operation: Operation, args: Args, lang: TargetLanguage, useCache: boolean, signal: AbortSignal): Promise<Answered> {
     const base = await this.sourceAnswer(operation, args, useCache, signal);
     if (!base.answer.found) return base;
     const source = base.answer.value;
     const translated =
       this.translator === undefined
         ? { value: source, report: { status: "error" as const, engine: "", seconds: 0 } }
-        : await this.translator.translate(target, signal, (t) => operation.translate(source, t));
+        : await this.translator.translate(lang, signal, (t) => operation.translate(source, t));
     const report = translated.report;
     const token = createHash("md5").update(`${base.answer.token}\u0000${lang}`).digest("hex");
     const answer = { ...base.answer, value: translated.value, token } as Answered["answer"];
@@ -119,18 +131,29 @@ export class CachedCatalogue {
     return [operation.id, ...operation.args.map((a) => args[a.name] ?? ""), lang].join("\u0000");
   }
 
-  private async sourceAnswer(operation: Operation, args: Args, useCache: boolean, signal: AbortSignal): Promise<Answered> {
+  private sourceAnswer(operation: Operation, args: Args, useCache: boolean, signal: AbortSignal): MaybeAsync<Answered> {
     const source = this.sources.get(operation.catalogue)!;
     if (this.cache === undefined) {
       this.telemetry.cacheEvent(operation.id, "miss");
-      return { answer: await source.fetch(operation, args, signal), fromCache: false, memo: undefined };
+      return source.fetch(operation, args, signal).then((answer) => ({ answer, fromCache: false, memo: undefined }));
     }
     const key = this.key(operation, args, "cn");
-    const stored = await this.cache.get(key);
+    const stored = this.cache.get(key);
+    if (stored instanceof Promise) return stored.then((entry) => this.storedOrFetched(key, entry, operation, source, args, useCache));
+    return this.storedOrFetched(key, stored, operation, source, args, useCache);
+  }
+
+  /** The stored answer when it is fresh, or the source's. */
+  private storedOrFetched(key: string, stored: CacheEntry | undefined, operation: Operation, source: CatalogueSource, args: Args, useCache: boolean): MaybeAsync<Answered> {
     if (useCache && stored !== undefined && stored.freshUntil > this.now()) {
       this.telemetry.cacheEvent(operation.id, "hit");
       return this.fromEntry(stored, true);
     }
+    return this.fetched(key, operation, source, args, useCache, stored);
+  }
+
+  /** The source's answer (one call per key at a time), or, when the source fails, the stored one if it may stand in. */
+  private async fetched(key: string, operation: Operation, source: CatalogueSource, args: Args, useCache: boolean, stored: CacheEntry | undefined): Promise<Answered> {
     try {
       const { entry, kept } = await this.fetchOnce(key, operation, source, args, useCache);
       return this.fromEntry(entry, false, kept);

@@ -14,7 +14,8 @@ import { dayOf, formatDateTime, previousDay, systemClock, type Clock } from "./c
 import { GatewayError } from "./gateway-error.ts";
 import type { Args, Operation } from "./operation.ts";
 import { createRequestIdGenerator } from "./request-id.ts";
-import type { Admission, Meter, Transport } from "./meter.ts";
+import type { MaybeAsync } from "./maybe-async.ts";
+import type { Admission, Meter, Transport, UsageSummary } from "./meter.ts";
 import type { OperatorSwitches } from "./operator-switches.ts";
 import type { EntryMemo } from "./response-cache.ts";
 import { noTelemetry, type Telemetry } from "./telemetry.ts";
@@ -166,27 +167,34 @@ export class Gateway {
     let fromCache = false;
     let memo: EntryMemo | undefined;
     let translation: TranslationReport | undefined;
+    // Each step awaits only a promise: a port that answers at once is not waited for (MaybeAsync).
     try {
-      await this.lockout.check(input.clientIp, now).catch((e: unknown) => {
+      try {
+        const locked = this.lockout.check(input.clientIp, now);
+        if (locked instanceof Promise) await locked;
+      } catch (e) {
         this.telemetry.authFailed("address_locked");
         throw e;
-      });
+      }
       if (input.malformed !== undefined) throw new GatewayError(ErrorCode.PARAM_ERROR, input.malformed);
-      account = await this.authenticator.identify(operation, input.credentials, now);
+      const identified = this.authenticator.identify(operation, input.credentials, now);
+      account = identified instanceof Promise ? await identified : identified;
       this.authenticator.authorize(account, operation, now);
       if (input.rejection !== undefined) throw new GatewayError(ErrorCode.PARAM_ERROR, input.rejection);
       const args = checkArgs(operation, input.args);
       options = checkOptions(input);
       const source = this.ports.catalogue.source(operation);
-      if (source === undefined || (await this.ports.switches.inMaintenance(operation.id))) {
+      const maintenance = source === undefined || this.ports.switches.inMaintenance(operation.id);
+      if (maintenance instanceof Promise ? await maintenance : maintenance) {
         throw new GatewayError(ErrorCode.API_MAINTENANCE, `${operation.id} is under maintenance; try again later`);
       }
       // Nothing is bought that could not be recorded: refusals keep their own codes, a call that would be served waits for the ledger.
       const unavailable = this.ports.meter.unavailable(now);
       if (unavailable !== undefined) throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, unavailable);
-      admission = await this.ports.meter.admit(account, operation.id, dayOf(now, account.zone));
-      const answered = await this.ports.catalogue.answer(operation, args, options.lang, options.useCache, input.signal ?? neverAborted);
-      ({ answer, fromCache, memo, translation } = answered);
+      const admitted = this.ports.meter.admit(account, operation.id, dayOf(now, account.zone));
+      admission = admitted instanceof Promise ? await admitted : admitted;
+      const answering = this.ports.catalogue.answer(operation, args, options.lang, options.useCache, input.signal ?? neverAborted);
+      ({ answer, fromCache, memo, translation } = answering instanceof Promise ? await answering : answering);
       code = answer.found ? ErrorCode.SUCCESS : ErrorCode.NO_RESULT;
       if (!answer.found) reason = answer.reason;
     } catch (e) {
@@ -238,7 +246,8 @@ export class Gateway {
         answer = undefined;
       }
     }
-    const apiInfo = account === undefined ? "" : await this.apiInfo(account, day);
+    let apiInfo = account === undefined ? "" : this.apiInfo(account, day);
+    if (apiInfo instanceof Promise) apiInfo = await apiInfo;
 
     const status = this.statusBlock(code, reason, now, requestId, operation.catalogue, input.clientIp);
     status.apiInfo = apiInfo;
@@ -320,17 +329,23 @@ export class Gateway {
     return status;
   }
 
-  private async apiInfo(account: Account, today: string): Promise<string> {
-    let u;
-    try {
-      u = await this.ports.meter.usage(account.key, today, previousDay(today));
-    } catch (e) {
-      // The call is answered and recorded; only its counters cannot be read back now.
+  /** `api_info`: the account's counters as the meter has them now, at once where it answers at once (MaybeAsync). */
+  private apiInfo(account: Account, today: string): MaybeAsync<string> {
+    // The call is answered and recorded; only its counters cannot be read back now.
+    const unread = (e: unknown): string => {
       this.ports.log?.error({ err: e }, "the account's usage cannot be read for api_info");
       return "";
+    };
+    const text = (u: UsageSummary): string => {
+      const all = u.today + u.yesterday + u.before;
+      return `today:${u.today} max:${account.dailyMax} all[${all}=${u.today}+${u.yesterday}+${u.before}];expires:${account.expires}`;
+    };
+    try {
+      const usage = this.ports.meter.usage(account.key, today, previousDay(today));
+      return usage instanceof Promise ? usage.then(text, unread) : text(usage);
+    } catch (e) {
+      return unread(e);
     }
-    const all = u.today + u.yesterday + u.before;
-    return `today:${u.today} max:${account.dailyMax} all[${all}=${u.today}+${u.yesterday}+${u.before}];expires:${account.expires}`;
   }
 
   /** Heap in use, sampled at most every 100 ms: reading it is not free. */

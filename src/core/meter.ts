@@ -3,6 +3,7 @@ import type { OperationId } from "../contract/operations.ts";
 import type { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 import type { Account } from "./accounts.ts";
 import type { Micros } from "./money.ts";
+import type { MaybeAsync } from "./maybe-async.ts";
 
 /** Where a call arrived. */
 export type Transport = "legacy" | "connect" | "grpc" | "grpc-web";
@@ -87,9 +88,10 @@ export interface Meter {
   unavailable(now: number): string | undefined;
   /** The same reason as `unavailable`, read without side effects (it lets no probe call through): what readiness reports. */
   health(now: number): string | undefined;
-  admit(account: Account, operation: OperationId, day: string): Promise<Admission>;
+  /** On every call's path, as `usage`: answered at once where the counters are in this process (MaybeAsync). */
+  admit(account: Account, operation: OperationId, day: string): MaybeAsync<Admission>;
   record(row: LedgerRow, admission: Admission | undefined): Promise<void>;
-  usage(account: string, today: string, yesterday: string): Promise<UsageSummary>;
+  usage(account: string, today: string, yesterday: string): MaybeAsync<UsageSummary>;
   query(query: UsageQuery): Promise<UsageReport>;
   /**
    * Adds to an account's prepaid balance (a top-up), or makes it unbilled by

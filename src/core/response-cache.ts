@@ -1,3 +1,4 @@
+import type { MaybeAsync } from "./maybe-async.ts";
 import { retainedBytes } from "./retained-size.ts";
 
 /**
@@ -66,7 +67,8 @@ export function weight(entry: CacheEntry): number {
  * LRU bounded in bytes; a shared (Redis) adapter can follow.
  */
 export interface ResponseCache {
-  get(key: string): Promise<CacheEntry | undefined>;
+  /** On every call's path: answered at once where the entries are in this process (MaybeAsync). */
+  get(key: string): MaybeAsync<CacheEntry | undefined>;
   /** Stores an entry; a remote adapter may write it after returning. */
   set(key: string, entry: CacheEntry): void;
   /** Bytes held now. */

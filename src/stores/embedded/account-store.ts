@@ -33,12 +33,8 @@ export class SqliteAccountStore implements AccountStore {
     this.replaceRow = db.prepare(`UPDATE accounts SET ${settable.map((c) => `${c} = :${c}`).join(", ")} WHERE key = :key`);
   }
 
-  async find(key: string): Promise<Account | undefined> {
-    return this.findNow(key);
-  }
-
   /** The account as this process knows it, reread once another process has committed. */
-  private findNow(key: string): Account | undefined {
+  find(key: string): Account | undefined {
     const version = this.watch.current();
     if (version !== this.seenVersion) {
       this.cached.clear();
@@ -68,7 +64,7 @@ export class SqliteAccountStore implements AccountStore {
   }
 
   async update(key: string, change: Partial<Omit<Account, "key" | "createdAt" | "balance">>): Promise<Account> {
-    const current = this.findNow(key);
+    const current = this.find(key);
     if (current === undefined) throw new Error(`no account has the key ${key}`);
     const next = { ...current, ...change };
     const { created_at: _created, ...settable } = accountToRow(next);

@@ -182,18 +182,14 @@ export class SqliteMeter implements Meter {
     this.options.onBalancesChanged(new Set([account]));
   }
 
-  async admit(account: Account, operation: OperationId, day: string): Promise<Admission> {
-    return this.admitNow(account, operation, day);
-  }
-
   /** The check and the reservation in one synchronous step: nothing else runs between them. */
-  private admitNow(account: Account, operation: OperationId, day: string): Admission {
+  admit(account: Account, operation: OperationId, day: string): Admission {
     const key = account.key;
     const inFlight = this.inFlight.get(key) ?? 0;
     if (inFlight >= account.concurrency) {
       throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `this account already has ${inFlight} calls in flight, its limit`);
     }
-    const committed = this.usageNow(key, day, previousDay(day)).today;
+    const committed = this.usage(key, day, previousDay(day)).today;
     const pending = this.pendingCalls.get(dayKey(key, day)) ?? 0;
     if (committed + pending >= account.dailyMax) {
       throw new GatewayError(ErrorCode.CALLS_EXCEEDED, `the daily maximum of ${account.dailyMax} calls is reached; it resets at midnight ${account.zone}`);
@@ -384,11 +380,7 @@ export class SqliteMeter implements Meter {
     else this.pendingAmount.set(a.account, left);
   }
 
-  async usage(account: string, today: string, yesterday: string): Promise<UsageSummary> {
-    return this.usageNow(account, today, yesterday);
-  }
-
-  private usageNow(account: string, today: string, yesterday: string): UsageSummary {
+  usage(account: string, today: string, yesterday: string): UsageSummary {
     const known = this.summaries.get(account);
     if (known !== undefined && known.day === today) return { ...known.summary };
     const r = this.sql.sums.get({ account, today, yesterday }) as Record<keyof UsageSummary, number>;

@@ -19,7 +19,7 @@ export class SqliteOperatorSwitches implements OperatorSwitches {
     this.off = db.prepare("DELETE FROM maintenance WHERE operation = ?");
   }
 
-  async inMaintenance(operation: OperationId): Promise<boolean> {
+  inMaintenance(operation: OperationId): boolean {
     const version = this.watch.current();
     if (version !== this.seenVersion) {
       this.onNow = new Set(this.read());

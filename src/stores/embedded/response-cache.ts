@@ -16,7 +16,7 @@ export class MemoryCache implements ResponseCache {
     this.lru = new LRUCache<string, CacheEntry>({ maxSize: maxBytes, sizeCalculation: weight });
   }
 
-  async get(key: string): Promise<CacheEntry | undefined> {
+  get(key: string): CacheEntry | undefined {
     const entry = this.lru.get(key);
     if (entry !== undefined && entry.staleUntil <= this.now()) {
       this.lru.delete(key);

@@ -1,6 +1,7 @@
 import type pg from "pg";
 import type { AccountStore } from "../../core/account-store.ts";
 import type { Account } from "../../core/accounts.ts";
+import type { MaybeAsync } from "../../core/maybe-async.ts";
 import { accountColumns, accountFromRow, accountToRow, type AccountRow } from "../account-row.ts";
 import { databaseFault } from "./postgres-database.ts";
 
@@ -34,7 +35,8 @@ export class PostgresAccountStore implements AccountStore {
     this.now = now;
   }
 
-  async find(key: string): Promise<Account | undefined> {
+  /** What this replica read of the account less than `accountFreshMs` ago at once (MaybeAsync), else a (shared) reread. */
+  find(key: string): MaybeAsync<Account | undefined> {
     const known = this.cached.get(key);
     const now = this.now();
     if (known !== undefined && now - known.at < accountFreshMs) return known.account;

@@ -1,6 +1,7 @@
 import type pg from "pg";
 import type { OperationId } from "../../contract/operations.ts";
 import type { OperatorSwitches } from "../../core/operator-switches.ts";
+import type { MaybeAsync } from "../../core/maybe-async.ts";
 import { databaseFault } from "./postgres-database.ts";
 
 /** How long a replica trusts what it read of the switches: every replica sees a change within this. */
@@ -18,7 +19,8 @@ export class PostgresOperatorSwitches implements OperatorSwitches {
     this.now = now;
   }
 
-  async inMaintenance(operation: OperationId): Promise<boolean> {
+  /** At once (MaybeAsync) from what was read less than `switchesFreshMs` ago, else after one shared reread. */
+  inMaintenance(operation: OperationId): MaybeAsync<boolean> {
     if (this.known !== undefined && this.now() - this.known.at < switchesFreshMs) return this.known.on.has(operation);
     // One read at a time; calls arriving meanwhile wait for it.
     this.reading ??= this.read()
@@ -26,7 +28,7 @@ export class PostgresOperatorSwitches implements OperatorSwitches {
         throw databaseFault(e);
       })
       .finally(() => (this.reading = undefined));
-    return (await this.reading).has(operation);
+    return this.reading.then((on) => on.has(operation));
   }
 
   async setMaintenance(operation: OperationId, on: boolean): Promise<void> {

@@ -1,6 +1,7 @@
 import type { Redis } from "ioredis";
 import { defaultAddressLockoutOptions, holdMs, lockedOut, type AddressLockout, type AddressLockoutOptions } from "../../core/address-lockout.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
+import type { MaybeAsync } from "../../core/maybe-async.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 
 const unreachable = "the shared cache (Redis) cannot be reached, so calls are refused, and not charged, until it answers";
@@ -88,7 +89,8 @@ export class RedisAddressLockout implements AddressLockout {
     return this.listening;
   }
 
-  async check(clientIp: string, now: number): Promise<void> {
+  /** At once (MaybeAsync) when this replica knows the address is locked, or, hearing of locks, saw it clear lately; else asks Redis. */
+  check(clientIp: string, now: number): MaybeAsync<void> {
     const until = this.locked.get(clientIp);
     if (until !== undefined) {
       if (until > now) throw lockedOut(until - now);
@@ -98,6 +100,10 @@ export class RedisAddressLockout implements AddressLockout {
       const seen = this.clear.get(clientIp);
       if (seen !== undefined && now - seen < this.options.recheckMs && seen <= now) return;
     }
+    return this.checkShared(clientIp, now);
+  }
+
+  private async checkShared(clientIp: string, now: number): Promise<void> {
     let ms: number;
     try {
       ms = await this.redis.pttl(`${this.prefix}locked:${clientIp}`);

@@ -3,6 +3,7 @@ import type { Redis } from "ioredis";
 import { LRUCache } from "lru-cache";
 import { randomBytes } from "node:crypto";
 import { GatewayError } from "../../core/gateway-error.ts";
+import type { MaybeAsync } from "../../core/maybe-async.ts";
 import { zeroMessage } from "../../core/message-shape.ts";
 import type { Operation } from "../../core/operation.ts";
 import { EntryMemo, entryBytes, weight, type CacheEntry, type ResponseCache } from "../../core/response-cache.ts";
@@ -68,10 +69,15 @@ export class RedisResponseCache implements ResponseCache {
     return this.local.calculatedSize;
   }
 
-  async get(key: string): Promise<CacheEntry | undefined> {
+  /** A fresh entry of the in-process tier at once (MaybeAsync), anything else from Redis. */
+  get(key: string): MaybeAsync<CacheEntry | undefined> {
     const now = this.options.now();
     const near = this.local.get(key);
     if (near !== undefined && near.freshUntil > now) return near;
+    return this.shared(key, now);
+  }
+
+  private async shared(key: string, now: number): Promise<CacheEntry | undefined> {
     let stored: Buffer | null;
     try {
       stored = await this.redis.getBuffer(this.options.prefix + key);
