@@ -27,11 +27,11 @@ const rssKb = (pid: number, field: "VmRSS" | "VmHWM") => Number(new RegExp(`${fi
 
 describe("how the budget divides, and where it is read", () => {
   it("gives V8 three power-of-two semi-spaces and the rest, and the cache a quarter", () => {
-    expect(memoryPlan(512)).toEqual({ memoryMb: 512, semiSpaceMb: 32, oldSpaceMb: 416, cacheMaxBytes: 128 * 1_048_576 });
+    expect(memoryPlan(512)).toEqual({ memoryMb: 512, semiSpaceMb: 16, oldSpaceMb: 464, cacheMaxBytes: 128 * 1_048_576 });
     expect(memoryPlan(160)).toEqual({ memoryMb: 160, semiSpaceMb: 8, oldSpaceMb: 136, cacheMaxBytes: 40 * 1_048_576 });
-    expect(memoryPlan(300).semiSpaceMb).toBe(16);
-    expect(memoryPlan(4096).semiSpaceMb).toBe(32);
-    expect(heapFlags(memoryPlan(512))).toEqual(["--max-old-space-size=416", "--max-semi-space-size=32"]);
+    expect(memoryPlan(300).semiSpaceMb).toBe(8);
+    expect(memoryPlan(4096).semiSpaceMb).toBe(16);
+    expect(heapFlags(memoryPlan(512))).toEqual(["--max-old-space-size=464", "--max-semi-space-size=16"]);
   });
 
   it("reads the budget as the configuration does: the environment, then the GATEWAY_CONFIG file, then the default", () => {
