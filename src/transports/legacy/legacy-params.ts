@@ -44,9 +44,11 @@ function readJsonBody(body: unknown, into: Map<string, string>): string | undefi
 export function legacyParams(url: string, body?: unknown): LegacyParams {
   const q = url.indexOf("?");
   const query = new Map<string, string>();
-  let problem = readPairs(new URLSearchParams(q < 0 ? "" : url.slice(q + 1)), query);
-  const values = new Map(query);
+  let problem = q < 0 ? undefined : readPairs(new URLSearchParams(url.slice(q + 1)), query);
+  // The query's own map, unless a body adds to it.
+  let values = query;
   if (problem === undefined && body !== undefined && body !== null && body !== "") {
+    values = new Map(query);
     const fromBody = new Map<string, string>();
     problem = typeof body === "string" ? readPairs(new URLSearchParams(body), fromBody) : readJsonBody(body, fromBody);
     for (const [name, value] of fromBody) {
