@@ -6,7 +6,7 @@ import { browserSignature, sameHex, secretMatches, type Account } from "./accoun
 import { dayOf, zonedTimeToEpoch } from "./clock.ts";
 import { GatewayError } from "./gateway-error.ts";
 import { legacySign } from "./legacy-signature.ts";
-import type { MaybeAsync } from "./maybe-async.ts";
+import { thenMaybe, type MaybeAsync } from "./maybe-async.ts";
 import type { ReplayGuard } from "./replay-guard.ts";
 
 /** How a caller proves who it is (README, "Authentication"). */
@@ -88,7 +88,7 @@ export class Authenticator {
     const key = credentials.key;
     if (key === undefined || key === "") throw new GatewayError(ErrorCode.MISSING_URL_PARAM, "missing url param: key");
     const found = key.length <= maxKeyLength ? this.accounts.find(key) : undefined;
-    return found instanceof Promise ? found.then((account) => this.proven(account, credentials, operation, now)) : this.proven(found, credentials, operation, now);
+    return thenMaybe(found, (account) => this.proven(account, credentials, operation, now));
   }
 
   /** The account found for the key, once the credentials prove it. */

@@ -5,7 +5,7 @@ import type { Args, Operation } from "./operation.ts";
 import { Doorkeeper } from "./doorkeeper.ts";
 import { GatewayError } from "./gateway-error.ts";
 import { EntryMemo, entryBytes, type CacheEntry, type ResponseCache } from "./response-cache.ts";
-import type { MaybeAsync } from "./maybe-async.ts";
+import { thenMaybe, type MaybeAsync } from "./maybe-async.ts";
 import { noTelemetry, type Telemetry } from "./telemetry.ts";
 import type { TargetLanguage, TranslationReport, Translator } from "./translation.ts";
 
@@ -86,9 +86,7 @@ export class CachedCatalogue {
   answer(operation: Operation, args: Args, lang: string, useCache: boolean, signal: AbortSignal): MaybeAsync<Answered> {
     if (lang === "cn") return this.sourceAnswer(operation, args, useCache, signal);
     const key = this.key(operation, args, lang);
-    const stored = this.cache?.get(key);
-    if (stored instanceof Promise) return stored.then((entry) => this.translatedAnswer(key, entry, operation, args, lang as TargetLanguage, useCache, signal));
-    return this.translatedAnswer(key, stored, operation, args, lang as TargetLanguage, useCache, signal);
+    return thenMaybe(this.cache?.get(key), (stored) => this.translatedAnswer(key, stored, operation, args, lang as TargetLanguage, useCache, signal));
   }
 
   /** The stored translation when it is fresh, or a new one. */
@@ -138,9 +136,7 @@ export class CachedCatalogue {
       return source.fetch(operation, args, signal).then((answer) => ({ answer, fromCache: false, memo: undefined }));
     }
     const key = this.key(operation, args, "cn");
-    const stored = this.cache.get(key);
-    if (stored instanceof Promise) return stored.then((entry) => this.storedOrFetched(key, entry, operation, source, args, useCache));
-    return this.storedOrFetched(key, stored, operation, source, args, useCache);
+    return thenMaybe(this.cache.get(key), (stored) => this.storedOrFetched(key, stored, operation, source, args, useCache));
   }
 
   /** The stored answer when it is fresh, or the source's. */

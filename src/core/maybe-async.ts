@@ -11,3 +11,8 @@
  * one try).
  */
 export type MaybeAsync<T> = T | Promise<T>;
+
+/** `f` of the value, at once when the value is at hand, after it settles when it is a promise. */
+export function thenMaybe<T, R>(value: MaybeAsync<T>, f: (value: T) => MaybeAsync<R>): MaybeAsync<R> {
+  return value instanceof Promise ? value.then(f) : f(value);
+}
