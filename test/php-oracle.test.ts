@@ -13,8 +13,7 @@ import type { CallInput, Outcome } from "../src/core/gateway.ts";
 import { EntryMemo } from "../src/core/response-cache.ts";
 import { joinedBody, legacyFormats, renderLegacy, renderOutcome, type LegacyBody, type LegacyFormatName } from "../src/render/legacy-formats.ts";
 import { legacyResponse, statusValue } from "../src/render/legacy-response.ts";
-import { statusJsonWriter } from "../src/render/status-json.ts";
-import { phpJsonEncode } from "../src/render/php-json.ts";
+import { statusKeyWriter } from "../src/render/keyed-document.ts";
 import { legacyLayouts } from "../src/contract/legacy-layout.ts";
 import { PhpFloat, PhpFragment, type PhpMap, type PhpValue } from "../src/render/php-value.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
@@ -241,7 +240,7 @@ describe("cached items (fragments)", () => {
   });
 });
 
-describe("outcomes rendered (renderOutcome: json and jsonu written key by key)", () => {
+describe("outcomes rendered (renderOutcome: written key by key)", () => {
   it("write every real outcome as its PHP value renders, in every format, first time and from the memo", () => {
     expect(outcomes.length).toBeGreaterThan(20);
     for (const [name, outcome] of outcomes) {
@@ -275,7 +274,7 @@ describe("outcomes rendered (renderOutcome: json and jsonu written key by key)",
     for (let seed = 1; seed <= 300; seed++) {
       for (const base of [success, error]) {
         const outcome = { ...base, status: statusBlock(random(seed)) } as Outcome;
-        for (const format of ["json", "jsonu"] as const) {
+        for (const format of Object.keys(legacyFormats) as LegacyFormatName[]) {
           const plain = Buffer.from(legacyFormats[format].render(legacyResponse(outcome)), "utf8");
           expect(wire(renderOutcome(format, outcome)).equals(plain), `seed ${seed} ${base.kind} ${format}`).toBe(true);
         }
@@ -284,18 +283,20 @@ describe("outcomes rendered (renderOutcome: json and jsonu written key by key)",
   });
 });
 
-describe("the status keys' remembered texts (status-json.ts)", () => {
-  it("write each key's first value, with nothing remembered yet, as phpJsonEncode writes its PHP value", () => {
+describe("the status keys' remembered texts (keyed-document.ts)", () => {
+  it("write each key's first value, with nothing remembered yet, as each format writes its PHP value under the key", () => {
     const [, success] = outcomes.find(([, o]) => o.kind === "success" && o.memo !== undefined)!;
     const empty = clone(StatusBlockSchema, success.status);
     empty.callArgs = {};
     empty.language = undefined;
     const blocks = [success.status, empty, ...Array.from({ length: 20 }, (_, i) => statusBlock(random(1000 + i)))];
     const keys = [...new Set(Object.values(legacyLayouts).flat())].filter((k) => k !== "item");
-    for (const options of [{ unescapedUnicode: false }, { unescapedUnicode: true }]) {
+    for (const [format, { render, document }] of Object.entries(legacyFormats)) {
       for (const key of keys) {
         for (const [i, block] of blocks.entries()) {
-          expect(statusJsonWriter(key, options)(block), `${key} block ${i} ${JSON.stringify(options)}`).toBe(phpJsonEncode(statusValue(key, block), options));
+          // The key's entry is the whole one-key map's text between its open and close.
+          const whole = render(new Map([[key, statusValue(key, block)]]));
+          expect(document.open(1) + statusKeyWriter(key, document)(block) + document.close(1), `${format} ${key} block ${i}`).toBe(whole);
         }
       }
     }
@@ -319,7 +320,7 @@ describe("the status keys' remembered texts (status-json.ts)", () => {
       noLanguage: (s) => (s.language = undefined),
       reason: (s) => (s.reason = "\u4e2d\u6587 / \"quoted\""),
     };
-    for (const format of ["json", "jsonu"] as const) {
+    for (const format of Object.keys(legacyFormats) as LegacyFormatName[]) {
       const check = (status: StatusBlock, what: string) => {
         const outcome = { ...success, status } as Outcome;
         const plain = Buffer.from(legacyFormats[format].render(legacyResponse(outcome)), "utf8");

@@ -1,3 +1,4 @@
+import type { KeyedDocument } from "./keyed-document.ts";
 import { phpFloatText } from "./php-json.ts";
 import { PhpFloat, PhpFragment, type PhpMap, type PhpValue } from "./php-value.ts";
 import { wellFormed } from "./string-calls.ts";
@@ -43,16 +44,25 @@ function element(tag: string, attrs: string, value: PhpValue): string {
 
 function children(map: PhpMap): string {
   let out = "";
-  for (const [key, value] of map) {
-    const k = wellFormed(key);
-    if (plainName.test(k) && !/^xml/i.test(k)) out += element(k, "", value);
-    else if (notXml10.test(k)) out += element("entry", ` key-base64="${Buffer.from(k, "utf8").toString("base64")}"`, value);
-    else out += element("entry", ` key="${attribute(k)}"`, value);
-  }
+  for (const [key, value] of map) out += entry(key, value);
   return out;
 }
 
+/** One key of a map and its value. */
+function entry(key: string, value: PhpValue): string {
+  const k = wellFormed(key);
+  if (plainName.test(k) && !/^xml/i.test(k)) return element(k, "", value);
+  if (notXml10.test(k)) return element("entry", ` key-base64="${Buffer.from(k, "utf8").toString("base64")}"`, value);
+  return element("entry", ` key="${attribute(k)}"`, value);
+}
+
+const open = `<?xml version="1.0" encoding="UTF-8"?>\n<response>`;
+const close = "</response>\n";
+
 /** The legacy response as XML (mapping above). */
 export function legacyXml(response: PhpMap): string {
-  return `<?xml version="1.0" encoding="UTF-8"?>\n<response>${children(response)}</response>\n`;
+  return open + children(response) + close;
 }
+
+/** The legacy response as XML, key by key. */
+export const xmlDocument: KeyedDocument = { open: () => open, between: "", close: () => close, entry };

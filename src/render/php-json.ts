@@ -1,3 +1,4 @@
+import type { KeyedDocument } from "./keyed-document.ts";
 import { PhpFloat, PhpFragment, type PhpValue } from "./php-value.ts";
 import { charCode, sliceOf, wellFormed } from "./string-calls.ts";
 
@@ -166,4 +167,14 @@ export function jsonKey(key: string, options: PhpJsonOptions): string {
     if (texts.size < maxKeyTexts) texts.set(key, text);
   }
   return text;
+}
+
+/** A response as json_encode writes it, key by key (an empty one is `[]`, as PHP's empty array). */
+export function jsonDocument(options: PhpJsonOptions): KeyedDocument {
+  return {
+    open: (count) => (count === 0 ? "[" : "{"),
+    between: ",",
+    close: (count) => (count === 0 ? "]" : "}"),
+    entry: (key, value) => jsonKey(key, options) + phpJsonEncode(value, options),
+  };
 }

@@ -1,3 +1,4 @@
+import type { KeyedDocument } from "./keyed-document.ts";
 import { phpFloatText } from "./php-json.ts";
 import { PhpFloat, PhpFragment, phpArrayKey, type PhpValue } from "./php-value.ts";
 import { wellFormed } from "./string-calls.ts";
@@ -28,6 +29,13 @@ export function phpSerialize(value: PhpValue): string {
     return `${out}}`;
   }
   let out = `a:${value.size}:{`;
-  for (const [k, v] of value) out += key(k) + phpSerialize(v);
+  for (const [k, v] of value) out += entry(k, v);
   return `${out}}`;
 }
+
+function entry(k: string, v: PhpValue): string {
+  return key(k) + phpSerialize(v);
+}
+
+/** A response as serialize writes it, key by key. */
+export const serializeDocument: KeyedDocument = { open: (count) => `a:${count}:{`, between: "", close: () => "}", entry };

@@ -1,3 +1,4 @@
+import type { KeyedDocument } from "./keyed-document.ts";
 import { phpFloatText } from "./php-json.ts";
 import { PhpFloat, PhpFragment, phpArrayKey, type PhpValue } from "./php-value.ts";
 import { wellFormed } from "./string-calls.ts";
@@ -25,11 +26,18 @@ function exportValue(value: PhpValue, level: number): string {
   // php_var_export_ex: a nested array starts on its own line, indented.
   const indent = " ".repeat(level - 1);
   let out = level > 1 ? `\n${indent}array (\n` : "array (\n";
-  const inner = " ".repeat(level + 1);
-  const entries: [string, PhpValue][] = Array.isArray(value) ? value.map((v, i) => [String(i), v]) : [...value].map(([k, v]) => [exportKey(k), v]);
-  for (const [k, v] of entries) out += `${inner}${k} => ${exportValue(v, level + 2)},\n`;
+  if (Array.isArray(value)) for (let i = 0; i < value.length; i++) out += entry(String(i), value[i]!, level);
+  else for (const [k, v] of value) out += entry(exportKey(k), v, level);
   return `${out}${level > 1 ? indent : ""})`;
 }
+
+/** One key (as written) and its value inside an array at `level`. */
+function entry(key: string, value: PhpValue, level: number): string {
+  return `${" ".repeat(level + 1)}${key} => ${exportValue(value, level + 2)},\n`;
+}
+
+/** A response as var_export writes it, key by key. */
+export const varExportDocument: KeyedDocument = { open: () => "array (\n", between: "", close: () => ")", entry: (key, value) => entry(exportKey(key), value, 1) };
 
 /** What PHP's var_export($value, true) prints. */
 export function phpVarExport(value: PhpValue): string {
