@@ -1,5 +1,5 @@
 // The memory budget holds: a real `gateway serve` with GATEWAY_MEMORY_MB
-// runs with the V8 heap limits it implies, and under random cache misses
+// runs with the V8 heap limits it implies (and pretenuring off), and under random cache misses
 // over a catalogue several times larger than its cache, its RSS stays within
 // the budget plus the documented fixed overhead. (A short soak for CI; the
 // 60 s soak and the large catalogues are the benchmark's: npm run bench -- --scale.)
@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadConfig } from "../src/config.ts";
-import { fixedOverheadMb, hasHeapFlags, heapFlags, mallocArenaMax, memoryMbOf, memoryPlan, servingEnv } from "../src/memory-budget.ts";
+import { fixedOverheadMb, hasHeapFlags, hasPretenuringFlag, heapFlags, mallocArenaMax, memoryMbOf, memoryPlan, pretenuringFlag, servingEnv, servingFlags } from "../src/memory-budget.ts";
 import { distinctItems } from "./support/catalogue.ts";
 import { root, runCli } from "./support/cli.ts";
 
@@ -56,6 +56,19 @@ describe("how the budget divides, and where it is read", () => {
     expect(hasHeapFlags(["--cpu-prof"], "--enable-source-maps")).toBe(false);
   });
 
+  it("turns V8's allocation-site pretenuring off, unless the operator set it either way", () => {
+    const plan = memoryPlan(512);
+    expect(servingFlags(plan, [], undefined)).toEqual([...heapFlags(plan), "--no-allocation-site-pretenuring"]);
+    expect(pretenuringFlag).toBe("--no-allocation-site-pretenuring");
+    // Each of the two is left out on its own when the process has its own.
+    expect(servingFlags(plan, ["--max-old-space-size=900"], undefined)).toEqual([pretenuringFlag]);
+    expect(servingFlags(plan, ["--allocation-site-pretenuring"], undefined)).toEqual(heapFlags(plan));
+    expect(servingFlags(plan, [], "--max_semi_space_size=4 --no_allocation_site_pretenuring")).toEqual([]);
+    // Once re-executed with them, nothing more is added (bin/gateway.js then runs on).
+    expect(servingFlags(plan, servingFlags(plan, [], undefined), undefined)).toEqual([]);
+    expect(hasPretenuringFlag(["--cpu-prof"], "--allocation-site-pretenuring-x")).toBe(false);
+  });
+
   it("caps glibc's malloc arenas unless the operator chose a number", () => {
     expect(servingEnv({ PATH: "/bin" })).toEqual({ PATH: "/bin", MALLOC_ARENA_MAX: mallocArenaMax });
     expect(servingEnv({ MALLOC_ARENA_MAX: "" }).MALLOC_ARENA_MAX).toBe(mallocArenaMax);
@@ -92,6 +105,8 @@ describe("the memory budget", () => {
     const pid = server.pid!;
     // The arena cap reached the process glibc started (the same pid, re-executed).
     expect(readFileSync(`/proc/${pid}/environ`, "utf8").split("\0")).toContain(`MALLOC_ARENA_MAX=${mallocArenaMax}`);
+    // So did V8's flags: the heap limits, and pretenuring off.
+    expect(readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")).toEqual(expect.arrayContaining([...heapFlags(plan), pretenuringFlag]));
     let peakKb = 0;
     const sampler = setInterval(() => (peakKb = Math.max(peakKb, rssKb(pid, "VmRSS"))), 100);
     let codes = new Map<string, number>();
