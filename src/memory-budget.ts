@@ -68,7 +68,7 @@ export const pretenuringFlag = "--no-allocation-site-pretenuring";
 
 /** Whether the process was started with allocation-site pretenuring set either way (flags or NODE_OPTIONS): the operator's choice wins. */
 export function hasPretenuringFlag(execArgv: readonly string[], nodeOptions: string | undefined): boolean {
-  return [...execArgv, ...(nodeOptions ?? "").split(/\s+/)].some((a) => /^--(no-)?allocation-site-pretenuring$/.test(a.replaceAll("_", "-")));
+  return givenFlag(execArgv, nodeOptions, /^--(no-)?allocation-site-pretenuring$/);
 }
 
 /** The V8 flags `serve` adds to its own: the plan's heap limits and pretenuring off, each unless the process was given its own. */
@@ -98,7 +98,12 @@ export function servingEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
 
 /** Whether the process was started with heap limits of its own (flags or NODE_OPTIONS): those win over the budget's. */
 export function hasHeapFlags(execArgv: readonly string[], nodeOptions: string | undefined): boolean {
-  return [...execArgv, ...(nodeOptions ?? "").split(/\s+/)].some((a) => /^--max-(old|semi)-space-size(=|$)/.test(a.replaceAll("_", "-")));
+  return givenFlag(execArgv, nodeOptions, /^--max-(old|semi)-space-size(=|$)/);
+}
+
+/** Whether a V8 flag matching `pattern` (written with dashes) was given on the command line or in NODE_OPTIONS, where V8 takes `_` for `-`. */
+function givenFlag(execArgv: readonly string[], nodeOptions: string | undefined, pattern: RegExp): boolean {
+  return [...execArgv, ...(nodeOptions ?? "").split(/\s+/)].some((a) => pattern.test(a.replaceAll("_", "-")));
 }
 
 /**

@@ -1,7 +1,7 @@
 // The memory budget holds: a real `gateway serve` with GATEWAY_MEMORY_MB
-// runs with the V8 heap limits it implies (and pretenuring off), and under random cache misses
-// over a catalogue several times larger than its cache, its RSS stays within
-// the budget plus the documented fixed overhead. (A short soak for CI; the
+// runs with the V8 heap limits it implies (and pretenuring off), and under
+// random cache misses over a catalogue several times larger than its cache,
+// its RSS stays within the budget plus the documented fixed overhead. (A short soak for CI; the
 // 60 s soak and the large catalogues are the benchmark's: npm run bench -- --scale.)
 import autocannon from "autocannon";
 import { spawn, type ChildProcess } from "node:child_process";
