@@ -5,7 +5,7 @@
 // 60 s soak and the large catalogues are the benchmark's: npm run bench -- --scale.)
 import autocannon from "autocannon";
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -23,6 +23,19 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+/** The commands of the processes whose parent is `pid`. */
+const childrenOf = (pid: number): string[] =>
+  readdirSync("/proc")
+    .filter((d) => /^\d+$/.test(d))
+    .flatMap((d) => {
+      try {
+        // The parent is the field after the command, which is in parentheses and may hold spaces.
+        const stat = readFileSync(`/proc/${d}/stat`, "utf8");
+        return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === pid ? [readFileSync(`/proc/${d}/cmdline`, "utf8").replaceAll("\0", " ").trim()] : [];
+      } catch {
+        return []; // gone meanwhile
+      }
+    });
 const rssKb = (pid: number, field: "VmRSS" | "VmHWM") => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]);
 
 describe("how the budget divides, and where it is read", () => {
@@ -79,7 +92,8 @@ describe("how the budget divides, and where it is read", () => {
 
 describe("the memory budget", () => {
   it(`keeps a serving gateway within ${budgetMb} MiB plus the fixed overhead under random misses over ${items} items`, async () => {
-    const env = { GATEWAY_DATA_DIR: dir, GATEWAY_PORT: "0", GATEWAY_LOG_LEVEL: "warn", GATEWAY_MEMORY_MB: String(budgetMb) };
+    // The console on, as in the demo: its build must leave nothing running beside the gateway.
+    const env = { GATEWAY_DATA_DIR: dir, GATEWAY_PORT: "0", GATEWAY_LOG_LEVEL: "warn", GATEWAY_MEMORY_MB: String(budgetMb), GATEWAY_CONSOLE: "on" };
     // The demo's detail records under new ids: a catalogue of `items` distinct items, several times the cache.
     writeFileSync(join(dir, "catalogue.ndjson"), `${distinctItems(items, 800_000_000_000).map((r) => JSON.stringify(r)).join("\n")}\n`);
     expect((await runCli(["import", join(dir, "catalogue.ndjson")], env)).code).toBe(0);
@@ -107,6 +121,8 @@ describe("the memory budget", () => {
     expect(readFileSync(`/proc/${pid}/environ`, "utf8").split("\0")).toContain(`MALLOC_ARENA_MAX=${mallocArenaMax}`);
     // So did V8's flags: the heap limits, and pretenuring off.
     expect(readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")).toEqual(expect.arrayContaining([...heapFlags(plan), pretenuringFlag]));
+    // Nothing it started lives on beside it: esbuild's service, which built the console, is stopped.
+    expect(childrenOf(pid)).toEqual([]);
     let peakKb = 0;
     const sampler = setInterval(() => (peakKb = Math.max(peakKb, rssKb(pid, "VmRSS"))), 100);
     let codes = new Map<string, number>();

@@ -58,23 +58,31 @@ function gatewayJson(): string {
  * (TypeScript in src/console/, talking to the gateway only through
  * Connect-Web and the generated code), its stylesheet, and `sign.js`, the
  * browser-safe signing helper as a plain module a page without a bundler can
- * import. Nothing built is written to disk or committed.
+ * import. Nothing built is written to disk or committed, and esbuild's
+ * service process is stopped once the build is done.
  */
 let built: Promise<Map<string, Asset>> | undefined;
 export function consoleAssets(): Promise<Map<string, Asset>> {
   built ??= (async () => {
-    const { build } = await import("esbuild");
-    const result = await build({
-      entryPoints: { app: join(sources, "main.ts"), sign: join(sources, "sign.ts") },
-      bundle: true,
-      format: "esm",
-      target: "es2022",
-      minify: true,
-      legalComments: "none",
-      write: false,
-      outdir: "/console",
-      logLevel: "silent",
-    });
+    const { build, stop } = await import("esbuild");
+    let result;
+    try {
+      result = await build({
+        entryPoints: { app: join(sources, "main.ts"), sign: join(sources, "sign.ts") },
+        bundle: true,
+        format: "esm",
+        target: "es2022",
+        minify: true,
+        legalComments: "none",
+        write: false,
+        outdir: "/console",
+        logLevel: "silent",
+      });
+    } finally {
+      // esbuild builds in a child process of its own, which would otherwise live (and hold about
+      // 25 MB) as long as the gateway does, for a build made once; a later build starts it again.
+      await stop();
+    }
     const files = new Map<string, Asset>();
     for (const f of result.outputFiles) {
       const name = f.path.slice(f.path.lastIndexOf("/") + 1);
