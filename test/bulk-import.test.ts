@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { demoDetailCopies } from "../src/catalogue/demo-dataset.ts";
 import { importFile } from "../src/catalogue/file-import.ts";
 import { EmbeddedCatalogue } from "../src/stores/embedded/catalogue-store.ts";
-import { openDatabase } from "../src/stores/embedded/sqlite-database.ts";
+import { openDatabase, walCheckpointPages } from "../src/stores/embedded/sqlite-database.ts";
 import { WalCheckpointer } from "../src/stores/embedded/wal-checkpointer.ts";
 import { root } from "./support/cli.ts";
 
@@ -60,7 +60,7 @@ describe("bulk import into the embedded store", () => {
     expect(largestWal).toBeLessThan(limit + 8 * 2 ** 20);
     // Afterwards: the WAL is empty, the writer checkpoints itself again, and another connection sees every record.
     expect(statSync(`${path}-wal`).size).toBe(0);
-    expect(pragma(db, "wal_autocheckpoint")).toBe(1000);
+    expect(pragma(db, "wal_autocheckpoint")).toBe(walCheckpointPages);
     const reader = new DatabaseSync(path, { readOnly: true });
     expect(pragma(reader, "integrity_check")).toBe("ok");
     expect(reader.prepare("SELECT count(*) AS n FROM catalogue_records WHERE key >= ?").get(String(firstId))).toEqual({ n: records });
@@ -100,7 +100,7 @@ describe("bulk import into the embedded store", () => {
     await new Promise((r) => setImmediate(r));
     db.exec("CREATE TABLE t (x BLOB)");
     await checkpointer.written(); // answers at once: nothing left to wait for
-    expect(pragma(db, "wal_autocheckpoint")).toBe(1000);
+    expect(pragma(db, "wal_autocheckpoint")).toBe(walCheckpointPages);
     await checkpointer.close();
     expect(statSync(`${path}-wal`).size).toBe(0);
     db.close();

@@ -1,5 +1,8 @@
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { CatalogueSource } from "../src/core/catalogue-source.ts";
 import { operationById } from "../src/operations/index.ts";
@@ -8,7 +11,7 @@ import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { buildApp } from "../src/transports/server/app.ts";
 import { SqliteMeter } from "../src/stores/embedded/meter.ts";
-import { openDatabase } from "../src/stores/embedded/sqlite-database.ts";
+import { openDatabase, walCheckpointPages } from "../src/stores/embedded/sqlite-database.ts";
 import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
 let gw: GatewayFixture;
@@ -307,6 +310,45 @@ describe("a group commit of more rows than one insert statement takes", () => {
       expect(written.get(r.requestId), r.requestId).toMatchObject({ at: r.at, day, account: r.account, operation: r.operation, code: r.code, charge: r.charge, price: r.price, cacheHit: r.cacheHit, latencyMicros: r.latencyMicros, transport: r.transport });
     }
     db.close();
+  });
+});
+
+describe("the WAL's checkpoints under a stream of group commits", () => {
+  it(`copy about ${walCheckpointPages} pages at a time, inside the commit that passes them`, async () => {
+    // Each checkpoint stops every call for its copy: SQLite's default of 1,000 pages made stalls of 10-16 ms.
+    const dir = mkdtempSync(join(tmpdir(), "gw-wal-"));
+    const path = join(dir, "gateway.db");
+    const db = openDatabase(path);
+    const meter = new SqliteMeter(db);
+    const pageSize = Number((db.prepare("PRAGMA page_size").get() as { page_size: number }).page_size);
+    const stamp = Date.now();
+    const row = (n: number) => ({
+      requestId: `gw-test.wal${String(n).padStart(6, "0")}-${stamp}`,
+      at: stamp + n,
+      day: "2026-01-03",
+      account: "gw-test-account-wal",
+      operation: "retail/item_get" as const,
+      code: 0,
+      charge: "uncharged" as const,
+      price: 0n,
+      cacheHit: true,
+      latencyMicros: 100,
+      transport: "legacy" as const,
+    });
+    let largestWal = 0;
+    // 200 group commits of 64 rows: several times 1,000 pages of WAL frames in all.
+    for (let batch = 0; batch < 200; batch++) {
+      await Promise.all(Array.from({ length: 64 }, (_, i) => meter.record(row(batch * 64 + i), undefined)));
+      largestWal = Math.max(largestWal, statSync(`${path}-wal`).size);
+    }
+    const frames = largestWal / (pageSize + 24);
+    // The WAL starts again from its beginning after each checkpoint, so its file is as long as the most
+    // frames ever between two: the threshold, and the pages of the commit that passed it.
+    expect(frames).toBeGreaterThan(walCheckpointPages);
+    expect(frames).toBeLessThan(walCheckpointPages + 64);
+    expect((await meter.query({ from: "2026-01-03", to: "2026-01-03", rows: 1 })).totals.reduce((n, t) => n + Number(t.calls), 0)).toBe(200 * 64);
+    db.close();
+    rmSync(dir, { recursive: true, force: true });
   });
 });
 

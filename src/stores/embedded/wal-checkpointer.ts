@@ -1,9 +1,7 @@
 import { statSync } from "node:fs";
 import type { DatabaseSync } from "node:sqlite";
 import { Worker } from "node:worker_threads";
-
-/** SQLite's own default: a connection checkpoints after a commit that leaves the WAL this many pages long. */
-const autoCheckpointPages = 1000;
+import { walCheckpointPages } from "./sqlite-database.ts";
 
 /** The WAL is let grow to about this many bytes before the writer waits for the checkpointer to catch up. */
 export const defaultWalLimitBytes = 64 << 20;
@@ -105,7 +103,7 @@ export class WalCheckpointer {
     if (this.stopped) return;
     this.stopped = true;
     if (this.db.isOpen) {
-      this.db.exec(`PRAGMA wal_autocheckpoint = ${autoCheckpointPages}`);
+      this.db.exec(`PRAGMA wal_autocheckpoint = ${walCheckpointPages}`);
       this.db.exec(`PRAGMA journal_size_limit = ${this.journalSizeLimit}`);
     }
     if (Atomics.compareExchange(this.cells, slot.state, state.running, state.stopping) === state.running) {
