@@ -1,6 +1,6 @@
 import type { Outcome } from "../core/gateway.ts";
 import { keptItem, keySteps, type KeyedDocument } from "./keyed-document.ts";
-import { legacyKeys, legacyResponse, legacyValue } from "./legacy-response.ts";
+import { legacyKeys, legacyValue } from "./legacy-response.ts";
 import { jsonDocument, phpJsonEncode } from "./php-json.ts";
 import { phpSerialize, serializeDocument } from "./php-serialize.ts";
 import { PhpFragment, type PhpMap } from "./php-value.ts";
