@@ -28,6 +28,7 @@ import { SqliteAccountStore } from "./stores/embedded/account-store.ts";
 import { ChangeWatch } from "./stores/embedded/change-watch.ts";
 import { EmbeddedCatalogue } from "./stores/embedded/catalogue-store.ts";
 import { openDatabase } from "./stores/embedded/sqlite-database.ts";
+import { WalCheckpointer } from "./stores/embedded/wal-checkpointer.ts";
 import { SqliteMeter } from "./stores/embedded/meter.ts";
 import { SqliteOperatorSwitches } from "./stores/embedded/operator-switches.ts";
 import { SqliteReplayGuard } from "./stores/embedded/replay-guard.ts";
@@ -137,6 +138,10 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
   const db = openDatabase(databasePath(config), { maxBytes: config.storeMaxBytes });
   const watch = new ChangeWatch(db);
   const accounts = new SqliteAccountStore(db, watch);
+  // The ledger's commits are what fill the WAL while serving: a thread helps copy it (started by the first commit,
+  // so a CLI command that records no call starts none).
+  let checkpoints: WalCheckpointer | undefined;
+  let checkpointsStarted = false;
   const meter = new SqliteMeter(db, {
     commitIntervalMs: config.ledgerCommitMs,
     onBalancesChanged: (keys) => {
@@ -149,7 +154,19 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
       if (problem !== undefined) log?.error({ err: detail?.cause }, `${problem}: new calls are refused with 4000 until it can be written`);
       else (log?.info ?? log?.error)?.call(log, { droppedRefusals: detail?.droppedRefusals ?? 0 }, "the usage ledger can be written again: calls are served");
     },
-    onCommit: (seconds, rows) => telemetry.ledgerCommitted(seconds, rows),
+    onCommit: (seconds, rows) => {
+      telemetry.ledgerCommitted(seconds, rows);
+      if (!checkpointsStarted) {
+        checkpointsStarted = true;
+        try {
+          checkpoints = WalCheckpointer.assist(db);
+        } catch (e) {
+          // Without the thread the serving connection checkpoints on its own, as it always can.
+          (log?.warn ?? log?.error)?.call(log, { err: e }, "the WAL checkpoint thread could not start; the store checkpoints on the serving thread alone");
+        }
+      }
+      void checkpoints?.written();
+    },
   });
   const probe = db.prepare("SELECT 1");
   const store: HealthCheck = {
@@ -190,6 +207,7 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
     close: async () => {
       clearInterval(retention);
       meter.flush();
+      await checkpoints?.close();
       db.close();
     },
   };

@@ -1,6 +1,6 @@
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
-import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -12,6 +12,7 @@ import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js"
 import { buildApp } from "../src/transports/server/app.ts";
 import { SqliteMeter } from "../src/stores/embedded/meter.ts";
 import { openDatabase, walCheckpointPages } from "../src/stores/embedded/sqlite-database.ts";
+import { assistEveryCommits, assistPauseAtFrames, WalCheckpointer } from "../src/stores/embedded/wal-checkpointer.ts";
 import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
 let gw: GatewayFixture;
@@ -313,42 +314,129 @@ describe("a group commit of more rows than one insert statement takes", () => {
   });
 });
 
+/** Ledger rows for the WAL tests: uncharged, of one account and day, with ids unique to the test. */
+function walRows(tag: string) {
+  const stamp = Date.now();
+  return (n: number) => ({
+    requestId: `gw-test.${tag}${String(n).padStart(6, "0")}-${stamp}`,
+    at: stamp + n,
+    day: "2026-01-03",
+    account: `gw-test-account-${tag}`,
+    operation: "retail/item_get" as const,
+    code: 0,
+    charge: "uncharged" as const,
+    price: 0n,
+    cacheHit: true,
+    latencyMicros: 100,
+    transport: "legacy" as const,
+  });
+}
+
+/** The WAL's length and how much of it is copied into the database file, from the wal-index header (SQLite's documented layout). */
+function walIndex(path: string): { frames: number; backfilled: number } {
+  const shm = readFileSync(`${path}-shm`);
+  return { frames: shm.readUInt32LE(16), backfilled: shm.readUInt32LE(96) };
+}
+
 describe("the WAL's checkpoints under a stream of group commits", () => {
-  it(`copy about ${walCheckpointPages} pages at a time, inside the commit that passes them`, async () => {
-    // Each checkpoint stops every call for its copy: SQLite's default of 1,000 pages made stalls of 10-16 ms.
-    const dir = mkdtempSync(join(tmpdir(), "gw-wal-"));
-    const path = join(dir, "gateway.db");
-    const db = openDatabase(path);
-    const meter = new SqliteMeter(db);
-    const pageSize = Number((db.prepare("PRAGMA page_size").get() as { page_size: number }).page_size);
-    const stamp = Date.now();
-    const row = (n: number) => ({
-      requestId: `gw-test.wal${String(n).padStart(6, "0")}-${stamp}`,
-      at: stamp + n,
-      day: "2026-01-03",
-      account: "gw-test-account-wal",
-      operation: "retail/item_get" as const,
-      code: 0,
-      charge: "uncharged" as const,
-      price: 0n,
-      cacheHit: true,
-      latencyMicros: 100,
-      transport: "legacy" as const,
+  for (const thread of [false, true]) {
+    it(`copy about ${walCheckpointPages} pages at a time, inside the commit that passes them${thread ? ", with the thread that helps" : ""}`, async () => {
+      // Each checkpoint stops every call for its copy: SQLite's default of 1,000 pages made stalls of 10-16 ms.
+      const dir = mkdtempSync(join(tmpdir(), "gw-wal-"));
+      const path = join(dir, "gateway.db");
+      const db = openDatabase(path);
+      const checkpoints = thread ? WalCheckpointer.assist(db) : undefined;
+      const meter = new SqliteMeter(db, { onCommit: () => void checkpoints?.written() });
+      const pageSize = Number((db.prepare("PRAGMA page_size").get() as { page_size: number }).page_size);
+      const row = walRows("wal");
+      let largestWal = 0;
+      // 200 group commits of 64 rows: several times 1,000 pages of WAL frames in all.
+      for (let batch = 0; batch < 200; batch++) {
+        await Promise.all(Array.from({ length: 64 }, (_, i) => meter.record(row(batch * 64 + i), undefined)));
+        largestWal = Math.max(largestWal, statSync(`${path}-wal`).size);
+      }
+      const frames = largestWal / (pageSize + 24);
+      // The WAL starts again from its beginning after each checkpoint, so its file is as long as the most
+      // frames ever between two: the threshold, and the pages of the commit that passed it. A checkpoint of
+      // the thread's that is running when the threshold is passed makes the serving connection's wait for
+      // the next commit (the thread starts none from 3/4 of the threshold on), so with the thread the
+      // bound is looser.
+      if (!thread) expect(frames).toBeGreaterThan(walCheckpointPages);
+      expect(frames).toBeLessThan(thread ? 2 * walCheckpointPages : walCheckpointPages + 64);
+      expect((await meter.query({ from: "2026-01-03", to: "2026-01-03", rows: 1 })).totals.reduce((n, t) => n + Number(t.calls), 0)).toBe(200 * 64);
+      await checkpoints?.close();
+      db.close();
+      rmSync(dir, { recursive: true, force: true });
     });
-    let largestWal = 0;
-    // 200 group commits of 64 rows: several times 1,000 pages of WAL frames in all.
-    for (let batch = 0; batch < 200; batch++) {
-      await Promise.all(Array.from({ length: 64 }, (_, i) => meter.record(row(batch * 64 + i), undefined)));
-      largestWal = Math.max(largestWal, statSync(`${path}-wal`).size);
+  }
+});
+
+describe("the thread that helps the serving connection checkpoint", () => {
+  let dir: string;
+  let path: string;
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), "gw-wal-assist-"));
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("copies what is committed while calls go on, so the next commit starts the WAL again with no checkpoint of its own", async () => {
+    path = join(dir, "copies.db");
+    const db = openDatabase(path);
+    const checkpoints = WalCheckpointer.assist(db)!;
+    const meter = new SqliteMeter(db, { onCommit: () => void checkpoints.written() });
+    const row = walRows("assist");
+    // The commits that ask the thread for a checkpoint, far below the serving connection's own threshold.
+    for (let commit = 0; commit < assistEveryCommits; commit++) {
+      await Promise.all(Array.from({ length: 8 }, (_, i) => meter.record(row(commit * 8 + i), undefined)));
     }
-    const frames = largestWal / (pageSize + 24);
-    // The WAL starts again from its beginning after each checkpoint, so its file is as long as the most
-    // frames ever between two: the threshold, and the pages of the commit that passed it.
-    expect(frames).toBeGreaterThan(walCheckpointPages);
-    expect(frames).toBeLessThan(walCheckpointPages + 64);
-    expect((await meter.query({ from: "2026-01-03", to: "2026-01-03", rows: 1 })).totals.reduce((n, t) => n + Number(t.calls), 0)).toBe(200 * 64);
+    await checkpoints.settled();
+    const copied = walIndex(path);
+    expect(copied.frames).toBeGreaterThan(0);
+    expect(copied.frames).toBeLessThan(assistPauseAtFrames);
+    expect(copied.backfilled).toBe(copied.frames);
+    await meter.record(row(10_000), undefined);
+    expect(walIndex(path).frames).toBeLessThan(copied.frames);
+    await checkpoints.close();
     db.close();
-    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("runs beside a serving gateway's store from its first recorded call", async () => {
+    const dataDir = join(dir, "serving");
+    const serving = await startGateway({ dataDir });
+    try {
+      const a = await serving.newAccount({});
+      // One call at a time: a commit each, enough to ask the thread once.
+      for (let i = 0; i < assistEveryCommits; i++) expect((await legacyGet(serving.base, "/retail/item_get/", item(a))).json.error_code).toBe("0000");
+      // Far short of the serving connection's own checkpoint, the WAL is copied whole: the thread did it.
+      const path = join(dataDir, "gateway.db");
+      const deadline = Date.now() + 10_000;
+      while (walIndex(path).backfilled !== walIndex(path).frames && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      const copied = walIndex(path);
+      expect(copied.frames).toBeGreaterThan(0);
+      expect(copied.frames).toBeLessThan(assistPauseAtFrames);
+      expect(copied.backfilled).toBe(copied.frames);
+    } finally {
+      await serving.close();
+    }
+  });
+
+  it(`stands aside from ${assistPauseAtFrames} frames on, leaving the checkpoint to the serving connection`, async () => {
+    path = join(dir, "aside.db");
+    const db = openDatabase(path);
+    const checkpoints = WalCheckpointer.assist(db)!;
+    const meter = new SqliteMeter(db);
+    const row = walRows("aside");
+    // Commits the thread is not told of, until the WAL is past the thread's mark but short of the serving connection's.
+    for (let commit = 0; walIndex(path).frames < assistPauseAtFrames; commit++) {
+      await Promise.all(Array.from({ length: 64 }, (_, i) => meter.record(row(commit * 64 + i), undefined)));
+    }
+    const before = walIndex(path);
+    expect(before.frames).toBeLessThan(walCheckpointPages);
+    for (let i = 0; i < assistEveryCommits; i++) void checkpoints.written();
+    await checkpoints.settled();
+    expect(walIndex(path)).toEqual(before);
+    await checkpoints.close();
+    db.close();
   });
 });
 
