@@ -16,10 +16,11 @@ import { hasPretenuringFlag, pretenuringFlag } from "../src/memory-budget.ts";
 
 // The load generator (autocannon and the gRPC client run in this process) and every server it starts run
 // with V8's allocation-site pretenuring off, as `gateway serve` does (src/memory-budget.ts). With it on, this
-// process's setup (the demo dataset, the cache filled over fetch) trained autocannon's hot places in most
-// runs: it then spent about 40% more CPU a request for the rest of the run, the bare route's 8 s run went
-// from 46-54k to 36-39k req/s, and every p99 took some 10 ms of the load generator's own (the bare route's
-// from 3 to 12-13 ms), in 5 of 8 starts of this file against 0 of 6 with the flag (README, Performance).
+// process was slow in 9 of 12 starts (0 of 10 with the flag), for the whole run: at 94% of a core it held the
+// bare route's 8 s run to 36-40k req/s (46-55k otherwise), and every p99 took some 10 ms of its own (the bare
+// route's went from 3 to 11-13 ms). Its setup (the demo dataset, the cache filled over fetch) most likely
+// trained autocannon's hot places into the old generation, as a busy start once did the gateway's (README,
+// Performance).
 if (!hasPretenuringFlag(process.execArgv, process.env.NODE_OPTIONS) && typeof process.execve === "function") {
   process.execve(process.execPath, [process.execPath, pretenuringFlag, ...process.execArgv, process.argv[1]!, ...process.argv.slice(2)], process.env);
 }
