@@ -29,13 +29,16 @@ const checkpoint = db.prepare("PRAGMA wal_checkpoint(PASSIVE)");
 const header = new Uint32Array(1);
 let shm;
 
-/** The frames in the WAL now, by its wal-index header (0 if the header cannot be read: then the checkpoint runs). */
+/**
+ * The frames in the WAL now, by its wal-index header. Infinity when the header cannot be read: the thread then
+ * stands aside, and the serving connection checkpoints alone, as it would without the thread.
+ */
 function walFrames() {
   try {
     shm ??= openSync(`${path}-shm`, "r");
-    return readSync(shm, header, 0, 4, 16) === 4 ? header[0] : 0;
+    return readSync(shm, header, 0, 4, 16) === 4 ? header[0] : Infinity;
   } catch {
-    return 0;
+    return Infinity;
   }
 }
 
