@@ -159,7 +159,9 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
       if (!checkpointsStarted) {
         checkpointsStarted = true;
         try {
-          checkpoints = WalCheckpointer.assist(db);
+          checkpoints = WalCheckpointer.assist(db, (e) =>
+            (log?.warn ?? log?.error)?.call(log, { err: e }, "the WAL checkpoint thread stopped; the store checkpoints on the serving thread alone"),
+          );
         } catch (e) {
           // Without the thread the serving connection checkpoints on its own, as it always can.
           (log?.warn ?? log?.error)?.call(log, { err: e }, "the WAL checkpoint thread could not start; the store checkpoints on the serving thread alone");

@@ -1,6 +1,6 @@
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
-import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -418,6 +418,53 @@ describe("the thread that helps the serving connection checkpoint", () => {
     } finally {
       await serving.close();
     }
+  });
+
+  it("is logged by a gateway when it cannot run, and calls go on", async () => {
+    const dataDir = join(dir, "serving-fails");
+    const logLines: string[] = [];
+    const serving = await startGateway({ dataDir, logLines });
+    try {
+      const a = await serving.newAccount({});
+      // The thread starts with the first recorded call, and opens the store at its path: a directory by then.
+      renameSync(join(dataDir, "gateway.db"), join(dataDir, "gateway.db.moved"));
+      mkdirSync(join(dataDir, "gateway.db"));
+      for (let i = 0; i < 3; i++) expect((await legacyGet(serving.base, "/retail/item_get/", item(a))).json.error_code).toBe("0000");
+      const deadline = Date.now() + 10_000;
+      const stopped = () => logLines.find((l) => l.includes("the WAL checkpoint thread stopped"));
+      while (stopped() === undefined && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      expect(JSON.parse(stopped()!)).toMatchObject({ level: 40, err: { message: "unable to open database file" } });
+      expect((await legacyGet(serving.base, "/retail/item_get/", item(a))).json.error_code).toBe("0000");
+    } finally {
+      await serving.close();
+    }
+  });
+
+  it("says so when it cannot run, and the store goes on checkpointing on the serving connection", async () => {
+    path = join(dir, "fails.db");
+    const db = openDatabase(path);
+    // The serving connection keeps its open file; the thread opens what is at the path now: a directory.
+    renameSync(path, `${path}.moved`);
+    mkdirSync(path);
+    let failure: unknown;
+    let failed!: () => void;
+    const stopped = new Promise<void>((resolve) => (failed = resolve));
+    const checkpoints = WalCheckpointer.assist(db, (e) => {
+      failure = e;
+      failed();
+    })!;
+    const meter = new SqliteMeter(db, { onCommit: () => void checkpoints.written() });
+    const row = walRows("fails");
+    // Enough commits to ask the thread, and to pass the serving connection's own threshold several times.
+    for (let commit = 0; commit < 40; commit++) {
+      await Promise.all(Array.from({ length: 64 }, (_, i) => meter.record(row(commit * 64 + i), undefined)));
+    }
+    await stopped;
+    expect(String(failure)).toMatch(/unable to open database file/);
+    expect(statSync(`${path}-wal`).size / 4120).toBeLessThan(walCheckpointPages + 64);
+    expect((await meter.query({ from: "2026-01-03", to: "2026-01-03" })).totals.reduce((n, t) => n + Number(t.calls), 0)).toBe(40 * 64);
+    await checkpoints.close();
+    db.close();
   });
 
   it(`stands aside from ${assistPauseAtFrames} frames on, leaving the checkpoint to the serving connection`, async () => {

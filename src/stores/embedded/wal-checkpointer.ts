@@ -69,7 +69,7 @@ export class WalCheckpointer {
   private readonly journalSizeLimit: number;
   private stopped = false;
 
-  private constructor(db: DatabaseSync, path: string, walLimitBytes: number | "assist") {
+  private constructor(db: DatabaseSync, path: string, walLimitBytes: number | "assist", onFailed?: (error: unknown) => void) {
     this.db = db;
     this.walPath = `${path}-wal`;
     this.assisting = walLimitBytes === "assist";
@@ -83,8 +83,13 @@ export class WalCheckpointer {
       Atomics.notify(this.cells, slot.looked);
       this.stop();
     };
-    this.worker.on("error", gone);
-    this.worker.on("exit", gone);
+    // Told once, of a thread that ends before it is stopped (an error, or an exit of its own).
+    const failed = (error: unknown) => {
+      if (!this.stopped) onFailed?.(error);
+      gone();
+    };
+    this.worker.on("error", failed);
+    this.worker.on("exit", (code) => failed(new Error(`the checkpoint thread exited with code ${code}`)));
     if (this.assisting) return;
     db.exec("PRAGMA wal_autocheckpoint = 0");
     // SQLite cuts the WAL file back to this size when it starts the WAL again, so from then on the file
@@ -108,11 +113,13 @@ export class WalCheckpointer {
    * starts the WAL again from its beginning without one. The thread stands
    * aside once the WAL holds `assistPauseAtFrames` frames, so the serving
    * connection's own checkpoint is never the one that gives up, and the WAL
-   * stays bounded as without the thread. Undefined for a store without a WAL.
+   * stays bounded as without the thread. `onFailed` is told if the thread
+   * ends before it is closed (the serving connection then checkpoints
+   * alone). Undefined for a store without a WAL.
    */
-  static assist(db: DatabaseSync): WalCheckpointer | undefined {
+  static assist(db: DatabaseSync, onFailed?: (error: unknown) => void): WalCheckpointer | undefined {
     const path = walStore(db);
-    return path === undefined ? undefined : new WalCheckpointer(db, path, "assist");
+    return path === undefined ? undefined : new WalCheckpointer(db, path, "assist", onFailed);
   }
 
   /**
