@@ -158,13 +158,13 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
       telemetry.ledgerCommitted(seconds, rows);
       if (!checkpointsStarted) {
         checkpointsStarted = true;
+        // Without the thread the serving connection checkpoints on its own, as it always can.
+        const alone = (what: string) => (e: unknown) =>
+          (log?.warn ?? log?.error)?.call(log, { err: e }, `the WAL checkpoint thread ${what}; the store checkpoints on the serving thread alone`);
         try {
-          checkpoints = WalCheckpointer.assist(db, (e) =>
-            (log?.warn ?? log?.error)?.call(log, { err: e }, "the WAL checkpoint thread stopped; the store checkpoints on the serving thread alone"),
-          );
+          checkpoints = WalCheckpointer.assist(db, alone("stopped"));
         } catch (e) {
-          // Without the thread the serving connection checkpoints on its own, as it always can.
-          (log?.warn ?? log?.error)?.call(log, { err: e }, "the WAL checkpoint thread could not start; the store checkpoints on the serving thread alone");
+          alone("could not start")(e);
         }
       }
       void checkpoints?.written();
