@@ -11,7 +11,7 @@
  *   over more memory than the CPU's caches hold. 32 MiB semi-spaces cost a
  *   legacy json hit about 2 µs of CPU more than 16 (median of 10 alternating
  *   runs 36.9 µs against 35.0, 16 better in 9 of 10) and a bare Fastify
- *   route 2-4 µs more than V8's own default (README, Performance).
+ *   route 2-4 µs more than V8's own default (docs/performance-history.md).
  * - V8's old generation (`--max-old-space-size`): the rest of the budget.
  *   Everything long-lived is in it, the response cache first.
  * - The response cache: a quarter of the budget, unless
@@ -62,7 +62,7 @@ export function heapFlags(plan: MemoryPlan): string[] {
  * 200 ms, 49-78 µs of CPU a cached call instead of 36-39. Gateways
  * started two at a time on this 2-core machine ended that way in 10 of 50
  * starts; with this flag, in none of 32. One that starts well costs the
- * same either way (README, Performance).
+ * same either way (docs/performance-history.md).
  */
 export const pretenuringFlag = "--no-allocation-site-pretenuring";
 

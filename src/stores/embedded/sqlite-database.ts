@@ -119,7 +119,7 @@ export const migrations: readonly string[] = [
  * At 250 pages each takes a quarter as long (3.5-6.5 ms in one process),
  * and calls over 10 ms fell from 1.8% to 0.09%, for a mean commit 9-17%
  * longer and, as a checkpoint's flush now and then meets a slow disk four
- * times as often, rare commits of 50-100 ms (README, Performance).
+ * times as often, rare commits of 50-100 ms (docs/performance-history.md).
  */
 export const walCheckpointPages = 250;
 
