@@ -16,7 +16,7 @@ import { hasPretenuringFlag, pretenuringFlag } from "../src/memory-budget.ts";
 
 // The load generator (autocannon and the gRPC client run in this process) and every server it starts run
 // with V8's allocation-site pretenuring off, as `gateway serve` does (src/memory-budget.ts). With it on, this
-// process was slow in 9 of 12 starts (0 of 10 with the flag), for the whole run: at 94% of a core it held the
+// process was slow in 9 of 12 starts (0 of 11 with the flag), for the whole run: at 94% of a core it held the
 // bare route's 8 s run to 36-40k req/s (46-55k otherwise), and every p99 took some 10 ms of its own (the bare
 // route's went from 3 to 11-13 ms). Its setup (the demo dataset, the cache filled over fetch) most likely
 // trained autocannon's hot places into the old generation, as a busy start once did the gateway's (README,
