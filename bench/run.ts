@@ -552,11 +552,15 @@ const cleanup = () => {
 };
 // `npm run bench -- --scale`: the catalogue-size cases (bench/scale.ts) instead.
 const scaleBench = process.argv.includes("--scale") ? await import("./scale.ts") : undefined;
-process.once("SIGINT", () => {
-  cleanup();
-  scaleBench?.cleanupScale();
-  process.exit(130);
-});
+// Stopped by a signal (Ctrl-C, or SIGTERM from `timeout` or a CI runner), it stops every server it started and
+// removes its directories first: without a handler, SIGTERM left the gateway and the bare servers running.
+for (const [signal, code] of [["SIGINT", 130], ["SIGTERM", 143], ["SIGHUP", 129]] as const) {
+  process.once(signal, () => {
+    cleanup();
+    scaleBench?.cleanupScale();
+    process.exit(code);
+  });
+}
 (scaleBench ? scaleBench.scale().finally(scaleBench.cleanupScale) : main()).then(
   () => {
     cleanup();
