@@ -410,8 +410,11 @@ describe("the thread that helps the serving connection checkpoint", () => {
       // Far short of the serving connection's own checkpoint, the WAL is copied whole: the thread did it.
       const path = join(dataDir, "gateway.db");
       const deadline = Date.now() + 10_000;
-      while (walIndex(path).backfilled !== walIndex(path).frames && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
-      const copied = walIndex(path);
+      let copied = walIndex(path);
+      while (copied.backfilled !== copied.frames && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 10));
+        copied = walIndex(path);
+      }
       expect(copied.frames).toBeGreaterThan(0);
       expect(copied.frames).toBeLessThan(assistPauseAtFrames);
       expect(copied.backfilled).toBe(copied.frames);
