@@ -150,6 +150,18 @@ interface SideBySide {
 type Slice = (seconds: number) => Promise<LoadResult>;
 
 /**
+ * The lowest and highest of a side-by-side's ratios round by round (case
+ * over the bare route serving the same bytes): how far one round strays
+ * from the ratio of the sums, which is the target's. On a shared machine a
+ * round can land on a neighbour's burst; the spread says how much one run's
+ * ratio can be trusted.
+ */
+function roundSpread(r: SideBySide): string {
+  const each = r.rounds.map((x) => x.case / Math.max(1, x.bare));
+  return `${Math.min(...each).toFixed(2)}-${Math.max(...each).toFixed(2)}`;
+}
+
+/**
  * A case against the bare Fastify route side by side: `pairedRounds`
  * rounds of a `pairedSliceSeconds` run of each, their order reversed every
  * other round, so a neighbour that slows the machine for a while slows
@@ -328,7 +340,7 @@ async function main(): Promise<void> {
   for (const [name, run] of sideCases) {
     const r = await sideBySide(bareSlice(name), bareCase1Bytes, run);
     sideBySides.set(name, r);
-    console.error(`  side by side with the bare Fastify route serving the same bytes: ${name}: ${r.ratio.toFixed(2)}x (CPU per request ${r.cpuRatio.toFixed(1)}x; ${r.ratioCase1Bytes.toFixed(2)}x of the route serving case 1's bytes); answered ${r.answers ? answerText(r.answers) : "?"}`);
+    console.error(`  side by side with the bare Fastify route serving the same bytes: ${name}: ${r.ratio.toFixed(2)}x (by round ${roundSpread(r)}; CPU per request ${r.cpuRatio.toFixed(1)}x; ${r.ratioCase1Bytes.toFixed(2)}x of the route serving case 1's bytes); answered ${r.answers ? answerText(r.answers) : "?"}`);
   }
 
   // The floor side by side with the same route: how close to it any hit can come while it keeps its ledger row.
@@ -440,15 +452,15 @@ async function main(): Promise<void> {
   for (const [name, r] of sideBySides) console.log(`  ${name}, side by side: ${r.answers ? answerText(r.answers) : "?"}`);
   console.log(`\nthe bare Fastify route ran twice, first and after case 7 (${bareRows.map((r) => r.rps.toFixed(0)).join(" and ")} req/s); not the ratios' baseline: see side by side below`);
   console.log(`\nside by side with the bare Fastify route serving each case's own bytes (${pairedRounds} rounds of ${pairedSliceSeconds} s each, in turn; the targets' ratios), and with it serving case 1's bytes (the rounds before):\n`);
-  console.log(`| ${pad("case", 46)} | vs bare Fastify, same bytes | CPU per request | vs bare Fastify, case 1's bytes | req/s by round (case / bare, same bytes / bare, case 1's bytes) |`);
-  console.log(`|${"-".repeat(48)}|-----------------------------|-----------------|---------------------------------|------------------------------|`);
+  console.log(`| ${pad("case", 46)} | vs bare Fastify, same bytes (by round) | CPU per request | vs bare Fastify, case 1's bytes | req/s by round (case / bare, same bytes / bare, case 1's bytes) |`);
+  console.log(`|${"-".repeat(48)}|----------------------------------------|-----------------|---------------------------------|------------------------------|`);
   for (const [name, r] of sideBySides) {
     console.log(
-      `| ${pad(name, 46)} | ${`${r.ratio.toFixed(2)}x`.padStart(27)} | ${`${r.cpuRatio.toFixed(1)}x`.padStart(15)} | ${`${r.ratioCase1Bytes.toFixed(2)}x`.padStart(31)} | ${r.rounds.map((x) => `${x.case.toFixed(0)}/${x.bare.toFixed(0)}/${x.case1Bytes.toFixed(0)}`).join(" ")} |`,
+      `| ${pad(name, 46)} | ${`${r.ratio.toFixed(2)}x (${roundSpread(r)})`.padStart(38)} | ${`${r.cpuRatio.toFixed(1)}x`.padStart(15)} | ${`${r.ratioCase1Bytes.toFixed(2)}x`.padStart(31)} | ${r.rounds.map((x) => `${x.case.toFixed(0)}/${x.bare.toFixed(0)}/${x.case1Bytes.toFixed(0)}`).join(" ")} |`,
     );
   }
   console.log(
-    `\nthe floor, side by side with the same route (node:http, the secret's salted SHA-256 and the gateway's own ledger, one row a call committed before the answer leaves; no routing, cache or rendering): ${floor.ratio.toFixed(2)}x (CPU per request ${floor.cpuRatio.toFixed(1)}x; rounds ${floor.rounds.map((x) => `${x.case.toFixed(0)}/${x.bare.toFixed(0)}`).join(" ")})`,
+    `\nthe floor, side by side with the same route (node:http, the secret's salted SHA-256 and the gateway's own ledger, one row a call committed before the answer leaves; no routing, cache or rendering): ${floor.ratio.toFixed(2)}x (by round ${roundSpread(floor)}; CPU per request ${floor.cpuRatio.toFixed(1)}x; rounds ${floor.rounds.map((x) => `${x.case.toFixed(0)}/${x.bare.toFixed(0)}`).join(" ")})`,
   );
   console.log(`\n${rpcVsFastify.join("\n")}`);
   console.log("\ntargets:");
