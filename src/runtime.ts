@@ -225,7 +225,7 @@ function replicaLabel(): string {
   return `${host}-${process.pid}`.slice(0, 32);
 }
 
-async function sharedStores(config: GatewayConfig, clock: Clock, telemetry: Telemetry): Promise<Stores> {
+async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | undefined, telemetry: Telemetry): Promise<Stores> {
   const pool = openPostgres(config.databaseUrl, { max: 16 });
   let redis: Awaited<ReturnType<typeof openRedis>> | undefined;
   try {
@@ -246,6 +246,7 @@ async function sharedStores(config: GatewayConfig, clock: Clock, telemetry: Tele
     },
     now: () => clock.now(),
     onCommit: (seconds, rows) => telemetry.ledgerCommitted(seconds, rows),
+    onVacuumFailed: (e) => (log?.warn ?? log?.error)?.call(log, { err: e }, "the lease table (admissions) could not be vacuumed; calls go on, and it is tried again later"),
   });
   const connected = redis;
   const postgres: HealthCheck = {
@@ -295,7 +296,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
   const clock = options.clock ?? systemClock;
   const log = options.log;
   const telemetry = options.metrics ?? new PrometheusTelemetry();
-  const stores = sharedMode(config) ? await sharedStores(config, clock, telemetry) : embeddedStores(config, clock, log, telemetry);
+  const stores = sharedMode(config) ? await sharedStores(config, clock, log, telemetry) : embeddedStores(config, clock, log, telemetry);
   const { accounts, meter, switches, catalogue } = stores;
   const lockout = stores.lockout;
   const upstreams: UpstreamSource[] = [];

@@ -295,6 +295,56 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     }
   });
 
+  it("vacuums the lease table itself each time its commits have settled vacuumEveryLeases leases, and never with 0", async () => {
+    // A database of its own: the count of manual vacuums of its lease table is this test's alone.
+    const own = await freshDatabase("meter_vacuum");
+    const ownAdmin = openPostgres(own.url, { max: 2 });
+    const made: PostgresMeter[] = [];
+    const ownPools: pg.Pool[] = [ownAdmin];
+    try {
+      await migrateSchema(ownAdmin);
+      const meterOn = (vacuumEveryLeases: number) => {
+        const pool = openPostgres(own.url, { max: 4 });
+        ownPools.push(pool);
+        const m = new PostgresMeter(pool, { holder: `v${vacuumEveryLeases}`, vacuumEveryLeases });
+        made.push(m);
+        return m;
+      };
+      await ownAdmin.query(
+        `INSERT INTO accounts (key, name, secret_hash, secret_salt, status, operations, daily_max, concurrency, prices, expires, zone, created_at)
+         VALUES ('vac', 't', 'h', 's', 'active', '{}', 1000000, 1000, '{}', '2099-12-31', 'Asia/Shanghai', 0)`,
+      );
+      const a = { key: "vac", dailyMax: 1_000_000, concurrency: 1000, prices: new Map(), zone: "Asia/Shanghai" } as unknown as Account;
+      // Calls 40 at a time, each admitted and its row committed (which deletes its lease).
+      const calls = async (m: PostgresMeter, total: number) => {
+        for (let done = 0; done < total; done += 40) await Promise.all(Array.from({ length: Math.min(40, total - done) }, () => call(m, a)));
+      };
+      const vacuums = async () =>
+        Number((await ownAdmin.query<{ n: string }>("SELECT vacuum_count::text AS n FROM pg_stat_user_tables WHERE relname = 'admissions'")).rows[0]!.n);
+      const settle = () => new Promise((r) => setTimeout(r, 1000));
+
+      await calls(meterOn(0), 400);
+      await settle();
+      expect(await vacuums()).toBe(0);
+
+      const m = meterOn(300);
+      await calls(m, 280);
+      await settle();
+      expect(await vacuums()).toBe(0);
+      await calls(m, 40);
+      const deadline = Date.now() + 10_000;
+      while ((await vacuums()) === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+      expect(await vacuums()).toBe(1);
+      // Every call was recorded, before, during and after the vacuum.
+      expect(Number((await ownAdmin.query<{ n: string }>("SELECT count(*)::text AS n FROM ledger")).rows[0]!.n)).toBe(720);
+      expect(Number((await ownAdmin.query<{ n: string }>("SELECT count(*)::text AS n FROM admissions")).rows[0]!.n)).toBe(0);
+    } finally {
+      for (const m of made) m.close();
+      await Promise.all(ownPools.map((p) => p.end()));
+      await own.drop();
+    }
+  });
+
   it("commits a decision without waiting for the disk, and leaves the connection's next commit (the ledger's) synchronous", async () => {
     const pool = openPostgres(db.url, { max: 1 }); // one connection: the decision's and the next statement's
     pools.push(pool);
