@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, vi } from "vitest";
 import { loadConfig } from "../src/config.ts";
 import { fixedOverheadMb, hasHeapFlags, hasPretenuringFlag, heapFlags, mallocArenaMax, memoryMbOf, memoryPlan, pretenuringFlag, servingEnv, servingFlags } from "../src/memory-budget.ts";
 import { distinctItems } from "./support/catalogue.ts";
@@ -29,9 +29,11 @@ const childrenOf = (pid: number): string[] =>
     .filter((d) => /^\d+$/.test(d))
     .flatMap((d) => {
       try {
-        // The parent is the field after the command, which is in parentheses and may hold spaces.
+        // The state and the parent are the fields after the command, which is in parentheses and may hold spaces.
         const stat = readFileSync(`/proc/${d}/stat`, "utf8");
-        return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === pid ? [readFileSync(`/proc/${d}/cmdline`, "utf8").replaceAll("\0", " ").trim()] : [];
+        const [state, parent] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+        // A child that has exited and is not yet reaped (state Z) has an empty command line: say so.
+        return Number(parent) === pid ? [`${d} ${state} ${readFileSync(`/proc/${d}/cmdline`, "utf8").replaceAll("\0", " ").trim()}`] : [];
       } catch {
         return []; // gone meanwhile
       }
@@ -122,7 +124,9 @@ describe("the memory budget", () => {
     // So did V8's flags: the heap limits, and pretenuring off.
     expect(readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")).toEqual(expect.arrayContaining([...heapFlags(plan), pretenuringFlag]));
     // Nothing it started lives on beside it: esbuild's service, which built the console, is stopped.
-    expect(childrenOf(pid)).toEqual([]);
+    // Its stop closes the service's input and does not wait for the exit, so the service may still be
+    // ending, or ended and not yet reaped, when the gateway says it listens: give it a few seconds.
+    await vi.waitFor(() => expect(childrenOf(pid)).toEqual([]), { timeout: 10_000, interval: 50 });
     let peakKb = 0;
     const sampler = setInterval(() => (peakKb = Math.max(peakKb, rssKb(pid, "VmRSS"))), 100);
     let codes = new Map<string, number>();
