@@ -12,6 +12,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { operations } from "../src/operations/index.ts";
+import { readBody } from "../src/transports/connect/unary-fast-path.ts";
 import { fastifyHandlers } from "./support/fastify-handlers.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
@@ -469,4 +470,90 @@ describe(`random gRPC calls, answered on the stream and by connect-node alike (f
       expect(decodedGrpc(op.method.output, a), JSON.stringify({ ...c, body: Buffer.from(c.body).toString("hex") })).toEqual(decodedGrpc(op.method.output, b));
     }
   }, 60_000);
+});
+
+describe("the request body as the fast paths read it (readBody), on a real node:http server", () => {
+  type Seen = { bytes?: string; over?: string; error?: string; dataListeners: number };
+  let server: http.Server;
+  let port: number;
+  const seen: Seen[] = [];
+  beforeAll(async () => {
+    server = http.createServer((req, res) => {
+      // Count the 'data' listeners readBody adds: none when it takes a whole body at once.
+      let dataListeners = 0;
+      const on = req.on.bind(req);
+      req.on = ((event: string, listener: (...a: unknown[]) => void) => {
+        if (event === "data") dataListeners++;
+        return on(event, listener);
+      }) as typeof req.on;
+      readBody(req, 16).then(
+        async (r) => {
+          let over: string | undefined;
+          if ("over" in r) {
+            over = "";
+            for await (const chunk of r.over) over += Buffer.from(chunk).toString();
+          }
+          seen.push({ ...("bytes" in r ? { bytes: Buffer.from(r.bytes).toString() } : { over }), dataListeners });
+          res.end("ok");
+        },
+        (e: Error) => seen.push({ error: e.message, dataListeners }),
+      );
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    port = (server.address() as { port: number }).port;
+  });
+  afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+
+  /** Writes each part on a raw connection, `gapMs` apart; the answer's status line, or "" if none came. */
+  const send = async (parts: string[], gapMs = 30) => {
+    const socket = (await import("node:net")).connect(port, "127.0.0.1");
+    socket.setNoDelay(true);
+    await new Promise((resolve) => socket.once("connect", resolve));
+    let answer = "";
+    socket.on("data", (d: Buffer) => (answer += d.toString()));
+    for (const [i, part] of parts.entries()) {
+      if (i > 0) await new Promise((resolve) => setTimeout(resolve, gapMs));
+      socket.write(part);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    socket.destroy();
+    return answer.split("\r\n")[0];
+  };
+  const head = (headers: string) => `POST / HTTP/1.1\r\nhost: x\r\n${headers}\r\n`;
+
+  it("takes a body that came with its head at once, with no listeners", async () => {
+    seen.length = 0;
+    expect(await send([`${head("content-length: 11\r\n")}hello world`])).toBe("HTTP/1.1 200 OK");
+    expect(await send([`${head("content-length: 0\r\n")}`])).toBe("HTTP/1.1 200 OK");
+    expect(seen).toEqual([
+      { bytes: "hello world", dataListeners: 0 },
+      { bytes: "", dataListeners: 0 },
+    ]);
+  });
+
+  it("waits for a body still on its way, whole or chunked, and passes on one over the limit with its rest", async () => {
+    seen.length = 0;
+    expect(await send([head("content-length: 11\r\n"), "hello", " world"])).toBe("HTTP/1.1 200 OK");
+    expect(await send([head("transfer-encoding: chunked\r\n"), "5\r\nhello\r\n", "6\r\n world\r\n", "0\r\n\r\n"])).toBe("HTTP/1.1 200 OK");
+    expect(await send([`${head("content-length: 26\r\n")}abcdefghijklmnopqrstuvwxyz`])).toBe("HTTP/1.1 200 OK");
+    expect(await send([`${head("content-length: 26\r\n")}abcdefghijklm`, "nopqrstuvwxyz"])).toBe("HTTP/1.1 200 OK");
+    expect(seen).toEqual([
+      { bytes: "hello world", dataListeners: 1 },
+      { bytes: "hello world", dataListeners: 1 },
+      { over: "abcdefghijklmnopqrstuvwxyz", dataListeners: 1 },
+      { over: "abcdefghijklmnopqrstuvwxyz", dataListeners: 1 },
+    ]);
+  });
+
+  it("says so when the caller hangs up before its body ends, whether the head came alone or with part of the body", async () => {
+    seen.length = 0;
+    expect(await send([head("content-length: 11\r\n")])).toBe("");
+    expect(await send([`${head("content-length: 11\r\n")}hello`])).toBe("");
+    await expect.poll(() => seen.length).toBe(2);
+    // Node's own error ("aborted"), as before the body was taken at once.
+    expect(seen).toEqual([
+      { error: "aborted", dataListeners: 1 },
+      { error: "aborted", dataListeners: 1 },
+    ]);
+  });
 });
