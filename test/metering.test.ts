@@ -354,15 +354,18 @@ describe("the WAL's checkpoints under a stream of group commits", () => {
       for (let batch = 0; batch < 200; batch++) {
         await Promise.all(Array.from({ length: 64 }, (_, i) => meter.record(row(batch * 64 + i), undefined)));
         largestWal = Math.max(largestWal, statSync(`${path}-wal`).size);
+        // The thread keeps up, as it does between the turns of a serving process. One still copying when
+        // the threshold is passed makes the serving connection's checkpoint give up until it ends, so the
+        // WAL then grows with the commits made meanwhile: how many depends on this machine's speed, not
+        // on the code (a test that let it lag failed now and then at 550 frames on a busy machine).
+        await checkpoints?.settled();
       }
       const frames = largestWal / (pageSize + 24);
       // The WAL starts again from its beginning after each checkpoint, so its file is as long as the most
-      // frames ever between two: the threshold, and the pages of the commit that passed it. A checkpoint of
-      // the thread's that is running when the threshold is passed makes the serving connection's wait for
-      // the next commit (the thread starts none from 3/4 of the threshold on), so with the thread the
-      // bound is looser.
+      // frames ever between two: the threshold, and the pages of the commit that passed it. With the
+      // thread, its checkpoints start it again sooner.
       if (!thread) expect(frames).toBeGreaterThan(walCheckpointPages);
-      expect(frames).toBeLessThan(thread ? 2 * walCheckpointPages : walCheckpointPages + 64);
+      expect(frames).toBeLessThan(walCheckpointPages + 64);
       expect((await meter.query({ from: "2026-01-03", to: "2026-01-03", rows: 1 })).totals.reduce((n, t) => n + Number(t.calls), 0)).toBe(200 * 64);
       await checkpoints?.close();
       db.close();
