@@ -407,6 +407,34 @@ describe("the gRPC fast path, beside Fastify's", () => {
     expect(res.status).toBe(200);
   });
 
+  it("a Connect call over HTTP/2 (through Fastify) reset before its body ends costs nothing and breaks nothing", async () => {
+    await fast.runtime.meter.flush();
+    const rows = async () => (await fast.runtime.meter.query({ account: fast.account.key, rows: 100_000 })).rows.length;
+    const before = await rows();
+    const session = http2.connect(`http://127.0.0.1:${fast.port}`);
+    await new Promise((resolve) => session.once("connect", resolve));
+    const body = toBinary(op.method.input, create(op.method.input, { numIid: demo.retailNumIid } as never));
+    const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/proto", "content-length": String(body.length), "x-api-key": fast.account.key, "x-api-secret": fast.account.secret });
+    stream.on("error", () => {});
+    stream.write(body.subarray(0, 3));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    stream.close(http2.constants.NGHTTP2_CANCEL);
+    await new Promise((resolve) => stream.once("close", resolve));
+    // And one reset as soon as it is sent: its head and its reset come in one read, before Fastify
+    // hands the request to the route.
+    const early = session.request({ ":method": "POST", ":path": path, "content-type": "application/proto", "content-length": String(body.length), "x-api-key": fast.account.key, "x-api-secret": fast.account.secret });
+    early.on("error", () => {});
+    early.close(http2.constants.NGHTTP2_CANCEL);
+    await new Promise((resolve) => early.once("close", resolve));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    session.close();
+    // Whole, the same call is answered and charged once.
+    const res = await connectCall(fast);
+    expect(res.status).toBe(200);
+    await fast.runtime.meter.flush();
+    expect(await rows()).toBe(before + 1);
+  });
+
   it("a stream the caller resets before its body ends costs nothing and breaks nothing", async () => {
     const session = http2.connect(`http://127.0.0.1:${fast.port}`);
     await new Promise((resolve) => session.once("connect", resolve));

@@ -6,7 +6,7 @@ import { Code, ConnectError, type ContextValues } from "@connectrpc/connect";
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from "fastify";
-import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
+import { IncomingMessage, type IncomingHttpHeaders, type ServerResponse } from "node:http";
 import type { Readable } from "node:stream";
 import type { TLSSocket } from "node:tls";
 import { accessLog } from "../server/access-log.ts";
@@ -71,13 +71,15 @@ export type Declined = { readonly body?: AsyncIterable<Uint8Array> };
  * pushed the body, with one `read()`: no listeners, no flowing mode, no
  * `'end'` to wait for. That costs about 3 µs less a Connect call than the
  * listeners (README, Performance). Any other body (one still on its way,
- * chunked and not yet complete, too large, or an HTTP/2 stream) is read
- * with listeners: a stream's async iterator costs more to make than a small
+ * chunked and not yet complete, too large, or over HTTP/2) is read with
+ * listeners: a stream's async iterator costs more to make than a small
  * body takes to read.
  */
 export function readBody(body: Readable, max: number): Promise<BodyRead> {
-  if (!("complete" in body)) return new Promise((resolve, reject) => listen(body, max, resolve, reject));
-  const req = body as IncomingMessage;
+  // HTTP/1.1 only: an HTTP/2 request (Node's compatibility request, as Fastify hands one over h2c) says
+  // `complete` of a stream that was reset too.
+  if (!(body instanceof IncomingMessage)) return new Promise((resolve, reject) => listen(body, max, resolve, reject));
+  const req = body;
   return new Promise((resolve, reject) =>
     process.nextTick(() => {
       if (req.destroyed) {
