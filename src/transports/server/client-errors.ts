@@ -26,7 +26,8 @@ export function clientErrorHandler(gateway: Gateway, limits: Pick<OnePortServerO
     if (!socket.writable) return;
     // The head was read and a handler owns the answer (the fault is in the body,
     // e.g. cut short): once that answer has started, let it finish, then close.
-    const answering = (socket as unknown as { _httpMessage?: ServerResponse })._httpMessage;
+    // Node sets it to null once an answer has finished, until the next request's head is read.
+    const answering = (socket as unknown as { _httpMessage?: ServerResponse | null })._httpMessage ?? undefined;
     if (answering?.headersSent) {
       if (answering.writableFinished) socket.end();
       else answering.once("finish", () => socket.end());
@@ -55,6 +56,6 @@ export function clientErrorHandler(gateway: Gateway, limits: Pick<OnePortServerO
         }
       },
       () => socket.destroy(),
-    );
+    ).catch(() => socket.destroy()); // nothing thrown while answering may escape: it would stop the process
   };
 }

@@ -39,6 +39,15 @@ export interface OnePortServerOptions {
   firstRequestTimeoutMs: number;
 }
 
+/**
+ * How often Node looks for requests past the request (or header) timeout: a
+ * quarter of it, so a request is cut between 1 and 1.25 times the timeout
+ * (Node's default, every 30 s, would let a 30 s timeout run to 60).
+ */
+function timeoutCheckEvery(requestTimeoutMs: number): number {
+  return Math.max(50, Math.min(30_000, Math.floor(Math.min(requestTimeoutMs, 60_000) / 4)));
+}
+
 /** How long an HTTP/2 session closed for idleness may wait for its open streams before it is cut. */
 const idleSessionGraceMs = 5000;
 
@@ -70,7 +79,7 @@ function firstRequestArrived(socket: PendingSocket): void {
  * `claims` may take HTTP/2 streams and HTTP/1.1 requests before Fastify sees them.
  */
 export function createOnePortServer(handler: Handler, options: OnePortServerOptions, claims: RequestClaims = {}): http.Server {
-  const h1 = http.createServer({ maxHeaderSize: options.maxHeaderBytes }, http1Handler(handler, claims.http1Request));
+  const h1 = http.createServer({ maxHeaderSize: options.maxHeaderBytes, connectionsCheckingInterval: timeoutCheckEvery(options.requestTimeoutMs) }, http1Handler(handler, claims.http1Request));
   h1.keepAliveTimeout = options.keepAliveTimeoutMs;
   h1.requestTimeout = options.requestTimeoutMs;
   h1.headersTimeout = Math.min(options.requestTimeoutMs, 60_000);
@@ -80,6 +89,7 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   (h1 as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
   const h2 = http2.createServer({ maxSessionMemory: 10, settings: { maxHeaderListSize: options.maxHeaderBytes } }, handler as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
   if (claims.http2Stream !== undefined) claimHttp2Streams(h2, claims.http2Stream);
+  h2.on("stream", watchLeftStreamBody);
   const sessions = trackHttp2Sessions(h2, options);
 
   const h1Listeners = h1.listeners("connection") as ((socket: Socket) => void)[];
@@ -111,12 +121,14 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   // response, and HTTP/2 sessions get a GOAWAY and end with their streams.
   let closing = false;
   // One function for every response, not a closure each: this runs on every request.
-  const onFinish = () => {
+  const onFinish = function (this: http.ServerResponse) {
+    leftBodyDiscarded.call(this);
     if (closing) setImmediate(() => h1.closeIdleConnections());
   };
   h1.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {
     firstRequestArrived(req.socket);
     if (closing) res.shouldKeepAlive = false;
+    keepRequestSocket(req, res);
     res.on("finish", onFinish);
   });
   // Fastify calls this hook by name when it starts closing.
@@ -128,6 +140,71 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   });
   h1.on("close", () => h2.close());
   return h1;
+}
+
+/**
+ * An answer finished before its request's body was read to the end (a body
+ * over the size limit, which connect-node stops reading at the limit, and
+ * whose request it may destroy). Node discards the rest of a body nobody
+ * started reading, so the connection can carry the next request; but once a
+ * handler has started reading, Node leaves the rest to it, the parser stops
+ * reading the socket when the request holds more than it takes (arrived
+ * whole or not), and the connection waits: a keep-alive client's next
+ * request goes unanswered until the request timeout. So the rest is discarded as Node discards it (its `_dump`, which
+ * makes the parser drop what still comes), and the socket read again. The
+ * request timeout still bounds how long its sender may take.
+ */
+function leftBodyDiscarded(this: http.ServerResponse & { [requestSocket]?: Socket }): void {
+  const req = this.req;
+  // Read to its end, or arrived whole and taken: nothing holds the parser.
+  if (req.readableEnded || (req.complete && req.readableLength === 0)) return;
+  (req as unknown as { _dump?(): void })._dump?.();
+  // A destroyed request no longer names its socket; the answer kept it.
+  const socket = this[requestSocket];
+  if (socket !== undefined && !socket.destroyed) socket.resume();
+}
+
+/**
+ * The same over HTTP/2: a stream whose answer has ended before its request
+ * was read to the end (connect-node stops reading at the size limit). Node
+ * closes a stream only once both sides have ended, and a client that got its
+ * answer may simply stop sending (connect-node's client does), so the
+ * stream would stay open for the session's life and hold a graceful close of
+ * the server until the session's idle timeout. So what still comes is
+ * discarded, and once the answer's last frame (END_STREAM) has gone out the
+ * stream is reset with NO_ERROR, as RFC 9113 (section 8.1) has a server ask a
+ * client to stop sending a request it has answered. Reset earlier, frames
+ * of the answer still queued would be dropped.
+ */
+function watchLeftStreamBody(stream: http2.ServerHttp2Stream): void {
+  stream.once("finish", leftStreamBodyDiscarded);
+}
+
+function leftStreamBodyDiscarded(this: http2.ServerHttp2Stream): void {
+  if (this.readableEnded || this.destroyed) return;
+  this.removeAllListeners("readable");
+  this.removeAllListeners("data");
+  this.resume();
+  closeOnceAnswered(this, 0);
+}
+
+/**
+ * Once its END_STREAM has been sent (or the stream was reset), the stream is
+ * destroyed: reset with NO_ERROR, and what its request still buffers dropped
+ * (a closed stream whose request holds unread bytes is otherwise never
+ * destroyed). Looks every 20 ms for up to 5 s; a client that reads nothing
+ * of its answer for that long is left to the session's idle timeout.
+ */
+function closeOnceAnswered(stream: http2.ServerHttp2Stream, tries: number): void {
+  if (stream.destroyed || stream.readableEnded) return;
+  if (stream.closed || stream.state.localClose === 1) stream.destroy();
+  else if (tries < 250) setTimeout(closeOnceAnswered, 20, stream, tries + 1).unref();
+}
+
+/** The socket of an answer's request, kept for leftBodyDiscarded. */
+const requestSocket = Symbol("requestSocket");
+function keepRequestSocket(req: http.IncomingMessage, res: http.ServerResponse & { [requestSocket]?: Socket }): void {
+  res[requestSocket] = req.socket;
 }
 
 /**
@@ -190,14 +267,18 @@ export function createTlsServer(
   });
   server.maxConnections = options.maxConnections;
   if (claims.http2Stream !== undefined) claimHttp2Streams(server, claims.http2Stream);
+  server.on("stream", watchLeftStreamBody);
   const sessions = trackHttp2Sessions(server, options);
   server.on("secureConnection", (socket: PendingSocket) => {
     awaitFirstRequest(socket, options.firstRequestTimeoutMs);
   });
   // HTTP/2: the client's settings follow its preface; from there the session's own timeout takes over.
   server.on("session", (session: http2.ServerHttp2Session) => session.once("remoteSettings", () => firstRequestArrived(session.socket as unknown as PendingSocket)));
-  server.on("request", (req: http.IncomingMessage | http2.Http2ServerRequest) => {
-    if (req.httpVersionMajor === 1) firstRequestArrived(req.socket as PendingSocket);
+  server.on("request", (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => {
+    if (req.httpVersionMajor !== 1) return;
+    firstRequestArrived(req.socket as PendingSocket);
+    keepRequestSocket(req as http.IncomingMessage, res as http.ServerResponse);
+    res.on("finish", leftBodyDiscarded);
   });
   Object.assign(server, { closeHttp2Sessions: () => sessions.closeAll() });
   return server;
