@@ -179,8 +179,12 @@ function fault(sent: Sent, a: Answer, ledgerFull = false): string | undefined {
     return a.status >= 500 ? `HTTP ${a.status} with a status block` : undefined;
   }
   if (typeof json.code === "string") {
-    if (connectCodes.has(json.code)) return undefined;
-    return `Connect code ${json.code}: ${String(json.message)}`;
+    if (!connectCodes.has(json.code)) return `Connect code ${json.code}: ${String(json.message)}`;
+    // A catalogue method's refusal, or an unknown one's, carries its status block, whoever refused it.
+    if (!sent.path.startsWith("/gateway.catalogue.")) return undefined;
+    const details = Array.isArray(json.details) ? (json.details as { type?: unknown }[]) : [];
+    if (!details.some((d) => d.type === "gateway.catalogue.v1.StatusBlock")) return `a catalogue Connect error without its status block: ${String(json.message)}`;
+    return /^\d{4} /.test(String(json.message)) ? undefined : `a catalogue Connect error whose message does not start with its four digits: ${String(json.message)}`;
   }
   if (a.status === 200 && ("item" in json || "status" in json)) return undefined;
   return `neither a status block nor a Connect error (HTTP ${a.status}): ${text.slice(0, 120)}`;

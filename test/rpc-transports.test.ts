@@ -1,12 +1,15 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, createRouterTransport, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
+import { findTrailerError } from "@connectrpc/connect/protocol-grpc";
+import { trailerParse } from "@connectrpc/connect/protocol-grpc-web";
 import { createConnectTransport as createWebTransport } from "@connectrpc/connect-web";
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { CatalogueSource } from "../src/core/catalogue-source.ts";
 import { ItemGetRequestSchema, ItemGetResponseSchema, RetailService, type ItemGetResponse } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
-import { ErrorCode, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { ErrorCode, StatusBlockSchema, type StatusBlock } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { WholesaleService } from "../src/gen/gateway/catalogue/v1/wholesale_pb.js";
 import { operations } from "../src/operations/index.ts";
 import { catalogueRoutes } from "../src/transports/connect/catalogue-services.ts";
@@ -22,7 +25,7 @@ const recordingFetch: typeof fetch = (input, init) => {
 };
 
 beforeAll(async () => {
-  gw = await startGateway();
+  gw = await startGateway({ config: { metricsToken: "" } });
   headers = { "x-api-key": gw.account.key, "x-api-secret": gw.account.secret };
 });
 afterAll(() => gw.close());
@@ -152,32 +155,136 @@ describe("handlers alone (in-memory router transport)", () => {
   });
 });
 
-describe("a request whose protobuf bytes do not decode", () => {
+/** The count of answers with `code` on `transport` that reached no operation, from the gateway's own metrics. */
+async function refusalsCounted(code: string, transport: string): Promise<number> {
+  const text = await (await fetch(`${gw.base}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith(`gateway_calls_total{operation="",code="${code}",transport="${transport}"}`));
+  return line === undefined ? 0 : Number(line.split(" ").pop());
+}
+
+/** A gRPC call on a raw HTTP/2 stream: the status it ended with, as a client reads it (trailers, or a trailers-only answer's headers). */
+async function rawGrpc(path: string, body: Uint8Array, extra: Record<string, string> = {}): Promise<ConnectError | undefined> {
+  const http2 = await import("node:http2");
+  const session = http2.connect(gw.base);
+  try {
+    const ended = await new Promise<Record<string, unknown>>((resolve, reject) => {
+      const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", ...extra });
+      stream.on("trailers", resolve);
+      stream.on("response", (h) => h["grpc-status"] !== undefined && resolve(h));
+      stream.on("error", reject);
+      stream.resume();
+      stream.end(body);
+    });
+    return findTrailerError(new Headers(Object.entries(ended).filter(([k]) => !k.startsWith(":")).map(([k, v]) => [k, String(v)] as [string, string])));
+  } finally {
+    session.close();
+  }
+}
+
+/** The status a gRPC-Web answer ends with, read from its trailer frame. */
+async function grpcWebError(res: Response): Promise<ConnectError | undefined> {
+  const bytes = new Uint8Array(await res.arrayBuffer());
+  let at = 0;
+  while (at + 5 <= bytes.length) {
+    const size = new DataView(bytes.buffer, bytes.byteOffset + at + 1, 4).getUint32(0);
+    if (bytes[at] === 0x80) return findTrailerError(trailerParse(bytes.subarray(at + 5, at + 5 + size)));
+    at += 5 + size;
+  }
+  return undefined;
+}
+
+/** A refusal as every RPC caller must get it: its code, the four digits leading the message, and the status block as detail. */
+function expectRefusal(err: ConnectError | undefined, code: Code, digits: ErrorCode, apiType: string): StatusBlock {
+  expect(err?.code).toBe(code);
+  const status = err!.findDetails(StatusBlockSchema)[0];
+  expect(status?.errorCode).toBe(digits);
+  expect(err!.rawMessage.startsWith(`${String(digits).padStart(4, "0")} `)).toBe(true);
+  expect(status?.apiType).toBe(apiType);
+  expect(status?.requestId).toMatch(/^gw-1\.[0-9a-f]{13}$/);
+  expect(status?.reason.length).toBeGreaterThan(0);
+  expect(err!.rawMessage).toContain(status!.reason);
+  return status!;
+}
+
+describe("a catalogue request connect-node refuses before the call: the status block as detail, and recorded", () => {
+  const path = "/gateway.catalogue.v1.RetailService/ItemGet";
   const bad = Buffer.from([0xff, 0xff, 0x07]);
   const framed = Buffer.concat([Buffer.from([0, 0, 0, 0, bad.length]), bad]);
+  const oversized = { numIid: demo.retailNumIid, isPromotion: "1".repeat(1_100_000) };
 
-  it("is invalid_argument on Connect (connect-es alone would say internal)", async () => {
-    const res = await fetch(`${gw.base}/gateway.catalogue.v1.RetailService/ItemGet`, { method: "POST", headers: { "content-type": "application/proto" }, body: bad });
+  it("bytes that do not decode: invalid_argument (connect-es alone would say internal) and 4003 on Connect", async () => {
+    const before = await refusalsCounted("4003", "connect");
+    const res = await fetch(`${gw.base}${path}`, { method: "POST", headers: { "content-type": "application/proto" }, body: bad });
     expect(res.status).toBe(400);
-    expect(((await res.json()) as { code: string }).code).toBe("invalid_argument");
+    const err = errorFromJsonBytes(new Uint8Array(await res.arrayBuffer()), undefined, new ConnectError("not an error", Code.Unknown));
+    expect(expectRefusal(err, Code.InvalidArgument, ErrorCode.PARAM_ERROR, "retail").reason).toMatch(/^parse binary:/);
+    expect(await refusalsCounted("4003", "connect")).toBe(before + 1);
   });
 
-  it("is invalid_argument on gRPC-Web", async () => {
-    const res = await fetch(`${gw.base}/gateway.catalogue.v1.RetailService/ItemGet`, { method: "POST", headers: { "content-type": "application/grpc-web+proto" }, body: framed });
-    expect(Buffer.from(await res.arrayBuffer()).toString("latin1")).toMatch(/grpc-status: 3\r\n/);
+  it("JSON that does not parse, over Connect GET and POST", async () => {
+    const post = await fetch(`${gw.base}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: '{"numIid":' });
+    expect(post.status).toBe(400);
+    expectRefusal(errorFromJsonBytes(new Uint8Array(await post.arrayBuffer()), undefined, new ConnectError("", Code.Unknown)), Code.InvalidArgument, ErrorCode.PARAM_ERROR, "retail");
+    const get = await fetch(`${gw.base}/gateway.catalogue.v1.WholesaleService/ItemSearchPeerbuy?connect=v1&encoding=json&message=${encodeURIComponent("{nope")}`);
+    expect(get.status).toBe(400);
+    expectRefusal(errorFromJsonBytes(new Uint8Array(await get.arrayBuffer()), undefined, new ConnectError("", Code.Unknown)), Code.InvalidArgument, ErrorCode.PARAM_ERROR, "wholesale");
   });
 
-  it("is INVALID_ARGUMENT on gRPC", async () => {
-    const http2 = await import("node:http2");
-    const session = http2.connect(gw.base);
-    const status = await new Promise<string>((resolve) => {
-      const stream = session.request({ ":method": "POST", ":path": "/gateway.catalogue.v1.RetailService/ItemGet", "content-type": "application/grpc", te: "trailers" });
-      stream.on("trailers", (t) => resolve(String(t["grpc-status"])));
-      stream.on("response", (h) => h["grpc-status"] !== undefined && resolve(String(h["grpc-status"])));
-      stream.resume();
-      stream.end(framed);
-    });
-    session.close();
-    expect(status).toBe("3");
+  it("bytes that do not decode on gRPC-Web and gRPC", async () => {
+    const beforeWeb = await refusalsCounted("4003", "grpc-web");
+    const res = await fetch(`${gw.base}${path}`, { method: "POST", headers: { "content-type": "application/grpc-web+proto" }, body: framed });
+    expectRefusal(await grpcWebError(res), Code.InvalidArgument, ErrorCode.PARAM_ERROR, "retail");
+    expect(await refusalsCounted("4003", "grpc-web")).toBe(beforeWeb + 1);
+    const before = await refusalsCounted("4003", "grpc");
+    expectRefusal(await rawGrpc(path, framed), Code.InvalidArgument, ErrorCode.PARAM_ERROR, "retail");
+    expectRefusal(await rawGrpc(path, Buffer.concat([framed, framed])), Code.InvalidArgument, ErrorCode.PARAM_ERROR, "retail");
+    expect(await refusalsCounted("4003", "grpc")).toBe(before + 2);
+  });
+
+  it("a compression the server does not speak keeps its protocol's code (unimplemented), with 4003", async () => {
+    const res = await fetch(`${gw.base}${path}`, { method: "POST", headers: { "content-type": "application/json", "content-encoding": "zstd" }, body: "{}" });
+    expectRefusal(errorFromJsonBytes(new Uint8Array(await res.arrayBuffer()), undefined, new ConnectError("", Code.Unknown)), Code.Unimplemented, ErrorCode.PARAM_ERROR, "retail");
+    expectRefusal(await rawGrpc(path, framed, { "grpc-encoding": "zstd" }), Code.Unimplemented, ErrorCode.PARAM_ERROR, "retail");
+  });
+
+  it.each(transports.filter(([name]) => !name.includes("GET") && !name.includes("Connect-Web")))("a message over the size limit from a real %s client: resource_exhausted, with 4003", async (_name, makeTransport) => {
+    const err = await createClient(RetailService, makeTransport()).itemGet(oversized, { headers }).then(() => undefined, ConnectError.from);
+    expectRefusal(err, Code.ResourceExhausted, ErrorCode.PARAM_ERROR, "retail");
+  });
+
+  it("grpc-js, an independent client, gets the status block in grpc-status-details-bin", async () => {
+    const client = new grpc.Client(`127.0.0.1:${gw.port}`, grpc.credentials.createInsecure());
+    try {
+      const err = await new Promise<grpc.ServiceError>((resolve) =>
+        client.makeUnaryRequest(path, (b: Buffer) => b, (b: Buffer) => b, bad, new grpc.Metadata(), (e) => resolve(e!)),
+      );
+      expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
+      const details = err.metadata.get("grpc-status-details-bin")[0] as Buffer;
+      const headers = new Headers({ "grpc-status": "3", "grpc-message": encodeURIComponent(err.details), "grpc-status-details-bin": details.toString("base64") });
+      expectRefusal(findTrailerError(headers), Code.InvalidArgument, ErrorCode.PARAM_ERROR, "retail");
+    } finally {
+      client.close();
+    }
+  });
+
+  it("an error from inside the call is not refused twice: it keeps its one status block", async () => {
+    const before = await refusalsCounted("4003", "connect");
+    const err = await createClient(RetailService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }))
+      .itemGet({ numIid: "abc" }, { headers })
+      .then(() => undefined, ConnectError.from);
+    expect(err?.findDetails(StatusBlockSchema)).toHaveLength(1);
+    expect(err?.findDetails(StatusBlockSchema)[0]?.callArgs).toEqual({ num_iid: "abc" });
+    expect(await refusalsCounted("4003", "connect")).toBe(before);
+  });
+
+  it("an unknown method: unimplemented with the 4010 status block, on Connect, gRPC-Web and gRPC", async () => {
+    const unknown = "/gateway.catalogue.v1.RetailService/ItemFly";
+    const connect = await fetch(`${gw.base}${unknown}`, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
+    expect(connect.status).toBe(404);
+    expectRefusal(errorFromJsonBytes(new Uint8Array(await connect.arrayBuffer()), undefined, new ConnectError("", Code.Unknown)), Code.Unimplemented, ErrorCode.API_NOT_FOUND, "");
+    const web = await fetch(`${gw.base}${unknown}`, { method: "POST", headers: { "content-type": "application/grpc-web+proto" }, body: framed });
+    expect(web.headers.get("grpc-status")).toBe("12");
+    expectRefusal(findTrailerError(web.headers), Code.Unimplemented, ErrorCode.API_NOT_FOUND, "");
+    expectRefusal(await rawGrpc(unknown, framed), Code.Unimplemented, ErrorCode.API_NOT_FOUND, "");
   });
 });

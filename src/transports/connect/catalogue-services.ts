@@ -6,7 +6,7 @@ import type { CallInput, Gateway, Outcome, Transport } from "../../core/gateway.
 import type { Operation } from "../../core/operation.ts";
 import { CacheMode, Lang } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { credentialFields, readCredentials } from "../credentials.ts";
-import { clientIpKey, requestIdKey } from "./context.ts";
+import { callReachedKey, clientIpKey, requestIdKey } from "./context.ts";
 import { statusError } from "./status-error.ts";
 
 /** What a catalogue handler reads of a call besides its message: the same whichever path the call took. */
@@ -130,7 +130,10 @@ export function catalogueRoutes(gateway: Gateway, operations: readonly Operation
   return (router) => {
     for (const operation of operations) {
       const call = operationCall(gateway, operation);
-      router.rpc(operation.method as DescMethodUnary<DescMessage, DescMessage>, (req, ctx) => call(req, sourceOfContext(ctx)) as never);
+      router.rpc(operation.method as DescMethodUnary<DescMessage, DescMessage>, (req, ctx) => {
+        ctx.values.set(callReachedKey, true);
+        return call(req, sourceOfContext(ctx)) as never;
+      });
     }
   };
 }

@@ -14,7 +14,7 @@ import { clientIpKey, requestIdKey } from "./context.ts";
 import { healthRoutes } from "./health-service.ts";
 import { DescriptorIndex, reflectionRoutes, reflectionServices } from "./reflection-service.ts";
 import { logInternalErrors } from "./internal-errors.ts";
-import { undecodableIsInvalidArgument } from "./undecodable-request.ts";
+import { refusedRequests, unreadRequestRefusal } from "./refused-requests.ts";
 import { acceptCompression, answerWithConnectNode, connectRequestPath, unaryFastPath } from "./unary-fast-path.ts";
 import { grpcStreamPath } from "./grpc-stream-path.ts";
 import type { ClientAddress } from "../server/client-address.ts";
@@ -43,7 +43,8 @@ export interface ConnectOptions {
 /**
  * The Connect, gRPC-Web and gRPC services on the app: the catalogue services,
  * the AdminService, gRPC health and server reflection (v1 and v1alpha), every
- * handler wrapped so an undecodable request is `invalid_argument`, internal
+ * handler wrapped so an undecodable request is `invalid_argument` and a
+ * catalogue request connect-node refuses carries its status block, internal
  * errors logged once, and each call told the caller's address and the
  * request id. Returns the fast paths before Fastify, for the server to give
  * its HTTP/2 streams (gRPC) and HTTP/1.1 requests (Connect) to, unless the
@@ -68,7 +69,7 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
       healthRoutes(options.readiness, () => names)(router);
       reflectionRoutes(new DescriptorIndex(mounted))(router);
       const handlers = router.handlers as UniversalHandler[];
-      handlers.forEach((h, i) => (handlers[i] = undecodableIsInvalidArgument(h)));
+      handlers.forEach((h, i) => (handlers[i] = refusedRequests(h)));
     },
     readMaxBytes: options.readMaxBytes,
     contextValues,
@@ -77,7 +78,7 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
   if (options.rpcFastPath === false) return {};
   const routes = (catalogue.handlers as UniversalHandler[]).flatMap((h) => {
     const operation = operations.find((op) => `/${op.service.typeName}/${op.method.name}` === h.requestPath);
-    return operation === undefined ? [] : [{ operation, handler: undecodableIsInvalidArgument(h) }];
+    return operation === undefined ? [] : [{ operation, handler: refusedRequests(h, unreadRequestRefusal(options.gateway, operation)) }];
   });
   const paths = { gateway: options.gateway, routes, readMaxBytes: options.readMaxBytes, log: app.log, clientAddress: options.clientAddress, answerHeaders: options.answerHeaders, contextValues: context };
   return { http2Stream: grpcStreamPath(paths), http1Request: connectRequestPath(paths) };
@@ -97,7 +98,7 @@ function catalogueConnectRoutes(scope: FastifyInstance, handlers: UniversalHandl
   for (const handler of handlers) {
     const operation = operations.find((op) => `/${op.service.typeName}/${op.method.name}` === handler.requestPath);
     const fast = operation === undefined || options.rpcFastPath === false ? undefined : unaryFastPath(options.gateway, operation, { readMaxBytes: options.readMaxBytes, log: scope.log });
-    const universal = undecodableIsInvalidArgument(handler);
+    const universal = operation === undefined ? refusedRequests(handler) : refusedRequests(handler, unreadRequestRefusal(options.gateway, operation));
     scope.all(handler.requestPath, async (req, reply) => {
       const declined = fast === undefined ? {} : await fast(req, reply);
       if (declined === undefined) return reply; // answered

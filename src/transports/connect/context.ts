@@ -5,3 +5,6 @@ export const clientIpKey = createContextKey<string>("", { description: "caller's
 
 /** The HTTP server's id of the request, the one its log lines carry. */
 export const requestIdKey = createContextKey<string>("", { description: "the HTTP request's id in the logs" });
+
+/** Set once a catalogue method's implementation runs: an error without it was connect-node's refusal of the request. */
+export const callReachedKey = createContextKey<boolean>(false, { description: "the method's implementation ran" });

@@ -1,0 +1,163 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import zlib from "node:zlib";
+import type { UniversalHandler, UniversalServerRequest, UniversalServerResponse } from "@connectrpc/connect/protocol";
+import { codeToHttpStatus, errorFromJsonBytes, errorToJsonBytes } from "@connectrpc/connect/protocol-connect";
+import { findTrailerError, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { trailerFlag, trailerParse, trailerSerialize } from "@connectrpc/connect/protocol-grpc-web";
+import { fourDigits } from "../../contract/error-codes.ts";
+import type { Gateway } from "../../core/gateway.ts";
+import type { Operation } from "../../core/operation.ts";
+import { ErrorCode, StatusBlockSchema } from "../../gen/gateway/catalogue/v1/status_pb.js";
+import { callReachedKey, clientIpKey, requestIdKey } from "./context.ts";
+
+/**
+ * What connect-node answers for a request it refused before the method's
+ * implementation ran (a body that does not decode or is too large, a
+ * compression it does not speak, a malformed header), and what a catalogue
+ * method answers instead: the error with the status block as its detail.
+ * `Refuse` records the refusal and returns that error; undefined leaves the
+ * answer as connect-node made it.
+ */
+export type Refuse = (error: ConnectError, req: UniversalServerRequest, transport: "connect" | "grpc" | "grpc-web") => Promise<ConnectError | undefined>;
+
+// connect-es shares its protobuf serializer between clients and servers and
+// codes a failed parse `internal`, right for a client reading a bad response
+// but wrong for a server reading a caller's bad request: that is
+// `invalid_argument`, as connect-es already answers for undecodable JSON.
+const parseFailure = "parse binary:";
+
+function undecodableFixed(error: ConnectError): ConnectError {
+  if (error.code !== Code.Internal || !error.rawMessage.startsWith(parseFailure)) return error;
+  const fixed = new ConnectError(error.rawMessage, Code.InvalidArgument, error.metadata);
+  fixed.details.push(...error.details);
+  return fixed;
+}
+
+/** The error an answer ends with, as the caller will get it: undecodable requests made `invalid_argument`, then `refuse` asked for one without a status block. */
+async function callerError(error: ConnectError, req: UniversalServerRequest, transport: "connect" | "grpc" | "grpc-web", refuse: Refuse | undefined): Promise<ConnectError | undefined> {
+  const fixed = undecodableFixed(error);
+  if (refuse !== undefined && error.code !== Code.Canceled && error.findDetails(StatusBlockSchema).length === 0) {
+    const refused = await refuse(fixed, req, transport);
+    if (refused !== undefined) return refused;
+  }
+  return fixed === error ? undefined : fixed;
+}
+
+async function* once(bytes: Uint8Array): AsyncIterable<Uint8Array> {
+  yield bytes;
+}
+
+async function bytesOf(body: UniversalServerResponse["body"]): Promise<Uint8Array | undefined> {
+  if (body instanceof Uint8Array) return body;
+  if (body === undefined || typeof body !== "object" || body === null || !(Symbol.asyncIterator in body)) return undefined;
+  const chunks: Uint8Array[] = [];
+  for await (const c of body as AsyncIterable<Uint8Array>) chunks.push(c);
+  return Buffer.concat(chunks);
+}
+
+/** An error body as connect-node compressed it (from 1 KiB on, as the caller accepts), or undefined for an encoding it does not use. */
+function decompressed(bytes: Uint8Array, encoding: string | null): Uint8Array | undefined {
+  if (encoding === null || encoding === "identity") return bytes;
+  if (encoding === "gzip") return zlib.gunzipSync(bytes);
+  if (encoding === "br") return zlib.brotliDecompressSync(bytes);
+  return undefined;
+}
+
+/** Connect unary: an error is a non-200 answer with a JSON body (small; compressed only from 1 KiB on). A changed error is sent uncompressed. */
+async function fixConnect(res: UniversalServerResponse, req: UniversalServerRequest, refuse: Refuse | undefined): Promise<UniversalServerResponse> {
+  const bytes = await bytesOf(res.body);
+  if (bytes === undefined) return res;
+  const header = new Headers(res.header);
+  const json = decompressed(bytes, header.get("content-encoding"));
+  const answer = json === undefined ? undefined : await callerError(errorFromJsonBytes(json, undefined, new ConnectError("", Code.Unknown)), req, "connect", refuse);
+  if (answer === undefined) return { ...res, header, body: once(bytes) };
+  const body = errorToJsonBytes(answer, undefined);
+  header.delete("content-encoding");
+  header.set("content-length", String(body.byteLength));
+  return { ...res, status: codeToHttpStatus(answer.code), header, body: once(body) };
+}
+
+/** gRPC: an error that came before any message is in the trailer once the handler returns. */
+async function fixGrpc(res: UniversalServerResponse, req: UniversalServerRequest, refuse: Refuse | undefined): Promise<UniversalServerResponse> {
+  const error = findTrailerError(res.trailer!);
+  if (error === undefined) return res;
+  const answer = await callerError(error, req, "grpc", refuse);
+  if (answer === undefined) return res;
+  const trailer = new Headers(res.trailer);
+  trailer.delete("grpc-status-details-bin");
+  return { ...res, trailer: setTrailerStatus(trailer, answer) };
+}
+
+/** gRPC-Web: the status is in a trailer frame at the end of the body (flag 0x80, a 4-byte length, then HTTP/1-style header lines). */
+async function* fixGrpcWeb(body: AsyncIterable<Uint8Array>, req: UniversalServerRequest, refuse: Refuse | undefined): AsyncIterable<Uint8Array> {
+  for await (const chunk of body) {
+    const isTrailer = chunk.length >= 5 && chunk[0] === trailerFlag && Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength).readUInt32BE(1) === chunk.length - 5;
+    const error = isTrailer ? findTrailerError(trailerParse(chunk.subarray(5))) : undefined;
+    const answer = error === undefined ? undefined : await callerError(error, req, "grpc-web", refuse);
+    if (answer === undefined) {
+      yield chunk;
+      continue;
+    }
+    const trailer = trailerParse(chunk.subarray(5));
+    trailer.delete("grpc-status-details-bin");
+    const data = trailerSerialize(setTrailerStatus(trailer, answer));
+    const frame = new Uint8Array(5 + data.length);
+    frame[0] = trailerFlag;
+    new DataView(frame.buffer).setUint32(1, data.length);
+    frame.set(data, 5);
+    yield frame;
+  }
+}
+
+async function fix(res: UniversalServerResponse, req: UniversalServerRequest, refuse: Refuse | undefined): Promise<UniversalServerResponse> {
+  const contentType = res.header?.get("content-type") ?? "";
+  if (res.status !== 200 && contentType.startsWith("application/json")) return fixConnect(res, req, refuse);
+  if (contentType.startsWith("application/grpc-web")) {
+    return res.body !== undefined && typeof res.body === "object" && Symbol.asyncIterator in res.body ? { ...res, body: fixGrpcWeb(res.body as AsyncIterable<Uint8Array>, req, refuse) } : res;
+  }
+  if (contentType.startsWith("application/grpc") && res.trailer?.has("grpc-status")) return fixGrpc(res, req, refuse);
+  return res;
+}
+
+/**
+ * The handler, answering `invalid_argument` (not `internal`) when a request's
+ * protobuf bytes do not decode, on every protocol; and with `refuse`, every
+ * error connect-node made without a status block (a request refused before
+ * the method ran) becomes the one `refuse` returns.
+ */
+export function refusedRequests(handler: UniversalHandler, refuse?: Refuse): UniversalHandler {
+  const wrapped = async (req: UniversalServerRequest) => await fix(await handler(req), req, refuse);
+  return Object.assign(wrapped, {
+    service: handler.service,
+    method: handler.method,
+    requestPath: handler.requestPath,
+    supportedContentType: handler.supportedContentType,
+    protocolNames: handler.protocolNames,
+    allowedMethods: handler.allowedMethods,
+  });
+}
+
+/**
+ * A request for an operation that connect-node refused before the call
+ * reached the core, answered as the legacy path answers a request it cannot
+ * read: recorded as a refusal (4003, or 4000 for a fault of connect-node's
+ * own), and the status block sent as the error's detail, its message
+ * starting with the four digits. The error keeps the code its protocol gives
+ * it (`resource_exhausted` for a message over the size limit, `unimplemented`
+ * for a compression the server does not speak). A refusal that cannot be
+ * recorded leaves connect-node's answer as it is: there is no status block
+ * to send.
+ */
+export function unreadRequestRefusal(gateway: Gateway, operation: Operation): Refuse {
+  return async (error, req, transport) => {
+    const values = req.contextValues;
+    if (values === undefined || values.get(callReachedKey)) return undefined;
+    const code = error.code === Code.Internal ? ErrorCode.SERVER_INTERNAL_ERROR : ErrorCode.PARAM_ERROR;
+    try {
+      const refused = await gateway.refuse(code, operation.catalogue, error.rawMessage, { clientIp: values.get(clientIpKey), transport, requestId: values.get(requestIdKey) || undefined }, error);
+      return new ConnectError(`${fourDigits(code)} ${refused.status.reason}`, error.code, undefined, [{ desc: StatusBlockSchema, value: refused.status }]);
+    } catch {
+      return undefined;
+    }
+  };
+}
