@@ -77,11 +77,16 @@ const rpcRequest = fc
     fc.constantFrom(...rpcPaths),
     fc.constantFrom("application/proto", "application/json", "application/grpc-web+proto", "application/connect+proto", "text/plain"),
     fc.oneof(
-      fc.uint8Array({ maxLength: 200 }).map((b) => Buffer.from(b)),
-      fc.record({ numIid: fc.string({ maxLength: 25 }), isPromotion: fc.string({ maxLength: 3 }), cache: fc.integer({ min: -1, max: 5 }) }).map((r) =>
-        Buffer.from(toBinary(ItemGetRequestSchema, create(ItemGetRequestSchema, { numIid: r.numIid.toWellFormed(), isPromotion: r.isPromotion.toWellFormed(), cache: r.cache }))),
-      ),
-      fc.json().map((j) => Buffer.from(j)),
+      { weight: 6, arbitrary: fc.uint8Array({ maxLength: 200 }).map((b) => Buffer.from(b)) },
+      {
+        weight: 6,
+        arbitrary: fc.record({ numIid: fc.string({ maxLength: 25 }), isPromotion: fc.string({ maxLength: 3 }), cache: fc.integer({ min: -1, max: 5 }) }).map((r) =>
+          Buffer.from(toBinary(ItemGetRequestSchema, create(ItemGetRequestSchema, { numIid: r.numIid.toWellFormed(), isPromotion: r.isPromotion.toWellFormed(), cache: r.cache }))),
+        ),
+      },
+      { weight: 6, arbitrary: fc.json().map((j) => Buffer.from(j)) },
+      // Over the limit by more than a request buffers: the answer leaves the rest unread.
+      { weight: 1, arbitrary: fc.integer({ min: 1, max: 300_000 }).map((n) => Buffer.alloc(maxBodyBytes + 16_384 + n, 0x31)) },
     ),
     fc.constantFrom(undefined, "x-api-key: k\r\nx-api-secret: s", "connect-protocol-version: 1", "connect-timeout-ms: abc"),
   )
@@ -218,6 +223,127 @@ describe(`hostile input (fast-check seed ${seed}; rerun with FUZZ_SEED=${seed})`
     console.info(`hostile input: ${legacy.length + rpc.length} requests, heap ${(heapBefore / 1048576).toFixed(1)} MB -> grew ${grown.toFixed(1)} MB`);
     expect(grown).toBeLessThan(200);
     // Still serving.
+    const ok = await fetch(`${gw.base}/retail/item_get/?${new URLSearchParams({ key: gw.account.key, secret: gw.account.secret, num_iid: demo.retailNumIid })}`);
+    expect(((await ok.json()) as { error_code: string }).error_code).toBe("0000");
+  }, 240_000);
+});
+
+/** The request as a keep-alive client sends it (no `Connection: close`), or undefined when its body is shorter than it declares: on a kept connection the next request would complete it. */
+function keptAlive(sent: Sent): Sent | undefined {
+  const end = sent.bytes.indexOf("\r\n\r\n");
+  const head = sent.bytes.subarray(0, end).toString("latin1");
+  const declared = /\r\ncontent-length: (\d+)/i.exec(head)?.[1];
+  if (Number(declared ?? 0) !== sent.bytes.length - end - 4) return undefined;
+  return { ...sent, bytes: Buffer.concat([Buffer.from(head.replace(/\r\nConnection: close/i, ""), "latin1"), sent.bytes.subarray(end)]) };
+}
+
+/** Reads one answer off a kept connection: its head, then a body by its length, its chunks, or (neither) until the close. */
+class AnswerReader {
+  private buffered: Buffer = Buffer.alloc(0);
+  private closed = false;
+  private wake: (() => void) | undefined;
+  constructor(socket: net.Socket) {
+    socket.on("data", (d: Buffer) => {
+      this.buffered = Buffer.concat([this.buffered, d]);
+      this.wake?.();
+    });
+    socket.on("close", () => {
+      this.closed = true;
+      this.wake?.();
+    });
+    socket.on("error", () => undefined);
+  }
+  get isClosed(): boolean {
+    return this.closed;
+  }
+  private async until(test: () => boolean, ms: number): Promise<boolean> {
+    const deadline = Date.now() + ms;
+    while (!test()) {
+      if (this.closed || Date.now() > deadline) return test();
+      await new Promise<void>((r) => {
+        this.wake = r;
+        setTimeout(r, 50);
+      });
+    }
+    return true;
+  }
+  /** The next answer, or undefined when none came whole before the close or `ms`. */
+  async next(method: string, ms: number): Promise<Answer | undefined> {
+    if (!(await this.until(() => this.buffered.includes("\r\n\r\n"), ms))) return undefined;
+    const end = this.buffered.indexOf("\r\n\r\n");
+    const head = this.buffered.subarray(0, end).toString("latin1").split("\r\n");
+    const status = Number(head[0]?.split(" ")[1] ?? 0);
+    const headers = new Map(head.slice(1).map((l) => [l.slice(0, l.indexOf(":")).toLowerCase(), l.slice(l.indexOf(":") + 1).trim()] as [string, string]));
+    const start = end + 4;
+    let size: number;
+    // A request the parser refused (400, 408, 431) gets its status block whatever its method said, as fault() allows.
+    if ((method === "HEAD" && status !== 400 && status !== 408 && status !== 431) || status === 204 || status === 304) size = 0;
+    else if (headers.has("content-length")) size = Number(headers.get("content-length"));
+    else if (headers.get("transfer-encoding") === "chunked") {
+      const whole = await this.until(() => this.buffered.indexOf("\r\n0\r\n\r\n", start - 2) >= 0, ms);
+      if (!whole) return undefined;
+      size = this.buffered.indexOf("\r\n0\r\n\r\n", start - 2) + 7 - start;
+    } else {
+      await this.until(() => false, ms);
+      size = this.buffered.length - start;
+    }
+    if (!(await this.until(() => this.buffered.length >= start + size, ms))) return undefined;
+    let body = this.buffered.subarray(start, start + size);
+    this.buffered = this.buffered.subarray(start + size);
+    if (headers.get("transfer-encoding") === "chunked") body = dechunk(body);
+    return { status, headers, body };
+  }
+}
+
+/** Sends each request on a kept connection once the answer before it has come whole; a connection the server closes is opened again. */
+async function floodKeptAlive(requests: Sent[], connections: number): Promise<{ problems: string[]; reopened: number }> {
+  const problems: string[] = [];
+  let next = 0;
+  let reopened = 0;
+  const worker = async () => {
+    let socket: net.Socket | undefined;
+    let reader: AnswerReader | undefined;
+    let onThisConnection = 0;
+    let opened = 0;
+    while (next < requests.length) {
+      const sent = requests[next++]!;
+      if (socket === undefined || reader!.isClosed) {
+        if (opened++ > 0) reopened++;
+        socket?.destroy();
+        socket = net.connect(gw.port, "127.0.0.1");
+        reader = new AnswerReader(socket);
+        onThisConnection = 0;
+      }
+      socket.write(sent.bytes);
+      onThisConnection++;
+      const answer = await reader!.next(sent.method, 10_000);
+      const what = JSON.stringify(sent.bytes.subarray(0, 240).toString("latin1"));
+      if (answer === undefined) {
+        if (!reader!.isClosed) problems.push(`no whole answer within 10 s, request ${onThisConnection} on its connection <- ${what}`);
+        else if (onThisConnection === 1) problems.push(`the connection closed without an answer <- ${what}`);
+        // A kept connection may close before a request it has not read (as after an answer marked `connection: close`): sent again on a new one.
+        else next--;
+        socket.destroy();
+        socket = undefined;
+        continue;
+      }
+      const why = fault(sent, answer);
+      if (why !== undefined) problems.push(`${why} (request ${onThisConnection} on its connection) <- ${what}`);
+    }
+    socket?.destroy();
+  };
+  await Promise.all(Array.from({ length: connections }, worker));
+  return { problems, reopened };
+}
+
+describe(`hostile input on kept connections (fast-check seed ${seed}; rerun with FUZZ_SEED=${seed})`, () => {
+  it("answers generated requests one after another on the same connections, each well-formed, none left waiting", async () => {
+    const requests = [...fc.sample(legacyRequest, { numRuns: 2000, seed: seed + 2 }), ...fc.sample(rpcRequest, { numRuns: 1000, seed: seed + 3 })].flatMap((r) => keptAlive(r) ?? []);
+    // Shuffled together (by the seed), so each connection carries every kind in turn.
+    const order = fc.sample(fc.shuffledSubarray(requests, { minLength: requests.length, maxLength: requests.length }), { numRuns: 1, seed: seed + 4 })[0]!;
+    const { problems, reopened } = await floodKeptAlive(order, 12);
+    console.info(`hostile input on kept connections: ${order.length} requests over 12 connections, opened again ${reopened} times`);
+    expect(problems.slice(0, 10)).toEqual([]);
     const ok = await fetch(`${gw.base}/retail/item_get/?${new URLSearchParams({ key: gw.account.key, secret: gw.account.secret, num_iid: demo.retailNumIid })}`);
     expect(((await ok.json()) as { error_code: string }).error_code).toBe("0000");
   }, 240_000);
