@@ -66,6 +66,10 @@ async function startReplica(demoFlag: boolean): Promise<(typeof replicas)[number
   });
   child.stdout!.on("data", (d: Buffer) => (output += d.toString()));
   child.stderr!.on("data", (d: Buffer) => (output += d.toString()));
+  // A replica that stops by itself (not by a test's SIGKILL) says why, so a failure that follows can be read.
+  child.once("exit", (code, signal) => {
+    if (signal !== "SIGKILL") console.error(`a replica exited by itself (code ${code}, signal ${signal}); its last output:\n${output.slice(-4000)}`);
+  });
   const until = Date.now() + 30_000;
   while (!/listening on (http:\/\/\S+) /.test(output) || (demoFlag && !output.includes("Admin API") && !output.includes("Demo account"))) {
     if (Date.now() > until || child.exitCode !== null) throw new Error(`replica did not start:\n${output}`);
