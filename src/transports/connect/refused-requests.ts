@@ -34,7 +34,7 @@ function undecodableFixed(error: ConnectError): ConnectError {
 }
 
 /** The error an answer ends with, as the caller will get it: undecodable requests made `invalid_argument`, then `refuse` asked for one without a status block. */
-async function callerError(error: ConnectError, req: UniversalServerRequest, transport: "connect" | "grpc" | "grpc-web", refuse: Refuse | undefined): Promise<ConnectError | undefined> {
+async function errorToSend(error: ConnectError, req: UniversalServerRequest, transport: "connect" | "grpc" | "grpc-web", refuse: Refuse | undefined): Promise<ConnectError | undefined> {
   const fixed = undecodableFixed(error);
   if (refuse !== undefined && error.code !== Code.Canceled && error.findDetails(StatusBlockSchema).length === 0) {
     const refused = await refuse(fixed, req, transport);
@@ -69,7 +69,7 @@ async function fixConnect(res: UniversalServerResponse, req: UniversalServerRequ
   if (bytes === undefined) return res;
   const header = new Headers(res.header);
   const json = decompressed(bytes, header.get("content-encoding"));
-  const answer = json === undefined ? undefined : await callerError(errorFromJsonBytes(json, undefined, new ConnectError("", Code.Unknown)), req, "connect", refuse);
+  const answer = json === undefined ? undefined : await errorToSend(errorFromJsonBytes(json, undefined, new ConnectError("", Code.Unknown)), req, "connect", refuse);
   if (answer === undefined) return { ...res, header, body: once(bytes) };
   const body = errorToJsonBytes(answer, undefined);
   header.delete("content-encoding");
@@ -81,7 +81,7 @@ async function fixConnect(res: UniversalServerResponse, req: UniversalServerRequ
 async function fixGrpc(res: UniversalServerResponse, req: UniversalServerRequest, refuse: Refuse | undefined): Promise<UniversalServerResponse> {
   const error = findTrailerError(res.trailer!);
   if (error === undefined) return res;
-  const answer = await callerError(error, req, "grpc", refuse);
+  const answer = await errorToSend(error, req, "grpc", refuse);
   if (answer === undefined) return res;
   const trailer = new Headers(res.trailer);
   trailer.delete("grpc-status-details-bin");
@@ -93,7 +93,7 @@ async function* fixGrpcWeb(body: AsyncIterable<Uint8Array>, req: UniversalServer
   for await (const chunk of body) {
     const isTrailer = chunk.length >= 5 && chunk[0] === trailerFlag && Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength).readUInt32BE(1) === chunk.length - 5;
     const error = isTrailer ? findTrailerError(trailerParse(chunk.subarray(5))) : undefined;
-    const answer = error === undefined ? undefined : await callerError(error, req, "grpc-web", refuse);
+    const answer = error === undefined ? undefined : await errorToSend(error, req, "grpc-web", refuse);
     if (answer === undefined) {
       yield chunk;
       continue;

@@ -150,9 +150,10 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
  * handler has started reading, Node leaves the rest to it, the parser stops
  * reading the socket when the request holds more than it takes (arrived
  * whole or not), and the connection waits: a keep-alive client's next
- * request goes unanswered until the request timeout. So the rest is discarded as Node discards it (its `_dump`, which
- * makes the parser drop what still comes), and the socket read again. The
- * request timeout still bounds how long its sender may take.
+ * request goes unanswered until the request timeout. So the rest is
+ * discarded as Node discards it (its `_dump`, which makes the parser drop
+ * what still comes), and the socket read again. The request timeout still
+ * bounds how long its sender may take.
  */
 function leftBodyDiscarded(this: http.ServerResponse & { [requestSocket]?: Socket }): void {
   const req = this.req;
@@ -177,7 +178,8 @@ function leftBodyDiscarded(this: http.ServerResponse & { [requestSocket]?: Socke
  * of the answer still queued would be dropped.
  */
 function watchLeftStreamBody(stream: http2.ServerHttp2Stream): void {
-  stream.once("finish", leftStreamBodyDiscarded);
+  // `on`, not `once`: a stream finishes once, and `once` would make a wrapper for every stream.
+  stream.on("finish", leftStreamBodyDiscarded);
 }
 
 function leftStreamBodyDiscarded(this: http2.ServerHttp2Stream): void {
