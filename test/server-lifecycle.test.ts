@@ -168,6 +168,61 @@ describe("TLS with ALPN", () => {
     }
   });
 
+  it("the app over TLS: a body over the limit leaves its HTTP/1.1 connection able to carry the next request, and its HTTP/2 stream reset once answered", async () => {
+    const maxBodyBytes = 16_384;
+    const tlsGw = await startGateway({ app: { maxBodyBytes, tls: { cert, key: readFileSync(join(dir, "key.pem")) } } });
+    // Over the limit by more than a request buffers, as gRPC-Web framing: the answer leaves the rest unread.
+    const over = Buffer.alloc(maxBodyBytes + 1_000_000, 0x31);
+    over[0] = 0;
+    over.writeUInt32BE(over.length - 5, 1);
+    const path = "/gateway.catalogue.v1.RetailService/ItemGet";
+    try {
+      const statuses = await new Promise<string[]>((resolve) => {
+        const s = tls.connect({ port: tlsGw.port, host: "127.0.0.1", ca: cert, ALPNProtocols: ["http/1.1"] });
+        let text = "";
+        let sentNext = false;
+        const done = () => {
+          s.destroy();
+          resolve(text.match(/HTTP\/1\.1 \d{3}/g) ?? []);
+        };
+        const timer = setTimeout(done, 10_000);
+        s.on("secureConnect", () => s.write(Buffer.concat([Buffer.from(`POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/grpc-web+proto\r\nContent-Length: ${over.length}\r\n\r\n`), over])));
+        s.on("data", (d: Buffer) => {
+          text += d.toString("latin1");
+          if (!sentNext) {
+            sentNext = true;
+            s.write("GET /retail/item_get/?num_iid=1 HTTP/1.1\r\nHost: x\r\n\r\n");
+          }
+          if (/"error_code":"4014"[^]*\}$/.test(text)) {
+            clearTimeout(timer);
+            done();
+          }
+        });
+        s.on("error", () => undefined);
+      });
+      expect(statuses).toEqual(["HTTP/1.1 200", "HTTP/1.1 200"]);
+
+      // HTTP/2: a gRPC call that sends part of a body over the limit and never ends it is answered, and its stream closed.
+      const session = http2.connect(tlsGw.base.replace("http:", "https:"), { ca: cert });
+      try {
+        const ended = await new Promise<{ status: unknown; rstCode: number | undefined }>((resolve) => {
+          const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers" });
+          let status: unknown;
+          stream.on("trailers", (t) => (status = t["grpc-status"]));
+          stream.on("close", () => resolve({ status, rstCode: stream.rstCode }));
+          stream.on("error", () => undefined);
+          stream.resume();
+          stream.write(over.subarray(0, maxBodyBytes + 40_000));
+        });
+        expect(ended).toEqual({ status: "8", rstCode: http2.constants.NGHTTP2_NO_ERROR });
+      } finally {
+        session.close();
+      }
+    } finally {
+      await tlsGw.close();
+    }
+  });
+
   it("serves HTTP/1.1 over TLS past the first-request timeout once a request came, and keeps the connection cap", async () => {
     const s = await tlsServer({ firstRequestTimeoutMs: 500, maxConnections: 2, maxHeaderBytes: 4096 });
     try {
