@@ -101,15 +101,17 @@ describe("unreadRequestRefusal", () => {
       },
     }) as unknown as Gateway;
 
-  it("records a request connect-node refused as 4003 (4000 for its own fault), keeping its code", async () => {
+  it("records a request connect-node refused as 4003 whatever its code, keeping the code", async () => {
     const calls: unknown[] = [];
     const refusal = unreadRequestRefusal(fakeGateway(calls), operation);
     const err = await refusal(new ConnectError("message size 9 is larger than configured readMaxBytes 8", Code.ResourceExhausted), request(), "grpc");
     expect(err?.code).toBe(Code.ResourceExhausted);
     expect(err?.rawMessage).toBe("4003 message size 9 is larger than configured readMaxBytes 8");
     expect(err?.findDetails(StatusBlockSchema)[0]?.apiType).toBe("retail");
-    const internal = await refusal(new ConnectError("internal error", Code.Internal), request(), "connect");
-    expect(internal?.findDetails(StatusBlockSchema)[0]?.errorCode).toBe(ErrorCode.SERVER_INTERNAL_ERROR);
+    // gRPC's answer to a message flagged compressed without an encoding: the caller's fault, not the gateway's (4000).
+    const flagged = await refusal(new ConnectError("received compressed envelope, but do not know how to decompress", Code.Internal), request(), "grpc");
+    expect(flagged?.code).toBe(Code.Internal);
+    expect(flagged?.findDetails(StatusBlockSchema)[0]?.errorCode).toBe(ErrorCode.PARAM_ERROR);
     expect(calls).toHaveLength(2);
   });
 

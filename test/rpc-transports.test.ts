@@ -241,6 +241,14 @@ describe("a catalogue request connect-node refuses before the call: the status b
     expect(await refusalsCounted("4003", "grpc")).toBe(before + 2);
   });
 
+  it("a gRPC message flagged compressed without an encoding keeps gRPC's code (internal), with 4003: the caller's fault, counted as such", async () => {
+    const before = await refusalsCounted("4003", "grpc");
+    const internalBefore = await refusalsCounted("4000", "grpc");
+    expectRefusal(await rawGrpc(path, Buffer.concat([Buffer.from([1]), framed.subarray(1)])), Code.Internal, ErrorCode.PARAM_ERROR, "retail");
+    expect(await refusalsCounted("4003", "grpc")).toBe(before + 1);
+    expect(await refusalsCounted("4000", "grpc")).toBe(internalBefore);
+  });
+
   it("a compression the server does not speak keeps its protocol's code (unimplemented), with 4003", async () => {
     const res = await fetch(`${gw.base}${path}`, { method: "POST", headers: { "content-type": "application/json", "content-encoding": "zstd" }, body: "{}" });
     expectRefusal(errorFromJsonBytes(new Uint8Array(await res.arrayBuffer()), undefined, new ConnectError("", Code.Unknown)), Code.Unimplemented, ErrorCode.PARAM_ERROR, "retail");

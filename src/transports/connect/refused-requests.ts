@@ -140,22 +140,23 @@ export function refusedRequests(handler: UniversalHandler, refuse?: Refuse): Uni
 /**
  * A request for an operation that connect-node refused before the call
  * reached the core, answered as the legacy path answers a request it cannot
- * read: recorded as a refusal (4003, or 4000 for a fault of connect-node's
- * own), and the status block sent as the error's detail, its message
- * starting with the four digits. The error keeps the code its protocol gives
- * it (`resource_exhausted` for a message over the size limit, `unimplemented`
- * for a compression the server does not speak). A refusal that cannot be
- * recorded leaves connect-node's answer as it is: there is no status block
- * to send.
+ * read: recorded as a refusal (4003), and the status block sent as the
+ * error's detail, its message starting with the four digits. Nothing of the
+ * gateway's has run yet, so it is the request's fault whatever the code:
+ * never a 4000, and never an error line in the log that a caller could fill.
+ * The error keeps the code its protocol gives it (`resource_exhausted` for a
+ * message over the size limit, `unimplemented` for a compression the server
+ * does not speak, `internal` for a gRPC message flagged compressed without
+ * an encoding, as gRPC's protocol has it). A refusal that cannot be recorded
+ * leaves connect-node's answer as it is: there is no status block to send.
  */
 export function unreadRequestRefusal(gateway: Gateway, operation: Operation): Refuse {
   return async (error, req, transport) => {
     const values = req.contextValues;
     if (values === undefined || values.get(callReachedKey)) return undefined;
-    const code = error.code === Code.Internal ? ErrorCode.SERVER_INTERNAL_ERROR : ErrorCode.PARAM_ERROR;
     try {
-      const refused = await gateway.refuse(code, operation.catalogue, error.rawMessage, { clientIp: values.get(clientIpKey), transport, requestId: values.get(requestIdKey) || undefined }, error);
-      return new ConnectError(`${fourDigits(code)} ${refused.status.reason}`, error.code, undefined, [{ desc: StatusBlockSchema, value: refused.status }]);
+      const refused = await gateway.refuse(ErrorCode.PARAM_ERROR, operation.catalogue, error.rawMessage, { clientIp: values.get(clientIpKey), transport, requestId: values.get(requestIdKey) || undefined });
+      return new ConnectError(`${fourDigits(ErrorCode.PARAM_ERROR)} ${refused.status.reason}`, error.code, undefined, [{ desc: StatusBlockSchema, value: refused.status }]);
     } catch {
       return undefined;
     }
