@@ -349,6 +349,113 @@ describe(`hostile input on kept connections (fast-check seed ${seed}; rerun with
   }, 240_000);
 });
 
+const h2Frame = (b: Buffer, flags = 0) => {
+  const f = Buffer.alloc(5 + b.length);
+  f[0] = flags;
+  f.writeUInt32BE(b.length, 1);
+  b.copy(f, 5);
+  return f;
+};
+const itemGetMessage = Buffer.from([0x0a, 0x0c, ...Buffer.from("600001112304")]);
+/** A stream on the HTTP/2 side: any RPC path (a legacy one too), any content type, a few of the headers the paths read, a body framed or not, and how the client leaves it. */
+const h2Request = fc.record({
+  method: fc.constantFrom("POST", "POST", "POST", "GET", "PUT", "HEAD"),
+  path: fc.constantFrom(...rpcPaths, "/grpc.health.v1.Health/Check", "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "/retail/item_get/", "/"),
+  contentType: fc.constantFrom(undefined, "application/grpc", "application/grpc+proto", "application/grpc+json", "application/grpc-web+proto", "application/json", "application/proto", "application/connect+proto", "text/plain", "application/grpc; charset=x"),
+  auth: fc.constantFrom(undefined, "good", "wrong"),
+  extra: fc.uniqueArray(
+    fc.constantFrom<[string, string]>(["grpc-timeout", "1S"], ["grpc-timeout", "x"], ["grpc-timeout", "99999999H"], ["grpc-encoding", "gzip"], ["grpc-encoding", "zstd"], ["grpc-accept-encoding", "br,gzip"], ["te", "trailers"], ["connect-protocol-version", "1"], ["connect-timeout-ms", "-1"], ["origin", "https://x.example"], ["authorization", "Bearer x"]),
+    { maxLength: 3, selector: ([name]) => name },
+  ),
+  body: fc.oneof(
+    fc.constant(Buffer.alloc(0)),
+    fc.uint8Array({ maxLength: 100 }).map((b) => Buffer.from(b)),
+    fc.uint8Array({ maxLength: 60 }).map((b) => h2Frame(Buffer.from(b))),
+    fc.uint8Array({ maxLength: 60 }).map((b) => h2Frame(Buffer.from(b), 1)),
+    fc.constant(h2Frame(itemGetMessage)),
+    fc.integer({ min: 1, max: 20 }).map((n) => h2Frame(itemGetMessage).subarray(0, n)),
+    fc.constant(Buffer.concat([h2Frame(itemGetMessage), h2Frame(itemGetMessage)])),
+    fc.integer({ min: 1, max: 200_000 }).map((n) => h2Frame(Buffer.alloc(maxBodyBytes + n, 0x31))),
+  ),
+  ending: fc.constantFrom("end", "end", "end", "reset", "left open"),
+});
+
+describe(`hostile input over HTTP/2 (fast-check seed ${seed}; rerun with FUZZ_SEED=${seed})`, () => {
+  it("answers every generated stream the client ends, a gRPC refusal of a catalogue method with its status block, and keeps serving", async () => {
+    const http2 = await import("node:http2");
+    const { findTrailerError } = await import("@connectrpc/connect/protocol-grpc");
+    const { StatusBlockSchema } = await import("../src/gen/gateway/catalogue/v1/status_pb.js");
+    const samples = fc.sample(h2Request, { numRuns: 1000, seed: seed + 5 });
+    const connect = () => {
+      const s = http2.connect(gw.base);
+      s.on("error", () => undefined);
+      return s;
+    };
+    let session = connect();
+    const problems: string[] = [];
+    const counts = { answered: 0, catalogueErrors: 0 };
+    const one = (r: (typeof samples)[number]) =>
+      new Promise<void>((resolve) => {
+        if (session.destroyed || session.closed) session = connect();
+        const headers: Record<string, string> = { ":method": r.method, ":path": r.path };
+        if (r.contentType !== undefined) headers["content-type"] = r.contentType;
+        if (r.auth !== undefined) Object.assign(headers, { "x-api-key": gw.account.key, "x-api-secret": r.auth === "good" ? gw.account.secret : "wrong" });
+        for (const [name, v] of r.extra) headers[name] = v;
+        const what = `${JSON.stringify({ ...headers, "x-api-secret": undefined })} body ${r.body.length} bytes ${r.body.subarray(0, 12).toString("hex")}, ${r.ending}`;
+        let stream: import("node:http2").ClientHttp2Stream;
+        try {
+          stream = session.request(headers);
+        } catch {
+          resolve(); // the session is going away: the next stream opens another
+          return;
+        }
+        let response: Record<string, unknown> | undefined;
+        let trailers: Record<string, unknown> | undefined;
+        const timer = setTimeout(() => {
+          if (r.ending === "end") problems.push(`no end within 10 s: ${what}`);
+          stream.close();
+        }, 10_000);
+        stream.on("response", (h) => (response = h));
+        stream.on("trailers", (t) => (trailers = t));
+        stream.on("error", () => undefined);
+        stream.on("close", () => {
+          clearTimeout(timer);
+          if (r.ending === "end" && stream.rstCode === http2.constants.NGHTTP2_NO_ERROR) {
+            const status = Number(response?.[":status"] ?? 0);
+            const contentType = String(response?.["content-type"] ?? "");
+            const ended = { ...response, ...trailers } as Record<string, unknown>;
+            if (status !== 0) counts.answered++;
+            if (status === 0) problems.push(`closed without an answer: ${what}`);
+            else if (status >= 500) problems.push(`HTTP ${status}: ${what}`);
+            else if (contentType.startsWith("application/grpc") && !contentType.startsWith("application/grpc-web")) {
+              if (ended["grpc-status"] === undefined) problems.push(`a gRPC answer without grpc-status: ${what}`);
+              else if (ended["grpc-status"] === "2") problems.push(`grpc-status 2 (unknown): ${what}`);
+              else if (ended["grpc-status"] !== "0" && r.path.startsWith("/gateway.catalogue.")) {
+                counts.catalogueErrors++;
+                const err = findTrailerError(new Headers(Object.entries(ended).filter(([k]) => !k.startsWith(":")).map(([k, v]) => [k, String(v)] as [string, string])));
+                if (err?.findDetails(StatusBlockSchema).length !== 1) problems.push(`a catalogue gRPC error without its status block (${String(ended["grpc-status"])} ${decodeURIComponent(String(ended["grpc-message"] ?? ""))}): ${what}`);
+              }
+            }
+          }
+          resolve();
+        });
+        stream.resume();
+        if (r.method === "GET" || r.method === "HEAD") stream.end();
+        else if (r.ending === "end") stream.end(r.body);
+        else {
+          stream.write(r.body);
+          setTimeout(() => stream.close(r.ending === "reset" ? http2.constants.NGHTTP2_CANCEL : http2.constants.NGHTTP2_NO_ERROR), r.ending === "reset" ? 5 : 300);
+        }
+      });
+    for (let i = 0; i < samples.length; i += 8) await Promise.all(samples.slice(i, i + 8).map(one));
+    session.close();
+    console.info(`hostile input over HTTP/2: ${samples.length} streams, ${counts.answered} ended ones answered, ${counts.catalogueErrors} catalogue gRPC errors checked for their status block`);
+    expect(problems.slice(0, 10)).toEqual([]);
+    const ok = await fetch(`${gw.base}/retail/item_get/?${new URLSearchParams({ key: gw.account.key, secret: gw.account.secret, num_iid: demo.retailNumIid })}`);
+    expect(((await ok.json()) as { error_code: string }).error_code).toBe("0000");
+  }, 240_000);
+});
+
 const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /** What a connection sends before it falls silent: nothing, part of the HTTP/2 preface, part of a request, or noise. */
 const opening = fc.oneof(
