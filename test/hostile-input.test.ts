@@ -7,6 +7,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { ItemGetRequestSchema, RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { toBinary, create } from "@bufbuild/protobuf";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { grpcFrame } from "./support/grpc-frame.ts";
 
 const seed = Number(process.env.FUZZ_SEED ?? Date.now() % 2_147_483_647);
 let gw: GatewayFixture;
@@ -349,13 +350,6 @@ describe(`hostile input on kept connections (fast-check seed ${seed}; rerun with
   }, 240_000);
 });
 
-const h2Frame = (b: Buffer, flags = 0) => {
-  const f = Buffer.alloc(5 + b.length);
-  f[0] = flags;
-  f.writeUInt32BE(b.length, 1);
-  b.copy(f, 5);
-  return f;
-};
 const itemGetMessage = Buffer.from([0x0a, 0x0c, ...Buffer.from("600001112304")]);
 /** A stream on the HTTP/2 side: any RPC path (a legacy one too), any content type, a few of the headers the paths read, a body framed or not, and how the client leaves it. */
 const h2Request = fc.record({
@@ -370,12 +364,12 @@ const h2Request = fc.record({
   body: fc.oneof(
     fc.constant(Buffer.alloc(0)),
     fc.uint8Array({ maxLength: 100 }).map((b) => Buffer.from(b)),
-    fc.uint8Array({ maxLength: 60 }).map((b) => h2Frame(Buffer.from(b))),
-    fc.uint8Array({ maxLength: 60 }).map((b) => h2Frame(Buffer.from(b), 1)),
-    fc.constant(h2Frame(itemGetMessage)),
-    fc.integer({ min: 1, max: 20 }).map((n) => h2Frame(itemGetMessage).subarray(0, n)),
-    fc.constant(Buffer.concat([h2Frame(itemGetMessage), h2Frame(itemGetMessage)])),
-    fc.integer({ min: 1, max: 200_000 }).map((n) => h2Frame(Buffer.alloc(maxBodyBytes + n, 0x31))),
+    fc.uint8Array({ maxLength: 60 }).map((b) => grpcFrame(Buffer.from(b))),
+    fc.uint8Array({ maxLength: 60 }).map((b) => grpcFrame(Buffer.from(b), 1)),
+    fc.constant(grpcFrame(itemGetMessage)),
+    fc.integer({ min: 1, max: 20 }).map((n) => grpcFrame(itemGetMessage).subarray(0, n)),
+    fc.constant(Buffer.concat([grpcFrame(itemGetMessage), grpcFrame(itemGetMessage)])),
+    fc.integer({ min: 1, max: 200_000 }).map((n) => grpcFrame(Buffer.alloc(maxBodyBytes + n, 0x31))),
   ),
   ending: fc.constantFrom("end", "end", "end", "reset", "left open"),
 });

@@ -15,6 +15,7 @@ import { operations } from "../src/operations/index.ts";
 import { readBody } from "../src/transports/connect/unary-fast-path.ts";
 import { fastifyHandlers } from "./support/fastify-handlers.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { grpcFrame } from "./support/grpc-frame.ts";
 
 let fast: GatewayFixture;
 let slow: GatewayFixture;
@@ -174,14 +175,6 @@ function grpcRaw(port: number, path: string, headers: Record<string, string>, bo
   });
 }
 
-/** One length-prefixed gRPC message. */
-const frame = (message: Uint8Array, flags = 0) => {
-  const f = Buffer.alloc(5 + message.length);
-  f[0] = flags;
-  f.writeUInt32BE(message.length, 1);
-  f.set(message, 5);
-  return f;
-};
 
 /** A gRPC answer as a client sees it, with the per-call fields left out: headers and trailers that matter, the messages decoded. */
 function decodedGrpc(output: DescMessage, res: { headers: Record<string, unknown>; body: Buffer; trailers: Record<string, unknown> }): unknown {
@@ -225,28 +218,28 @@ describe.each(operations.map((op) => [op.id, op] as const))("%s over gRPC (HTTP/
   const args: Record<string, string> = id === "wholesale/item_search_peerbuy" ? { numIid: demo.wholesaleNumIid, sid: demo.wholesaleSid } : { numIid: id.startsWith("retail") ? demo.retailNumIid : demo.wholesaleNumIid };
   const proto = (a: Record<string, unknown>) => toBinary(input, create(input, a as never));
   const cases: (Omit<Case, "body" | "contentType"> & { contentType?: string; body: () => Uint8Array })[] = [
-    { name: "application/grpc", body: () => frame(proto(args)) },
-    { name: "application/grpc+proto", contentType: "application/grpc+proto", body: () => frame(proto(args)) },
-    { name: "application/grpc+json (declined)", contentType: "application/grpc+json", body: () => frame(Buffer.from(JSON.stringify(args))) },
-    { name: "gzip and deflate accepted, as grpc-js asks", headers: { "grpc-accept-encoding": "identity,deflate,gzip" }, body: () => frame(proto(args)) },
-    { name: "br accepted first", headers: { "grpc-accept-encoding": "br,gzip" }, body: () => frame(proto(args)) },
-    { name: "only an unknown encoding accepted", headers: { "grpc-accept-encoding": "snappy" }, body: () => frame(proto(args)) },
-    { name: "grpc-encoding identity", headers: { "grpc-encoding": "identity" }, body: () => frame(proto(args)) },
-    { name: "gzip-compressed request (declined)", headers: { "grpc-encoding": "gzip" }, body: () => frame(Buffer.from(gzipSync(proto(args))), 1) },
-    { name: "grpc-timeout (declined)", headers: { "grpc-timeout": "5S" }, body: () => frame(proto(args)) },
-    { name: "with an Origin (declined: CORS answers it)", headers: { origin: "https://app.example" }, body: () => frame(proto(args)) },
-    { name: "an unknown field", body: () => frame(Buffer.concat([proto(args), Buffer.from([0xf8, 0x3f, 0x01])])) },
-    { name: "malformed message", body: () => frame(Buffer.from([0x0a, 0xff, 0xff, 0xff])) },
-    { name: "compressed flag without grpc-encoding", body: () => frame(proto(args), 1) },
-    { name: "frame shorter than its prefix says", body: () => frame(proto(args)).subarray(0, 8) },
-    { name: "two messages in a unary call", body: () => Buffer.concat([frame(proto(args)), frame(proto(args))]) },
+    { name: "application/grpc", body: () => grpcFrame(proto(args)) },
+    { name: "application/grpc+proto", contentType: "application/grpc+proto", body: () => grpcFrame(proto(args)) },
+    { name: "application/grpc+json (declined)", contentType: "application/grpc+json", body: () => grpcFrame(Buffer.from(JSON.stringify(args))) },
+    { name: "gzip and deflate accepted, as grpc-js asks", headers: { "grpc-accept-encoding": "identity,deflate,gzip" }, body: () => grpcFrame(proto(args)) },
+    { name: "br accepted first", headers: { "grpc-accept-encoding": "br,gzip" }, body: () => grpcFrame(proto(args)) },
+    { name: "only an unknown encoding accepted", headers: { "grpc-accept-encoding": "snappy" }, body: () => grpcFrame(proto(args)) },
+    { name: "grpc-encoding identity", headers: { "grpc-encoding": "identity" }, body: () => grpcFrame(proto(args)) },
+    { name: "gzip-compressed request (declined)", headers: { "grpc-encoding": "gzip" }, body: () => grpcFrame(Buffer.from(gzipSync(proto(args))), 1) },
+    { name: "grpc-timeout (declined)", headers: { "grpc-timeout": "5S" }, body: () => grpcFrame(proto(args)) },
+    { name: "with an Origin (declined: CORS answers it)", headers: { origin: "https://app.example" }, body: () => grpcFrame(proto(args)) },
+    { name: "an unknown field", body: () => grpcFrame(Buffer.concat([proto(args), Buffer.from([0xf8, 0x3f, 0x01])])) },
+    { name: "malformed message", body: () => grpcFrame(Buffer.from([0x0a, 0xff, 0xff, 0xff])) },
+    { name: "compressed flag without grpc-encoding", body: () => grpcFrame(proto(args), 1) },
+    { name: "frame shorter than its prefix says", body: () => grpcFrame(proto(args)).subarray(0, 8) },
+    { name: "two messages in a unary call", body: () => Buffer.concat([grpcFrame(proto(args)), grpcFrame(proto(args))]) },
     { name: "no message at all", body: () => new Uint8Array(0) },
-    { name: "empty message (every argument missing)", body: () => frame(new Uint8Array(0)) },
-    { name: "oversized message", body: () => frame(proto({ ...args, numIid: "1".repeat(maxBody + 10) })) },
-    { name: "argument out of form (4003)", body: () => frame(proto({ ...args, numIid: "abc" })) },
-    { name: "no such item (2000)", body: () => frame(proto({ ...args, numIid: "999999999999" })) },
-    { name: "wrong secret (4005)", body: () => frame(proto(args)), auth: "wrong-secret" },
-    { name: "no key (4014)", body: () => frame(proto(args)), auth: "none" },
+    { name: "empty message (every argument missing)", body: () => grpcFrame(new Uint8Array(0)) },
+    { name: "oversized message", body: () => grpcFrame(proto({ ...args, numIid: "1".repeat(maxBody + 10) })) },
+    { name: "argument out of form (4003)", body: () => grpcFrame(proto({ ...args, numIid: "abc" })) },
+    { name: "no such item (2000)", body: () => grpcFrame(proto({ ...args, numIid: "999999999999" })) },
+    { name: "wrong secret (4005)", body: () => grpcFrame(proto(args)), auth: "wrong-secret" },
+    { name: "no key (4014)", body: () => grpcFrame(proto(args)), auth: "none" },
   ];
 
   it.each(cases.map((c) => [c.name, c] as const))("%s", async (_name, c) => {
@@ -302,7 +295,7 @@ describe("the gRPC fast path, beside Fastify's", () => {
   });
   const op = operations.find((o) => o.id === "retail/item_get")!;
   const path = `/${op.service.typeName}/${op.method.name}`;
-  const request = frame(toBinary(op.method.input, create(op.method.input, { numIid: demo.retailNumIid } as never)));
+  const request = grpcFrame(toBinary(op.method.input, create(op.method.input, { numIid: demo.retailNumIid } as never)));
   const call = (gw: GatewayFixture, headers: Record<string, string> = {}, body: Uint8Array = request) =>
     grpcRaw(gw.port, path, { "content-type": "application/grpc", "x-api-key": gw.account.key, "x-api-secret": gw.account.secret, ...headers }, body);
 
@@ -329,7 +322,7 @@ describe("the gRPC fast path, beside Fastify's", () => {
     for (const [headers, body] of [
       [{}, request],
       [{ "grpc-accept-encoding": "gzip" }, request],
-      [{}, frame(Buffer.from([0x0a, 0xff, 0xff, 0xff]))],
+      [{}, grpcFrame(Buffer.from([0x0a, 0xff, 0xff, 0xff]))],
       [{ origin: "https://app.example" }, request],
     ] as const) {
       await call(fastApp, headers, body);
@@ -460,14 +453,14 @@ describe(`random gRPC calls, answered on the stream and by connect-node alike (f
     .map((m) => Buffer.from(toBinary(op.method.input, create(op.method.input, { ...m, numIid: m.numIid.toWellFormed() } as never))));
   /** A body: one frame of a message, or of random bytes; a frame whose flag or length lies; two frames; or bytes with no framing at all. */
   const body = fc.oneof(
-    { weight: 4, arbitrary: message.map((m) => frame(m)) },
-    { weight: 1, arbitrary: fc.uint8Array({ maxLength: 40 }).map((b) => frame(b)) },
+    { weight: 4, arbitrary: message.map((m) => grpcFrame(m)) },
+    { weight: 1, arbitrary: fc.uint8Array({ maxLength: 40 }).map((b) => grpcFrame(b)) },
     { weight: 1, arbitrary: fc.tuple(message, fc.integer({ min: 0, max: 3 }), fc.integer({ min: -3, max: 3 })).map(([m, flags, skew]) => {
-      const f = frame(m, flags);
+      const f = grpcFrame(m, flags);
       f.writeUInt32BE(Math.max(0, m.length + skew), 1);
       return f;
     }) },
-    { weight: 1, arbitrary: fc.tuple(message, message).map(([a, b]) => Buffer.concat([frame(a), frame(b)])) },
+    { weight: 1, arbitrary: fc.tuple(message, message).map(([a, b]) => Buffer.concat([grpcFrame(a), grpcFrame(b)])) },
     { weight: 1, arbitrary: fc.uint8Array({ maxLength: 12 }).map((b) => Buffer.from(b)) },
   );
   const call = fc.record({

@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { operations } from "../src/operations/index.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { grpcFrame } from "./support/grpc-frame.ts";
 
 let gw: GatewayFixture;
 let bare: http.Server;
@@ -49,13 +50,6 @@ async function post(base: string, path: string, contentType: string, body: Uint8
   return { status: res.status, headers: res.headers, bytes: new Uint8Array(await res.arrayBuffer()) };
 }
 
-/** gRPC-Web and gRPC frames: one data frame of the message. */
-function frame(bytes: Uint8Array): Uint8Array {
-  const out = new Uint8Array(5 + bytes.length);
-  new DataView(out.buffer).setUint32(1, bytes.length);
-  out.set(bytes, 5);
-  return out;
-}
 function unframe(bytes: Uint8Array): Uint8Array {
   expect(bytes[0]).toBe(0);
   const n = new DataView(bytes.buffer, bytes.byteOffset).getUint32(1);
@@ -96,7 +90,7 @@ describe.each(operations.map((op) => [op.id, op] as const))("%s", (id, op) => {
     const get = await fetch(`${gw.base}${path}?${q}`, { headers: auth() });
     expect(get.status).toBe(200);
     const viaGet = fromBinary(output, new Uint8Array(await get.arrayBuffer()));
-    const web = await post(gw.base, path, "application/grpc-web+proto", frame(request()), auth());
+    const web = await post(gw.base, path, "application/grpc-web+proto", grpcFrame(request()), auth());
     expect(web.status).toBe(200);
     const viaWeb = fromBinary(output, unframe(web.bytes));
     const json = await fetch(`${gw.base}${path}`, { method: "POST", headers: { "content-type": "application/json", ...auth() }, body: JSON.stringify(args[id]) });
