@@ -319,3 +319,29 @@ describe("idle HTTP/2 sessions", () => {
     }
   });
 });
+
+describe("an HTTP/2 client that goes away", () => {
+  it("closes its connection at once, even with a stream still waiting for its request, and the gateway closes without waiting", async () => {
+    const own = await startGateway();
+    let closed = false;
+    try {
+      const session = http2.connect(own.base);
+      session.on("error", () => {});
+      // The gRPC fast path waits for this stream's body, which never comes.
+      const stream = session.request({ ":method": "POST", ":path": "/gateway.catalogue.v1.RetailService/ItemGet", "content-type": "application/grpc", te: "trailers" }, { endStream: false });
+      stream.on("error", () => {});
+      await new Promise((r) => setTimeout(r, 200));
+      const connections = () => new Promise<number>((resolve, reject) => own.app.server.getConnections((e, n) => (e ? reject(e) : resolve(n))));
+      expect(await connections()).toBe(1);
+      session.destroy();
+      // Half-open, the connection stayed until the session's idle timeout (120 s), holding the connection cap.
+      const end = performance.now() + 5000;
+      while ((await connections()) > 0 && performance.now() < end) await new Promise((r) => setTimeout(r, 20));
+      expect(await connections()).toBe(0);
+      await own.close();
+      closed = true;
+    } finally {
+      if (!closed) await own.close();
+    }
+  });
+});

@@ -108,6 +108,11 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
       socket.unshift(seen);
       if (isH2) {
         firstRequestArrived(socket); // the preface is whole: the session's own timeout takes over
+        // The HTTP/1.1 server accepts sockets half-open (for `printf … | nc` clients); an HTTP/2 server does
+        // not, and its session needs the socket to close when the client's side ends: half-open, a stream
+        // still waiting for its request held the socket, the connection cap and a graceful close until
+        // the session's idle timeout.
+        socket.allowHalfOpen = false;
         h2.emit("connection", socket);
       }
       else for (const listener of h1Listeners) listener.call(h1, socket);
