@@ -401,6 +401,7 @@ export function appOptions(
       requestTimeoutMs: config.requestTimeoutMs,
       keepAliveTimeoutMs: config.keepAliveTimeoutMs,
       maxConnections: config.maxConnections,
+      http2MaxStreams: config.http2MaxStreams,
       firstRequestTimeoutMs: config.firstRequestTimeoutMs,
     },
     admin: { ports: runtime, token: extra.adminToken ?? config.adminToken },

@@ -13,9 +13,12 @@ import { ErrorCode } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { buildApp, defaultAppSettings } from "../src/transports/server/app.ts";
 import { createOnePortServer, createTlsServer } from "../src/transports/server/one-port-server.ts";
 import net from "node:net";
+import { DatabaseSync } from "node:sqlite";
+import { databasePath } from "../src/runtime.ts";
 import tls from "node:tls";
 import { fastifyHandlers } from "./support/fastify-handlers.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { errorCode, frameType, rawHttp2, settingsOf } from "./support/raw-http2.ts";
 
 let gw: GatewayFixture;
 beforeAll(async () => {
@@ -316,6 +319,162 @@ describe("idle HTTP/2 sessions", () => {
       expect(ended).toBe(true); // the answer came, after the body's end
     } finally {
       await s.close();
+    }
+  });
+});
+
+describe("HTTP/2 stream limits", () => {
+  const grpcHeaders = (key: string, secret: string) => ({
+    ":method": "POST",
+    ":scheme": "http",
+    ":path": "/gateway.catalogue.v1.RetailService/ItemGet",
+    ":authority": "127.0.0.1",
+    "content-type": "application/grpc",
+    te: "trailers",
+    "x-api-key": key,
+    "x-api-secret": secret,
+  });
+  const until = async (what: () => boolean, ms = 10_000) => {
+    const end = performance.now() + ms;
+    while (!what() && performance.now() < end) await new Promise((r) => setTimeout(r, 20));
+    return what();
+  };
+
+  it("advertises a connection's stream limit, ends a connection that goes past it, and keeps serving", async () => {
+    const raw = rawHttp2(gw.port);
+    try {
+      await raw.ready;
+      const settings = settingsOf(raw.frames.find((f) => f.type === frameType.settings && (f.flags & 1) === 0)!.payload);
+      expect(settings.get(0x3), "SETTINGS_MAX_CONCURRENT_STREAMS").toBe(defaultAppSettings.limits.http2MaxStreams);
+      // Up to the limit, streams whose requests never end are held open.
+      const limit = defaultAppSettings.limits.http2MaxStreams;
+      for (let i = 0; i < limit; i++) raw.headers(1 + 2 * i, grpcHeaders(gw.account.key, gw.account.secret));
+      await new Promise((r) => setTimeout(r, 300));
+      expect(raw.frames.filter((f) => f.type === frameType.goaway || f.type === frameType.rstStream)).toEqual([]);
+      // One more, from a client that ignores the limit it acknowledged: nghttp2 ends the connection
+      // (RFC 9113, 5.1.2 allows a stream error or this), and with it every stream it held.
+      raw.headers(1 + 2 * limit, grpcHeaders(gw.account.key, gw.account.secret));
+      await raw.closed;
+      const goaway = raw.frames.filter((f) => f.type === frameType.goaway);
+      expect(goaway.map((f) => f.payload.readUInt32BE(4))).toEqual([errorCode.protocolError]);
+      // Other clients are served meanwhile.
+      const client = createClient(RetailService, createGrpcTransport({ baseUrl: gw.base }));
+      const answer = await client.itemGet({ numIid: demo.retailNumIid }, { headers: { "x-api-key": gw.account.key, "x-api-secret": gw.account.secret } });
+      expect(answer.status?.errorCode).toBe(ErrorCode.SUCCESS);
+    } finally {
+      raw.destroy();
+    }
+  });
+
+  it("refuse streams past the connection cap across all connections, and serve again once they close", async () => {
+    const capped = await startGateway({ app: { limits: { maxConnections: 30 } } });
+    const sessions: http2.ClientHttp2Session[] = [];
+    try {
+      const outcomes: (number | "answered")[] = [];
+      const open = (session: http2.ClientHttp2Session) => {
+        const stream = session.request(grpcHeaders(capped.account.key, capped.account.secret), { endStream: false });
+        stream.on("error", () => {});
+        stream.on("response", () => outcomes.push("answered"));
+        stream.on("close", () => outcomes.push(stream.rstCode ?? -1));
+        stream.resume();
+        return stream;
+      };
+      for (let c = 0; c < 3; c++) {
+        const session = http2.connect(capped.base);
+        session.on("error", () => {});
+        sessions.push(session);
+        for (let i = 0; i < 15; i++) open(session);
+      }
+      // 45 streams whose requests never end, on three connections: 30 held, 15 refused.
+      expect(await until(() => outcomes.length >= 15)).toBe(true);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(outcomes).toEqual(Array(15).fill(http2.constants.NGHTTP2_REFUSED_STREAM));
+      for (const s of sessions) s.destroy();
+      // Their streams closed (the server sees it a moment later), a new one is served.
+      await new Promise((r) => setTimeout(r, 300));
+      const client = createClient(RetailService, createGrpcTransport({ baseUrl: capped.base }));
+      const answer = await client.itemGet({ numIid: demo.retailNumIid }, { headers: { "x-api-key": capped.account.key, "x-api-secret": capped.account.secret } });
+      expect(answer.status?.errorCode).toBe(ErrorCode.SUCCESS);
+    } finally {
+      for (const s of sessions) s.destroy();
+      await capped.close();
+    }
+  });
+
+  it("answer a stream whose request is not whole within the request timeout 408 with a 4017 status block, then reset it; one already answering is reset", async () => {
+    const lines: string[] = [];
+    const quick = await startGateway({ app: { limits: { requestTimeoutMs: 600 } }, logLines: lines });
+    try {
+      const session = http2.connect(quick.base);
+      session.on("error", () => {});
+      const auth = { "x-api-key": quick.account.key, "x-api-secret": quick.account.secret };
+      const paths: Record<string, Record<string, string>> = {
+        "gRPC (the fast path)": { ":path": "/gateway.catalogue.v1.RetailService/ItemGet", "content-type": "application/grpc", te: "trailers", ...auth },
+        "gRPC with a timeout (connect-node)": { ":path": "/gateway.catalogue.v1.RetailService/ItemGet", "content-type": "application/grpc", "grpc-timeout": "60S", te: "trailers", ...auth },
+        "Connect JSON": { ":path": "/gateway.catalogue.v1.RetailService/ItemGet", "content-type": "application/json", ...auth },
+        "legacy POST": { ":path": `/retail/item_get/?${new URLSearchParams({ key: quick.account.key, secret: quick.account.secret })}`, "content-type": "application/x-www-form-urlencoded" },
+      };
+      const results = await Promise.all(
+        Object.entries(paths).map(
+          ([what, headers]) =>
+            new Promise<{ what: string; status: unknown; body: string; ms: number }>((resolve) => {
+              const started = performance.now();
+              const stream = session.request({ ":method": "POST", ...headers }, { endStream: false });
+              stream.on("error", () => {});
+              // gRPC: a message of 100 bytes announced, then sent a byte at a time.
+              if (headers["content-type"] === "application/grpc") stream.write(Buffer.from([0, 0, 0, 0, 100]));
+              // A trickle: part of a body every 100 ms keeps the session busy, never the request whole.
+              const trickle = setInterval(() => stream.write("0"), 100);
+              let status: unknown;
+              const chunks: Buffer[] = [];
+              stream.on("response", (h) => (status = h[":status"]));
+              stream.on("data", (c: Buffer) => chunks.push(c));
+              stream.on("close", () => {
+                clearInterval(trickle);
+                resolve({ what, status, body: Buffer.concat(chunks).toString(), ms: performance.now() - started });
+              });
+            }),
+        ),
+      );
+      for (const r of results) {
+        expect(r.status, r.what).toBe(408);
+        const block = JSON.parse(r.body) as { error_code: string; reason: string };
+        expect(block.error_code, r.what).toBe("4017");
+        expect(block.reason, r.what).toBe("the request was not sent within 600 ms");
+        // Cut between 1 and 1.25 times the timeout; a loaded machine gets slack, not a minute.
+        expect(r.ms, r.what).toBeGreaterThanOrEqual(550);
+        expect(r.ms, r.what).toBeLessThan(10_000);
+      }
+      // A stream whose answer has started (reflection answers each question of a stream as it comes)
+      // can only be reset past the timeout.
+      const started = performance.now();
+      const reset = await new Promise<{ status: unknown; rstCode: number | undefined }>((resolve) => {
+        const stream = session.request({ ":method": "POST", ":path": "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "content-type": "application/grpc", te: "trailers" }, { endStream: false });
+        stream.on("error", () => {});
+        // One question (list_services), then a message of 100 bytes announced and sent a byte at a time.
+        stream.write(Buffer.from([0, 0, 0, 0, 2, 0x3a, 0x00, 0, 0, 0, 0, 100]));
+        const trickle = setInterval(() => stream.write("0"), 100);
+        let status: unknown;
+        stream.on("response", (h) => (status = h[":status"]));
+        stream.resume();
+        stream.on("close", () => {
+          clearInterval(trickle);
+          resolve({ status, rstCode: stream.rstCode });
+        });
+      });
+      expect(reset).toEqual({ status: 200, rstCode: http2.constants.NGHTTP2_CANCEL });
+      expect(performance.now() - started).toBeGreaterThanOrEqual(550);
+      session.destroy();
+      // Each recorded, none an error line, and the gateway serves on.
+      const db = new DatabaseSync(databasePath(quick.config), { readOnly: true });
+      const recorded = Number((db.prepare("SELECT coalesce(sum(calls), 0) AS n FROM refusals WHERE error_code = 4017").get() as { n: number }).n);
+      db.close();
+      expect(recorded).toBe(Object.keys(paths).length);
+      expect(lines.filter((l) => (JSON.parse(l) as { level: number }).level >= 40)).toEqual([]);
+      const ok = await fetch(`${quick.base}/retail/item_get/?${new URLSearchParams({ key: quick.account.key, secret: quick.account.secret, num_iid: demo.retailNumIid })}`);
+      expect(((await ok.json()) as { error_code: string }).error_code).toBe("0000");
+    } finally {
+      await quick.close();
     }
   });
 });

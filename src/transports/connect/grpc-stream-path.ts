@@ -130,7 +130,8 @@ async function respondGrpc(stream: ServerHttp2Stream, headers: IncomingHttpHeade
     frame = [prefixed, second];
   }
   const trailer = "error" in result ? trailerOf(result.error) : { ...successTrailer };
-  if (stream.destroyed || stream.closed) return;
+  // Gone, or answered already (a request past its timeout is answered by the server: one-port-server.ts).
+  if (stream.destroyed || stream.closed || stream.headersSent) return;
   stream.respond(head, { waitForTrailers: true });
   stream.once("wantTrailers", () => stream.sendTrailers(trailer));
   if (frame === undefined) stream.end();
@@ -147,7 +148,7 @@ async function writeUniversal(stream: ServerHttp2Stream, response: UniversalServ
   const it = body?.[Symbol.asyncIterator]();
   try {
     let chunk = await it?.next();
-    if (stream.destroyed || stream.closed) return;
+    if (stream.destroyed || stream.closed || stream.headersSent) return;
     const head: OutgoingHttpHeaders = { ":status": response.status, ...answerHeaders };
     response.header?.forEach((value, key) => (head[key] = value));
     const trailer: Record<string, string> = {};

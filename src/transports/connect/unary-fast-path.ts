@@ -289,7 +289,16 @@ export function unaryFastPath(
   return async (req, reply) => {
     const shape = connectShape(req.method, req.headers);
     if (shape === undefined) return {};
-    const answer = await fastConnectCall(fast, options.readMaxBytes, shape.binary, { raw: req.raw, clientIp: req.clientIp, requestId: req.id, procedure: `${req.protocol}://${req.host}${path}` });
+    let answer: ConnectAnswer | Declined;
+    try {
+      answer = await fastConnectCall(fast, options.readMaxBytes, shape.binary, { raw: req.raw, clientIp: req.clientIp, requestId: req.id, procedure: `${req.protocol}://${req.host}${path}` });
+    } catch (e) {
+      // The body never ended: the caller went away, or the server answered the request already (over
+      // HTTP/2, one past the request timeout, which one-port-server.ts answers and resets). Nobody is
+      // left to answer; a fault of ours it is not.
+      if (req.raw.destroyed || reply.raw.headersSent) return undefined;
+      throw e;
+    }
     if (!("status" in answer)) return answer;
     reply.code(answer.status);
     for (const [name, value] of answer.headers) reply.header(name, value);
@@ -314,6 +323,9 @@ export async function answerWithConnectNode(
   try {
     const request = universalRequestFromNodeRequest(req, res, undefined, options.contextValues);
     const response = await handler(options.body === undefined ? request : { ...request, body: options.body });
+    // Answered already: the server cut a request past its timeout (one-port-server.ts), and the
+    // handler ends only now, its body gone. Nothing more may be written.
+    if (res.headersSent) return;
     for (const [key, value] of Object.entries(options.headers)) if (value !== undefined) res.setHeader(key, value as string);
     await universalResponseToNodeResponse(response, res);
   } catch (e) {

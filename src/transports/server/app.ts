@@ -7,7 +7,7 @@ import type { AdminPorts } from "../connect/admin-service.ts";
 import { registerConnect } from "../connect/connect-plugin.ts";
 import { credentialHeaders } from "../credentials.ts";
 import { installLegacyShim, legacyBodyTypes, refuseLegacy, unroutablePath } from "../legacy/legacy-shim.ts";
-import { clientErrorHandler } from "./client-errors.ts";
+import { clientErrorHandler, http2RequestTimedOut } from "./client-errors.ts";
 import { createOnePortServer, createTlsServer, type Http1RequestClaim, type OnePortServerOptions, type RequestClaims } from "./one-port-server.ts";
 import { legacyFastPath } from "../legacy/legacy-fast-path.ts";
 import { MemoryAddressLockout, type AddressLockout } from "../../core/address-lockout.ts";
@@ -65,6 +65,7 @@ export const defaultAppSettings = {
     http2SessionTimeoutMs: 120_000,
     maxHeaderBytes: 16_384,
     maxConnections: 10_000,
+    http2MaxStreams: 100,
     firstRequestTimeoutMs: 5000,
   } satisfies OnePortServerOptions as OnePortServerOptions,
 };
@@ -118,6 +119,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const claims: RequestClaims = {
     http2Stream: (stream, headers) => rpcRequests.http2Stream?.(stream, headers) ?? false,
     http1Request: (req, res) => (legacyRequests?.(req, res) || rpcRequests.http1Request?.(req, res)) ?? false,
+    http2RequestTimedOut: http2RequestTimedOut(gateway, limits),
   };
   const serverFactory: FastifyServerOptions["serverFactory"] = tls
     ? (handler) => createTlsServer(handler, limits, tls, claims) as never

@@ -1,4 +1,5 @@
 import http, { type ServerResponse } from "node:http";
+import http2 from "node:http2";
 import type { Socket } from "node:net";
 import type { Gateway } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
@@ -57,5 +58,30 @@ export function clientErrorHandler(gateway: Gateway, limits: Pick<OnePortServerO
       },
       () => socket.destroy(),
     ).catch(() => socket.destroy()); // nothing thrown while answering may escape: it would stop the process
+  };
+}
+
+/**
+ * The same answer for an HTTP/2 stream whose request did not arrive whole
+ * within the request timeout (one-port-server.ts cuts it; Node's HTTP/1.1
+ * parser reports such a request to the handler above): a 408 with the
+ * legacy status block, 4017, recorded like any refusal. One that cannot be
+ * recorded is reset, as the HTTP/1.1 connection is then cut.
+ */
+export function http2RequestTimedOut(gateway: Gateway, limits: Pick<OnePortServerOptions, "requestTimeoutMs">) {
+  return (stream: http2.ServerHttp2Stream): void => {
+    const clientIp = stream.session?.socket?.remoteAddress ?? "";
+    const reset = () => {
+      if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_CANCEL);
+    };
+    void gateway
+      .refuse(ErrorCode.TIMEOUT, "", `the request was not sent within ${limits.requestTimeoutMs} ms`, { clientIp, transport: "legacy" })
+      .then((outcome) => {
+        if (stream.destroyed || stream.headersSent) return;
+        const body = Buffer.from(legacyFormats.json.render(legacyResponse(outcome)));
+        stream.respond({ ":status": 408, "content-type": "application/json; charset=utf-8", "content-length": String(body.length) });
+        stream.end(body);
+      }, reset)
+      .catch(reset); // nothing thrown while answering may escape: it would stop the process
   };
 }

@@ -15,6 +15,13 @@ export type Http1RequestClaim = (req: http.IncomingMessage, res: http.ServerResp
 export interface RequestClaims {
   readonly http2Stream?: Http2StreamClaim | undefined;
   readonly http1Request?: Http1RequestClaim | undefined;
+  /**
+   * Answers an HTTP/2 stream whose request did not arrive whole within the
+   * request timeout and whose answer has not started (as Fastify's
+   * clientErrorHandler answers such an HTTP/1.1 request); without it the
+   * stream is reset. The stream is reset once that answer has gone out.
+   */
+  readonly http2RequestTimedOut?: ((stream: http2.ServerHttp2Stream) => void) | undefined;
 }
 
 /** Fastify's request handler, which serves both HTTP/1.1 and HTTP/2 compatibility objects. */
@@ -29,8 +36,19 @@ export interface OnePortServerOptions {
   http2SessionTimeoutMs: number;
   /** Request line and headers together, in bytes. */
   maxHeaderBytes: number;
-  /** Open connections at once, both protocols. */
+  /**
+   * Open connections at once, both protocols; also the most HTTP/2 streams
+   * open at once across all connections (a stream is a request in flight,
+   * as an HTTP/1.1 connection is): more are refused with REFUSED_STREAM.
+   */
   maxConnections: number;
+  /**
+   * HTTP/2 streams one connection may have open at once, advertised to the
+   * client (SETTINGS_MAX_CONCURRENT_STREAMS): a client waits for a free one,
+   * and nghttp2 ends the connection of one that opens more than it has
+   * acknowledged (GOAWAY, PROTOCOL_ERROR).
+   */
+  http2MaxStreams: number;
   /**
    * Time a new connection has to send its first request head (HTTP/1.1) or
    * the whole HTTP/2 preface; a connection silent past it is closed, so
@@ -87,9 +105,8 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   // A client may finish sending (half-close) and still read the answer, as `printf … | nc`
   // does; by default Node would drop the request if the answer is not ready yet.
   (h1 as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
-  const h2 = http2.createServer({ maxSessionMemory: 10, settings: { maxHeaderListSize: options.maxHeaderBytes } }, handler as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
-  if (claims.http2Stream !== undefined) claimHttp2Streams(h2, claims.http2Stream);
-  h2.on("stream", watchLeftStreamBody);
+  const h2 = http2.createServer({ maxSessionMemory: 10, settings: http2Settings(options) }, handler as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
+  const streams = serveHttp2Streams(h2, options, claims);
   const sessions = trackHttp2Sessions(h2, options);
 
   const h1Listeners = h1.listeners("connection") as ((socket: Socket) => void)[];
@@ -143,7 +160,10 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
       sessions.closeAll();
     },
   });
-  h1.on("close", () => h2.close());
+  h1.on("close", () => {
+    streams.stop();
+    h2.close();
+  });
   return h1;
 }
 
@@ -182,13 +202,14 @@ function leftBodyDiscarded(this: http.ServerResponse & { [requestSocket]?: Socke
  * client to stop sending a request it has answered. Reset earlier, frames
  * of the answer still queued would be dropped.
  */
-function watchLeftStreamBody(stream: http2.ServerHttp2Stream): void {
-  // `on`, not `once`: a stream finishes once, and `once` would make a wrapper for every stream.
-  stream.on("finish", leftStreamBodyDiscarded);
-}
-
-function leftStreamBodyDiscarded(this: http2.ServerHttp2Stream): void {
+function leftStreamBodyDiscarded(this: http2.ServerHttp2Stream & { [timedOut]?: true }): void {
   if (this.readableEnded || this.destroyed) return;
+  // A request cut for its timeout: its handler may still wait for the body, and must not see it end
+  // (it would take what came so far for the whole request); the stream is reset once answered.
+  if (this[timedOut]) {
+    closeOnceAnswered(this, 0);
+    return;
+  }
   this.removeAllListeners("readable");
   this.removeAllListeners("data");
   this.resume();
@@ -261,7 +282,7 @@ export function createTlsServer(
       key: tls.key,
       handshakeTimeout: options.firstRequestTimeoutMs,
       maxSessionMemory: 10,
-      settings: { maxHeaderListSize: options.maxHeaderBytes },
+      settings: http2Settings(options),
     },
     http1Handler(handler, claims.http1Request) as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
   );
@@ -273,8 +294,8 @@ export function createTlsServer(
     maxHeaderSize: options.maxHeaderBytes,
   });
   server.maxConnections = options.maxConnections;
-  if (claims.http2Stream !== undefined) claimHttp2Streams(server, claims.http2Stream);
-  server.on("stream", watchLeftStreamBody);
+  const streams = serveHttp2Streams(server, options, claims);
+  server.on("close", () => streams.stop());
   const sessions = trackHttp2Sessions(server, options);
   server.on("secureConnection", (socket: PendingSocket) => {
     awaitFirstRequest(socket, options.firstRequestTimeoutMs);
@@ -300,17 +321,91 @@ function http1Handler(handler: Handler, claim: Http1RequestClaim | undefined): H
   };
 }
 
+/** The settings an HTTP/2 session advertises. */
+function http2Settings(options: OnePortServerOptions): http2.Settings {
+  return { maxHeaderListSize: options.maxHeaderBytes, maxConcurrentStreams: options.http2MaxStreams };
+}
+
+const timedOut = Symbol("timedOut");
+const ignore = () => {};
+
 /**
- * Lets `claim` take each new HTTP/2 stream before Node's compatibility layer
- * (the handler's request and response objects) does; a stream it leaves
- * goes on to that layer as before. Node's compatibility layer is itself a
- * listener of `stream`, added with the request handler.
+ * Every new HTTP/2 stream, before Node's compatibility layer (the handler's
+ * request and response objects, itself a listener of `stream`, added with
+ * the request handler) sees it:
+ * - past `maxConnections` streams open across all sessions, it is refused
+ *   (REFUSED_STREAM, which a client may retry). Each session's own limit
+ *   (`http2MaxStreams`) is nghttp2's to enforce; this one bounds their sum,
+ *   which a few thousand connections could otherwise raise to millions of
+ *   streams, each holding a few kilobytes until the heap runs out;
+ * - its answer finishing before its request ended is watched for
+ *   (leftStreamBodyDiscarded);
+ * - `claims.http2Stream` may take it; what it leaves goes on to Node's
+ *   compatibility layer as before;
+ * - a stream whose request has not arrived whole within the request
+ *   timeout is answered by `claims.http2RequestTimedOut` if its answer has
+ *   not started (then reset once answered), else reset: over HTTP/1.1
+ *   Node's own request timeout does this, over HTTP/2 nothing did, and a
+ *   client that kept its session busy could hold streams open for ever.
+ *   Open streams are looked at every quarter of the timeout, as Node looks
+ *   at HTTP/1.1 requests.
  */
-export function claimHttp2Streams(server: http2.Http2Server | http2.Http2SecureServer, claim: Http2StreamClaim): void {
+function serveHttp2Streams(server: http2.Http2Server | http2.Http2SecureServer, options: OnePortServerOptions, claims: RequestClaims): { stop(): void } {
   const compat = server.listeners("stream") as ((...args: unknown[]) => void)[];
   server.removeAllListeners("stream");
+  const claim = claims.http2Stream;
+  // Open streams, by when they opened (ms).
+  const open = new Map<http2.ServerHttp2Stream, number>();
+  // One function for every stream, not a closure each: this runs on every call.
+  const closed = function (this: http2.ServerHttp2Stream) {
+    open.delete(this);
+  };
   server.on("stream", function (this: unknown, stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, ...rest: unknown[]) {
-    if (claim(stream, headers)) return;
+    if (open.size >= options.maxConnections) {
+      // A stream closed with an error code emits it: unheard, it would stop the process.
+      stream.on("error", ignore);
+      stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+      return;
+    }
+    open.set(stream, performance.now());
+    stream.on("close", closed);
+    // `on`, not `once`: a stream finishes once, and `once` would make a wrapper for every stream.
+    stream.on("finish", leftStreamBodyDiscarded);
+    if (claim?.(stream, headers)) return;
     for (const listener of compat) listener.call(this, stream, headers, ...rest);
   });
+  const sweep = setInterval(() => {
+    const before = performance.now() - options.requestTimeoutMs;
+    for (const [stream, opened] of open) {
+      // Oldest first: the rest are younger.
+      if (opened > before) break;
+      if (stream.destroyed) continue;
+      // Arrived whole (its END_STREAM received, read or not): nothing of the request is awaited.
+      if (stream.state.remoteClose === 1 || (stream as http2.ServerHttp2Stream & { [timedOut]?: true })[timedOut]) continue;
+      requestTimedOut(stream, claims.http2RequestTimedOut);
+    }
+  }, timeoutCheckEvery(options.requestTimeoutMs));
+  sweep.unref();
+  return { stop: () => clearInterval(sweep) };
+}
+
+/**
+ * A stream whose request is past the request timeout: what the handler has
+ * read so far is all it gets (it must not see the request end: it would
+ * take a part for the whole), and the stream is answered, then reset.
+ */
+function requestTimedOut(stream: http2.ServerHttp2Stream & { [timedOut]?: true }, answer: ((stream: http2.ServerHttp2Stream) => void) | undefined): void {
+  stream[timedOut] = true;
+  // Its readers (a fast path's, or Node's compatibility request) lose the stream: they see no more
+  // data and no end, only its close when it is reset.
+  stream.removeAllListeners("data");
+  stream.removeAllListeners("readable");
+  stream.removeAllListeners("end");
+  stream.pause();
+  stream.on("error", ignore);
+  if (stream.headersSent || answer === undefined) {
+    stream.close(http2.constants.NGHTTP2_CANCEL);
+    return;
+  }
+  answer(stream);
 }
