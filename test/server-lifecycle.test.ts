@@ -8,8 +8,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { CatalogueSource } from "../src/core/catalogue-source.ts";
-import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
-import { ErrorCode } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { ItemGetRequestSchema, RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { CacheMode, ErrorCode } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { GatewayError } from "../src/core/gateway-error.ts";
+import { grpcFrame } from "./support/grpc-frame.ts";
 import { buildApp, defaultAppSettings } from "../src/transports/server/app.ts";
 import { createOnePortServer, createTlsServer } from "../src/transports/server/one-port-server.ts";
 import net from "node:net";
@@ -501,6 +504,60 @@ describe("an HTTP/2 client that goes away", () => {
       closed = true;
     } finally {
       if (!closed) await own.close();
+    }
+  });
+});
+
+describe("caller deadlines", () => {
+  it("end a call at a short one, and take one past what a timer holds (24.8 days) as none, not as expired", async () => {
+    // A source that takes 300 ms and gives up with 4017 when its call's signal is aborted (the caller's
+    // deadline, as a translation does); with no cache, every call waits for it with its own signal.
+    const real: CatalogueSource = gw.runtime.catalogue;
+    const slow: CatalogueSource = {
+      label: "slow",
+      fetch: (op, args, signal) =>
+        new Promise((resolve, reject) => {
+          const timer = setTimeout(() => resolve(real.fetch(op, args, signal)), 300);
+          signal?.addEventListener("abort", () => (clearTimeout(timer), reject(new GatewayError(ErrorCode.TIMEOUT, "the source did not answer in time"))), { once: true });
+        }),
+    };
+    const app = await buildApp({ gateway: gw.gatewayWith(new Map([["retail", slow]])), logLevel: false });
+    await app.listen({ host: "127.0.0.1", port: 0 });
+    const base = `http://127.0.0.1:${(app.server.address() as { port: number }).port}`;
+    const session = http2.connect(base);
+    session.on("error", () => {});
+    try {
+      const message = toBinary(ItemGetRequestSchema, create(ItemGetRequestSchema, { numIid: demo.retailNumIid, isPromotion: "1", cache: CacheMode.NO }));
+      const grpc = (timeout: string) =>
+        new Promise<string | undefined>((resolve) => {
+          const stream = session.request({ ":method": "POST", ":path": "/gateway.catalogue.v1.RetailService/ItemGet", "content-type": "application/grpc", te: "trailers", "grpc-timeout": timeout, "x-api-key": gw.account.key, "x-api-secret": gw.account.secret });
+          let status: string | undefined;
+          stream.on("trailers", (t) => (status = String(t["grpc-status"])));
+          stream.on("response", (h) => (status ??= h["grpc-status"] === undefined ? undefined : String(h["grpc-status"])));
+          stream.on("error", () => {});
+          stream.on("close", () => resolve(status));
+          stream.resume();
+          stream.end(grpcFrame(message));
+        });
+      const connect = async (timeoutMs: string) =>
+        (await fetch(`${base}/gateway.catalogue.v1.RetailService/ItemGet`, {
+          method: "POST",
+          headers: { "content-type": "application/proto", "connect-timeout-ms": timeoutMs, "x-api-key": gw.account.key, "x-api-secret": gw.account.secret },
+          body: message,
+        })).status;
+      // 50 ms is shorter than the source takes: deadline_exceeded (4; Connect: HTTP 504).
+      expect(await grpc("50m")).toBe("4");
+      expect(await connect("50")).toBe(504);
+      // The longest a timer holds (596 hours), and past it: before, Node fired such a timer at once
+      // (the call then ended 4017 within milliseconds), with a warning line on stderr each call.
+      expect(await grpc("596H")).toBe("0");
+      expect(await grpc("597H")).toBe("0");
+      expect(await grpc("99999999H")).toBe("0");
+      expect(await connect("2147483647")).toBe(200);
+      expect(await connect("9999999999")).toBe(200);
+    } finally {
+      session.destroy();
+      await app.close();
     }
   });
 });

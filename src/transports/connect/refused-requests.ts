@@ -119,14 +119,44 @@ async function fix(res: UniversalServerResponse, req: UniversalServerRequest, re
   return res;
 }
 
+/** The longest delay Node's timers take (2^31 - 1 ms, 24.8 days); a longer one fires at once, with a warning on stderr. */
+const maxTimerMs = 2 ** 31 - 1;
+const grpcTimeoutUnitMs: Readonly<Record<string, number>> = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 0.001, n: 0.000001 };
+
+/** A deadline the caller may legally send (gRPC: up to 99999999 hours; Connect: ten digits of ms) past what a timer can hold, or not. */
+function pastTimerRange(header: Headers): boolean {
+  const grpc = header.get("grpc-timeout");
+  const grpcParts = grpc === null ? null : /^(\d{1,8})([HMSmun])$/.exec(grpc);
+  if (grpcParts !== null && Number(grpcParts[1]) * grpcTimeoutUnitMs[grpcParts[2]!]! > maxTimerMs) return true;
+  const connect = header.get("connect-timeout-ms");
+  return connect !== null && /^\d{1,10}$/.test(connect) && Number(connect) > maxTimerMs;
+}
+
+/**
+ * The request with a deadline past 24.8 days taken as none. connect-node arms
+ * a timer for a call's deadline, and Node fires one past its range at once:
+ * a legal `grpc-timeout: 99999999H` or `connect-timeout-ms: 9999999999` ended
+ * the call `deadline_exceeded` within a millisecond, and wrote a warning line
+ * to stderr, one a call. The request timeout and the upstream deadline bound
+ * every call long before such a deadline would.
+ */
+function withinTimerRange(req: UniversalServerRequest): UniversalServerRequest {
+  if (!pastTimerRange(req.header)) return req;
+  const header = new Headers(req.header);
+  header.delete("grpc-timeout");
+  header.delete("connect-timeout-ms");
+  return { ...req, header };
+}
+
 /**
  * The handler, answering `invalid_argument` (not `internal`) when a request's
  * protobuf bytes do not decode, on every protocol; and with `refuse`, every
  * error connect-node made without a status block (a request refused before
- * the method ran) becomes the one `refuse` returns.
+ * the method ran) becomes the one `refuse` returns. A deadline past what a
+ * timer holds is taken as none (withinTimerRange).
  */
 export function refusedRequests(handler: UniversalHandler, refuse?: Refuse): UniversalHandler {
-  const wrapped = async (req: UniversalServerRequest) => await fix(await handler(req), req, refuse);
+  const wrapped = async (req: UniversalServerRequest) => await fix(await handler(withinTimerRange(req)), req, refuse);
   return Object.assign(wrapped, {
     service: handler.service,
     method: handler.method,
