@@ -369,6 +369,36 @@ describe("HTTP/2 stream limits", () => {
     }
   });
 
+  it("ends a connection that resets streams as fast as it opens them, or floods pings it does not read, and keeps serving", async () => {
+    // Node's and nghttp2's own limits (rapid reset, CVE-2023-44487; a flood of control frames the
+    // client leaves unread): held here so that an upgrade or a setting that loosens them shows.
+    const rapid = rawHttp2(gw.port);
+    const pings = rawHttp2(gw.port);
+    try {
+      await Promise.all([rapid.ready, pings.ready]);
+      for (let i = 0; i < 20_000; i++) {
+        rapid.headers(1 + 2 * i, grpcHeaders(gw.account.key, gw.account.secret));
+        rapid.reset(1 + 2 * i, errorCode.cancel);
+      }
+      pings.reading(false);
+      for (let i = 0; i < 200_000; i++) pings.ping();
+      const ended = (raw: typeof rapid) => Promise.race([raw.closed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 20_000))]);
+      expect(await ended(rapid), "the resetting connection ended").toBe(true);
+      pings.reading(true);
+      expect(await ended(pings), "the pinging connection ended").toBe(true);
+      for (const raw of [rapid, pings]) expect(raw.frames.filter((f) => f.type === frameType.goaway)).toHaveLength(1);
+      // Far fewer than the 20,000 streams were taken before the connection ended (GOAWAY's last stream id).
+      const lastStream = rapid.frames.find((f) => f.type === frameType.goaway)!.payload.readUInt32BE(0) & 0x7fffffff;
+      expect(lastStream).toBeLessThan(2 * 20_000);
+      const client = createClient(RetailService, createGrpcTransport({ baseUrl: gw.base }));
+      const answer = await client.itemGet({ numIid: demo.retailNumIid }, { headers: { "x-api-key": gw.account.key, "x-api-secret": gw.account.secret } });
+      expect(answer.status?.errorCode).toBe(ErrorCode.SUCCESS);
+    } finally {
+      rapid.destroy();
+      pings.destroy();
+    }
+  });
+
   it("refuse streams past the connection cap across all connections, and serve again once they close", async () => {
     const capped = await startGateway({ app: { limits: { maxConnections: 30 } } });
     const sessions: http2.ClientHttp2Session[] = [];

@@ -9,6 +9,12 @@ import net from "node:net";
 export interface RawHttp2 {
   /** Opens stream `id` (odd, rising) with HEADERS; `end` ends its request too. */
   headers(id: number, headers: Readonly<Record<string, string>>, end?: boolean): void;
+  /** Resets stream `id` (RST_STREAM with `code`). */
+  reset(id: number, code: number): void;
+  /** Sends a PING (8 bytes of opaque data). */
+  ping(): void;
+  /** Stops or resumes reading what the server sends (a client that never reads holds the server's replies). */
+  reading(on: boolean): void;
   /** Every frame received so far. */
   readonly frames: readonly RawFrame[];
   /** Resolves when the server has sent its first SETTINGS. */
@@ -77,6 +83,18 @@ export function rawHttp2(port: number): RawHttp2 {
     headers(id, headers, end = false) {
       // END_HEADERS (0x4), and END_STREAM (0x1) when asked.
       socket.write(frame(frameType.headers, 0x4 | (end ? 0x1 : 0), id, hpack(headers)));
+    },
+    reset(id, code) {
+      const payload = Buffer.alloc(4);
+      payload.writeUInt32BE(code);
+      socket.write(frame(frameType.rstStream, 0, id, payload));
+    },
+    ping() {
+      socket.write(frame(frameType.ping, 0, 0, Buffer.alloc(8)));
+    },
+    reading(on) {
+      if (on) socket.resume();
+      else socket.pause();
     },
     frames,
     ready: readyP,
