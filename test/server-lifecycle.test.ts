@@ -174,6 +174,39 @@ describe("TLS with ALPN", () => {
     }
   });
 
+  it("the app over TLS: HTTP/2 streams have the same limits (the connection's advertised, and the request timeout)", async () => {
+    const tlsGw = await startGateway({ app: { tls: { cert, key: readFileSync(join(dir, "key.pem")) }, limits: { requestTimeoutMs: 600, http2MaxStreams: 7 } } });
+    const session = http2.connect(`https://127.0.0.1:${tlsGw.port}`, { ca: cert });
+    session.on("error", () => {});
+    try {
+      await new Promise((r) => session.once("remoteSettings", r));
+      expect(session.remoteSettings.maxConcurrentStreams).toBe(7);
+      const answer = await new Promise<{ status: unknown; body: string }>((resolve) => {
+        const stream = session.request({ ":method": "POST", ":path": "/gateway.catalogue.v1.RetailService/ItemGet", "content-type": "application/grpc", te: "trailers", "x-api-key": tlsGw.account.key, "x-api-secret": tlsGw.account.secret }, { endStream: false });
+        stream.on("error", () => {});
+        // A message of 100 bytes announced, then sent a byte every 100 ms.
+        stream.write(Buffer.from([0, 0, 0, 0, 100]));
+        const trickle = setInterval(() => stream.write("0"), 100);
+        let status: unknown;
+        const chunks: Buffer[] = [];
+        // Not cut within 10 s: the timeout does not hold over TLS.
+        const give = setTimeout(() => stream.close(http2.constants.NGHTTP2_CANCEL), 10_000);
+        stream.on("response", (h) => (status = h[":status"]));
+        stream.on("data", (c: Buffer) => chunks.push(c));
+        stream.on("close", () => {
+          clearInterval(trickle);
+          clearTimeout(give);
+          resolve({ status, body: Buffer.concat(chunks).toString() });
+        });
+      });
+      expect(answer.status).toBe(408);
+      expect((JSON.parse(answer.body) as { error_code: string }).error_code).toBe("4017");
+    } finally {
+      session.destroy();
+      await tlsGw.close();
+    }
+  });
+
   it("the app over TLS: a body over the limit leaves its HTTP/1.1 connection able to carry the next request, and its HTTP/2 stream reset once answered", async () => {
     const maxBodyBytes = 16_384;
     const tlsGw = await startGateway({ app: { maxBodyBytes, tls: { cert, key: readFileSync(join(dir, "key.pem")) } } });
