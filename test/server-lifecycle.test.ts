@@ -29,6 +29,34 @@ beforeAll(async () => {
 });
 afterAll(() => gw.close());
 
+/**
+ * A POST stream whose request never ends: `opening` first, then a byte every
+ * 100 ms (the connection stays busy, the request never whole). Resolves with
+ * how the server ended it, or after `giveUpMs` with the stream reset by us.
+ */
+function trickledStream(session: http2.ClientHttp2Session, headers: Record<string, string>, opening: Buffer, giveUpMs = 10_000) {
+  return new Promise<{ status: unknown; body: string; rstCode: number | undefined; ms: number }>((resolve) => {
+    const started = performance.now();
+    const stream = session.request({ ":method": "POST", ...headers }, { endStream: false });
+    stream.on("error", () => {});
+    if (opening.length > 0) stream.write(opening);
+    const trickle = setInterval(() => stream.write("0"), 100);
+    const give = setTimeout(() => stream.close(http2.constants.NGHTTP2_CANCEL), giveUpMs);
+    let status: unknown;
+    const chunks: Buffer[] = [];
+    stream.on("response", (h) => (status = h[":status"]));
+    stream.on("data", (c: Buffer) => chunks.push(c));
+    stream.on("close", () => {
+      clearInterval(trickle);
+      clearTimeout(give);
+      resolve({ status, body: Buffer.concat(chunks).toString(), rstCode: stream.rstCode, ms: performance.now() - started });
+    });
+  });
+}
+
+/** A gRPC frame's prefix announcing a message of 100 bytes (then trickled). */
+const announced100 = Buffer.from([0, 0, 0, 0, 100]);
+
 /** The gateway's core over the fixture's store, with a catalogue source that takes its time. */
 function slowGateway(delayMs: number) {
   const real: CatalogueSource = gw.runtime.catalogue;
@@ -181,24 +209,8 @@ describe("TLS with ALPN", () => {
     try {
       await new Promise((r) => session.once("remoteSettings", r));
       expect(session.remoteSettings.maxConcurrentStreams).toBe(7);
-      const answer = await new Promise<{ status: unknown; body: string }>((resolve) => {
-        const stream = session.request({ ":method": "POST", ":path": "/gateway.catalogue.v1.RetailService/ItemGet", "content-type": "application/grpc", te: "trailers", "x-api-key": tlsGw.account.key, "x-api-secret": tlsGw.account.secret }, { endStream: false });
-        stream.on("error", () => {});
-        // A message of 100 bytes announced, then sent a byte every 100 ms.
-        stream.write(Buffer.from([0, 0, 0, 0, 100]));
-        const trickle = setInterval(() => stream.write("0"), 100);
-        let status: unknown;
-        const chunks: Buffer[] = [];
-        // Not cut within 10 s: the timeout does not hold over TLS.
-        const give = setTimeout(() => stream.close(http2.constants.NGHTTP2_CANCEL), 10_000);
-        stream.on("response", (h) => (status = h[":status"]));
-        stream.on("data", (c: Buffer) => chunks.push(c));
-        stream.on("close", () => {
-          clearInterval(trickle);
-          clearTimeout(give);
-          resolve({ status, body: Buffer.concat(chunks).toString() });
-        });
-      });
+      // A trickled gRPC body, cut at the timeout (not within 10 s: the timeout does not hold over TLS).
+      const answer = await trickledStream(session, { ":path": "/gateway.catalogue.v1.RetailService/ItemGet", "content-type": "application/grpc", te: "trailers", "x-api-key": tlsGw.account.key, "x-api-secret": tlsGw.account.secret }, announced100);
       expect(answer.status).toBe(408);
       expect((JSON.parse(answer.body) as { error_code: string }).error_code).toBe("4017");
     } finally {
@@ -480,27 +492,9 @@ describe("HTTP/2 stream limits", () => {
         "Connect JSON": { ":path": "/gateway.catalogue.v1.RetailService/ItemGet", "content-type": "application/json", ...auth },
         "legacy POST": { ":path": `/retail/item_get/?${new URLSearchParams({ key: quick.account.key, secret: quick.account.secret })}`, "content-type": "application/x-www-form-urlencoded" },
       };
+      // gRPC: a message of 100 bytes announced, then sent a byte at a time; the rest: a body a byte at a time.
       const results = await Promise.all(
-        Object.entries(paths).map(
-          ([what, headers]) =>
-            new Promise<{ what: string; status: unknown; body: string; ms: number }>((resolve) => {
-              const started = performance.now();
-              const stream = session.request({ ":method": "POST", ...headers }, { endStream: false });
-              stream.on("error", () => {});
-              // gRPC: a message of 100 bytes announced, then sent a byte at a time.
-              if (headers["content-type"] === "application/grpc") stream.write(Buffer.from([0, 0, 0, 0, 100]));
-              // A trickle: part of a body every 100 ms keeps the session busy, never the request whole.
-              const trickle = setInterval(() => stream.write("0"), 100);
-              let status: unknown;
-              const chunks: Buffer[] = [];
-              stream.on("response", (h) => (status = h[":status"]));
-              stream.on("data", (c: Buffer) => chunks.push(c));
-              stream.on("close", () => {
-                clearInterval(trickle);
-                resolve({ what, status, body: Buffer.concat(chunks).toString(), ms: performance.now() - started });
-              });
-            }),
-        ),
+        Object.entries(paths).map(async ([what, headers]) => ({ what, ...(await trickledStream(session, headers, headers["content-type"] === "application/grpc" ? announced100 : Buffer.alloc(0))) })),
       );
       for (const r of results) {
         expect(r.status, r.what).toBe(408);
@@ -513,23 +507,10 @@ describe("HTTP/2 stream limits", () => {
       }
       // A stream whose answer has started (reflection answers each question of a stream as it comes)
       // can only be reset past the timeout.
-      const started = performance.now();
-      const reset = await new Promise<{ status: unknown; rstCode: number | undefined }>((resolve) => {
-        const stream = session.request({ ":method": "POST", ":path": "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "content-type": "application/grpc", te: "trailers" }, { endStream: false });
-        stream.on("error", () => {});
-        // One question (list_services), then a message of 100 bytes announced and sent a byte at a time.
-        stream.write(Buffer.from([0, 0, 0, 0, 2, 0x3a, 0x00, 0, 0, 0, 0, 100]));
-        const trickle = setInterval(() => stream.write("0"), 100);
-        let status: unknown;
-        stream.on("response", (h) => (status = h[":status"]));
-        stream.resume();
-        stream.on("close", () => {
-          clearInterval(trickle);
-          resolve({ status, rstCode: stream.rstCode });
-        });
-      });
-      expect(reset).toEqual({ status: 200, rstCode: http2.constants.NGHTTP2_CANCEL });
-      expect(performance.now() - started).toBeGreaterThanOrEqual(550);
+      // One question (list_services), then a message of 100 bytes announced and sent a byte at a time.
+      const reset = await trickledStream(session, { ":path": "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "content-type": "application/grpc", te: "trailers" }, Buffer.concat([grpcFrame(Buffer.from([0x3a, 0x00])), announced100]));
+      expect({ status: reset.status, rstCode: reset.rstCode }).toEqual({ status: 200, rstCode: http2.constants.NGHTTP2_CANCEL });
+      expect(reset.ms).toBeGreaterThanOrEqual(550);
       session.destroy();
       // Each recorded, none an error line, and the gateway serves on.
       const db = new DatabaseSync(databasePath(quick.config), { readOnly: true });
