@@ -1,4 +1,7 @@
-import { createClient } from "@connectrpc/connect";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
+import { findTrailerError } from "@connectrpc/connect/protocol-grpc";
+import { trailerFlag, trailerParse } from "@connectrpc/connect/protocol-grpc-web";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -10,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { CatalogueSource } from "../src/core/catalogue-source.ts";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { ItemGetRequestSchema, RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
-import { CacheMode, ErrorCode } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { CacheMode, ErrorCode, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { GatewayError } from "../src/core/gateway-error.ts";
 import { grpcFrame } from "./support/grpc-frame.ts";
 import { buildApp, defaultAppSettings } from "../src/transports/server/app.ts";
@@ -35,23 +38,75 @@ afterAll(() => gw.close());
  * how the server ended it, or after `giveUpMs` with the stream reset by us.
  */
 function trickledStream(session: http2.ClientHttp2Session, headers: Record<string, string>, opening: Buffer, giveUpMs = 10_000) {
-  return new Promise<{ status: unknown; body: string; rstCode: number | undefined; ms: number }>((resolve) => {
+  return new Promise<Trickled>((resolve) => {
     const started = performance.now();
     const stream = session.request({ ":method": "POST", ...headers }, { endStream: false });
     stream.on("error", () => {});
     if (opening.length > 0) stream.write(opening);
     const trickle = setInterval(() => stream.write("0"), 100);
     const give = setTimeout(() => stream.close(http2.constants.NGHTTP2_CANCEL), giveUpMs);
-    let status: unknown;
+    let head: http2.IncomingHttpHeaders = {};
+    let trailers: http2.IncomingHttpHeaders = {};
     const chunks: Buffer[] = [];
-    stream.on("response", (h) => (status = h[":status"]));
+    stream.on("response", (h) => (head = h));
+    stream.on("trailers", (t) => (trailers = t));
     stream.on("data", (c: Buffer) => chunks.push(c));
     stream.on("close", () => {
       clearInterval(trickle);
       clearTimeout(give);
-      resolve({ status, body: Buffer.concat(chunks).toString(), rstCode: stream.rstCode, ms: performance.now() - started });
+      const bytes = Buffer.concat(chunks);
+      resolve({ status: head[":status"], head, trailers, bytes, body: bytes.toString(), rstCode: stream.rstCode, ms: performance.now() - started });
     });
   });
+}
+
+interface Trickled {
+  readonly status: unknown;
+  readonly head: http2.IncomingHttpHeaders;
+  readonly trailers: http2.IncomingHttpHeaders;
+  readonly bytes: Buffer;
+  readonly body: string;
+  readonly rstCode: number | undefined;
+  readonly ms: number;
+}
+
+/** One HTTP/1.1 answer (with a body of content-length, as the refusals are written) read off the socket's bytes. */
+function http1Answer(raw: Buffer, ms: number): Trickled {
+  const end = raw.indexOf("\r\n\r\n");
+  const lines = raw.subarray(0, end).toString("latin1").split("\r\n");
+  const head: http2.IncomingHttpHeaders = {};
+  for (const line of lines.slice(1)) head[line.slice(0, line.indexOf(":")).toLowerCase()] = line.slice(line.indexOf(":") + 1).trim();
+  const bytes = raw.subarray(end + 4);
+  return { status: Number(lines[0]?.split(" ")[1]), head, trailers: {}, bytes, body: bytes.toString(), rstCode: undefined, ms };
+}
+
+/** A header block as fetch's Headers, for connect-es's own readers. */
+function headersOf(block: http2.IncomingHttpHeaders): Headers {
+  const h = new Headers();
+  for (const [k, v] of Object.entries(block)) if (!k.startsWith(":") && v !== undefined) h.set(k, Array.isArray(v) ? v.join(", ") : String(v));
+  return h;
+}
+
+/**
+ * The error an answer carries, read as a client of its protocol reads it
+ * (connect-es's own readers): gRPC's status in its head or trailers,
+ * gRPC-Web's trailer frame, Connect's JSON error. Undefined when the
+ * answer is no error of that protocol.
+ */
+function rpcErrorOf(answer: Trickled, protocol: "grpc" | "grpc-web" | "connect"): ConnectError | undefined {
+  switch (protocol) {
+    case "grpc":
+      if (answer.status !== 200) return undefined;
+      return findTrailerError(headersOf(answer.head)) ?? findTrailerError(headersOf(answer.trailers));
+    case "grpc-web": {
+      const b = answer.bytes;
+      if (answer.status !== 200 || b.length < 5 || b[0] !== trailerFlag || b.readUInt32BE(1) !== b.length - 5) return undefined;
+      return findTrailerError(trailerParse(b.subarray(5)));
+    }
+    case "connect":
+      if (answer.status === 200 || !String(answer.head["content-type"]).startsWith("application/json")) return undefined;
+      return errorFromJsonBytes(answer.bytes, undefined, new ConnectError("not a Connect error", Code.Unknown));
+  }
 }
 
 /** A gRPC frame's prefix announcing a message of 100 bytes (then trickled). */
@@ -211,8 +266,8 @@ describe("TLS with ALPN", () => {
       expect(session.remoteSettings.maxConcurrentStreams).toBe(7);
       // A trickled gRPC body, cut at the timeout (not within 10 s: the timeout does not hold over TLS).
       const answer = await trickledStream(session, { ":path": "/gateway.catalogue.v1.RetailService/ItemGet", "content-type": "application/grpc", te: "trailers", "x-api-key": tlsGw.account.key, "x-api-secret": tlsGw.account.secret }, announced100);
-      expect(answer.status).toBe(408);
-      expect((JSON.parse(answer.body) as { error_code: string }).error_code).toBe("4017");
+      const error = rpcErrorOf(answer, "grpc");
+      expect({ code: error?.code, block: error?.findDetails(StatusBlockSchema)[0]?.errorCode }).toEqual({ code: Code.DeadlineExceeded, block: ErrorCode.TIMEOUT });
     } finally {
       session.destroy();
       await tlsGw.close();
@@ -479,28 +534,41 @@ describe("HTTP/2 stream limits", () => {
     }
   });
 
-  it("answer a stream whose request is not whole within the request timeout 408 with a 4017 status block, then reset it; one already answering is reset", async () => {
+  it("answer a stream whose request is not whole within the request timeout with a 4017 status block in its own protocol, then reset it; one already answering is reset", async () => {
     const lines: string[] = [];
     const quick = await startGateway({ app: { limits: { requestTimeoutMs: 600 } }, logLines: lines });
     try {
       const session = http2.connect(quick.base);
       session.on("error", () => {});
       const auth = { "x-api-key": quick.account.key, "x-api-secret": quick.account.secret };
-      const paths: Record<string, Record<string, string>> = {
-        "gRPC (the fast path)": { ":path": "/gateway.catalogue.v1.RetailService/ItemGet", "content-type": "application/grpc", te: "trailers", ...auth },
-        "gRPC with a timeout (connect-node)": { ":path": "/gateway.catalogue.v1.RetailService/ItemGet", "content-type": "application/grpc", "grpc-timeout": "60S", te: "trailers", ...auth },
-        "Connect JSON": { ":path": "/gateway.catalogue.v1.RetailService/ItemGet", "content-type": "application/json", ...auth },
-        "legacy POST": { ":path": `/retail/item_get/?${new URLSearchParams({ key: quick.account.key, secret: quick.account.secret })}`, "content-type": "application/x-www-form-urlencoded" },
+      const itemGet = "/gateway.catalogue.v1.RetailService/ItemGet";
+      const paths: Record<string, { headers: Record<string, string>; protocol: "grpc" | "grpc-web" | "connect" | "legacy" }> = {
+        "gRPC (the fast path)": { headers: { ":path": itemGet, "content-type": "application/grpc", te: "trailers", ...auth }, protocol: "grpc" },
+        "gRPC with a timeout (connect-node)": { headers: { ":path": itemGet, "content-type": "application/grpc", "grpc-timeout": "60S", te: "trailers", ...auth }, protocol: "grpc" },
+        "gRPC-Web": { headers: { ":path": itemGet, "content-type": "application/grpc-web+proto", ...auth }, protocol: "grpc-web" },
+        "Connect JSON": { headers: { ":path": itemGet, "content-type": "application/json", ...auth }, protocol: "connect" },
+        "legacy POST": { headers: { ":path": `/retail/item_get/?${new URLSearchParams({ key: quick.account.key, secret: quick.account.secret })}`, "content-type": "application/x-www-form-urlencoded" }, protocol: "legacy" },
       };
-      // gRPC: a message of 100 bytes announced, then sent a byte at a time; the rest: a body a byte at a time.
+      // gRPC and gRPC-Web: a message of 100 bytes announced, then sent a byte at a time; the rest: a body a byte at a time.
       const results = await Promise.all(
-        Object.entries(paths).map(async ([what, headers]) => ({ what, ...(await trickledStream(session, headers, headers["content-type"] === "application/grpc" ? announced100 : Buffer.alloc(0))) })),
+        Object.entries(paths).map(async ([what, { headers, protocol }]) => ({ what, protocol, ...(await trickledStream(session, headers, protocol.startsWith("grpc") ? announced100 : Buffer.alloc(0))) })),
       );
+      const reason = "the request was not sent within 600 ms";
       for (const r of results) {
-        expect(r.status, r.what).toBe(408);
-        const block = JSON.parse(r.body) as { error_code: string; reason: string };
-        expect(block.error_code, r.what).toBe("4017");
-        expect(block.reason, r.what).toBe("the request was not sent within 600 ms");
+        if (r.protocol === "legacy") {
+          expect(r.status, r.what).toBe(408);
+          const block = JSON.parse(r.body) as { error_code: string; reason: string };
+          expect({ code: block.error_code, reason: block.reason }, r.what).toEqual({ code: "4017", reason });
+        } else {
+          // An RPC caller reads it as any RPC refusal: the code the contract gives 4017, the block as the detail.
+          // Before, every stream got the legacy 408, which gRPC and Connect clients read as `unknown`, with no block.
+          const error = rpcErrorOf(r, r.protocol);
+          expect(error, `${r.what}: ${String(r.status)} ${r.body.slice(0, 200)}`).toBeDefined();
+          expect({ code: error!.code, message: error!.rawMessage }, r.what).toEqual({ code: Code.DeadlineExceeded, message: `4017 ${reason}` });
+          const [block] = error!.findDetails(StatusBlockSchema);
+          expect({ code: block?.errorCode, reason: block?.reason }, r.what).toEqual({ code: ErrorCode.TIMEOUT, reason });
+          if (r.protocol === "connect") expect(r.status, r.what).toBe(504);
+        }
         // Cut between 1 and 1.25 times the timeout; a loaded machine gets slack, not a minute.
         expect(r.ms, r.what).toBeGreaterThanOrEqual(550);
         expect(r.ms, r.what).toBeLessThan(10_000);
@@ -514,14 +582,89 @@ describe("HTTP/2 stream limits", () => {
       session.destroy();
       // Each recorded, none an error line, and the gateway serves on.
       const db = new DatabaseSync(databasePath(quick.config), { readOnly: true });
-      const recorded = Number((db.prepare("SELECT coalesce(sum(calls), 0) AS n FROM refusals WHERE error_code = 4017").get() as { n: number }).n);
+      // Each under its own transport (before, every one was counted as a legacy call).
+      const recorded = db.prepare("SELECT transport, sum(calls) AS n FROM refusals WHERE error_code = 4017 GROUP BY transport ORDER BY transport").all();
       db.close();
-      expect(recorded).toBe(Object.keys(paths).length);
+      expect(recorded).toEqual([
+        { transport: "connect", n: 1 },
+        { transport: "grpc", n: 2 },
+        { transport: "grpc-web", n: 1 },
+        { transport: "legacy", n: 1 },
+      ]);
       expect(lines.filter((l) => (JSON.parse(l) as { level: number }).level >= 40)).toEqual([]);
       const ok = await fetch(`${quick.base}/retail/item_get/?${new URLSearchParams({ key: quick.account.key, secret: quick.account.secret, num_iid: demo.retailNumIid })}`);
       expect(((await ok.json()) as { error_code: string }).error_code).toBe("0000");
     } finally {
       await quick.close();
+    }
+  });
+});
+
+describe("a request whose head was read and whose body failed, over HTTP/1.1", () => {
+  it("answers a request whose head came and whose body did not in the request's own protocol: an RPC's error with the 4017 block, a legacy request's 408 block", async () => {
+    const quick = await startGateway({ app: { limits: { requestTimeoutMs: 600 } } });
+    try {
+      const itemGet = "/gateway.catalogue.v1.RetailService/ItemGet";
+      const auth = `x-api-key: ${quick.account.key}\r\nx-api-secret: ${quick.account.secret}\r\n`;
+      // A head announcing 100 bytes of body, then a byte every 100 ms (gRPC-Web: a message of 90 announced first).
+      const trickled = (path: string, contentType: string) =>
+        new Promise<Trickled>((resolve) => {
+          const started = performance.now();
+          const socket = net.connect(quick.port, "127.0.0.1");
+          socket.on("error", () => {});
+          socket.write(`POST ${path} HTTP/1.1\r\nHost: x\r\ncontent-type: ${contentType}\r\n${auth}content-length: 100\r\n\r\n`);
+          if (contentType.startsWith("application/grpc-web")) socket.write(Buffer.from([0, 0, 0, 0, 90]));
+          const trickle = setInterval(() => socket.write(" "), 100);
+          const chunks: Buffer[] = [];
+          socket.on("data", (c: Buffer) => chunks.push(c));
+          socket.on("close", () => {
+            clearInterval(trickle);
+            resolve(http1Answer(Buffer.concat(chunks), performance.now() - started));
+          });
+        });
+      const reason = "the request was not sent within 600 ms";
+      const cases = [
+        { what: "Connect JSON", path: itemGet, contentType: "application/json", protocol: "connect" as const },
+        { what: "Connect binary", path: itemGet, contentType: "application/proto", protocol: "connect" as const },
+        { what: "gRPC-Web", path: itemGet, contentType: "application/grpc-web+proto", protocol: "grpc-web" as const },
+      ];
+      const answers = await Promise.all([...cases.map((c) => trickled(c.path, c.contentType)), trickled(`/retail/item_get/?${new URLSearchParams({ key: quick.account.key, secret: quick.account.secret })}`, "application/x-www-form-urlencoded")]);
+      for (const [i, c] of cases.entries()) {
+        const answer = answers[i]!;
+        const error = rpcErrorOf(answer, c.protocol);
+        expect(error, `${c.what}: ${String(answer.status)} ${answer.body.slice(0, 200)}`).toBeDefined();
+        expect({ code: error!.code, message: error!.rawMessage, block: error!.findDetails(StatusBlockSchema)[0]?.errorCode }, c.what).toEqual({ code: Code.DeadlineExceeded, message: `4017 ${reason}`, block: ErrorCode.TIMEOUT });
+        expect(answer.head.connection, c.what).toBe("close");
+      }
+      const legacy = answers.at(-1)!;
+      expect(legacy.status).toBe(408);
+      expect(JSON.parse(legacy.body)).toMatchObject({ error_code: "4017", reason });
+      // Each under its own transport.
+      const metrics = await (await fetch(`${quick.base}/metrics`)).text();
+      for (const [transport, n] of [["connect", 2], ["grpc-web", 1], ["legacy", 1]] as const) expect(metrics).toContain(`gateway_calls_total{operation="",code="4017",transport="${transport}"} ${n}`);
+    } finally {
+      await quick.close();
+    }
+  });
+
+  it("answers a body the parser refuses (a bad chunk) the same way: an RPC's invalid_argument with the 4003 block", async () => {
+    const itemGet = "/gateway.catalogue.v1.RetailService/ItemGet";
+    const badChunk = (contentType: string) =>
+      new Promise<Trickled>((resolve) => {
+        const socket = net.connect(gw.port, "127.0.0.1");
+        socket.on("error", () => {});
+        socket.write(`POST ${itemGet} HTTP/1.1\r\nHost: x\r\ncontent-type: ${contentType}\r\ntransfer-encoding: chunked\r\n\r\n`);
+        // The head goes to the handler first; then a chunk size that is not hex.
+        setTimeout(() => socket.write('3\r\n{"n\r\nzz\r\n'), 100);
+        const chunks: Buffer[] = [];
+        socket.on("data", (c: Buffer) => chunks.push(c));
+        socket.on("close", () => resolve(http1Answer(Buffer.concat(chunks), 0)));
+      });
+    for (const [contentType, protocol] of [["application/json", "connect"], ["application/grpc-web+proto", "grpc-web"]] as const) {
+      const answer = await badChunk(contentType);
+      const error = rpcErrorOf(answer, protocol);
+      expect(error, `${contentType}: ${String(answer.status)} ${answer.body.slice(0, 200)}`).toBeDefined();
+      expect({ code: error!.code, message: error!.rawMessage, block: error!.findDetails(StatusBlockSchema)[0]?.errorCode }, contentType).toEqual({ code: Code.InvalidArgument, message: "4003 the request body is not complete", block: ErrorCode.PARAM_ERROR });
     }
   });
 });

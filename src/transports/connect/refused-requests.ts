@@ -3,12 +3,13 @@ import zlib from "node:zlib";
 import type { UniversalHandler, UniversalServerRequest, UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { codeToHttpStatus, errorFromJsonBytes, errorToJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { findTrailerError, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
-import { trailerFlag, trailerParse, trailerSerialize } from "@connectrpc/connect/protocol-grpc-web";
+import { trailerFlag, trailerParse } from "@connectrpc/connect/protocol-grpc-web";
 import { fourDigits } from "../../contract/error-codes.ts";
 import type { Gateway } from "../../core/gateway.ts";
 import type { Operation } from "../../core/operation.ts";
 import { ErrorCode, StatusBlockSchema } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { callReachedKey, clientIpKey, requestIdKey } from "./context.ts";
+import { grpcWebTrailerFrame } from "./error-answer.ts";
 
 /**
  * What connect-node answers for a request it refused before the method's
@@ -100,12 +101,7 @@ async function* fixGrpcWeb(body: AsyncIterable<Uint8Array>, req: UniversalServer
     }
     const trailer = trailerParse(chunk.subarray(5));
     trailer.delete("grpc-status-details-bin");
-    const data = trailerSerialize(setTrailerStatus(trailer, answer));
-    const frame = new Uint8Array(5 + data.length);
-    frame[0] = trailerFlag;
-    new DataView(frame.buffer).setUint32(1, data.length);
-    frame.set(data, 5);
-    yield frame;
+    yield grpcWebTrailerFrame(setTrailerStatus(trailer, answer));
   }
 }
 

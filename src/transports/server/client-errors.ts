@@ -3,16 +3,22 @@ import http2 from "node:http2";
 import type { Socket } from "node:net";
 import type { Gateway } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
+import type { Outcome } from "../../core/gateway.ts";
 import { legacyFormats } from "../../render/legacy-formats.ts";
 import { legacyResponse } from "../../render/legacy-response.ts";
+import { errorAnswer, rpcProtocolOf, type ErrorAnswer, type RpcProtocol } from "../connect/error-answer.ts";
+import { statusError } from "../connect/status-error.ts";
 import type { OnePortServerOptions } from "./one-port-server.ts";
 
 /**
  * Fastify's `clientErrorHandler`: a request the HTTP parser refuses (bad
- * syntax, headers too large, a client too slow) still gets a legacy status
- * block, recorded like any refusal, written straight to the socket when no
- * response exists yet. Any other client error (with TLS, a handshake that
- * failed or timed out) closes the connection, unrecorded.
+ * syntax, headers too large, a client too slow) still gets a status block,
+ * recorded like any refusal: written straight to the socket as a legacy
+ * status block when no response exists yet (nothing of the request can be
+ * trusted), and in the request's own protocol when its head was read (an
+ * RPC's error with the block as its detail, see `refusalAnswer`). Any other
+ * client error (with TLS, a handshake that failed or timed out) closes the
+ * connection, unrecorded.
  */
 export function clientErrorHandler(gateway: Gateway, limits: Pick<OnePortServerOptions, "maxHeaderBytes" | "requestTimeoutMs">) {
   return (error: Error & { code?: string }, socket: Socket): void => {
@@ -44,16 +50,19 @@ export function clientErrorHandler(gateway: Gateway, limits: Pick<OnePortServerO
         : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
           ? [408, `the request was not sent within ${limits.requestTimeoutMs} ms`]
           : [400, answering ? "the request body is not complete" : "the request is not valid HTTP"];
-    void gateway.refuse(code, "", reason, { clientIp: socket.remoteAddress ?? "", transport: "legacy" }).then(
+    const request = answering?.req;
+    const contentType = request?.headers["content-type"];
+    const protocol = request === undefined ? undefined : rpcProtocolOf(request.method, request.url, contentType);
+    void gateway.refuse(code, "", reason, { clientIp: socket.remoteAddress ?? "", transport: protocol ?? "legacy" }).then(
       (outcome) => {
-        const body = Buffer.from(legacyFormats.json.render(legacyResponse(outcome)));
-        const headers = { "content-type": "application/json; charset=utf-8", "content-length": String(body.length), connection: "close" };
+        const answer = refusalAnswer(outcome, status, protocol, contentType);
+        const headers = { ...answer.headers, connection: "close" };
         if (answering !== undefined && !answering.headersSent) {
-          answering.writeHead(status, headers).end(body);
+          answering.writeHead(answer.status, headers).end(answer.body);
           answering.once("finish", () => socket.end());
         } else if (answering === undefined) {
           const head = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join("");
-          socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\n${head}\r\n`), body]));
+          socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 ${answer.status} ${http.STATUS_CODES[answer.status]}\r\n${head}\r\n`), answer.body]));
         }
       },
       () => socket.destroy(),
@@ -64,24 +73,42 @@ export function clientErrorHandler(gateway: Gateway, limits: Pick<OnePortServerO
 /**
  * The same answer for an HTTP/2 stream whose request did not arrive whole
  * within the request timeout (one-port-server.ts cuts it; Node's HTTP/1.1
- * parser reports such a request to the handler above): a 408 with the
- * legacy status block, 4017, recorded like any refusal. One that cannot be
- * recorded is reset, as the HTTP/1.1 connection is then cut.
+ * parser reports such a request to the handler above): 4017, recorded like
+ * any refusal, in the stream's own protocol (`refusalAnswer`: a gRPC call
+ * gets `deadline_exceeded` in its trailers with the block as detail, a
+ * legacy request a 408 with the block). One that cannot be recorded is
+ * reset, as the HTTP/1.1 connection is then cut.
  */
 export function http2RequestTimedOut(gateway: Gateway, limits: Pick<OnePortServerOptions, "requestTimeoutMs">) {
-  return (stream: http2.ServerHttp2Stream): void => {
+  return (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void => {
     const clientIp = stream.session?.socket?.remoteAddress ?? "";
     const reset = () => {
       if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_CANCEL);
     };
+    const contentType = headers["content-type"];
+    const protocol = rpcProtocolOf(headers[":method"], headers[":path"], contentType);
     void gateway
-      .refuse(ErrorCode.TIMEOUT, "", `the request was not sent within ${limits.requestTimeoutMs} ms`, { clientIp, transport: "legacy" })
+      .refuse(ErrorCode.TIMEOUT, "", `the request was not sent within ${limits.requestTimeoutMs} ms`, { clientIp, transport: protocol ?? "legacy" })
       .then((outcome) => {
         if (stream.destroyed || stream.headersSent) return;
-        const body = Buffer.from(legacyFormats.json.render(legacyResponse(outcome)));
-        stream.respond({ ":status": 408, "content-type": "application/json; charset=utf-8", "content-length": String(body.length) });
-        stream.end(body);
+        const answer = refusalAnswer(outcome, 408, protocol, contentType);
+        // gRPC's trailers-only answer is its head alone.
+        const endStream = answer.body.length === 0;
+        stream.respond({ ":status": answer.status, ...answer.headers }, { endStream });
+        if (!endStream) stream.end(answer.body);
       }, reset)
       .catch(reset); // nothing thrown while answering may escape: it would stop the process
   };
+}
+
+/**
+ * A refusal of a request before its call began, as its caller reads
+ * answers: an RPC's error in its protocol, with the code the contract gives
+ * the four digits and the status block as its detail, as any RPC refusal;
+ * anything else a legacy status block in JSON with `legacyStatus`.
+ */
+function refusalAnswer(outcome: Outcome, legacyStatus: number, protocol: RpcProtocol | undefined, contentType: string | undefined): ErrorAnswer {
+  if (protocol !== undefined) return errorAnswer(statusError(outcome.status), protocol, contentType);
+  const body = Buffer.from(legacyFormats.json.render(legacyResponse(outcome)));
+  return { status: legacyStatus, headers: { "content-type": "application/json; charset=utf-8", "content-length": String(body.length) }, body };
 }

@@ -21,7 +21,7 @@ export interface RequestClaims {
    * clientErrorHandler answers such an HTTP/1.1 request); without it the
    * stream is reset. The stream is reset once that answer has gone out.
    */
-  readonly http2RequestTimedOut?: ((stream: http2.ServerHttp2Stream) => void) | undefined;
+  readonly http2RequestTimedOut?: ((stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => void) | undefined;
 }
 
 /** Fastify's request handler, which serves both HTTP/1.1 and HTTP/2 compatibility objects. */
@@ -327,6 +327,9 @@ function http2Settings(options: OnePortServerOptions): http2.Settings {
 }
 
 const timedOut = Symbol("timedOut");
+const requestHeaders = Symbol("requestHeaders");
+/** A stream in the map of open streams: its request's headers (for an answer at the request timeout), and whether it timed out. */
+type OpenStream = http2.ServerHttp2Stream & { [requestHeaders]?: http2.IncomingHttpHeaders; [timedOut]?: true };
 const ignore = () => {};
 
 /**
@@ -368,6 +371,7 @@ function serveHttp2Streams(server: http2.Http2Server | http2.Http2SecureServer, 
       return;
     }
     open.set(stream, performance.now());
+    (stream as OpenStream)[requestHeaders] = headers;
     stream.on("close", closed);
     // `on`, not `once`: a stream finishes once, and `once` would make a wrapper for every stream.
     stream.on("finish", leftStreamBodyDiscarded);
@@ -381,7 +385,7 @@ function serveHttp2Streams(server: http2.Http2Server | http2.Http2SecureServer, 
       if (opened > before) break;
       if (stream.destroyed) continue;
       // Arrived whole (its END_STREAM received, read or not): nothing of the request is awaited.
-      if (stream.state.remoteClose === 1 || (stream as http2.ServerHttp2Stream & { [timedOut]?: true })[timedOut]) continue;
+      if (stream.state.remoteClose === 1 || (stream as OpenStream)[timedOut]) continue;
       requestTimedOut(stream, claims.http2RequestTimedOut);
     }
   }, timeoutCheckEvery(options.requestTimeoutMs));
@@ -394,7 +398,7 @@ function serveHttp2Streams(server: http2.Http2Server | http2.Http2SecureServer, 
  * read so far is all it gets (it must not see the request end: it would
  * take a part for the whole), and the stream is answered, then reset.
  */
-function requestTimedOut(stream: http2.ServerHttp2Stream & { [timedOut]?: true }, answer: ((stream: http2.ServerHttp2Stream) => void) | undefined): void {
+function requestTimedOut(stream: OpenStream, answer: RequestClaims["http2RequestTimedOut"]): void {
   stream[timedOut] = true;
   // Its readers (a fast path's, or Node's compatibility request) lose the stream: they see no more
   // data and no end, only its close when it is reset.
@@ -407,5 +411,5 @@ function requestTimedOut(stream: http2.ServerHttp2Stream & { [timedOut]?: true }
     stream.close(http2.constants.NGHTTP2_CANCEL);
     return;
   }
-  answer(stream);
+  answer(stream, stream[requestHeaders] ?? {});
 }
