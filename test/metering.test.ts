@@ -140,6 +140,30 @@ describe("prepaid balance", () => {
   });
 });
 
+describe("an unbilled account's first top-up while a call of its is in flight", () => {
+  it("leaves that call as it was admitted (served, not deducted), and every other call served", async () => {
+    const { base, close } = await appWith(delayed(300));
+    try {
+      // Unbilled, with a price: its calls are priced in the ledger, and no balance is asked for them.
+      const a = await gw.newAccount({ prices: new Map([["retail/item_get", parseMoney("0.1")]]) });
+      const other = await gw.newAccount({});
+      const inFlight = legacyGet(base, "/retail/item_get/", { ...item(a), cache: "no" });
+      await new Promise((r) => setTimeout(r, 100));
+      // Less than the price: the call admitted unbilled must not be taken from it.
+      await gw.runtime.admin.topUp(a.key, parseMoney("0.05"));
+      const answered = await inFlight;
+      const after = await legacyGet(gw.base, "/retail/item_get/", item(other));
+      expect({ call: answered.json.error_code, reason: answered.json.reason, next: after.json.error_code }).toEqual({ call: "0000", reason: "", next: "0000" });
+      // Taken from no balance, and priced in the ledger as any call of an unbilled account.
+      expect((await gw.runtime.admin.get(a.key)).balance).toBe(parseMoney("0.05"));
+      const rows = (await gw.runtime.meter.query({ account: a.key, rows: 10 })).rows;
+      expect(rows.map((r) => ({ code: r.code, charge: r.charge, price: r.price }))).toEqual([{ code: 0, charge: "charged", price: parseMoney("0.1") }]);
+    } finally {
+      await close();
+    }
+  });
+});
+
 describe("concurrency limit", () => {
   it("never lets more than N calls run for an account under 10×N parallel slow calls, and frees every slot", async () => {
     const n = 3;

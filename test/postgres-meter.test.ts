@@ -108,6 +108,24 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     expect(await count("SELECT micros::text AS n FROM balances WHERE account = $1", [a.key])).toBe(100_000);
   });
 
+  it("takes from a balance only what it covers: an unbilled account's call in flight at its first, smaller top-up is served, and its batch-mates with it", async () => {
+    const m = replica("r7b");
+    const a = await account({ prices: new Map([["retail/item_get", 300_000n]]) });
+    const other = await account({ balance: 1_000_000n, prices: new Map([["retail/item_get", 100_000n]]) });
+    // Admitted with no balance to draw on, then a balance smaller than its price appears while it runs.
+    const unbilled = await m.admit(a, "retail/item_get", "2026-11-22");
+    await m.adjustBalance(a.key, 100_000n);
+    const mate = await m.admit(other, "retail/item_get", "2026-11-22");
+    // One commit for both (they are recorded in the same turn). Before, the first's deduction broke the
+    // balance's check and failed the whole statement: both calls 4000, and the meter unavailable.
+    const results = await Promise.allSettled([m.record(row(a, "charged", 300_000n), unbilled), m.record(row(other, "charged", 100_000n), mate)]);
+    expect(results.map((r) => r.status)).toEqual(["fulfilled", "fulfilled"]);
+    expect(m.unavailable(Date.now())).toBeUndefined();
+    expect(await count("SELECT micros::text AS n FROM balances WHERE account = $1", [a.key])).toBe(100_000);
+    expect(await count("SELECT micros::text AS n FROM balances WHERE account = $1", [other.key])).toBe(900_000);
+    expect(await count("SELECT price::text AS n FROM ledger WHERE account = $1 AND charge = 'charged'", [a.key])).toBe(300_000);
+  });
+
   it("gives back the places of calls that were not charged", async () => {
     const m = replica("r10");
     const a = await account({ dailyMax: 2, balance: 100n, prices: new Map([["retail/item_get", 100n]]) });

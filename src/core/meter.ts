@@ -97,6 +97,17 @@ export interface Meter {
    * Adds to an account's prepaid balance (a top-up), or makes it unbilled by
    * balance. The balance is the meter's own: charged calls deduct from it in
    * the commit that writes their rows, so the two never disagree.
+   *
+   * A commit takes an account's calls from its balance only where the
+   * balance covers them. Admission reserves every call's
+   * price, so a call admitted against a balance is always covered; what is
+   * not is a call admitted while its account had no balance, whose first
+   * top-up came while it ran and was smaller than the prices of its calls
+   * in flight. Such a call is served and priced in the ledger like any call
+   * of an unbilled account, and taken from no balance. Before, its
+   * deduction broke the balance's `>= 0` check, which failed its commit: a
+   * call already bought answered 4000, the ledger was reported unwritable,
+   * and in shared mode every call of the same batch failed with it.
    */
   adjustBalance(account: string, change: Micros | "unbilled"): Promise<void>;
   /** Commits every queued row now; for shutdown. */

@@ -118,7 +118,8 @@ export class SqliteMeter implements Meter {
       count: db.prepare(
         "INSERT INTO usage_daily (account, day, charged) VALUES (?, ?, ?) ON CONFLICT (account, day) DO UPDATE SET charged = charged + excluded.charged",
       ),
-      deduct: db.prepare("UPDATE balances SET micros = micros - ? WHERE account = ?"),
+      // Taken only where the balance covers it (Meter.adjustBalance says when it does not).
+      deduct: db.prepare("UPDATE balances SET micros = micros - ?1 WHERE account = ?2 AND micros >= ?1"),
       topUp: db.prepare("INSERT INTO balances (account, micros) VALUES (?, ?) ON CONFLICT (account) DO UPDATE SET micros = micros + excluded.micros"),
       unbilled: db.prepare("DELETE FROM balances WHERE account = ?"),
       sums: db.prepare(`SELECT

@@ -112,7 +112,7 @@ const commitStatement = `WITH
     INSERT INTO usage_daily (account, day, charged) SELECT * FROM unnest($12::text[], $13::text[], $14::bigint[])
     ON CONFLICT (account, day) DO UPDATE SET charged = usage_daily.charged + excluded.charged),
   spent AS (
-    UPDATE balances b SET micros = b.micros - d.amount FROM unnest($15::text[], $16::bigint[]) AS d (account, amount) WHERE b.account = d.account),
+    UPDATE balances b SET micros = b.micros - d.amount FROM unnest($15::text[], $16::bigint[]) AS d (account, amount) WHERE b.account = d.account AND b.micros >= d.amount),
   refused AS (
     INSERT INTO refusals (day, operation, error_code, charge, client_ip, transport, calls)
     SELECT * FROM unnest($17::text[], $18::text[], $19::integer[], $20::text[], $21::text[], $22::text[], $23::bigint[])
