@@ -1,7 +1,7 @@
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AccountStatus, AdminService, Charge, OperationState } from "../src/gen/gateway/admin/v1/admin_pb.js";
+import { AccountStatus, AdminService, BalanceChangeKind, Charge, OperationState } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import { ErrorCode } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 import { runCli } from "./support/cli.ts";
@@ -76,6 +76,16 @@ describe("managing accounts over the AdminService", () => {
     expect((await c.topUp({ key, amount: "0.75" }, ok)).account!.balance).toBe("2");
     expect((await call()).error_code).toBe("0000");
     expect((await c.getAccount({ key }, ok)).account!.balance).toBe("0");
+    // The balance accounted for: 1.5 opened, 0.25 taken, 0.75 added, 2 taken since.
+    const statement = await c.getBalanceStatement({ key }, ok);
+    expect(statement.account!.balance).toBe("0");
+    expect(statement.changes.map(({ kind, amount, balance, takenBefore }) => ({ kind, amount, balance, takenBefore }))).toEqual([
+      { kind: BalanceChangeKind.OPENING, amount: "1.5", balance: "1.5", takenBefore: "0" },
+      { kind: BalanceChangeKind.TOP_UP, amount: "0.75", balance: "2", takenBefore: "0.25" },
+    ]);
+    expect(statement.changes[0]!.atMs).toBe(created.account!.createdAtMs);
+    expect(statement.takenSinceLast).toBe("2");
+    expect((await c.getBalanceStatement({ key: "nosuchkey" }, ok).then(() => undefined, ConnectError.from))?.code).toBe(Code.NotFound);
 
     await c.setPlan({ key, dailyMax: 2n }, ok);
     expect((await call()).error_code).toBe("4013");
@@ -195,6 +205,17 @@ describe("the CLI", () => {
 
     const topUp = await runCli(["accounts", "top-up", a.key as string, "0.66"], env);
     expect(topUp.stdout).toContain('"balance":"12.99"');
+    // The balance accounted for: the opening balance, the call's 0.01 taken before the top-up, the top-up.
+    const statement = JSON.parse((await runCli(["accounts", "statement", a.key as string, "--json"], env)).stdout) as { balance: string; changes: Record<string, unknown>[]; takenSinceLast: string };
+    expect(statement).toMatchObject({ balance: "12.99", takenSinceLast: "0" });
+    expect(statement.changes.map(({ kind, amount, balance, takenBefore }) => ({ kind, amount, balance, takenBefore }))).toEqual([
+      { kind: "opening", amount: "12.34", balance: "12.34", takenBefore: "0" },
+      { kind: "top-up", amount: "0.66", balance: "12.99", takenBefore: "0.01" },
+    ]);
+    expect(statement.changes[0]!.at).toMatch(/^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$/);
+    const text = await runCli(["accounts", "statement", a.key as string], env);
+    expect(text.stdout).toMatch(/calls took 0\.01\n.*top-up +\+0\.66 +balance 12\.99/);
+    expect((await runCli(["accounts", "statement", "nosuchkey"], env)).code).not.toBe(0);
     const bad = await runCli(["accounts", "create", "--balance", "lots"], env);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain("not an amount");

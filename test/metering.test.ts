@@ -140,6 +140,46 @@ describe("prepaid balance", () => {
   });
 });
 
+describe("the balance's record", () => {
+  it("holds every top-up with the balance it left, and accounts for the balance exactly: what was added less every charged call's price", async () => {
+    const price = parseMoney("0.07");
+    const a = await gw.newAccount({ balance: parseMoney("1"), concurrency: 1000, prices: new Map([["retail/item_get", price]]) });
+    // Calls and top-ups at once, on both paths: some calls are refused 4016 between top-ups.
+    const calls = Array.from({ length: 60 }, (_, i) => (i % 2 === 0 ? legacyGet(gw.base, "/retail/item_get/", item(a)).then((r) => String(r.json.error_code)) : rpcItemGet(gw.base, a).then((r) => r.code)));
+    const topUps = [parseMoney("0.5"), parseMoney("0.25"), parseMoney("0.33")];
+    for (const amount of topUps) await gw.runtime.admin.topUp(a.key, amount);
+    const codes = await Promise.all(calls);
+    expect(new Set(codes)).toEqual(new Set(codes.includes("4016") ? ["0000", "4016"] : ["0000"]));
+
+    const changes = await gw.runtime.meter.balanceChanges(a.key);
+    expect(changes.map((c) => [c.kind, c.amount])).toEqual([["opening", parseMoney("1")], ...topUps.map((t) => ["top-up", t])]);
+    // Each change's balance is the one before, less what calls took in between, plus what it added; never below zero.
+    for (const [i, c] of changes.entries()) {
+      const before = i === 0 ? 0n : changes[i - 1]!.balance!;
+      expect(c.balance! - c.amount).toBeGreaterThanOrEqual(0n);
+      expect(c.balance! - c.amount).toBeLessThanOrEqual(before);
+      expect((c.balance! - c.amount - before) % price, "calls take whole prices").toBe(0n);
+    }
+    const added = changes.reduce((sum, c) => sum + c.amount, 0n);
+    const charged = (await gw.runtime.meter.query({ account: a.key })).totals.filter((t) => t.charge === "charged").reduce((sum, t) => sum + t.amount, 0n);
+    expect(charged).toBe(price * BigInt(codes.filter((c) => c === "0000").length));
+    expect((await gw.runtime.admin.get(a.key)).balance).toBe(added - charged);
+  });
+
+  it("is empty for an unbilled account until its first top-up, which is recorded with its time", async () => {
+    const unbilled = await gw.newAccount({});
+    expect(await gw.runtime.meter.balanceChanges(unbilled.key)).toEqual([]);
+    await gw.runtime.admin.topUp(unbilled.key, parseMoney("2.5"));
+    const [first] = await gw.runtime.meter.balanceChanges(unbilled.key);
+    expect(first).toMatchObject({ kind: "top-up", amount: parseMoney("2.5"), balance: parseMoney("2.5") });
+    expect(Math.abs(first!.at - Date.now())).toBeLessThan(60_000);
+    // Made unbilled (the meter's own change; no command makes it): the balance dropped is recorded as taken away.
+    await gw.runtime.meter.adjustBalance(unbilled.key, { kind: "unbilled", at: 5 });
+    expect((await gw.runtime.meter.balanceChanges(unbilled.key)).at(-1)).toEqual({ at: 5, kind: "unbilled", amount: -parseMoney("2.5"), balance: undefined });
+    expect((await gw.runtime.admin.get(unbilled.key)).balance).toBeUndefined();
+  });
+});
+
 describe("an unbilled account's first top-up while a call of its is in flight", () => {
   it("leaves that call as it was admitted (served, not deducted), and every other call served", async () => {
     const { base, close } = await appWith(delayed(300));

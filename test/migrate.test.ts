@@ -52,7 +52,7 @@ describe("gateway migrate --to postgres://…", () => {
     expect(r.code).toBe(0);
     const report = JSON.parse(r.stdout) as { tables: { table: string; embedded: number; postgres: number }[] };
     for (const t of report.tables) expect(t.postgres, t.table).toBe(t.embedded);
-    expect(report.tables.map((t) => t.table)).toEqual(["accounts", "balances", "maintenance", "usage_daily", "ledger", "ledger_daily_totals", "refusals", "catalogue_records"]);
+    expect(report.tables.map((t) => t.table)).toEqual(["accounts", "balances", "balance_changes", "maintenance", "usage_daily", "ledger", "ledger_daily_totals", "refusals", "catalogue_records"]);
 
     // Secrets stay hashed; the balance, prices and operations arrive as they were.
     const account = (await pool.query("SELECT a.*, b.micros::text AS balance FROM accounts a LEFT JOIN balances b ON b.account = a.key WHERE a.key = $1", [embedded.paying!.key])).rows[0];
@@ -60,6 +60,12 @@ describe("gateway migrate --to postgres://…", () => {
     expect(JSON.stringify(account)).not.toContain(embedded.paying!.secret);
     expect(account.balance).toBe("4000000");
     expect(account.prices).toEqual({ "retail/item_get": "250000" });
+    // The balance's record comes with it, and the next change recorded there follows it.
+    const changes = (await pool.query("SELECT id::int AS id, kind, amount::text AS amount, balance::text AS balance FROM balance_changes WHERE account = $1 ORDER BY id", [embedded.paying!.key])).rows;
+    expect(changes.map(({ kind, amount, balance }) => ({ kind, amount, balance }))).toEqual([{ kind: "opening", amount: "5000000", balance: "5000000" }]);
+    const next = await pool.query("INSERT INTO balance_changes (account, at, kind, amount, balance) VALUES ('x', 0, 'top-up', 1, 1) RETURNING id::int AS id");
+    expect(next.rows[0].id).toBeGreaterThan(changes.at(-1)!.id);
+    await pool.query("DELETE FROM balance_changes WHERE account = 'x'");
     expect(account.operations).toMatchObject({ "wholesale/item_get": "enabled" });
     // The ledger: the four charged calls, each with its row; the wrong secret had no account, so it is counted as a refusal.
     const rows = (await pool.query("SELECT error_code, charge, price::text AS price, cache_hit FROM ledger WHERE account = $1 ORDER BY request_id", [embedded.paying!.key])).rows;

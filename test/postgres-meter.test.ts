@@ -114,7 +114,7 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     const other = await account({ balance: 1_000_000n, prices: new Map([["retail/item_get", 100_000n]]) });
     // Admitted with no balance to draw on, then a balance smaller than its price appears while it runs.
     const unbilled = await m.admit(a, "retail/item_get", "2026-11-22");
-    await m.adjustBalance(a.key, 100_000n);
+    await m.adjustBalance(a.key, { kind: "top-up", amount: 100_000n, at: Date.now() });
     const mate = await m.admit(other, "retail/item_get", "2026-11-22");
     // One commit for both (they are recorded in the same turn). Before, the first's deduction broke the
     // balance's check and failed the whole statement: both calls 4000, and the meter unavailable.
@@ -124,6 +124,31 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     expect(await count("SELECT micros::text AS n FROM balances WHERE account = $1", [a.key])).toBe(100_000);
     expect(await count("SELECT micros::text AS n FROM balances WHERE account = $1", [other.key])).toBe(900_000);
     expect(await count("SELECT price::text AS n FROM ledger WHERE account = $1 AND charge = 'charged'", [a.key])).toBe(300_000);
+  });
+
+  it("records each top-up with the balance it left, in the statement that makes it, and accounts for the balance exactly across replicas", async () => {
+    const replicas = [replica("r7c"), replica("r7d")];
+    const price = 70_000n;
+    const a = await account({ prices: new Map([["retail/item_get", price]]) });
+    await replicas[0]!.adjustBalance(a.key, { kind: "opening", amount: 1_000_000n, at: 1 });
+    const calls = Array.from({ length: 60 }, (_, i) => call(replicas[i % 2]!, a));
+    const topUps = [500_000n, 250_000n, 330_000n];
+    for (const [i, amount] of topUps.entries()) await replicas[i % 2]!.adjustBalance(a.key, { kind: "top-up", amount, at: 2 + i });
+    const codes = await Promise.all(calls);
+    const changes = await replicas[1]!.balanceChanges(a.key);
+    expect(changes.map((c) => [c.kind, c.amount, c.at])).toEqual([["opening", 1_000_000n, 1], ...topUps.map((t, i) => ["top-up", t, 2 + i])]);
+    for (const [i, c] of changes.entries()) {
+      const before = i === 0 ? 0n : changes[i - 1]!.balance!;
+      expect(c.balance! - c.amount).toBeGreaterThanOrEqual(0n);
+      expect(c.balance! - c.amount).toBeLessThanOrEqual(before);
+    }
+    const added = changes.reduce((sum, c) => sum + c.amount, 0n);
+    const charged = BigInt(codes.filter((c) => c === 0).length) * price;
+    expect(BigInt(await count("SELECT coalesce(sum(price), 0)::text AS n FROM ledger WHERE account = $1 AND charge = 'charged'", [a.key]))).toBe(charged);
+    expect(BigInt(await count("SELECT micros::text AS n FROM balances WHERE account = $1", [a.key]))).toBe(added - charged);
+    // Made unbilled: the balance dropped is recorded as taken away, and nothing is left to record a balance of.
+    await replicas[0]!.adjustBalance(a.key, { kind: "unbilled", at: 9 });
+    expect((await replicas[0]!.balanceChanges(a.key)).at(-1)).toEqual({ at: 9, kind: "unbilled", amount: charged - added, balance: undefined });
   });
 
   it("gives back the places of calls that were not charged", async () => {

@@ -1,8 +1,9 @@
 import { parseArgs } from "node:util";
 import type { GatewayConfig } from "../config.ts";
-import { AccountAdminError, type AccountPlan } from "../core/account-admin.ts";
+import { AccountAdminError, type AccountPlan, type BalanceStatement } from "../core/account-admin.ts";
 import type { Account } from "../core/accounts.ts";
-import { formatMoney, parseMoney } from "../core/money.ts";
+import { formatDateTime } from "../core/clock.ts";
+import { formatMoney, parseMoney, type Micros } from "../core/money.ts";
 import { openRuntime, type Runtime } from "../runtime.ts";
 
 /** An account as the CLI prints it: no secret, amounts as decimal text. */
@@ -20,6 +21,26 @@ export function describeAccount(a: Account) {
     zone: a.zone,
   };
 }
+
+/** A balance statement as the CLI prints it (`--json`): amounts as decimal text, times in the account's zone. */
+export function describeStatement(s: BalanceStatement) {
+  const { account } = s;
+  return {
+    key: account.key,
+    zone: account.zone,
+    balance: account.balance === undefined ? null : formatMoney(account.balance),
+    changes: s.entries.map((e) => ({
+      at: formatDateTime(e.at, account.zone),
+      kind: e.kind,
+      amount: formatMoney(e.amount),
+      balance: e.balance === undefined ? null : formatMoney(e.balance),
+      takenBefore: formatMoney(e.takenBefore),
+    })),
+    takenSinceLast: formatMoney(s.takenSinceLast),
+  };
+}
+
+const signed = (m: Micros) => (m < 0n ? formatMoney(m) : `+${formatMoney(m)}`);
 
 function wholeNumber(flag: string, value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
@@ -135,6 +156,26 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         else console.log(`key:    ${key}\nsecret: ${secret}\n(the old secret no longer works; the new one is shown once)`);
         return 0;
       }
+      case "statement": {
+        const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { json: { type: "boolean", default: false } } });
+        const [key] = positionals;
+        if (key === undefined) throw new AccountAdminError("usage: gateway accounts statement KEY [--json]");
+        const statement = await runtime.admin.balanceStatement(key);
+        if (values.json) {
+          console.log(JSON.stringify(describeStatement(statement)));
+          return 0;
+        }
+        const d = describeStatement(statement);
+        console.log(`${d.key}: balance ${d.balance ?? "none (not billed by balance)"}; times in ${d.zone}`);
+        if (d.changes.length === 0) console.log("no balance changes recorded");
+        for (const [i, e] of statement.entries.entries()) {
+          const c = d.changes[i]!;
+          if (e.takenBefore !== 0n) console.log(`${"".padEnd(19)}  calls took ${c.takenBefore}`);
+          console.log(`${c.at}  ${c.kind.padEnd(8)} ${signed(e.amount).padStart(14)}  balance ${c.balance ?? "none"}`);
+        }
+        if (statement.account.balance !== undefined && d.changes.length > 0) console.log(`${"".padEnd(19)}  calls took ${d.takenSinceLast} since`);
+        return 0;
+      }
       case "top-up": {
         const [key, amount] = rest;
         if (key === undefined || amount === undefined) throw new AccountAdminError("usage: gateway accounts top-up KEY AMOUNT");
@@ -148,7 +189,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         return 0;
       }
       default:
-        console.error("usage: gateway accounts create|list|stop|resume|enable-api|disable-api|remove-api|set-plan|top-up|set-price|rotate-secret …");
+        console.error("usage: gateway accounts create|list|stop|resume|enable-api|disable-api|remove-api|set-plan|top-up|set-price|rotate-secret|statement …");
         return 2;
     }
   } finally {

@@ -37,7 +37,7 @@ export async function migrateCommand(config: GatewayConfig, argv: string[]): Pro
     } else {
       console.log(`copied ${config.dataDir} into ${describe(url)}:`);
       for (const t of tables) console.log(`  ${t.table.padEnd(20)} ${String(t.postgres).padStart(9)} rows (embedded ${t.embedded})`);
-      console.log("checked: every table's row count, the balances, charged calls, ledger and folded amounts, refused calls");
+      console.log("checked: every table's row count, the balances, amounts added to them, charged calls, ledger and folded amounts, refused calls");
     }
     return 0;
   } catch (e) {

@@ -1,6 +1,6 @@
 import type { OperationContract, OperationId } from "../contract/operations.ts";
 import type { AccountStore } from "./account-store.ts";
-import type { Meter } from "./meter.ts";
+import type { Meter, RecordedBalanceChange } from "./meter.ts";
 import { browserSignature, newKey, newNonce, newSecret, sealSecret, type Account, type OperationState } from "./accounts.ts";
 import type { SignedCall } from "../contract/browser-signature.ts";
 import { assertTimeZone, dayOf, type Clock } from "./clock.ts";
@@ -38,6 +38,15 @@ export const defaultPlan: Omit<AccountPlan, "operations"> = {
 const isoDay = /^\d{4}-\d{2}-\d{2}$/;
 
 /** A request an operator made that cannot be carried out as asked. */
+/** An account's balance accounted for (`AccountAdmin.balanceStatement`). */
+export interface BalanceStatement {
+  readonly account: Account;
+  /** Oldest first; `takenBefore` is what charged calls took from the balance between the change before and this one. */
+  readonly entries: readonly (RecordedBalanceChange & { readonly takenBefore: Micros })[];
+  /** What charged calls took from the balance since the last change. */
+  readonly takenSinceLast: Micros;
+}
+
 export class AccountAdminError extends Error {
   override name = "AccountAdminError";
 }
@@ -72,12 +81,12 @@ function checkLimits(p: Pick<AccountPlan, "dailyMax" | "concurrency" | "expires"
  */
 export class AccountAdmin {
   private readonly store: AccountStore;
-  private readonly balances: Pick<Meter, "adjustBalance">;
+  private readonly balances: Pick<Meter, "adjustBalance" | "balanceChanges">;
   private readonly clock: Clock;
   private readonly operations: readonly OperationContract[];
 
   /** `balances`: the meter, which owns balances; `operations`: every operation the gateway serves (what accounts may be given). */
-  constructor(store: AccountStore, balances: Pick<Meter, "adjustBalance">, clock: Clock, operations: readonly OperationContract[]) {
+  constructor(store: AccountStore, balances: Pick<Meter, "adjustBalance" | "balanceChanges">, clock: Clock, operations: readonly OperationContract[]) {
     this.store = store;
     this.balances = balances;
     this.clock = clock;
@@ -113,7 +122,7 @@ export class AccountAdmin {
       createdAt: this.clock.now(),
     };
     // The balance first: an account must never exist, even for a moment, unbilled when it should be prepaid.
-    if (account.balance !== undefined) await this.balances.adjustBalance(account.key, account.balance);
+    if (account.balance !== undefined) await this.balances.adjustBalance(account.key, { kind: "opening", amount: account.balance, at: account.createdAt });
     await this.store.insert(account);
     return { account, secret };
   }
@@ -156,8 +165,28 @@ export class AccountAdmin {
     const account = await this.get(key);
     if (amount <= 0n) throw new AccountAdminError("a top-up must be more than 0");
     if ((account.balance ?? 0n) + amount > maxBalance) throw new AccountAdminError(`a top-up of ${formatMoney(amount)} would take the balance past the largest it can hold, ${formatMoney(maxBalance)}`);
-    await this.balances.adjustBalance(key, amount);
+    await this.balances.adjustBalance(key, { kind: "top-up", amount, at: this.clock.now() });
     return this.get(key);
+  }
+
+  /**
+   * The account's balance accounted for: every recorded change (what it
+   * added, the balance it left) with what charged calls took from the
+   * balance between the change before and it, and what they took since the
+   * last. Every change that is not a call's price is recorded in the
+   * transaction that makes it, so between two changes only calls moved the
+   * balance, and the differences are exact.
+   */
+  async balanceStatement(key: string): Promise<BalanceStatement> {
+    const account = await this.get(key);
+    const changes = await this.balances.balanceChanges(key);
+    let before = 0n;
+    const entries = changes.map((c) => {
+      const entry = { ...c, takenBefore: before - ((c.balance ?? 0n) - c.amount) };
+      before = c.balance ?? 0n;
+      return entry;
+    });
+    return { account, entries, takenSinceLast: account.balance === undefined ? 0n : before - account.balance };
   }
 
   /** Sets the price of a charged call of one operation for the account. */

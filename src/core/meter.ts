@@ -37,6 +37,30 @@ export interface Admission {
   readonly lease?: string;
 }
 
+/**
+ * A change of a prepaid balance that is not a call's price: money added when
+ * the account is made (`opening`) or later (`top-up`), or the balance dropped
+ * (`unbilled`). Each is recorded with the balance it left, in the same
+ * transaction that makes it, so an account's balance can be accounted for:
+ * the charged calls between two changes took exactly the difference.
+ */
+export type BalanceChange =
+  | { readonly kind: "opening" | "top-up"; readonly amount: Micros; readonly at: number }
+  | { readonly kind: "unbilled"; readonly at: number };
+
+/**
+ * A recorded change: `carried` is the balance an account already had when
+ * its store began recording changes (an upgrade), `amount` what was added
+ * (for `unbilled`, minus what was dropped), `balance` the balance after it
+ * (none once unbilled).
+ */
+export interface RecordedBalanceChange {
+  readonly at: number;
+  readonly kind: BalanceChange["kind"] | "carried";
+  readonly amount: Micros;
+  readonly balance: Micros | undefined;
+}
+
 /** Charged calls of one account: today, yesterday and every day before. */
 export interface UsageSummary {
   readonly today: number;
@@ -109,7 +133,9 @@ export interface Meter {
    * call already bought answered 4000, the ledger was reported unwritable,
    * and in shared mode every call of the same batch failed with it.
    */
-  adjustBalance(account: string, change: Micros | "unbilled"): Promise<void>;
+  adjustBalance(account: string, change: BalanceChange): Promise<void>;
+  /** Every change of the account's balance that was not a call's price, oldest first (`BalanceChange`). */
+  balanceChanges(account: string): Promise<RecordedBalanceChange[]>;
   /** Commits every queued row now; for shutdown. */
   flush(): void | Promise<void>;
 }

@@ -3,7 +3,7 @@ import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
-import type { Admission, LedgerRow, Meter, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
+import type { Admission, BalanceChange, LedgerRow, Meter, RecordedBalanceChange, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
 import { statfsSync } from "node:fs";
 import { errorCodeInfo } from "../../contract/error-codes.ts";
 import { previousDay } from "../../core/clock.ts";
@@ -99,7 +99,7 @@ export class SqliteMeter implements Meter {
    */
   private readonly summaries = new Map<string, { day: string; summary: { today: number; yesterday: number; before: number } }>();
   private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
-  private readonly sql: Record<"count" | "deduct" | "topUp" | "unbilled" | "sums" | "refusal" | "refusalAddresses", StatementSync>;
+  private readonly sql: Record<"count" | "deduct" | "topUp" | "unbilled" | "balanceChange" | "balanceChanges" | "sums" | "refusal" | "refusalAddresses", StatementSync>;
   /** The ledger inserts by number of rows (insertRows). */
   private readonly inserts: StatementSync[] = [];
   private readonly refusals = new Map<string, RefusalCount>();
@@ -121,7 +121,9 @@ export class SqliteMeter implements Meter {
       // Taken only where the balance covers it (Meter.adjustBalance says when it does not).
       deduct: db.prepare("UPDATE balances SET micros = micros - ?1 WHERE account = ?2 AND micros >= ?1"),
       topUp: db.prepare("INSERT INTO balances (account, micros) VALUES (?, ?) ON CONFLICT (account) DO UPDATE SET micros = micros + excluded.micros"),
-      unbilled: db.prepare("DELETE FROM balances WHERE account = ?"),
+      unbilled: db.prepare("DELETE FROM balances WHERE account = ? RETURNING micros"),
+      balanceChange: db.prepare("INSERT INTO balance_changes (account, at, kind, amount, balance) VALUES (?, ?, ?, ?, (SELECT micros FROM balances WHERE account = ?))"),
+      balanceChanges: db.prepare("SELECT at, kind, amount, balance FROM balance_changes WHERE account = ? ORDER BY id"),
       sums: db.prepare(`SELECT
           coalesce(sum(CASE WHEN day = :today THEN charged END), 0) AS today,
           coalesce(sum(CASE WHEN day = :yesterday THEN charged END), 0) AS yesterday,
@@ -133,6 +135,8 @@ export class SqliteMeter implements Meter {
       ),
       refusalAddresses: db.prepare("SELECT DISTINCT client_ip FROM refusals WHERE day = ? AND client_ip != 'other'"),
     };
+    this.sql.unbilled.setReadBigInts(true);
+    this.sql.balanceChanges.setReadBigInts(true);
     this.refusalAddresses = new RefusalAddresses(this.options.refusalAddressesPerDay, (day) =>
       (this.sql.refusalAddresses.all(day) as { client_ip: string }[]).map((r) => r.client_ip),
     );
@@ -177,10 +181,30 @@ export class SqliteMeter implements Meter {
     return `the data directory has less than ${Math.round(this.options.minFreeBytes / 1048576)} MB free`;
   }
 
-  async adjustBalance(account: string, change: Micros | "unbilled"): Promise<void> {
-    if (change === "unbilled") this.sql.unbilled.run(account);
-    else this.sql.topUp.run(account, change);
+  async adjustBalance(account: string, change: BalanceChange): Promise<void> {
+    const e = this.transaction(() => {
+      let amount: bigint;
+      if (change.kind === "unbilled") {
+        const dropped = this.sql.unbilled.get(account) as { micros: bigint } | undefined;
+        if (dropped === undefined) return; // unbilled already: nothing changes
+        amount = -dropped.micros;
+      } else {
+        this.sql.topUp.run(account, change.amount);
+        amount = change.amount;
+      }
+      this.sql.balanceChange.run(account, change.at, change.kind, amount, account);
+    });
+    if (e !== undefined) throw e;
     this.options.onBalancesChanged(new Set([account]));
+  }
+
+  async balanceChanges(account: string): Promise<RecordedBalanceChange[]> {
+    return (this.sql.balanceChanges.all(account) as { at: bigint; kind: RecordedBalanceChange["kind"]; amount: bigint; balance: bigint | null }[]).map((r) => ({
+      at: Number(r.at),
+      kind: r.kind,
+      amount: r.amount,
+      balance: r.balance ?? undefined,
+    }));
   }
 
   /** The check and the reservation in one synchronous step: nothing else runs between them. */

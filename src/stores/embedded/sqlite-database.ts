@@ -107,6 +107,20 @@ export const migrations: readonly string[] = [
   ALTER TABLE accounts DROP COLUMN balance;`,
   // 7: how many of a day's folded calls were answered from the cache, so usage keeps its cache-hit share past retention.
   `ALTER TABLE ledger_daily_totals ADD COLUMN cache_hits INTEGER NOT NULL DEFAULT 0;`,
+  // 8: every change of a balance that is not a call's price (an opening balance, a top-up), with the
+  // balance it left, written in the transaction that makes it. A balance held before this step is
+  // recorded as carried over, at the time of the upgrade.
+  `CREATE TABLE balance_changes (
+    id INTEGER PRIMARY KEY,
+    account TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('opening', 'top-up', 'carried', 'unbilled')),
+    amount INTEGER NOT NULL,
+    balance INTEGER
+  ) STRICT;
+  CREATE INDEX balance_changes_by_account ON balance_changes (account, id);
+  INSERT INTO balance_changes (account, at, kind, amount, balance)
+    SELECT account, CAST(unixepoch('subsec') * 1000 AS INTEGER), 'carried', micros, micros FROM balances ORDER BY account;`,
 ];
 
 /**

@@ -47,6 +47,14 @@ const copies: readonly TableCopy[] = [
     sums: [["balance", "SELECT coalesce(sum(micros), 0) AS n FROM balances", "SELECT coalesce(sum(micros), 0) AS n FROM balances"]],
   },
   {
+    // With their ids: they order an account's changes. The sequence is moved past them after the copy.
+    table: "balance_changes",
+    columns: [["id", "bigint"], ["account", "text"], ["at", "bigint"], ["kind", "text"], ["amount", "bigint"], ["balance", "bigint"]],
+    select: "SELECT id, account, at, kind, amount, balance FROM balance_changes",
+    count: "SELECT count(*) AS n FROM balance_changes",
+    sums: [["amount added", "SELECT coalesce(sum(amount), 0) AS n FROM balance_changes", "SELECT coalesce(sum(amount), 0) AS n FROM balance_changes"]],
+  },
+  {
     table: "maintenance",
     columns: [["operation", "text"]],
     select: "SELECT operation FROM maintenance",
@@ -101,7 +109,7 @@ function pgValue(v: unknown): unknown {
 
 /**
  * Copies an embedded store into an empty PostgreSQL database, in one
- * transaction: accounts (secrets stay hashed), balances, maintenance
+ * transaction: accounts (secrets stay hashed), balances with their recorded changes, maintenance
  * switches, the ledger with its day counts, folded totals and refusals, and
  * the catalogue. Each table's row count, and the money and call totals, are
  * compared on both sides before the commit; any difference rolls it all back.
@@ -115,7 +123,8 @@ export async function copyEmbeddedStore(db: DatabaseSync, pool: pg.Pool, onTable
     await client.query("BEGIN ISOLATION LEVEL SERIALIZABLE");
     const held = await client.query<{ n: string }>(
       `SELECT ((SELECT count(*) FROM accounts) + (SELECT count(*) FROM ledger) + (SELECT count(*) FROM usage_daily) + (SELECT count(*) FROM catalogue_records)
-        + (SELECT count(*) FROM refusals) + (SELECT count(*) FROM ledger_daily_totals) + (SELECT count(*) FROM maintenance))::text AS n`,
+        + (SELECT count(*) FROM refusals) + (SELECT count(*) FROM ledger_daily_totals) + (SELECT count(*) FROM maintenance)
+        + (SELECT count(*) FROM balance_changes))::text AS n`,
     );
     if (held.rows[0]!.n !== "0") throw new CopyRefusedError("the database already holds gateway data; copy into an empty database, so nothing is mixed or counted twice");
     const report: CopiedTable[] = [];
@@ -156,6 +165,7 @@ export async function copyEmbeddedStore(db: DatabaseSync, pool: pg.Pool, onTable
       report.push({ table: copy.table, embedded, postgres });
       onTable?.(copy.table, postgres);
     }
+    await client.query("SELECT setval(pg_get_serial_sequence('balance_changes', 'id'), (SELECT max(id) FROM balance_changes))");
     await client.query("COMMIT");
     return report;
   } catch (e) {

@@ -4,7 +4,7 @@ import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
-import type { Admission, LedgerRow, Meter, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
+import type { Admission, BalanceChange, LedgerRow, Meter, RecordedBalanceChange, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
 import { formatMoney, type Micros } from "../../core/money.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
 import { databaseFault, databaseUnreachable } from "./postgres-database.ts";
@@ -265,15 +265,31 @@ export class PostgresMeter implements Meter {
     });
   }
 
-  async adjustBalance(account: string, change: Micros | "unbilled"): Promise<void> {
-    if (change === "unbilled") await this.pool.query("DELETE FROM balances WHERE account = $1", [account]);
-    else {
-      await this.pool.query("INSERT INTO balances (account, micros) VALUES ($1, $2) ON CONFLICT (account) DO UPDATE SET micros = balances.micros + excluded.micros", [
-        account,
-        change.toString(),
-      ]);
+  async adjustBalance(account: string, change: BalanceChange): Promise<void> {
+    // The change and its record in one statement, so one transaction.
+    if (change.kind === "unbilled") {
+      await this.pool.query(
+        `WITH dropped AS (DELETE FROM balances WHERE account = $1 RETURNING micros)
+         INSERT INTO balance_changes (account, at, kind, amount, balance) SELECT $1, $2, 'unbilled', -micros, NULL FROM dropped`,
+        [account, String(change.at)],
+      );
+    } else {
+      await this.pool.query(
+        `WITH added AS (
+           INSERT INTO balances (account, micros) VALUES ($1, $2) ON CONFLICT (account) DO UPDATE SET micros = balances.micros + excluded.micros RETURNING micros)
+         INSERT INTO balance_changes (account, at, kind, amount, balance) SELECT $1, $3, $4, $2, micros FROM added`,
+        [account, change.amount.toString(), String(change.at), change.kind],
+      );
     }
     this.options.onBalancesChanged(new Set([account]));
+  }
+
+  async balanceChanges(account: string): Promise<RecordedBalanceChange[]> {
+    const r = await this.pool.query<{ at: string; kind: RecordedBalanceChange["kind"]; amount: string; balance: string | null }>(
+      "SELECT at::text AS at, kind, amount::text AS amount, balance::text AS balance FROM balance_changes WHERE account = $1 ORDER BY id",
+      [account],
+    );
+    return r.rows.map((row) => ({ at: Number(row.at), kind: row.kind, amount: BigInt(row.amount), balance: row.balance === null ? undefined : BigInt(row.balance) }));
   }
 
   /**

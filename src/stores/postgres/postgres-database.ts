@@ -233,7 +233,20 @@ export const migrations: readonly string[] = [
     END IF;
     RETURN verdicts;
   END $$;`,
-
+  // 7: every change of a balance that is not a call's price (as the embedded store's step 8), with the
+  // balance it left, written in the statement that makes it. A balance held before this step is
+  // recorded as carried over, at the time of the upgrade.
+  `CREATE TABLE balance_changes (
+    id bigserial PRIMARY KEY,
+    account text NOT NULL,
+    at bigint NOT NULL,
+    kind text NOT NULL CHECK (kind IN ('opening', 'top-up', 'carried', 'unbilled')),
+    amount bigint NOT NULL,
+    balance bigint
+  );
+  CREATE INDEX balance_changes_by_account ON balance_changes (account, id);
+  INSERT INTO balance_changes (account, at, kind, amount, balance)
+    SELECT account, (extract(epoch FROM clock_timestamp()) * 1000)::bigint, 'carried', micros, micros FROM balances ORDER BY account;`,
 ];
 
 /** What a call is told when the shared database does not answer. */

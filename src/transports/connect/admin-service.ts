@@ -14,6 +14,8 @@ import {
   AccountSchema,
   AccountStatus,
   AdminService,
+  BalanceChangeKind,
+  BalanceChangeSchema,
   Charge,
   OperationState,
   UsageRowSchema,
@@ -23,6 +25,7 @@ import {
 
 const states = { enabled: OperationState.ENABLED, stopped: OperationState.STOPPED } as const;
 const charges = { charged: Charge.CHARGED, uncharged: Charge.UNCHARGED, ignored: Charge.IGNORED } as const;
+const changeKinds = { opening: BalanceChangeKind.OPENING, "top-up": BalanceChangeKind.TOP_UP, carried: BalanceChangeKind.CARRIED, unbilled: BalanceChangeKind.UNBILLED } as const;
 
 function accountMessage(a: Account): AccountMessage {
   return create(AccountSchema, {
@@ -196,6 +199,22 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
         signCall: guarded(async (req) => {
           const signed = await admin.signCall(req.key, { method: req.method, path: req.path, params: req.params });
           return { key: req.key, timestamp: BigInt(signed.timestamp), nonce: signed.nonce, signature: signed.signature };
+        }),
+        getBalanceStatement: guarded(async (req) => {
+          const statement = await admin.balanceStatement(req.key);
+          return {
+            account: accountMessage(statement.account),
+            changes: statement.entries.map((e) =>
+              create(BalanceChangeSchema, {
+                atMs: BigInt(e.at),
+                kind: changeKinds[e.kind],
+                amount: formatMoney(e.amount),
+                ...(e.balance !== undefined ? { balance: formatMoney(e.balance) } : {}),
+                takenBefore: formatMoney(e.takenBefore),
+              }),
+            ),
+            takenSinceLast: formatMoney(statement.takenSinceLast),
+          };
         }),
         queryUsage: guarded(async (req) => {
           const report = await meter.query({

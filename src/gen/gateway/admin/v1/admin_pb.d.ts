@@ -817,6 +817,94 @@ export declare type QueryUsageResponse = Message<"gateway.admin.v1.QueryUsageRes
 export declare const QueryUsageResponseSchema: GenMessage<QueryUsageResponse>;
 
 /**
+ * @generated from message gateway.admin.v1.GetBalanceStatementRequest
+ */
+export declare type GetBalanceStatementRequest = Message<"gateway.admin.v1.GetBalanceStatementRequest"> & {
+  /**
+   * @generated from field: string key = 1;
+   */
+  key: string;
+};
+
+/**
+ * Describes the message gateway.admin.v1.GetBalanceStatementRequest.
+ * Use `create(GetBalanceStatementRequestSchema)` to create a new message.
+ */
+export declare const GetBalanceStatementRequestSchema: GenMessage<GetBalanceStatementRequest>;
+
+/**
+ * @generated from message gateway.admin.v1.BalanceChange
+ */
+export declare type BalanceChange = Message<"gateway.admin.v1.BalanceChange"> & {
+  /**
+   * @generated from field: int64 at_ms = 1;
+   */
+  atMs: bigint;
+
+  /**
+   * @generated from field: gateway.admin.v1.BalanceChangeKind kind = 2;
+   */
+  kind: BalanceChangeKind;
+
+  /**
+   * What it added; for UNBILLED, minus what was dropped.
+   *
+   * @generated from field: string amount = 3;
+   */
+  amount: string;
+
+  /**
+   * The balance it left; unset once unbilled.
+   *
+   * @generated from field: optional string balance = 4;
+   */
+  balance?: string | undefined;
+
+  /**
+   * What charged calls took from the balance between the change before and this one.
+   *
+   * @generated from field: string taken_before = 5;
+   */
+  takenBefore: string;
+};
+
+/**
+ * Describes the message gateway.admin.v1.BalanceChange.
+ * Use `create(BalanceChangeSchema)` to create a new message.
+ */
+export declare const BalanceChangeSchema: GenMessage<BalanceChange>;
+
+/**
+ * @generated from message gateway.admin.v1.GetBalanceStatementResponse
+ */
+export declare type GetBalanceStatementResponse = Message<"gateway.admin.v1.GetBalanceStatementResponse"> & {
+  /**
+   * @generated from field: gateway.admin.v1.Account account = 1;
+   */
+  account?: Account | undefined;
+
+  /**
+   * Oldest first.
+   *
+   * @generated from field: repeated gateway.admin.v1.BalanceChange changes = 2;
+   */
+  changes: BalanceChange[];
+
+  /**
+   * What charged calls took from the balance since the last change.
+   *
+   * @generated from field: string taken_since_last = 3;
+   */
+  takenSinceLast: string;
+};
+
+/**
+ * Describes the message gateway.admin.v1.GetBalanceStatementResponse.
+ * Use `create(GetBalanceStatementResponseSchema)` to create a new message.
+ */
+export declare const GetBalanceStatementResponseSchema: GenMessage<GetBalanceStatementResponse>;
+
+/**
  * @generated from enum gateway.admin.v1.AccountStatus
  */
 export enum AccountStatus {
@@ -914,6 +1002,49 @@ export enum Charge {
  * Describes the enum gateway.admin.v1.Charge.
  */
 export declare const ChargeSchema: GenEnum<Charge>;
+
+/**
+ * @generated from enum gateway.admin.v1.BalanceChangeKind
+ */
+export enum BalanceChangeKind {
+  /**
+   * @generated from enum value: BALANCE_CHANGE_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The balance the account was made with.
+   *
+   * @generated from enum value: BALANCE_CHANGE_KIND_OPENING = 1;
+   */
+  OPENING = 1,
+
+  /**
+   * Money added later.
+   *
+   * @generated from enum value: BALANCE_CHANGE_KIND_TOP_UP = 2;
+   */
+  TOP_UP = 2,
+
+  /**
+   * The balance the account held when its store began recording changes (an upgrade).
+   *
+   * @generated from enum value: BALANCE_CHANGE_KIND_CARRIED = 3;
+   */
+  CARRIED = 3,
+
+  /**
+   * The balance dropped: the account is no longer billed by balance.
+   *
+   * @generated from enum value: BALANCE_CHANGE_KIND_UNBILLED = 4;
+   */
+  UNBILLED = 4,
+}
+
+/**
+ * Describes the enum gateway.admin.v1.BalanceChangeKind.
+ */
+export declare const BalanceChangeKindSchema: GenEnum<BalanceChangeKind>;
 
 /**
  * Operators manage accounts, plans, prices and maintenance, and read usage.
@@ -1040,6 +1171,18 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof SignCallRequestSchema;
     output: typeof SignCallResponseSchema;
+  },
+  /**
+   * The balance accounted for: every change that was not a call's price (the
+   * opening balance, each top-up), the balance it left, and what charged calls
+   * took from the balance between changes and since the last.
+   *
+   * @generated from rpc gateway.admin.v1.AdminService.GetBalanceStatement
+   */
+  getBalanceStatement: {
+    methodKind: "unary";
+    input: typeof GetBalanceStatementRequestSchema;
+    output: typeof GetBalanceStatementResponseSchema;
   },
   /**
    * Reads the usage ledger: totals, and optionally the rows.
