@@ -93,6 +93,20 @@ describe("managing accounts over the AdminService", () => {
     expect((await call()).error_code).toBe("4005");
 
     expect((await c.listAccounts({}, ok)).accounts.some((a) => a.key === key)).toBe(true);
+
+    // A rotation that keeps the old secret an hour: both work, and the account says until when.
+    await c.setPlan({ key, dailyMax: 100n, expires: "2099-01-01" }, ok);
+    const rotated = await c.rotateSecret({ key, keepOldSeconds: 3600 }, ok);
+    const until = Number(rotated.account!.oldSecretUntilMs);
+    expect(Math.abs(until - (Date.now() + 3_600_000))).toBeLessThan(60_000);
+    const withSecret = (secret: string) => legacyGet(gw.base, "/retail/item_get/", { key, secret, num_iid: demo.retailNumIid }).then((r) => r.json.error_code);
+    expect([await withSecret(created.secret), await withSecret(rotated.secret)]).toEqual(["4016", "4016"]); // known, and out of balance
+    expect((await c.getAccount({ key }, ok)).account!.oldSecretUntilMs).toBe(rotated.account!.oldSecretUntilMs);
+    expect((await c.rotateSecret({ key, keepOldSeconds: 31 * 86_400 }, ok).then(() => undefined, ConnectError.from))?.code).toBe(Code.InvalidArgument);
+    // Without a grace: the old one stops at once, and the account keeps none.
+    const again = await c.rotateSecret({ key }, ok);
+    expect(again.account!.oldSecretUntilMs).toBeUndefined();
+    expect([await withSecret(rotated.secret), await withSecret(again.secret)]).toEqual(["4005", "4016"]);
   });
 
   it("switches maintenance for everyone", async () => {
@@ -225,6 +239,16 @@ describe("the CLI", () => {
     let codes = [await call(rotated.secret), await call(a.secret as string)];
     for (let i = 0; i < 20 && codes[0] !== "0000"; i++) codes = [await call(rotated.secret), await call(a.secret as string)];
     expect(codes).toEqual(["0000", "4005"]);
+    // Keeping the old secret a while; a duration it cannot read is refused.
+    const kept = JSON.parse((await runCli(["accounts", "rotate-secret", a.key as string, "--keep-old", "2h", "--json"], env)).stdout) as { secret: string; oldSecretUntil: string };
+    expect(Math.abs(Date.parse(kept.oldSecretUntil) - (Date.now() + 7_200_000))).toBeLessThan(60_000);
+    codes = [await call(kept.secret), await call(rotated.secret)];
+    for (let i = 0; i < 20 && codes[0] !== "0000"; i++) codes = [await call(kept.secret), await call(rotated.secret)];
+    expect(codes).toEqual(["0000", "0000"]);
+    const rotatedText = await runCli(["accounts", "rotate-secret", a.key as string, "--keep-old", "30m"], env);
+    expect(rotatedText.stdout).toMatch(/the old secret still works until \d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} /);
+    const badDuration = await runCli(["accounts", "rotate-secret", a.key as string, "--keep-old", "5x"], env);
+    expect({ code: badDuration.code, stderr: badDuration.stderr.trim() }).toEqual({ code: 2, stderr: '--keep-old takes a duration such as 90s, 30m, 24h or 7d, not "5x"' });
     const maintenance = await runCli(["maintenance", "list"], env);
     expect(maintenance.stdout).toContain("under maintenance: nothing");
   });

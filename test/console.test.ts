@@ -139,6 +139,18 @@ describe("the console", () => {
     expect(rotated).toHaveLength(40);
     expect((await legacyGet(gw.base, "/retail/item_get/", { key, secret, num_iid: demo.retailNumIid })).json.error_code).toBe("4005");
     expect((await legacyGet(gw.base, "/retail/item_get/", { key, secret: rotated, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
+    // Again, keeping the old secret a day: both work, and the account says until when.
+    await detail.getByLabel("Keep the old secret").selectOption({ label: "1 day" });
+    let asked = "";
+    page.once("dialog", (d) => void ((asked = d.message()), d.accept()));
+    await detail.getByRole("button", { name: "Rotate secret" }).click();
+    await expect.poll(() => page.getByTestId("new-secret").textContent()).not.toBe(rotated);
+    const kept = (await page.getByTestId("new-secret").textContent())!;
+    expect(asked).toContain("keeps working for 1 day");
+    expect((await legacyGet(gw.base, "/retail/item_get/", { key, secret: rotated, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
+    expect((await legacyGet(gw.base, "/retail/item_get/", { key, secret: kept, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
+    await page.getByTestId("old-secret-until").waitFor();
+    expect(Math.abs((await gw.runtime.admin.get(key)).previousSecret!.until - (Date.now() + 86_400_000))).toBeLessThan(60_000);
     await page.screenshot({ path: join(shots, "4-account-detail.png"), fullPage: true });
     await page.close();
   });

@@ -28,6 +28,8 @@ beforeAll(async () => {
     await legacyGet(gw.base, "/retail/item_get/", { key: paying.key, secret: "wrong", num_iid: demo.retailNumIid });
     await legacyGet(gw.base, "/nowhere/at_all/", {});
     await gw.runtime.switches.setMaintenance("wholesale/item_get", true);
+    // A rotation still keeping the old secret: the grace moves with the account.
+    await gw.runtime.admin.rotateSecret(paying.key, 3_600_000);
     embedded.paying = paying;
     embedded.balance = (await gw.runtime.accounts.find(paying.key))!.balance;
     embedded.charged = (await gw.runtime.meter.usage(paying.key, "9999-12-31", "9999-12-30")).before;
@@ -60,6 +62,8 @@ describe("gateway migrate --to postgres://…", () => {
     expect(JSON.stringify(account)).not.toContain(embedded.paying!.secret);
     expect(account.balance).toBe("4000000");
     expect(account.prices).toEqual({ "retail/item_get": "250000" });
+    expect(account.previous_secret.secretHash).toMatch(/^[0-9a-f]{64}$/);
+    expect(account.previous_secret.until).toBeGreaterThan(Date.now());
     // The balance's record comes with it, and the next change recorded there follows it.
     const changes = (await pool.query("SELECT id::int AS id, kind, amount::text AS amount, balance::text AS balance FROM balance_changes WHERE account = $1 ORDER BY id", [embedded.paying!.key])).rows;
     expect(changes.map(({ kind, amount, balance }) => ({ kind, amount, balance }))).toEqual([{ kind: "opening", amount: "5000000", balance: "5000000" }]);

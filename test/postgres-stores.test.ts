@@ -1,4 +1,5 @@
 // Issue 13: the shared store's other ports, each seen from two replicas (two pools) on one PostgreSQL.
+import { secretMatches } from "../src/core/accounts.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { importRecords } from "../src/catalogue/catalogue-import.ts";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
@@ -70,6 +71,16 @@ describe("accounts", () => {
     await waitFor(async () => (await two.accounts.find(account.key))!.balance, 2_500_000n);
     expect((await two.admin.list()).map((x) => x.key)).toContain(account.key);
     expect(await two.accounts.find("no-such-key")).toBeUndefined();
+
+    // A rotation that keeps the old secret: the other replica accepts both within a second, then only the new one.
+    const rotated = await one.admin.rotateSecret(account.key, 60_000);
+    await waitFor(async () => secretMatches((await two.accounts.find(account.key))!, rotated, Date.now()), true);
+    const seenAfter = (await two.accounts.find(account.key))!;
+    expect(secretMatches(seenAfter, secret, Date.now())).toBe(true);
+    expect(secretMatches(seenAfter, secret, seenAfter.previousSecret!.until)).toBe(false);
+    expect(seenAfter.previousSecret).toMatchObject({ secretHash: account.secretHash, legacySigningKey: account.legacySigningKey, hmacKey: account.hmacKey });
+    await one.admin.rotateSecret(account.key);
+    await waitFor(async () => (await two.accounts.find(account.key))!.previousSecret, undefined);
   });
 });
 

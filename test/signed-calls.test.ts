@@ -187,3 +187,43 @@ describe("secrets at rest", () => {
     expect((await legacy({ key, secret, num_iid: demo.retailNumIid })).error_code).toBe("0000");
   });
 });
+
+describe("a rotation that keeps the old secret for a while", () => {
+  /** One call of the account in each form (a plain secret, the legacy signed form, the browser-safe signed form), each answered with its code. */
+  async function everyForm(key: string, secret: string): Promise<string[]> {
+    const plain = { key, secret, num_iid: demo.retailNumIid };
+    const dated = { key, num_iid: demo.retailNumIid, dateline: formatDateTime(now(), "Asia/Shanghai") };
+    const signed = { ...dated, sign: legacySign({ ...dated, api_name: "item_get" }, legacySigningKey(secret)) };
+    const timestamp = nowSeconds();
+    const nonce = newNonce();
+    const signature = await signCall(await deriveSigningKey(secret), { method: "GET", path: "/retail/item_get/", params: { num_iid: demo.retailNumIid }, timestamp, nonce });
+    const browser = { key, num_iid: demo.retailNumIid, timestamp: String(timestamp), nonceStr: nonce, signature };
+    return Promise.all([plain, signed, browser].map(async (p) => (await legacy(p)).error_code));
+  }
+  const ok = ["0000", "0000", "0000"];
+  const refused = ["4005", "4005", "4005"];
+
+  it("accepts both secrets in every form until the grace ends, then the new one alone", async () => {
+    const a = await gw.newAccount({});
+    const secret = await gw.runtime.admin.rotateSecret(a.key, 1500);
+    const until = (await gw.runtime.admin.get(a.key)).previousSecret!.until;
+    expect(until - Date.now()).toBeGreaterThan(500);
+    expect({ old: await everyForm(a.key, a.secret), new: await everyForm(a.key, secret) }).toEqual({ old: ok, new: ok });
+    await new Promise((r) => setTimeout(r, Math.max(0, until - Date.now()) + 50));
+    expect({ old: await everyForm(a.key, a.secret), new: await everyForm(a.key, secret) }).toEqual({ old: refused, new: ok });
+  });
+
+  it("keeps one old secret at most, and a rotation without a grace ends any grace at once", async () => {
+    const a = await gw.newAccount({});
+    const second = await gw.runtime.admin.rotateSecret(a.key, 60_000);
+    const third = await gw.runtime.admin.rotateSecret(a.key, 60_000);
+    // The one before the last rotation is kept; the first is gone.
+    expect({ first: await everyForm(a.key, a.secret), second: await everyForm(a.key, second), third: await everyForm(a.key, third) }).toEqual({ first: refused, second: ok, third: ok });
+    const fourth = await gw.runtime.admin.rotateSecret(a.key);
+    expect({ third: await everyForm(a.key, third), fourth: await everyForm(a.key, fourth) }).toEqual({ third: refused, fourth: ok });
+    expect((await gw.runtime.admin.get(a.key)).previousSecret).toBeUndefined();
+    // Bounds: from no grace to 30 days.
+    await expect(gw.runtime.admin.rotateSecret(a.key, 31 * 86_400_000)).rejects.toThrow("from 0 to 30 days");
+    await expect(gw.runtime.admin.rotateSecret(a.key, -1)).rejects.toThrow("from 0 to 30 days");
+  });
+});

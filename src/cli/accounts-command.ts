@@ -42,6 +42,13 @@ export function describeStatement(s: BalanceStatement) {
 
 const signed = (m: Micros) => (m < 0n ? formatMoney(m) : `+${formatMoney(m)}`);
 
+/** `--flag 90s|30m|24h|7d` as milliseconds. */
+function duration(flag: string, value: string): number {
+  const m = /^([0-9]{1,6})(s|m|h|d)$/.exec(value);
+  if (m === null) throw new AccountAdminError(`--${flag} takes a duration such as 90s, 30m, 24h or 7d, not ${JSON.stringify(value)}`);
+  return Number(m[1]) * { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[m[2] as "s" | "m" | "h" | "d"];
+}
+
 function wholeNumber(flag: string, value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
   if (!/^[0-9]{1,15}$/.test(value)) throw new AccountAdminError(`--${flag} takes a whole number, not ${JSON.stringify(value)}`);
@@ -148,12 +155,17 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         return 0;
       }
       case "rotate-secret": {
-        const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { json: { type: "boolean", default: false } } });
+        const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { json: { type: "boolean", default: false }, "keep-old": { type: "string" } } });
         const [key] = positionals;
-        if (key === undefined) throw new AccountAdminError("usage: gateway accounts rotate-secret KEY [--json]");
-        const secret = await runtime.admin.rotateSecret(key);
-        if (values.json) console.log(JSON.stringify({ key, secret }));
-        else console.log(`key:    ${key}\nsecret: ${secret}\n(the old secret no longer works; the new one is shown once)`);
+        if (key === undefined) throw new AccountAdminError("usage: gateway accounts rotate-secret KEY [--keep-old DURATION] [--json]");
+        const secret = await runtime.admin.rotateSecret(key, values["keep-old"] === undefined ? 0 : duration("keep-old", values["keep-old"]));
+        const account = await runtime.admin.get(key);
+        const until = account.previousSecret?.until;
+        if (values.json) console.log(JSON.stringify({ key, secret, oldSecretUntil: until === undefined ? null : new Date(until).toISOString() }));
+        else {
+          const old = until === undefined ? "the old secret no longer works" : `the old secret still works until ${formatDateTime(until, account.zone)} ${account.zone}`;
+          console.log(`key:    ${key}\nsecret: ${secret}\n(${old}; the new one is shown once)`);
+        }
         return 0;
       }
       case "statement": {

@@ -20,7 +20,8 @@ commands:
   accounts enable-api KEY OP | disable-api KEY OP | remove-api KEY OP
   accounts set-plan KEY [--max N] [--concurrency N] [--expires YYYY-MM-DD] [--zone Z]
   accounts top-up KEY AMOUNT | set-price KEY OP PRICE
-  accounts rotate-secret KEY [--json]  a new secret (shown once); the old one stops working
+  accounts rotate-secret KEY [--keep-old 24h] [--json]
+                                     a new secret (shown once); the old one stops working, or after --keep-old (at most 30d)
   accounts statement KEY [--json]    the balance accounted for: every top-up, and what calls took between them
   maintenance on|off OP | list       put an operation under maintenance (4009 for everyone)
   usage [--account K] [--day D | --from D --to D] [--operation OP] [--code NNNN] [--rows N] [--json]

@@ -159,6 +159,16 @@ function accountDetail(shell: Shell, account: Account, refresh: (message?: strin
     field("Amount", h("input", { name: "amount", inputmode: "decimal", required: true })),
     h("button", { type: "submit" }, "Top up"),
   );
+  // How long a rotation keeps the secret it replaces working (RotateSecret's keepOldSeconds).
+  const keepOld = h(
+    "select",
+    { name: "keepOld" },
+    h("option", { value: "0" }, "not at all"),
+    h("option", { value: "3600" }, "1 hour"),
+    h("option", { value: "86400" }, "1 day"),
+    h("option", { value: "604800" }, "7 days"),
+  );
+  const oldSecretUntil = account.oldSecretUntilMs === undefined ? undefined : new Date(Number(account.oldSecretUntilMs));
   return h(
     "section",
     { class: "detail", "aria-label": `Account ${key}` },
@@ -168,19 +178,23 @@ function accountDetail(shell: Shell, account: Account, refresh: (message?: strin
       stopped
         ? h("button", { type: "button", onclick: act("Resume", () => shell.client.resumeAccount({ key })) }, "Resume account")
         : h("button", { type: "button", class: "danger", onclick: act("Stop", () => shell.client.stopAccount({ key })) }, "Stop account"),
+      field("Keep the old secret", keepOld),
       h(
         "button",
         {
           type: "button",
           class: "secondary",
           onclick: () => {
-            if (!confirm(`Rotate the secret of ${key}? The current secret stops working at once.`)) return;
-            void act("Rotate secret", () => shell.client.rotateSecret({ key }), (r) => ({ key, secret: (r as { secret: string }).secret }))();
+            const keepOldSeconds = Number(keepOld.value);
+            const old = keepOldSeconds === 0 ? "The current secret stops working at once." : `The current secret keeps working for ${keepOld.selectedOptions[0]!.text}.`;
+            if (!confirm(`Rotate the secret of ${key}? ${old}`)) return;
+            void act("Rotate secret", () => shell.client.rotateSecret({ key, keepOldSeconds }), (r) => ({ key, secret: (r as { secret: string }).secret }))();
           },
         },
         "Rotate secret",
       ),
     ),
+    oldSecretUntil !== undefined && h("p", { class: "muted", "data-testid": "old-secret-until" }, `The replaced secret still works until ${oldSecretUntil.toLocaleString()}.`),
     h("table", {}, h("caption", {}, "Operations"), h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Operation"), h("th", { scope: "col" }, "State"), h("th", { scope: "col" }, "Price"), h("th", { scope: "col" }, "Change"))), h("tbody", {}, ...opRows)),
     plan,
     account.balance !== undefined ? topUp : h("p", { class: "muted" }, "Not billed by balance."),

@@ -61,6 +61,9 @@ function validDay(day: string): boolean {
   return !Number.isNaN(t) && new Date(t).toISOString().slice(0, 10) === day;
 }
 
+/** The longest a rotation may keep the old secret working: long enough for a release cycle, short enough that a leaked secret dies. */
+export const maxKeepOldMs = 30 * 86_400_000;
+
 /** The largest balance the store can hold: a signed 64-bit count of micro-units. */
 const maxBalance: Micros = 2n ** 63n - 1n;
 
@@ -198,11 +201,24 @@ export class AccountAdmin {
     return this.store.update(key, { prices });
   }
 
-  /** Replaces the secret; the new one is returned once. */
-  async rotateSecret(key: string): Promise<string> {
-    await this.get(key);
+  /**
+   * Replaces the secret; the new one is returned once. With `keepOldMs`,
+   * the old one is still accepted for that long (plain and signed calls
+   * alike), so callers can move to the new one without a moment where
+   * either is refused; without, it stops working at once, and so does any
+   * secret an earlier rotation was still keeping.
+   */
+  async rotateSecret(key: string, keepOldMs = 0): Promise<string> {
+    if (!Number.isInteger(keepOldMs) || keepOldMs < 0 || keepOldMs > maxKeepOldMs) {
+      throw new AccountAdminError(`the old secret can be kept from 0 to ${maxKeepOldMs / 86_400_000} days, not ${keepOldMs} ms`);
+    }
+    const account = await this.get(key);
     const secret = newSecret();
-    await this.store.update(key, sealSecret(secret));
+    const previousSecret =
+      keepOldMs === 0
+        ? undefined
+        : { secretHash: account.secretHash, secretSalt: account.secretSalt, legacySigningKey: account.legacySigningKey, hmacKey: account.hmacKey, until: this.clock.now() + keepOldMs };
+    await this.store.update(key, { ...sealSecret(secret), previousSecret });
     return secret;
   }
 

@@ -22,6 +22,8 @@ export interface Account {
    */
   readonly legacySigningKey?: string | undefined;
   readonly hmacKey?: string | undefined;
+  /** The secret before the last rotation, while it is still accepted (a rotation with a grace). */
+  readonly previousSecret?: PreviousSecret | undefined;
   readonly status: "active" | "stopped";
   /** Operations added to the account; absent ones answer 4012. */
   readonly operations: ReadonlyMap<OperationId, OperationState>;
@@ -42,6 +44,25 @@ export interface Account {
   /** IANA zone whose midnight starts the account's day. */
   readonly zone: string;
   readonly createdAt: number;
+}
+
+/**
+ * What the store keeps of a replaced secret that is still accepted until
+ * `until` (ms): a rotation with a grace, so the callers of a team can move
+ * to the new secret one by one, with no moment where either is refused.
+ */
+export interface PreviousSecret {
+  readonly secretHash: string;
+  readonly secretSalt: string;
+  readonly legacySigningKey?: string | undefined;
+  readonly hmacKey?: string | undefined;
+  readonly until: number;
+}
+
+/** The replaced secret if it is still accepted at `now`. */
+export function previousSecretAt(account: Account, now: number): PreviousSecret | undefined {
+  const previous = account.previousSecret;
+  return previous !== undefined && now < previous.until ? previous : undefined;
 }
 
 export type NewAccount = Omit<Account, "secretHash" | "secretSalt" | "createdAt">;
@@ -118,16 +139,22 @@ export function sameHex(expected: string, presented: string): boolean {
   return timingSafeEqual(a, b);
 }
 
-/** Each account's stored hash as bytes, read from its hex once. */
-const expectedDigests = new WeakMap<Account, Buffer>();
+/** Each secret's stored hash as bytes (an account's, or a replaced one's), read from its hex once. */
+const expectedDigests = new WeakMap<Account | PreviousSecret, Buffer>();
 
-/** Constant-time check of a presented secret against the stored hash. */
-export function secretMatches(account: Account, presented: string): boolean {
-  let expected = expectedDigests.get(account);
+function digestMatches(sealed: Account | PreviousSecret, presented: string): boolean {
+  let expected = expectedDigests.get(sealed);
   if (expected === undefined) {
-    expected = Buffer.from(account.secretHash, "hex");
-    expectedDigests.set(account, expected);
+    expected = Buffer.from(sealed.secretHash, "hex");
+    expectedDigests.set(sealed, expected);
   }
-  const actual = saltedDigest(presented, account.secretSalt);
+  const actual = saltedDigest(presented, sealed.secretSalt);
   return expected.length === actual.length && timingSafeEqual(expected, actual);
+}
+
+/** Constant-time check of a presented secret against the stored hash, and within a rotation's grace against the replaced one's. */
+export function secretMatches(account: Account, presented: string, now: number): boolean {
+  if (digestMatches(account, presented)) return true;
+  const previous = previousSecretAt(account, now);
+  return previous !== undefined && digestMatches(previous, presented);
 }

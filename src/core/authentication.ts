@@ -2,7 +2,7 @@ import { signatureScheme } from "../contract/browser-signature.ts";
 import type { OperationContract as Operation } from "../contract/operations.ts";
 import { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 import type { AccountStore } from "./account-store.ts";
-import { browserSignature, sameHex, secretMatches, type Account } from "./accounts.ts";
+import { browserSignature, previousSecretAt, sameHex, secretMatches, type Account } from "./accounts.ts";
 import { dayOf, zonedTimeToEpoch } from "./clock.ts";
 import { GatewayError } from "./gateway-error.ts";
 import { legacySign } from "./legacy-signature.ts";
@@ -57,6 +57,15 @@ const hex64 = /^[0-9a-f]{64}$/;
 const hex32 = /^[0-9a-f]{32}$/;
 const maxKeyLength = 64;
 
+/** The keys a signed call of the account may be signed with now: its secret's, and within a rotation's grace the replaced one's. */
+function signingKeys(account: Account, kind: "legacySigningKey" | "hmacKey", now: number): string[] {
+  const keys: string[] = [];
+  if (account[kind] !== undefined) keys.push(account[kind]);
+  const previous = previousSecretAt(account, now)?.[kind];
+  if (previous !== undefined) keys.push(previous);
+  return keys;
+}
+
 /**
  * Checks credentials of every form against the account store, and refuses
  * replays and stale signatures. Reasons say what to fix, never how close a
@@ -101,7 +110,7 @@ export class Authenticator {
         return this.checkHmac(account, credentials, now).then(() => account);
       default:
         if (credentials.secret === undefined || credentials.secret === "") throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "missing secret");
-        if (!secretMatches(account, credentials.secret)) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "the secret does not match the key");
+        if (!secretMatches(account, credentials.secret, now)) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "the secret does not match the key");
         return account;
     }
   }
@@ -130,9 +139,9 @@ export class Authenticator {
     const at = zonedTimeToEpoch(c.dateline, this.options.timeZone);
     if (at === undefined) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, `dateline must be YYYY-MM-DD HH:MM:SS in ${this.options.timeZone}`);
     this.checkTime(at, now, "dateline");
-    if (account.legacySigningKey === undefined) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "this account's secret predates signed calls; rotate it to sign calls");
-    const expected = legacySign({ ...c.params, api_name: operation.apiName }, account.legacySigningKey);
-    if (!hex32.test(c.sign) || !sameHex(expected, c.sign)) {
+    const keys = signingKeys(account, "legacySigningKey", now);
+    if (keys.length === 0) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "this account's secret predates signed calls; rotate it to sign calls");
+    if (!hex32.test(c.sign) || !keys.some((key) => sameHex(legacySign({ ...c.params, api_name: operation.apiName }, key), c.sign))) {
       throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "sign does not match the parameters; sign every parameter sent but secret and sign, plus api_name");
     }
     if (await this.used(`legacy\u0000${account.key}\u0000${c.sign}`, now)) {
@@ -144,9 +153,10 @@ export class Authenticator {
     if (c.timestamp === undefined || !/^\d{1,12}$/.test(c.timestamp)) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "a signed call needs timestamp, in Unix seconds");
     if (c.nonce === undefined || !nonceForm.test(c.nonce)) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "a signed call needs nonceStr: 8 to 64 letters, digits, _ or -");
     this.checkTime(Number(c.timestamp) * 1000, now, "timestamp");
-    if (account.hmacKey === undefined) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "this account's secret predates signed calls; rotate it to sign calls");
-    const expected = browserSignature(account.hmacKey, { method: c.method, path: c.path, params: c.params, timestamp: Number(c.timestamp), nonce: c.nonce });
-    if (!hex64.test(c.signature) || !sameHex(expected, c.signature)) {
+    const keys = signingKeys(account, "hmacKey", now);
+    if (keys.length === 0) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "this account's secret predates signed calls; rotate it to sign calls");
+    const call = { method: c.method, path: c.path, params: c.params, timestamp: Number(c.timestamp), nonce: c.nonce };
+    if (!hex64.test(c.signature) || !keys.some((key) => sameHex(browserSignature(key, call), c.signature))) {
       throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, `signature does not match; sign "${c.method} ${c.path}" with every parameter the call sends, its timestamp and nonce`);
     }
     if (await this.used(`hmac\u0000${account.key}\u0000${c.nonce}`, now)) {

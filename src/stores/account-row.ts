@@ -1,5 +1,5 @@
 import type { OperationId } from "../contract/operations.ts";
-import type { Account, OperationState } from "../core/accounts.ts";
+import type { Account, OperationState, PreviousSecret } from "../core/accounts.ts";
 
 /**
  * An account as both SQL stores keep it: the same columns, operations and
@@ -21,13 +21,15 @@ export interface AccountRow {
   readonly prices: string | Record<string, string>;
   readonly expires: string;
   readonly zone: string;
+  /** The replaced secret still accepted, as JSON (`PreviousSecret`), or null. */
+  readonly previous_secret: string | PreviousSecret | null;
   readonly created_at: number | bigint | string;
   readonly balance: bigint | string | null;
 }
 
-/** The columns an account is written with (the balance is the meter's), in the order the PostgreSQL store binds them. */
+/** The columns an account is written with (the balance is the meter's), in the order the PostgreSQL store binds them (`created_at` last). */
 export const accountColumns = [
-  "key", "name", "secret_hash", "secret_salt", "legacy_signing_key", "hmac_key", "status", "operations", "daily_max", "concurrency", "prices", "expires", "zone", "created_at",
+  "key", "name", "secret_hash", "secret_salt", "legacy_signing_key", "hmac_key", "status", "operations", "daily_max", "concurrency", "prices", "expires", "zone", "previous_secret", "created_at",
 ] as const;
 
 const json = <T>(v: string | T): T => (typeof v === "string" ? (JSON.parse(v) as T) : v);
@@ -40,6 +42,7 @@ export function accountFromRow(r: AccountRow): Account {
     secretSalt: r.secret_salt,
     legacySigningKey: r.legacy_signing_key ?? undefined,
     hmacKey: r.hmac_key ?? undefined,
+    previousSecret: r.previous_secret === null || r.previous_secret === undefined ? undefined : json<PreviousSecret>(r.previous_secret),
     status: r.status === "stopped" ? "stopped" : "active",
     operations: new Map(Object.entries(json<Record<string, OperationState>>(r.operations))) as Map<OperationId, OperationState>,
     dailyMax: Number(r.daily_max),
@@ -68,6 +71,7 @@ export function accountToRow(a: Omit<Account, "balance">): Record<(typeof accoun
     prices: JSON.stringify(Object.fromEntries([...a.prices].map(([op, micros]) => [op, micros.toString()]))),
     expires: a.expires,
     zone: a.zone,
+    previous_secret: a.previousSecret === undefined ? null : JSON.stringify(a.previousSecret),
     created_at: a.createdAt,
   };
 }

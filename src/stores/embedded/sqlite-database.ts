@@ -121,6 +121,8 @@ export const migrations: readonly string[] = [
   CREATE INDEX balance_changes_by_account ON balance_changes (account, id);
   INSERT INTO balance_changes (account, at, kind, amount, balance)
     SELECT account, CAST(unixepoch('subsec') * 1000 AS INTEGER), 'carried', micros, micros FROM balances ORDER BY account;`,
+  // 9: a replaced secret still accepted for a while after a rotation (JSON: its hash, salt, signing keys and until when).
+  `ALTER TABLE accounts ADD COLUMN previous_secret TEXT;`,
 ];
 
 /**

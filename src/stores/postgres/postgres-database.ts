@@ -247,6 +247,8 @@ export const migrations: readonly string[] = [
   CREATE INDEX balance_changes_by_account ON balance_changes (account, id);
   INSERT INTO balance_changes (account, at, kind, amount, balance)
     SELECT account, (extract(epoch FROM clock_timestamp()) * 1000)::bigint, 'carried', micros, micros FROM balances ORDER BY account;`,
+  // 8: a replaced secret still accepted for a while after a rotation (as the embedded store's step 9).
+  `ALTER TABLE accounts ADD COLUMN previous_secret jsonb;`,
 ];
 
 /** What a call is told when the shared database does not answer. */

@@ -40,6 +40,7 @@ function accountMessage(a: Account): AccountMessage {
     expires: a.expires,
     zone: a.zone,
     createdAtMs: BigInt(a.createdAt),
+    ...(a.previousSecret !== undefined && a.previousSecret.until > Date.now() ? { oldSecretUntilMs: BigInt(a.previousSecret.until) } : {}),
   });
 }
 
@@ -193,7 +194,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           return { operations: await switches.maintenance() };
         }),
         rotateSecret: guarded(async (req) => {
-          const secret = await admin.rotateSecret(req.key);
+          const secret = await admin.rotateSecret(req.key, req.keepOldSeconds * 1000);
           return { account: accountMessage(await admin.get(req.key)), secret };
         }),
         signCall: guarded(async (req) => {

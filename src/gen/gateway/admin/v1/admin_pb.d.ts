@@ -79,6 +79,13 @@ export declare type Account = Message<"gateway.admin.v1.Account"> & {
    * @generated from field: int64 created_at_ms = 11;
    */
   createdAtMs: bigint;
+
+  /**
+   * Until when the secret a rotation replaced is still accepted; unset when none is.
+   *
+   * @generated from field: optional int64 old_secret_until_ms = 12;
+   */
+  oldSecretUntilMs?: bigint | undefined;
 };
 
 /**
@@ -505,6 +512,16 @@ export declare type RotateSecretRequest = Message<"gateway.admin.v1.RotateSecret
    * @generated from field: string key = 1;
    */
   key: string;
+
+  /**
+   * How long the old secret is still accepted (plain and signed calls), so
+   * callers can move to the new one without a moment where either is
+   * refused; at most 30 days. 0: it stops working at once, and so does any
+   * secret an earlier rotation was still keeping.
+   *
+   * @generated from field: uint32 keep_old_seconds = 2;
+   */
+  keepOldSeconds: number;
 };
 
 /**
@@ -1149,7 +1166,8 @@ export declare const AdminService: GenService<{
     output: typeof SetMaintenanceResponseSchema;
   },
   /**
-   * Replaces an account's secret: the new one is returned here once, and the old one stops working.
+   * Replaces an account's secret: the new one is returned here once; the old
+   * one stops working at once, or after `keep_old_seconds`.
    *
    * @generated from rpc gateway.admin.v1.AdminService.RotateSecret
    */
