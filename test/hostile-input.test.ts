@@ -297,7 +297,7 @@ class AnswerReader {
 }
 
 /** Sends each request on a kept connection once the answer before it has come whole; a connection the server closes is opened again. */
-async function floodKeptAlive(requests: Sent[], connections: number): Promise<{ problems: string[]; reopened: number }> {
+async function floodKeptAlive(requests: Sent[], connections: number, target: { port?: number; ledgerFull?: boolean } = {}): Promise<{ problems: string[]; reopened: number }> {
   const problems: string[] = [];
   let next = 0;
   let reopened = 0;
@@ -311,7 +311,7 @@ async function floodKeptAlive(requests: Sent[], connections: number): Promise<{ 
       if (socket === undefined || reader!.isClosed) {
         if (opened++ > 0) reopened++;
         socket?.destroy();
-        socket = net.connect(gw.port, "127.0.0.1");
+        socket = net.connect(target.port ?? gw.port, "127.0.0.1");
         reader = new AnswerReader(socket);
         onThisConnection = 0;
       }
@@ -328,7 +328,7 @@ async function floodKeptAlive(requests: Sent[], connections: number): Promise<{ 
         socket = undefined;
         continue;
       }
-      const why = fault(sent, answer);
+      const why = fault(sent, answer, target.ledgerFull);
       if (why !== undefined) problems.push(`${why} (request ${onThisConnection} on its connection) <- ${what}`);
     }
     socket?.destroy();
@@ -526,6 +526,11 @@ describe(`hostile input against a full disk (fast-check seed ${seed})`, () => {
       const requests = [...fc.sample(legacyRequest, { numRuns: 1500, seed: seed + 3 }), ...fc.sample(rpcRequest, { numRuns: 500, seed: seed + 4 })];
       const problems = await flood(requests, 16, { port: full.port, ledgerFull: true });
       expect(problems.slice(0, 10)).toEqual([]);
+      // And one after another on kept connections: a refusal for a full ledger leaves each connection able to carry the next.
+      const kept = requests.flatMap((r) => keptAlive(r) ?? []);
+      const onKept = await floodKeptAlive(kept, 8, { port: full.port, ledgerFull: true });
+      console.info(`hostile input against a full disk on kept connections: ${kept.length} requests over 8 connections, opened again ${onKept.reopened} times`);
+      expect(onKept.problems.slice(0, 10)).toEqual([]);
     } finally {
       filler.close();
       await full.close();
