@@ -669,6 +669,47 @@ describe("a request whose head was read and whose body failed, over HTTP/1.1", (
   });
 });
 
+describe("refusals by the HTTP layer, read from a browser", () => {
+  it("carry the CORS headers any answer carries: the origin reflected when listed, or any origin's", async () => {
+    const listed = "https://app.example";
+    const quick = await startGateway({ app: { corsOrigins: [listed], limits: { requestTimeoutMs: 600 } } });
+    try {
+      // A Connect call whose body stops coming, from a listed origin and from another.
+      const trickled = (origin: string) =>
+        new Promise<Trickled>((resolve) => {
+          const socket = net.connect(quick.port, "127.0.0.1");
+          socket.on("error", () => {});
+          socket.write(`POST /gateway.catalogue.v1.RetailService/ItemGet HTTP/1.1\r\nHost: x\r\nOrigin: ${origin}\r\ncontent-type: application/json\r\ncontent-length: 50\r\n\r\n{`);
+          const chunks: Buffer[] = [];
+          socket.on("data", (c: Buffer) => chunks.push(c));
+          socket.on("close", () => resolve(http1Answer(Buffer.concat(chunks), 0)));
+        });
+      const [fromListed, fromOther] = await Promise.all([trickled(listed), trickled("https://other.example")]);
+      expect(fromListed.status).toBe(504);
+      expect({ allow: fromListed.head["access-control-allow-origin"], vary: fromListed.head.vary, exposed: String(fromListed.head["access-control-expose-headers"]).includes("Grpc-Status-Details-Bin") }).toEqual({ allow: listed, vary: "Origin", exposed: true });
+      expect({ allow: fromOther.head["access-control-allow-origin"], vary: fromOther.head.vary }).toEqual({ allow: undefined, vary: "Origin" });
+      // Over HTTP/2 as well.
+      const session = http2.connect(quick.base);
+      session.on("error", () => {});
+      const h2 = await trickledStream(session, { ":path": "/gateway.catalogue.v1.RetailService/ItemGet", "content-type": "application/json", origin: listed }, Buffer.alloc(0));
+      session.destroy();
+      expect({ status: h2.status, allow: h2.head["access-control-allow-origin"] }).toEqual({ status: 504, allow: listed });
+    } finally {
+      await quick.close();
+    }
+    // The default (any origin): a head too large to read still says so to a browser.
+    const answer = await new Promise<Trickled>((resolve) => {
+      const socket = net.connect(gw.port, "127.0.0.1");
+      socket.on("error", () => {});
+      socket.write(`GET /retail/item_get/ HTTP/1.1\r\nHost: x\r\nOrigin: https://any.example\r\nCookie: ${"c".repeat(70_000)}\r\n\r\n`);
+      const chunks: Buffer[] = [];
+      socket.on("data", (c: Buffer) => chunks.push(c));
+      socket.on("close", () => resolve(http1Answer(Buffer.concat(chunks), 0)));
+    });
+    expect({ status: answer.status, allow: answer.head["access-control-allow-origin"], code: (JSON.parse(answer.body) as { error_code: string }).error_code }).toEqual({ status: 431, allow: "*", code: "4003" });
+  });
+});
+
 describe("an HTTP/2 client that goes away", () => {
   it("closes its connection at once, even with a stream still waiting for its request, and the gateway closes without waiting", async () => {
     const own = await startGateway();

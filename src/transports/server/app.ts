@@ -8,6 +8,7 @@ import { registerConnect } from "../connect/connect-plugin.ts";
 import { credentialHeaders } from "../credentials.ts";
 import { installLegacyShim, legacyBodyTypes, refuseLegacy, unroutablePath } from "../legacy/legacy-shim.ts";
 import { clientErrorHandler, http2RequestTimedOut } from "./client-errors.ts";
+import { corsHeaders, corsSettings } from "./cors-headers.ts";
 import { createOnePortServer, createTlsServer, type Http1RequestClaim, type OnePortServerOptions, type RequestClaims } from "./one-port-server.ts";
 import { legacyFastPath } from "../legacy/legacy-fast-path.ts";
 import { MemoryAddressLockout, type AddressLockout } from "../../core/address-lockout.ts";
@@ -70,21 +71,6 @@ export const defaultAppSettings = {
   } satisfies OnePortServerOptions as OnePortServerOptions,
 };
 
-/**
- * The headers @fastify/cors adds, with our options, to the answer to a
- * request that has no `Origin` (its onRequest hook, for a static origin
- * option): for any origin, that one; for a list, only `Vary: Origin`; the
- * exposed headers either way. None with CORS off.
- */
-export function corsHeadersWithoutOrigin(origin: false | string | readonly string[], exposedHeaders: readonly string[]): Record<string, string> {
-  if (origin === false) return {};
-  const out: Record<string, string> = {};
-  if (typeof origin !== "string") out.vary = "Origin";
-  if (typeof origin === "string") out["access-control-allow-origin"] = origin;
-  out["access-control-expose-headers"] = exposedHeaders.join(", ");
-  return out;
-}
-
 /** Why Fastify refused a request, in words that never quote it. */
 function callerFaultReason(code: string | undefined, maxBodyBytes: number): string {
   switch (code) {
@@ -113,13 +99,14 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const maxBodyBytes = options.maxBodyBytes ?? defaultAppSettings.maxBodyBytes;
   const tls = options.tls;
   const limits = { ...defaultAppSettings.limits, ...options.limits };
+  const cors = corsSettings(options.corsOrigins ?? defaultAppSettings.corsOrigins, connectCors.exposedHeaders);
   // The fast paths take their requests before Fastify (gRPC streams, Connect and legacy HTTP/1.1 requests); they exist once the routes do.
   let rpcRequests: RequestClaims = {};
   let legacyRequests: Http1RequestClaim | undefined;
   const claims: RequestClaims = {
     http2Stream: (stream, headers) => rpcRequests.http2Stream?.(stream, headers) ?? false,
     http1Request: (req, res) => (legacyRequests?.(req, res) || rpcRequests.http1Request?.(req, res)) ?? false,
-    http2RequestTimedOut: http2RequestTimedOut(gateway, limits),
+    http2RequestTimedOut: http2RequestTimedOut(gateway, limits, cors),
   };
   const serverFactory: FastifyServerOptions["serverFactory"] = tls
     ? (handler) => createTlsServer(handler, limits, tls, claims) as never
@@ -139,7 +126,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         ? { logger: false }
         : { loggerInstance: createLogger({ level: options.logLevel ?? "info", stream: options.logStream }) as FastifyBaseLogger }),
     // A request the HTTP parser refuses (bad syntax, headers too large, too slow) still gets a status block.
-    clientErrorHandler: clientErrorHandler(gateway, limits),
+    clientErrorHandler: clientErrorHandler(gateway, limits, cors),
     // A path Fastify cannot decode still gets a status block; the reason never quotes the URL, which may hold credentials.
     frameworkErrors: (error, req, reply) => {
       const reason = error.code === "FST_ERR_BAD_URL" ? "the request path is not valid percent-encoding" : "the request could not be read";
@@ -174,20 +161,16 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   if (options.metrics !== undefined) installMetrics(app, options.metrics.telemetry, options.metrics.token);
   // Before CORS, whose hook answers OPTIONS itself: the shim's hook adds what each path allows.
   installLegacyShim(app, gateway);
-  const corsOrigins = options.corsOrigins ?? defaultAppSettings.corsOrigins;
-  const cors = {
-    origin: corsOrigins.length === 0 ? (false as const) : corsOrigins.includes("*") ? "*" : [...corsOrigins],
-    exposedHeaders: [...connectCors.exposedHeaders],
-  };
   await app.register(fastifyCors, {
-    ...cors,
+    origin: cors.origin as string | string[] | false,
+    exposedHeaders: [...cors.exposedHeaders],
     methods: ["GET", "HEAD", "POST", "OPTIONS"],
     allowedHeaders: [...connectCors.allowedHeaders, ...Object.values(credentialHeaders), "Authorization"],
     maxAge: 7200,
     // A plain OPTIONS (no Origin) is answered too, with its Allow header.
     strictPreflight: false,
   });
-  const answerHeaders = corsHeadersWithoutOrigin(cors.origin, cors.exposedHeaders);
+  const answerHeaders = corsHeaders(cors, undefined);
   rpcRequests = await registerConnect(app, {
     gateway,
     admin: options.admin,

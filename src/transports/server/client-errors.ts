@@ -8,6 +8,7 @@ import { legacyFormats } from "../../render/legacy-formats.ts";
 import { legacyResponse } from "../../render/legacy-response.ts";
 import { errorAnswer, rpcProtocolOf, type ErrorAnswer, type RpcProtocol } from "../connect/error-answer.ts";
 import { statusError } from "../connect/status-error.ts";
+import { corsHeaders, type CorsSettings } from "./cors-headers.ts";
 import type { OnePortServerOptions } from "./one-port-server.ts";
 
 /**
@@ -20,7 +21,7 @@ import type { OnePortServerOptions } from "./one-port-server.ts";
  * client error (with TLS, a handshake that failed or timed out) closes the
  * connection, unrecorded.
  */
-export function clientErrorHandler(gateway: Gateway, limits: Pick<OnePortServerOptions, "maxHeaderBytes" | "requestTimeoutMs">) {
+export function clientErrorHandler(gateway: Gateway, limits: Pick<OnePortServerOptions, "maxHeaderBytes" | "requestTimeoutMs">, cors: CorsSettings) {
   return (error: Error & { code?: string }, socket: Socket): void => {
     // Only the HTTP parser's refusals and the request timeout get an answer. The rest (a TLS
     // handshake that failed or never came, a reset) leave nothing to answer on: an HTTP answer
@@ -56,7 +57,9 @@ export function clientErrorHandler(gateway: Gateway, limits: Pick<OnePortServerO
     void gateway.refuse(code, "", reason, { clientIp: socket.remoteAddress ?? "", transport: protocol ?? "legacy" }).then(
       (outcome) => {
         const answer = refusalAnswer(outcome, status, protocol, contentType);
-        const headers = { ...answer.headers, connection: "close" };
+        // A browser reads the refusal only with the CORS headers any answer carries (the Origin, when the head was read).
+        const origin = request?.headers.origin;
+        const headers = { ...corsHeaders(cors, typeof origin === "string" ? origin : undefined), ...answer.headers, connection: "close" };
         if (answering !== undefined && !answering.headersSent) {
           answering.writeHead(answer.status, headers).end(answer.body);
           answering.once("finish", () => socket.end());
@@ -79,7 +82,7 @@ export function clientErrorHandler(gateway: Gateway, limits: Pick<OnePortServerO
  * legacy request a 408 with the block). One that cannot be recorded is
  * reset, as the HTTP/1.1 connection is then cut.
  */
-export function http2RequestTimedOut(gateway: Gateway, limits: Pick<OnePortServerOptions, "requestTimeoutMs">) {
+export function http2RequestTimedOut(gateway: Gateway, limits: Pick<OnePortServerOptions, "requestTimeoutMs">, cors: CorsSettings) {
   return (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void => {
     const clientIp = stream.session?.socket?.remoteAddress ?? "";
     const reset = () => {
@@ -94,7 +97,8 @@ export function http2RequestTimedOut(gateway: Gateway, limits: Pick<OnePortServe
         const answer = refusalAnswer(outcome, 408, protocol, contentType);
         // gRPC's trailers-only answer is its head alone.
         const endStream = answer.body.length === 0;
-        stream.respond({ ":status": answer.status, ...answer.headers }, { endStream });
+        const origin = headers.origin;
+        stream.respond({ ":status": answer.status, ...corsHeaders(cors, typeof origin === "string" ? origin : undefined), ...answer.headers }, { endStream });
         if (!endStream) stream.end(answer.body);
       }, reset)
       .catch(reset); // nothing thrown while answering may escape: it would stop the process
