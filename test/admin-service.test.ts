@@ -219,17 +219,6 @@ describe("the CLI", () => {
 
     const topUp = await runCli(["accounts", "top-up", a.key as string, "0.66"], env);
     expect(topUp.stdout).toContain('"balance":"12.99"');
-    // The balance accounted for: the opening balance, the call's 0.01 taken before the top-up, the top-up.
-    const statement = JSON.parse((await runCli(["accounts", "statement", a.key as string, "--json"], env)).stdout) as { balance: string; changes: Record<string, unknown>[]; takenSinceLast: string };
-    expect(statement).toMatchObject({ balance: "12.99", takenSinceLast: "0" });
-    expect(statement.changes.map(({ kind, amount, balance, takenBefore }) => ({ kind, amount, balance, takenBefore }))).toEqual([
-      { kind: "opening", amount: "12.34", balance: "12.34", takenBefore: "0" },
-      { kind: "top-up", amount: "0.66", balance: "12.99", takenBefore: "0.01" },
-    ]);
-    expect(statement.changes[0]!.at).toMatch(/^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$/);
-    const text = await runCli(["accounts", "statement", a.key as string], env);
-    expect(text.stdout).toMatch(/calls took 0\.01\n.*top-up +\+0\.66 +balance 12\.99/);
-    expect((await runCli(["accounts", "statement", "nosuchkey"], env)).code).not.toBe(0);
     const bad = await runCli(["accounts", "create", "--balance", "lots"], env);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain("not an amount");
@@ -239,17 +228,40 @@ describe("the CLI", () => {
     let codes = [await call(rotated.secret), await call(a.secret as string)];
     for (let i = 0; i < 20 && codes[0] !== "0000"; i++) codes = [await call(rotated.secret), await call(a.secret as string)];
     expect(codes).toEqual(["0000", "4005"]);
-    // Keeping the old secret a while; a duration it cannot read is refused.
-    const kept = JSON.parse((await runCli(["accounts", "rotate-secret", a.key as string, "--keep-old", "2h", "--json"], env)).stdout) as { secret: string; oldSecretUntil: string };
-    expect(Math.abs(Date.parse(kept.oldSecretUntil) - (Date.now() + 7_200_000))).toBeLessThan(60_000);
-    codes = [await call(kept.secret), await call(rotated.secret)];
-    for (let i = 0; i < 20 && codes[0] !== "0000"; i++) codes = [await call(kept.secret), await call(rotated.secret)];
-    expect(codes).toEqual(["0000", "0000"]);
-    const rotatedText = await runCli(["accounts", "rotate-secret", a.key as string, "--keep-old", "30m"], env);
-    expect(rotatedText.stdout).toMatch(/the old secret still works until \d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} /);
-    const badDuration = await runCli(["accounts", "rotate-secret", a.key as string, "--keep-old", "5x"], env);
-    expect({ code: badDuration.code, stderr: badDuration.stderr.trim() }).toEqual({ code: 2, stderr: '--keep-old takes a duration such as 90s, 30m, 24h or 7d, not "5x"' });
     const maintenance = await runCli(["maintenance", "list"], env);
     expect(maintenance.stdout).toContain("under maintenance: nothing");
+  });
+
+  // Each CLI command is a process of its own (a second or more on a busy machine): the commands of one story stay in one test, a few per test.
+  it("accounts for a balance: the opening balance, what calls took before the top-up, the top-up", async () => {
+    const env = { GATEWAY_DATA_DIR: gw.config.dataDir };
+    const a = JSON.parse((await runCli(["accounts", "create", "--json", "--balance", "12.34", "--price", "retail/item_get=0.01"], env)).stdout) as { key: string; secret: string };
+    expect((await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
+    expect((await runCli(["accounts", "top-up", a.key, "0.66"], env)).stdout).toContain('"balance":"12.99"');
+    const statement = JSON.parse((await runCli(["accounts", "statement", a.key, "--json"], env)).stdout) as { balance: string; changes: Record<string, unknown>[]; takenSinceLast: string };
+    expect(statement).toMatchObject({ balance: "12.99", takenSinceLast: "0" });
+    expect(statement.changes.map(({ kind, amount, balance, takenBefore }) => ({ kind, amount, balance, takenBefore }))).toEqual([
+      { kind: "opening", amount: "12.34", balance: "12.34", takenBefore: "0" },
+      { kind: "top-up", amount: "0.66", balance: "12.99", takenBefore: "0.01" },
+    ]);
+    expect(statement.changes[0]!.at).toMatch(/^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$/);
+    const text = await runCli(["accounts", "statement", a.key], env);
+    expect(text.stdout).toMatch(/calls took 0\.01\n.*top-up +\+0\.66 +balance 12\.99/);
+  });
+
+  it("rotates a secret keeping the old one a while, and refuses a duration it cannot read", async () => {
+    const env = { GATEWAY_DATA_DIR: gw.config.dataDir };
+    const a = await gw.newAccount({});
+    const call = (secret: string) => legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret, num_iid: demo.retailNumIid }).then((r) => r.json.error_code);
+    const kept = JSON.parse((await runCli(["accounts", "rotate-secret", a.key, "--keep-old", "2h", "--json"], env)).stdout) as { secret: string; oldSecretUntil: string };
+    expect(Math.abs(Date.parse(kept.oldSecretUntil) - (Date.now() + 7_200_000))).toBeLessThan(60_000);
+    let codes = [await call(kept.secret), await call(a.secret)];
+    for (let i = 0; i < 20 && codes[0] !== "0000"; i++) codes = [await call(kept.secret), await call(a.secret)];
+    expect(codes).toEqual(["0000", "0000"]);
+    const rotatedText = await runCli(["accounts", "rotate-secret", a.key, "--keep-old", "30m"], env);
+    expect(rotatedText.stdout).toMatch(/the old secret still works until \d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} /);
+    const badDuration = await runCli(["accounts", "rotate-secret", a.key, "--keep-old", "5x"], env);
+    expect({ code: badDuration.code, stderr: badDuration.stderr.trim() }).toEqual({ code: 2, stderr: '--keep-old takes a duration such as 90s, 30m, 24h or 7d, not "5x"' });
+    expect((await runCli(["accounts", "statement", "nosuchkey"], env)).code).toBe(2);
   });
 });
