@@ -210,7 +210,7 @@ export class AccountAdmin {
    */
   async rotateSecret(key: string, keepOldMs = 0): Promise<string> {
     if (!Number.isInteger(keepOldMs) || keepOldMs < 0 || keepOldMs > maxKeepOldMs) {
-      throw new AccountAdminError(`the old secret can be kept from 0 to ${maxKeepOldMs / 86_400_000} days, not ${keepOldMs} ms`);
+      throw new AccountAdminError(`the old secret can be kept for at most ${maxKeepOldMs / 86_400_000} days (${maxKeepOldMs / 1000} s), not ${keepOldMs / 1000} s`);
     }
     const account = await this.get(key);
     const secret = newSecret();
