@@ -171,11 +171,11 @@ describe("the balance's record", () => {
     expect(await gw.runtime.meter.balanceChanges(unbilled.key)).toEqual([]);
     await gw.runtime.admin.topUp(unbilled.key, parseMoney("2.5"));
     const [first] = await gw.runtime.meter.balanceChanges(unbilled.key);
-    expect(first).toMatchObject({ kind: "top-up", amount: parseMoney("2.5"), balance: parseMoney("2.5") });
+    expect(first).toMatchObject({ kind: "top-up", amount: parseMoney("2.5"), balance: parseMoney("2.5"), by: "gateway" });
     expect(Math.abs(first!.at - Date.now())).toBeLessThan(60_000);
     // Made unbilled (the meter's own change; no command makes it): the balance dropped is recorded as taken away.
-    await gw.runtime.meter.adjustBalance(unbilled.key, { kind: "unbilled", at: 5 });
-    expect((await gw.runtime.meter.balanceChanges(unbilled.key)).at(-1)).toEqual({ at: 5, kind: "unbilled", amount: -parseMoney("2.5"), balance: undefined });
+    await gw.runtime.meter.adjustBalance(unbilled.key, { kind: "unbilled", at: 5, by: "cli ops@host" });
+    expect((await gw.runtime.meter.balanceChanges(unbilled.key)).at(-1)).toEqual({ at: 5, kind: "unbilled", amount: -parseMoney("2.5"), balance: undefined, by: "cli ops@host" });
     expect((await gw.runtime.admin.get(unbilled.key)).balance).toBeUndefined();
   });
 });

@@ -54,7 +54,7 @@ describe("gateway migrate --to postgres://…", () => {
     expect(r.code).toBe(0);
     const report = JSON.parse(r.stdout) as { tables: { table: string; embedded: number; postgres: number }[] };
     for (const t of report.tables) expect(t.postgres, t.table).toBe(t.embedded);
-    expect(report.tables.map((t) => t.table)).toEqual(["accounts", "balances", "balance_changes", "maintenance", "usage_daily", "ledger", "ledger_daily_totals", "refusals", "catalogue_records"]);
+    expect(report.tables.map((t) => t.table)).toEqual(["accounts", "balances", "balance_changes", "account_changes", "maintenance", "usage_daily", "ledger", "ledger_daily_totals", "refusals", "catalogue_records"]);
 
     // Secrets stay hashed; the balance, prices and operations arrive as they were.
     const account = (await pool.query("SELECT a.*, b.micros::text AS balance FROM accounts a LEFT JOIN balances b ON b.account = a.key WHERE a.key = $1", [embedded.paying!.key])).rows[0];
@@ -70,6 +70,14 @@ describe("gateway migrate --to postgres://…", () => {
     const next = await pool.query("INSERT INTO balance_changes (account, at, kind, amount, balance) VALUES ('x', 0, 'top-up', 1, 1) RETURNING id::int AS id");
     expect(next.rows[0].id).toBeGreaterThan(changes.at(-1)!.id);
     await pool.query("DELETE FROM balance_changes WHERE account = 'x'");
+    // So does the record of its settings (who did what, never a secret), and the next change recorded there follows it.
+    const history = (await pool.query("SELECT id::int AS id, kind, actor, changes FROM account_changes WHERE account = $1 ORDER BY id", [embedded.paying!.key])).rows;
+    expect(history.map((h) => h.kind)).toEqual(["created", "secret"]);
+    expect(history[1].changes).toEqual([["oldSecretUntil", "", expect.stringMatching(/^\d{4}-\d\d-\d\dT/)], ["secret", "", "rotated"]]);
+    expect(JSON.stringify(history)).not.toContain(account.secret_hash);
+    const after = await pool.query("INSERT INTO account_changes (account, at, kind, actor, changes) VALUES ('x', 0, 'plan', 'test', '[]') RETURNING id::int AS id");
+    expect(after.rows[0].id).toBeGreaterThan(history.at(-1)!.id);
+    await pool.query("DELETE FROM account_changes WHERE account = 'x'");
     expect(account.operations).toMatchObject({ "wholesale/item_get": "enabled" });
     // The ledger: the four charged calls, each with its row; the wrong secret had no account, so it is counted as a refusal.
     const rows = (await pool.query("SELECT error_code, charge, price::text AS price, cache_hit FROM ledger WHERE account = $1 ORDER BY request_id", [embedded.paying!.key])).rows;

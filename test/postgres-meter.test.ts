@@ -147,8 +147,8 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     expect(BigInt(await count("SELECT coalesce(sum(price), 0)::text AS n FROM ledger WHERE account = $1 AND charge = 'charged'", [a.key]))).toBe(charged);
     expect(BigInt(await count("SELECT micros::text AS n FROM balances WHERE account = $1", [a.key]))).toBe(added - charged);
     // Made unbilled: the balance dropped is recorded as taken away, and nothing is left to record a balance of.
-    await replicas[0]!.adjustBalance(a.key, { kind: "unbilled", at: 9 });
-    expect((await replicas[0]!.balanceChanges(a.key)).at(-1)).toEqual({ at: 9, kind: "unbilled", amount: charged - added, balance: undefined });
+    await replicas[0]!.adjustBalance(a.key, { kind: "unbilled", at: 9, by: "admin-api 10.0.0.9" });
+    expect((await replicas[0]!.balanceChanges(a.key)).at(-1)).toEqual({ at: 9, kind: "unbilled", amount: charged - added, balance: undefined, by: "admin-api 10.0.0.9" });
   });
 
   it("gives back the places of calls that were not charged", async () => {

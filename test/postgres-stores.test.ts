@@ -92,6 +92,45 @@ function watchedPool(): { pool: pg.Pool; reads: () => number; hold: (hold?: Hold
   return { pool, reads: count, hold };
 }
 
+describe("accounts, changed at once on two replicas", () => {
+  it("keep every change, undo no rotation, and record each with who made it", async () => {
+    const one = { ...admin(a), by: "admin-api 10.0.0.1" };
+    const two = { ...admin(b), by: "admin-api 10.0.0.2" };
+    const first = one.admin.as(one.by);
+    const second = two.admin.as(two.by);
+    const { account } = await first.create({ name: "raced" });
+    const ops = operations.map((op) => op.id);
+    // Each replica's changes race the other's: prices on one, operation switches and the rotation on the
+    // other, a plan change on each. Before, each wrote every column from what it had read, so most were lost,
+    // and the rotation could be undone by a plan change that had read the old secret.
+    let rotated = "";
+    await Promise.all([
+      ...ops.map((op, i) => first.setPrice(account.key, op, BigInt(i + 1))),
+      ...ops.map((op) => second.setOperation(account.key, op, "stopped")),
+      first.setPlan(account.key, { dailyMax: 5 }),
+      second.setPlan(account.key, { concurrency: 3 }),
+      second.rotateSecret(account.key).then((s) => (rotated = s)),
+    ]);
+    const after = await admin(a).admin.get(account.key);
+    expect(Object.fromEntries(after.prices)).toEqual(Object.fromEntries(ops.map((op, i) => [op, BigInt(i + 1)])));
+    expect(Object.fromEntries(after.operations)).toEqual(Object.fromEntries(ops.map((op) => [op, "stopped"])));
+    expect([after.dailyMax, after.concurrency]).toEqual([5, 3]);
+    expect(secretMatches(after, rotated, Date.now())).toBe(true);
+    // One record per change, each with its maker and only what it moved.
+    const history = await first.history(account.key);
+    expect(history).toHaveLength(1 + 2 * ops.length + 3);
+    expect(history.filter((e) => e.kind === "price").every((e) => e.by === one.by && e.changes.length === 1 && e.changes[0]!.field.startsWith("prices["))).toBe(true);
+    expect(history.filter((e) => e.kind === "operation").every((e) => e.by === two.by && e.changes.length === 1)).toBe(true);
+    expect(history.find((e) => e.kind === "secret")!.changes).toEqual([{ field: "secret", before: "", after: "rotated" }]);
+    expect(history.filter((e) => e.kind === "plan").map((e) => e.changes)).toEqual(
+      expect.arrayContaining([[{ field: "dailyMax", before: "10000", after: "5" }], [{ field: "concurrency", before: "20", after: "3" }]]),
+    );
+    // A top-up is in the history too, with who made it and the balance it left.
+    await second.topUp(account.key, 1_500_000n);
+    expect((await first.history(account.key)).at(-1)).toMatchObject({ kind: "top-up", by: two.by, changes: [{ field: "balance", before: "", after: "1.5" }] });
+  });
+});
+
 describe("accounts, read together", () => {
   it("reread a stale account once however many calls find it stale at once", async () => {
     const { account } = await admin(a).admin.create({ name: "stampede" });
@@ -122,7 +161,7 @@ describe("accounts, read together", () => {
     const overtaken = store.find(account.key);
     hold(undefined);
     await read; // it has read "before"; its answer is held
-    await other.accounts.update(account.key, { name: "after" });
+    await other.accounts.change(account.key, () => ({ fields: { name: "after" }, change: { at: Date.now(), kind: "plan", by: "test", changes: [{ field: "name", before: "before", after: "after" }] } }));
     store.forget(account.key); // as the meter does once this replica changed the account
     release();
     expect((await overtaken)?.name).toBe("before");

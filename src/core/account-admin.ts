@@ -1,4 +1,5 @@
 import type { OperationContract, OperationId } from "../contract/operations.ts";
+import { fieldChanges, type AccountChangeKind, type AccountFields, type FieldChange } from "./account-history.ts";
 import type { AccountStore } from "./account-store.ts";
 import type { Meter, RecordedBalanceChange } from "./meter.ts";
 import { browserSignature, newKey, newNonce, newSecret, sealSecret, type Account, type OperationState } from "./accounts.ts";
@@ -37,7 +38,6 @@ export const defaultPlan: Omit<AccountPlan, "operations"> = {
 
 const isoDay = /^\d{4}-\d{2}-\d{2}$/;
 
-/** A request an operator made that cannot be carried out as asked. */
 /** An account's balance accounted for (`AccountAdmin.balanceStatement`). */
 export interface BalanceStatement {
   readonly account: Account;
@@ -47,6 +47,19 @@ export interface BalanceStatement {
   readonly takenSinceLast: Micros;
 }
 
+/**
+ * One entry of an account's history (`AccountAdmin.history`): a change of
+ * its settings, or a move of its balance that was not a call's price (shown
+ * as the balance before and after it).
+ */
+export interface AccountEvent {
+  readonly at: number;
+  readonly kind: AccountChangeKind | RecordedBalanceChange["kind"];
+  readonly by: string;
+  readonly changes: readonly FieldChange[];
+}
+
+/** A request an operator made that cannot be carried out as asked. */
 export class AccountAdminError extends Error {
   override name = "AccountAdminError";
 }
@@ -87,13 +100,41 @@ export class AccountAdmin {
   private readonly balances: Pick<Meter, "adjustBalance" | "balanceChanges">;
   private readonly clock: Clock;
   private readonly operations: readonly OperationContract[];
+  /** Who the changes made through this admin are recorded as made by. */
+  readonly by: string;
 
-  /** `balances`: the meter, which owns balances; `operations`: every operation the gateway serves (what accounts may be given). */
-  constructor(store: AccountStore, balances: Pick<Meter, "adjustBalance" | "balanceChanges">, clock: Clock, operations: readonly OperationContract[]) {
+  /**
+   * `balances`: the meter, which owns balances; `operations`: every operation
+   * the gateway serves (what accounts may be given); `by`: who changes made
+   * through it are recorded as made by (`as` gives the same admin for another).
+   */
+  constructor(store: AccountStore, balances: Pick<Meter, "adjustBalance" | "balanceChanges">, clock: Clock, operations: readonly OperationContract[], by = "gateway") {
     this.store = store;
     this.balances = balances;
     this.clock = clock;
     this.operations = operations;
+    this.by = by;
+  }
+
+  /** The same admin, recording its changes as made by `by` (the CLI's user, an admin API caller). */
+  as(by: string): AccountAdmin {
+    return new AccountAdmin(this.store, this.balances, this.clock, this.operations, by);
+  }
+
+  /**
+   * One change of an account's settings, made on the account as committed
+   * (under the store's lock, so a change made at the same time elsewhere is
+   * neither lost nor undone) and recorded with what it moved. `make` may
+   * refuse by throwing; a change that moves nothing is not recorded.
+   */
+  private async edit(key: string, kind: AccountChangeKind, make: (current: Account) => AccountFields): Promise<Account> {
+    const next = await this.store.change(key, (current) => {
+      const fields = make(current);
+      const changes = fieldChanges(current, { ...current, ...fields });
+      return changes.length === 0 ? undefined : { fields, change: { at: this.clock.now(), kind, by: this.by, changes } };
+    });
+    if (next === undefined) throw new AccountNotFoundError(`no account has the key ${key}`);
+    return next;
   }
 
   /** Creates an account; the secret is returned once and only its hash is kept. */
@@ -125,8 +166,8 @@ export class AccountAdmin {
       createdAt: this.clock.now(),
     };
     // The balance first: an account must never exist, even for a moment, unbilled when it should be prepaid.
-    if (account.balance !== undefined) await this.balances.adjustBalance(account.key, { kind: "opening", amount: account.balance, at: account.createdAt });
-    await this.store.insert(account);
+    if (account.balance !== undefined) await this.balances.adjustBalance(account.key, { kind: "opening", amount: account.balance, at: account.createdAt, by: this.by });
+    await this.store.insert(account, { at: account.createdAt, kind: "created", by: this.by, changes: fieldChanges(undefined, account) });
     return { account, secret };
   }
 
@@ -141,26 +182,27 @@ export class AccountAdmin {
   }
 
   async setStatus(key: string, status: Account["status"]): Promise<Account> {
-    await this.get(key);
-    return this.store.update(key, { status });
+    return this.edit(key, "status", () => ({ status }));
   }
 
   /** Adds and enables, stops (4006), or removes (4012) an operation for an account. */
   async setOperation(key: string, operation: string, state: OperationState | "removed"): Promise<Account> {
-    const account = await this.get(key);
     const id = this.operation(operation);
-    const next = new Map(account.operations);
-    if (state === "removed") next.delete(id);
-    else next.set(id, state);
-    return this.store.update(key, { operations: next });
+    return this.edit(key, "operation", (account) => {
+      const next = new Map(account.operations);
+      if (state === "removed") next.delete(id);
+      else next.set(id, state);
+      return { operations: next };
+    });
   }
 
   /** Changes the daily maximum, concurrency, expiry or zone; what is not given stays. */
   async setPlan(key: string, plan: Partial<Pick<AccountPlan, "dailyMax" | "concurrency" | "expires" | "zone">>): Promise<Account> {
-    const account = await this.get(key);
-    const next = { dailyMax: plan.dailyMax ?? account.dailyMax, concurrency: plan.concurrency ?? account.concurrency, expires: plan.expires ?? account.expires, zone: plan.zone ?? account.zone };
-    checkLimits(next);
-    return this.store.update(key, next);
+    return this.edit(key, "plan", (account) => {
+      const next = { dailyMax: plan.dailyMax ?? account.dailyMax, concurrency: plan.concurrency ?? account.concurrency, expires: plan.expires ?? account.expires, zone: plan.zone ?? account.zone };
+      checkLimits(next);
+      return next;
+    });
   }
 
   /** Adds a positive amount to the balance (an unbilled account becomes prepaid). */
@@ -168,7 +210,7 @@ export class AccountAdmin {
     const account = await this.get(key);
     if (amount <= 0n) throw new AccountAdminError("a top-up must be more than 0");
     if ((account.balance ?? 0n) + amount > maxBalance) throw new AccountAdminError(`a top-up of ${formatMoney(amount)} would take the balance past the largest it can hold, ${formatMoney(maxBalance)}`);
-    await this.balances.adjustBalance(key, { kind: "top-up", amount, at: this.clock.now() });
+    await this.balances.adjustBalance(key, { kind: "top-up", amount, at: this.clock.now(), by: this.by });
     return this.get(key);
   }
 
@@ -192,13 +234,42 @@ export class AccountAdmin {
     return { account, entries, takenSinceLast: account.balance === undefined ? 0n : before - account.balance };
   }
 
+  /**
+   * Everything done to the account, oldest first: its creation, each change
+   * of its settings (what moved, and who made it), and each move of its
+   * balance that was not a call's price (the balance before and after). Each
+   * was recorded in the transaction that made it.
+   */
+  async history(key: string): Promise<AccountEvent[]> {
+    await this.get(key);
+    const [changes, balance] = await Promise.all([this.store.history(key), this.balances.balanceChanges(key)]);
+    let billed = false;
+    const moves: AccountEvent[] = balance.map((c) => {
+      const before = !billed ? "" : formatMoney((c.balance ?? 0n) - c.amount);
+      billed = c.balance !== undefined;
+      const after = c.balance === undefined ? "" : formatMoney(c.balance);
+      return { at: c.at, kind: c.kind, by: c.by, changes: [{ field: "balance", before: c.kind === "unbilled" ? formatMoney(-c.amount) : before, after }] };
+    });
+    // Both lists are oldest first; merged by time, a settings change before a balance move of the same millisecond.
+    const events: AccountEvent[] = [];
+    let i = 0;
+    let j = 0;
+    while (i < changes.length || j < moves.length) {
+      if (j >= moves.length || (i < changes.length && changes[i]!.at <= moves[j]!.at)) events.push(changes[i++]!);
+      else events.push(moves[j++]!);
+    }
+    return events;
+  }
+
   /** Sets the price of a charged call of one operation for the account. */
   async setPrice(key: string, operation: string, price: Micros): Promise<Account> {
-    const account = await this.get(key);
     if (price < 0n) throw new AccountAdminError("a price cannot be negative");
-    const prices = new Map(account.prices);
-    prices.set(this.operation(operation), price);
-    return this.store.update(key, { prices });
+    const id = this.operation(operation);
+    return this.edit(key, "price", (account) => {
+      const prices = new Map(account.prices);
+      prices.set(id, price);
+      return { prices };
+    });
   }
 
   /**
@@ -212,13 +283,16 @@ export class AccountAdmin {
     if (!Number.isInteger(keepOldMs) || keepOldMs < 0 || keepOldMs > maxKeepOldMs) {
       throw new AccountAdminError(`the old secret can be kept for at most ${maxKeepOldMs / 86_400_000} days (${maxKeepOldMs / 1000} s), not ${keepOldMs / 1000} s`);
     }
-    const account = await this.get(key);
     const secret = newSecret();
-    const previousSecret =
-      keepOldMs === 0
-        ? undefined
-        : { secretHash: account.secretHash, secretSalt: account.secretSalt, legacySigningKey: account.legacySigningKey, hmacKey: account.hmacKey, until: this.clock.now() + keepOldMs };
-    await this.store.update(key, { ...sealSecret(secret), previousSecret });
+    const sealed = sealSecret(secret);
+    // The secret kept is the one committed now, not one read earlier: a rotation elsewhere in between is kept, not undone.
+    await this.edit(key, "secret", (account) => ({
+      ...sealed,
+      previousSecret:
+        keepOldMs === 0
+          ? undefined
+          : { secretHash: account.secretHash, secretSalt: account.secretSalt, legacySigningKey: account.legacySigningKey, hmacKey: account.hmacKey, until: this.clock.now() + keepOldMs },
+    }));
     return secret;
   }
 

@@ -1,3 +1,4 @@
+import type { AccountChange, AccountEdit } from "./account-history.ts";
 import type { Account } from "./accounts.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
 
@@ -9,8 +10,18 @@ import type { MaybeAsync } from "./maybe-async.ts";
 export interface AccountStore {
   find(key: string): MaybeAsync<Account | undefined>;
   list(): Promise<Account[]>;
-  /** Stores a new account; its `balance` is not stored here but by the meter (Meter.adjustBalance). */
-  insert(account: Account): Promise<void>;
-  /** Changes anything but the balance, which is the meter's: top-ups and charged calls move it. */
-  update(key: string, change: Partial<Omit<Account, "key" | "createdAt" | "balance">>): Promise<Account>;
+  /** Stores a new account with the record of its creation, in one transaction; its `balance` is not stored here but by the meter (Meter.adjustBalance). */
+  insert(account: Account, created: AccountChange): Promise<void>;
+  /**
+   * Changes an account's settings (anything but the balance, which is the
+   * meter's): reads the account as committed, under a lock no other change
+   * of it passes (from this process, the CLI or another replica), hands it to
+   * `edit`, and writes the fields `edit` returns with its record, in one
+   * transaction. So two changes made at once both hold, whatever either had
+   * read before. `edit` may throw (the change is refused, nothing written) or
+   * return undefined (nothing to change). Undefined when no account has the key.
+   */
+  change(key: string, edit: (current: Account) => AccountEdit | undefined): Promise<Account | undefined>;
+  /** Every recorded change of the account's settings, oldest first. */
+  history(key: string): Promise<AccountChange[]>;
 }

@@ -44,9 +44,13 @@ export interface Admission {
  * transaction that makes it, so an account's balance can be accounted for:
  * the charged calls between two changes took exactly the difference.
  */
-export type BalanceChange =
+export type BalanceChange = (
   | { readonly kind: "opening" | "top-up"; readonly amount: Micros; readonly at: number }
-  | { readonly kind: "unbilled"; readonly at: number };
+  | { readonly kind: "unbilled"; readonly at: number }
+) & {
+  /** Who made it (`AccountChange.by`), recorded with it. */
+  readonly by?: string;
+};
 
 /**
  * A recorded change: `carried` is the balance an account already had when
@@ -59,6 +63,8 @@ export interface RecordedBalanceChange {
   readonly kind: BalanceChange["kind"] | "carried";
   readonly amount: Micros;
   readonly balance: Micros | undefined;
+  /** Who made it; empty where no one was recorded (a change from before the record of who, a carried balance). */
+  readonly by: string;
 }
 
 /** Charged calls of one account: today, yesterday and every day before. */

@@ -1,4 +1,5 @@
 import type { OperationId } from "../contract/operations.ts";
+import type { AccountChange, AccountChangeKind, AccountFields } from "../core/account-history.ts";
 import type { Account, OperationState, PreviousSecret } from "../core/accounts.ts";
 
 /**
@@ -73,5 +74,51 @@ export function accountToRow(a: Omit<Account, "balance">): Record<(typeof accoun
     zone: a.zone,
     previous_secret: a.previousSecret === undefined ? null : JSON.stringify(a.previousSecret),
     created_at: a.createdAt,
+  };
+}
+
+type Column = (typeof accountColumns)[number];
+
+/** The column each settable field of an account is written to. */
+const fieldColumns: Record<keyof Required<AccountFields>, Column> = {
+  name: "name",
+  secretHash: "secret_hash",
+  secretSalt: "secret_salt",
+  legacySigningKey: "legacy_signing_key",
+  hmacKey: "hmac_key",
+  previousSecret: "previous_secret",
+  status: "status",
+  operations: "operations",
+  dailyMax: "daily_max",
+  concurrency: "concurrency",
+  prices: "prices",
+  expires: "expires",
+  zone: "zone",
+};
+
+/** The columns a change writes: those of the fields it names (a field named with `undefined` is cleared), in `accountColumns` order. */
+export function columnsOf(fields: AccountFields): Column[] {
+  const named = new Set(Object.keys(fields).map((f) => fieldColumns[f as keyof AccountFields]));
+  return accountColumns.filter((c) => named.has(c));
+}
+
+/** A recorded change as both SQL stores keep it: its moves as JSON `[field, before, after]` triples. */
+export interface AccountChangeRow {
+  readonly at: number | bigint | string;
+  readonly kind: string;
+  readonly actor: string;
+  readonly changes: string | [string, string, string][];
+}
+
+export function changesToJson(change: AccountChange): string {
+  return JSON.stringify(change.changes.map((c) => [c.field, c.before, c.after]));
+}
+
+export function accountChangeFromRow(r: AccountChangeRow): AccountChange {
+  return {
+    at: Number(r.at),
+    kind: r.kind as AccountChangeKind,
+    by: r.actor,
+    changes: json<[string, string, string][]>(r.changes).map(([field, before, after]) => ({ field, before, after })),
   };
 }

@@ -1,8 +1,10 @@
 import type { DatabaseSync, StatementSync } from "node:sqlite";
+import type { AccountChange, AccountEdit } from "../../core/account-history.ts";
 import type { AccountStore } from "../../core/account-store.ts";
 import type { Account } from "../../core/accounts.ts";
-import { accountColumns, accountFromRow, accountToRow, type AccountRow } from "../account-row.ts";
+import { accountChangeFromRow, accountColumns, accountFromRow, accountToRow, changesToJson, columnsOf, type AccountChangeRow, type AccountRow } from "../account-row.ts";
 import type { ChangeWatch } from "./change-watch.ts";
+import { writeTransaction } from "./sqlite-database.ts";
 
 /**
  * Accounts in the embedded SQLite store. Lookups are served from memory;
@@ -11,15 +13,20 @@ import type { ChangeWatch } from "./change-watch.ts";
  * when this process changes that account (including balance deductions).
  */
 export class SqliteAccountStore implements AccountStore {
+  private readonly db: DatabaseSync;
   private readonly watch: ChangeWatch;
   private readonly cached = new Map<string, Account | undefined>();
   private seenVersion = -1;
   private readonly byKey: StatementSync;
   private readonly all: StatementSync;
   private readonly insertRow: StatementSync;
-  private readonly replaceRow: StatementSync;
+  /** An UPDATE per set of columns a change writes. */
+  private readonly updates = new Map<string, StatementSync>();
+  private readonly insertChange: StatementSync;
+  private readonly changesOf: StatementSync;
 
   constructor(db: DatabaseSync, watch: ChangeWatch) {
+    this.db = db;
     this.watch = watch;
     // Balances are micro-units: read every integer as bigint, never as a float.
     // The balance is read beside the account; only the meter writes it.
@@ -29,8 +36,8 @@ export class SqliteAccountStore implements AccountStore {
     this.all = db.prepare(`${read} ORDER BY a.created_at, a.key`);
     this.all.setReadBigInts(true);
     this.insertRow = db.prepare(`INSERT INTO accounts (${accountColumns.join(", ")}) VALUES (${accountColumns.map((c) => `:${c}`).join(", ")})`);
-    const settable = accountColumns.filter((c) => c !== "key" && c !== "created_at");
-    this.replaceRow = db.prepare(`UPDATE accounts SET ${settable.map((c) => `${c} = :${c}`).join(", ")} WHERE key = :key`);
+    this.insertChange = db.prepare("INSERT INTO account_changes (account, at, kind, actor, changes) VALUES (?, ?, ?, ?, ?)");
+    this.changesOf = db.prepare("SELECT at, kind, actor, changes FROM account_changes WHERE account = ? ORDER BY id");
   }
 
   /** The account as this process knows it, reread once another process has committed. */
@@ -58,19 +65,56 @@ export class SqliteAccountStore implements AccountStore {
     return (this.all.all() as unknown as AccountRow[]).map(accountFromRow);
   }
 
-  async insert(account: Account): Promise<void> {
-    this.insertRow.run(accountToRow(account));
+  async insert(account: Account, created: AccountChange): Promise<void> {
+    writeTransaction(this.db, () => {
+      this.insertRow.run(accountToRow(account));
+      this.record(account.key, created);
+    });
     this.forget(account.key);
   }
 
-  async update(key: string, change: Partial<Omit<Account, "key" | "createdAt" | "balance">>): Promise<Account> {
-    const current = this.find(key);
-    if (current === undefined) throw new Error(`no account has the key ${key}`);
-    const next = { ...current, ...change };
-    const { created_at: _created, ...settable } = accountToRow(next);
-    this.replaceRow.run(settable);
-    this.forget(key);
-    return next;
+  /**
+   * The account is read from the file inside the write transaction, not
+   * from memory: what this process remembers may be up to the change
+   * watch's interval old, and a change written over it would undo one the
+   * CLI (or another process) just made.
+   */
+  async change(key: string, edit: (current: Account) => AccountEdit | undefined): Promise<Account | undefined> {
+    try {
+      return writeTransaction(this.db, () => {
+        const row = this.byKey.get(key) as AccountRow | undefined;
+        if (row === undefined) return undefined;
+        const current = accountFromRow(row);
+        const made = edit(current);
+        if (made === undefined) return current;
+        const next: Account = { ...current, ...made.fields };
+        const columns = columnsOf(made.fields);
+        const values = accountToRow(next);
+        this.updateOf(columns).run(Object.fromEntries([["key", key], ...columns.map((c) => [c, values[c]])]));
+        this.record(key, made.change);
+        return next;
+      });
+    } finally {
+      this.forget(key);
+    }
+  }
+
+  async history(key: string): Promise<AccountChange[]> {
+    return (this.changesOf.all(key) as unknown as AccountChangeRow[]).map(accountChangeFromRow);
+  }
+
+  private record(key: string, change: AccountChange): void {
+    this.insertChange.run(key, change.at, change.kind, change.by, changesToJson(change));
+  }
+
+  private updateOf(columns: readonly string[]): StatementSync {
+    const id = columns.join(",");
+    let update = this.updates.get(id);
+    if (update === undefined) {
+      update = this.db.prepare(`UPDATE accounts SET ${columns.map((c) => `${c} = :${c}`).join(", ")} WHERE key = :key`);
+      this.updates.set(id, update);
+    }
+    return update;
   }
 
 }

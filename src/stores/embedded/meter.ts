@@ -10,6 +10,7 @@ import { previousDay } from "../../core/clock.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
 import { formatMoney, type Micros } from "../../core/money.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
+import { writeTransaction } from "./sqlite-database.ts";
 
 export interface SqliteMeterOptions {
   /** Rows wait at most this long for the group commit. */
@@ -122,8 +123,8 @@ export class SqliteMeter implements Meter {
       deduct: db.prepare("UPDATE balances SET micros = micros - ?1 WHERE account = ?2 AND micros >= ?1"),
       topUp: db.prepare("INSERT INTO balances (account, micros) VALUES (?, ?) ON CONFLICT (account) DO UPDATE SET micros = micros + excluded.micros"),
       unbilled: db.prepare("DELETE FROM balances WHERE account = ? RETURNING micros"),
-      balanceChange: db.prepare("INSERT INTO balance_changes (account, at, kind, amount, balance) VALUES (?, ?, ?, ?, (SELECT micros FROM balances WHERE account = ?))"),
-      balanceChanges: db.prepare("SELECT at, kind, amount, balance FROM balance_changes WHERE account = ? ORDER BY id"),
+      balanceChange: db.prepare("INSERT INTO balance_changes (account, at, kind, amount, balance, actor) VALUES (?, ?, ?, ?, (SELECT micros FROM balances WHERE account = ?), ?)"),
+      balanceChanges: db.prepare("SELECT at, kind, amount, balance, actor FROM balance_changes WHERE account = ? ORDER BY id"),
       sums: db.prepare(`SELECT
           coalesce(sum(CASE WHEN day = :today THEN charged END), 0) AS today,
           coalesce(sum(CASE WHEN day = :yesterday THEN charged END), 0) AS yesterday,
@@ -192,18 +193,19 @@ export class SqliteMeter implements Meter {
         this.sql.topUp.run(account, change.amount);
         amount = change.amount;
       }
-      this.sql.balanceChange.run(account, change.at, change.kind, amount, account);
+      this.sql.balanceChange.run(account, change.at, change.kind, amount, account, change.by ?? null);
     });
     if (e !== undefined) throw e;
     this.options.onBalancesChanged(new Set([account]));
   }
 
   async balanceChanges(account: string): Promise<RecordedBalanceChange[]> {
-    return (this.sql.balanceChanges.all(account) as { at: bigint; kind: RecordedBalanceChange["kind"]; amount: bigint; balance: bigint | null }[]).map((r) => ({
+    return (this.sql.balanceChanges.all(account) as { at: bigint; kind: RecordedBalanceChange["kind"]; amount: bigint; balance: bigint | null; actor: string | null }[]).map((r) => ({
       at: Number(r.at),
       kind: r.kind,
       amount: r.amount,
       balance: r.balance ?? undefined,
+      by: r.actor ?? "",
     }));
   }
 
@@ -275,17 +277,9 @@ export class SqliteMeter implements Meter {
   /** One transaction; an error is returned, never thrown, and the transaction is never left open. */
   private transaction(work: () => void): unknown {
     try {
-      this.db.exec("BEGIN IMMEDIATE");
-      work();
-      this.db.exec("COMMIT");
+      writeTransaction(this.db, work);
       return undefined;
     } catch (e) {
-      // SQLite may already have rolled back (a full disk does): only an open transaction is rolled back.
-      try {
-        if (this.db.isTransaction) this.db.exec("ROLLBACK");
-      } catch {
-        // the connection is in trouble; the next transaction will say so
-      }
       return e;
     }
   }

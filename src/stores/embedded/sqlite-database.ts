@@ -123,7 +123,42 @@ export const migrations: readonly string[] = [
     SELECT account, CAST(unixepoch('subsec') * 1000 AS INTEGER), 'carried', micros, micros FROM balances ORDER BY account;`,
   // 9: a replaced secret still accepted for a while after a rotation (JSON: its hash, salt, signing keys and until when).
   `ALTER TABLE accounts ADD COLUMN previous_secret TEXT;`,
+  // 10: each change of an account's settings, with who made it and what it moved (JSON: [field, before, after]
+  // triples), written in the transaction that makes it; and who made each balance change (none for older rows).
+  `CREATE TABLE account_changes (
+    id INTEGER PRIMARY KEY,
+    account TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    changes TEXT NOT NULL
+  ) STRICT;
+  CREATE INDEX account_changes_by_account ON account_changes (account, id);
+  ALTER TABLE balance_changes ADD COLUMN actor TEXT;`,
 ];
+
+/**
+ * Runs `work` in one write transaction (BEGIN IMMEDIATE: the write lock is
+ * taken first, so what `work` reads no other connection changes before the
+ * commit) and returns what it returns; anything thrown rolls it back and is
+ * thrown on. The transaction is never left open.
+ */
+export function writeTransaction<T>(db: DatabaseSync, work: () => T): T {
+  db.exec("BEGIN IMMEDIATE");
+  try {
+    const result = work();
+    db.exec("COMMIT");
+    return result;
+  } catch (e) {
+    // SQLite may already have rolled back (a full disk does): only an open transaction is rolled back.
+    try {
+      if (db.isTransaction) db.exec("ROLLBACK");
+    } catch {
+      // the connection is in trouble; the next transaction will say so
+    }
+    throw e;
+  }
+}
 
 /**
  * A connection checkpoints the WAL after a commit that leaves it this many

@@ -1,8 +1,9 @@
 import type pg from "pg";
+import type { AccountChange, AccountEdit } from "../../core/account-history.ts";
 import type { AccountStore } from "../../core/account-store.ts";
 import type { Account } from "../../core/accounts.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
-import { accountColumns, accountFromRow, accountToRow, type AccountRow } from "../account-row.ts";
+import { accountChangeFromRow, accountColumns, accountFromRow, accountToRow, changesToJson, columnsOf, type AccountChangeRow, type AccountRow } from "../account-row.ts";
 import { databaseFault } from "./postgres-database.ts";
 
 /** How long a replica trusts what it read of an account: every replica sees a change within this. */
@@ -80,24 +81,64 @@ export class PostgresAccountStore implements AccountStore {
     return (await this.pool.query<AccountRow>(`${read} ORDER BY a.created_at, a.key`)).rows.map(accountFromRow);
   }
 
-  async insert(account: Account): Promise<void> {
+  async insert(account: Account, created: AccountChange): Promise<void> {
     const row = accountToRow(account);
-    await this.pool.query(`INSERT INTO accounts (${accountColumns.join(", ")}) VALUES (${accountColumns.map((_, i) => `$${i + 1}`).join(", ")})`, accountColumns.map((c) => row[c]));
+    const n = accountColumns.length;
+    // The account and the record of its creation in one statement, so one transaction.
+    await this.pool.query(
+      `WITH made AS (INSERT INTO accounts (${accountColumns.join(", ")}) VALUES (${accountColumns.map((_, i) => `$${i + 1}`).join(", ")}) RETURNING key)
+       INSERT INTO account_changes (account, at, kind, actor, changes) SELECT key, $${n + 1}, $${n + 2}, $${n + 3}, $${n + 4}::jsonb FROM made`,
+      [...accountColumns.map((c) => row[c]), String(created.at), created.kind, created.by, changesToJson(created)],
+    );
     this.forget(account.key);
   }
 
-  async update(key: string, change: Partial<Omit<Account, "key" | "createdAt" | "balance">>): Promise<Account> {
+  /**
+   * Reads the account with `FOR UPDATE`, so a change of it on another
+   * replica (or the CLI) waits for this one's commit and then reads what it
+   * wrote: neither is lost, and a rotation is never undone by a change that
+   * had read the secret before it. Only the columns the change names are written.
+   */
+  async change(key: string, edit: (current: Account) => AccountEdit | undefined): Promise<Account | undefined> {
     this.forget(key);
-    const current = await this.find(key);
-    if (current === undefined) throw new Error(`no account has the key ${key}`);
-    const next = { ...current, ...change };
-    // created_at (the last column) never changes, so it is not sent.
-    const row = accountToRow(next);
-    const values = accountColumns.slice(0, -1).map((c) => row[c]);
-    const sets = accountColumns.map((c, i) => [c, i] as const).filter(([c]) => c !== "key" && c !== "created_at");
-    await this.pool.query(`UPDATE accounts SET ${sets.map(([c, i]) => `${c} = $${i + 1}`).join(", ")} WHERE key = $1`, values);
-    this.forget(key);
-    return next;
+    const client = await this.pool.connect();
+    try {
+      await client.query("BEGIN");
+      const r = await client.query<AccountRow>(`${read} WHERE a.key = $1 FOR UPDATE OF a`, [key]);
+      const current = r.rows[0] === undefined ? undefined : accountFromRow(r.rows[0]);
+      const made = current === undefined ? undefined : edit(current);
+      if (current === undefined || made === undefined) {
+        await client.query("ROLLBACK");
+        return current;
+      }
+      const next: Account = { ...current, ...made.fields };
+      const columns = columnsOf(made.fields);
+      const values = accountToRow(next);
+      await client.query(
+        `UPDATE accounts SET ${columns.map((c, i) => `${c} = $${i + 2}`).join(", ")} WHERE key = $1`,
+        [key, ...columns.map((c) => values[c])],
+      );
+      await client.query("INSERT INTO account_changes (account, at, kind, actor, changes) VALUES ($1, $2, $3, $4, $5::jsonb)", [
+        key,
+        String(made.change.at),
+        made.change.kind,
+        made.change.by,
+        changesToJson(made.change),
+      ]);
+      await client.query("COMMIT");
+      return next;
+    } catch (e) {
+      await client.query("ROLLBACK").catch(() => {});
+      throw e;
+    } finally {
+      client.release();
+      this.forget(key);
+    }
+  }
+
+  async history(key: string): Promise<AccountChange[]> {
+    const r = await this.pool.query<AccountChangeRow>("SELECT at::text AS at, kind, actor, changes FROM account_changes WHERE account = $1 ORDER BY id", [key]);
+    return r.rows.map(accountChangeFromRow);
   }
 
   /** Drops what this replica remembers of an account (after its own balance moved). */

@@ -49,10 +49,17 @@ const copies: readonly TableCopy[] = [
   {
     // With their ids: they order an account's changes. The sequence is moved past them after the copy.
     table: "balance_changes",
-    columns: [["id", "bigint"], ["account", "text"], ["at", "bigint"], ["kind", "text"], ["amount", "bigint"], ["balance", "bigint"]],
-    select: "SELECT id, account, at, kind, amount, balance FROM balance_changes",
+    columns: [["id", "bigint"], ["account", "text"], ["at", "bigint"], ["kind", "text"], ["amount", "bigint"], ["balance", "bigint"], ["actor", "text"]],
+    select: "SELECT id, account, at, kind, amount, balance, actor FROM balance_changes",
     count: "SELECT count(*) AS n FROM balance_changes",
     sums: [["amount added", "SELECT coalesce(sum(amount), 0) AS n FROM balance_changes", "SELECT coalesce(sum(amount), 0) AS n FROM balance_changes"]],
+  },
+  {
+    // With their ids, as the balance changes.
+    table: "account_changes",
+    columns: [["id", "bigint"], ["account", "text"], ["at", "bigint"], ["kind", "text"], ["actor", "text"], ["changes", "jsonb"]],
+    select: "SELECT id, account, at, kind, actor, changes FROM account_changes",
+    count: "SELECT count(*) AS n FROM account_changes",
   },
   {
     table: "maintenance",
@@ -109,7 +116,7 @@ function pgValue(v: unknown): unknown {
 
 /**
  * Copies an embedded store into an empty PostgreSQL database, in one
- * transaction: accounts (secrets stay hashed), balances with their recorded changes, maintenance
+ * transaction: accounts (secrets stay hashed) with the record of their changes, balances with theirs, maintenance
  * switches, the ledger with its day counts, folded totals and refusals, and
  * the catalogue. Each table's row count, and the money and call totals, are
  * compared on both sides before the commit; any difference rolls it all back.
@@ -124,7 +131,7 @@ export async function copyEmbeddedStore(db: DatabaseSync, pool: pg.Pool, onTable
     const held = await client.query<{ n: string }>(
       `SELECT ((SELECT count(*) FROM accounts) + (SELECT count(*) FROM ledger) + (SELECT count(*) FROM usage_daily) + (SELECT count(*) FROM catalogue_records)
         + (SELECT count(*) FROM refusals) + (SELECT count(*) FROM ledger_daily_totals) + (SELECT count(*) FROM maintenance)
-        + (SELECT count(*) FROM balance_changes))::text AS n`,
+        + (SELECT count(*) FROM balance_changes) + (SELECT count(*) FROM account_changes))::text AS n`,
     );
     if (held.rows[0]!.n !== "0") throw new CopyRefusedError("the database already holds gateway data; copy into an empty database, so nothing is mixed or counted twice");
     const report: CopiedTable[] = [];
@@ -165,7 +172,9 @@ export async function copyEmbeddedStore(db: DatabaseSync, pool: pg.Pool, onTable
       report.push({ table: copy.table, embedded, postgres });
       onTable?.(copy.table, postgres);
     }
-    await client.query("SELECT setval(pg_get_serial_sequence('balance_changes', 'id'), (SELECT max(id) FROM balance_changes))");
+    for (const table of ["balance_changes", "account_changes"]) {
+      await client.query(`SELECT setval(pg_get_serial_sequence('${table}', 'id'), (SELECT max(id) FROM ${table}))`);
+    }
     await client.query("COMMIT");
     return report;
   } catch (e) {

@@ -270,26 +270,26 @@ export class PostgresMeter implements Meter {
     if (change.kind === "unbilled") {
       await this.pool.query(
         `WITH dropped AS (DELETE FROM balances WHERE account = $1 RETURNING micros)
-         INSERT INTO balance_changes (account, at, kind, amount, balance) SELECT $1, $2, 'unbilled', -micros, NULL FROM dropped`,
-        [account, String(change.at)],
+         INSERT INTO balance_changes (account, at, kind, amount, balance, actor) SELECT $1, $2, 'unbilled', -micros, NULL, $3 FROM dropped`,
+        [account, String(change.at), change.by ?? null],
       );
     } else {
       await this.pool.query(
         `WITH added AS (
            INSERT INTO balances (account, micros) VALUES ($1, $2) ON CONFLICT (account) DO UPDATE SET micros = balances.micros + excluded.micros RETURNING micros)
-         INSERT INTO balance_changes (account, at, kind, amount, balance) SELECT $1, $3, $4, $2, micros FROM added`,
-        [account, change.amount.toString(), String(change.at), change.kind],
+         INSERT INTO balance_changes (account, at, kind, amount, balance, actor) SELECT $1, $3, $4, $2, micros, $5 FROM added`,
+        [account, change.amount.toString(), String(change.at), change.kind, change.by ?? null],
       );
     }
     this.options.onBalancesChanged(new Set([account]));
   }
 
   async balanceChanges(account: string): Promise<RecordedBalanceChange[]> {
-    const r = await this.pool.query<{ at: string; kind: RecordedBalanceChange["kind"]; amount: string; balance: string | null }>(
-      "SELECT at::text AS at, kind, amount::text AS amount, balance::text AS balance FROM balance_changes WHERE account = $1 ORDER BY id",
+    const r = await this.pool.query<{ at: string; kind: RecordedBalanceChange["kind"]; amount: string; balance: string | null; actor: string | null }>(
+      "SELECT at::text AS at, kind, amount::text AS amount, balance::text AS balance, actor FROM balance_changes WHERE account = $1 ORDER BY id",
       [account],
     );
-    return r.rows.map((row) => ({ at: Number(row.at), kind: row.kind, amount: BigInt(row.amount), balance: row.balance === null ? undefined : BigInt(row.balance) }));
+    return r.rows.map((row) => ({ at: Number(row.at), kind: row.kind, amount: BigInt(row.amount), balance: row.balance === null ? undefined : BigInt(row.balance), by: row.actor ?? "" }));
   }
 
   /**

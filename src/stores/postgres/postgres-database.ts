@@ -249,6 +249,18 @@ export const migrations: readonly string[] = [
     SELECT account, (extract(epoch FROM clock_timestamp()) * 1000)::bigint, 'carried', micros, micros FROM balances ORDER BY account;`,
   // 8: a replaced secret still accepted for a while after a rotation (as the embedded store's step 9).
   `ALTER TABLE accounts ADD COLUMN previous_secret jsonb;`,
+  // 9: each change of an account's settings with who made it and what it moved, and who made each balance
+  // change (as the embedded store's step 10).
+  `CREATE TABLE account_changes (
+    id bigserial PRIMARY KEY,
+    account text NOT NULL,
+    at bigint NOT NULL,
+    kind text NOT NULL,
+    actor text NOT NULL,
+    changes jsonb NOT NULL
+  );
+  CREATE INDEX account_changes_by_account ON account_changes (account, id);
+  ALTER TABLE balance_changes ADD COLUMN actor text;`,
 ];
 
 /** What a call is told when the shared database does not answer. */
