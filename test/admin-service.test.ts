@@ -1,7 +1,8 @@
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AccountStatus, AdminService, BalanceChangeKind, Charge, OperationState } from "../src/gen/gateway/admin/v1/admin_pb.js";
+import { toJsonString } from "@bufbuild/protobuf";
+import { AccountEventKind, AccountStatus, AdminService, BalanceChangeKind, GetAccountHistoryResponseSchema, Charge, OperationState } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import { ErrorCode } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 import { runCli } from "./support/cli.ts";
@@ -107,6 +108,26 @@ describe("managing accounts over the AdminService", () => {
     const again = await c.rotateSecret({ key }, ok);
     expect(again.account!.oldSecretUntilMs).toBeUndefined();
     expect([await withSecret(rotated.secret), await withSecret(again.secret)]).toEqual(["4005", "4016"]);
+
+    // Everything above, as the account's history: each change by the admin API's caller, with what it moved.
+    const history = await g.getAccountHistory({ key }, ok);
+    expect(history.account!.key).toBe(key);
+    expect(history.events.map((e) => AccountEventKind[e.kind])).toEqual([
+      "CREATED", "OPENING", "STATUS", "STATUS", "OPERATION", "OPERATION", "OPERATION", "PRICE", "TOP_UP", "PLAN", "PLAN", "PLAN", "SECRET", "SECRET",
+    ]);
+    expect(history.events.every((e) => e.by === "admin-api 127.0.0.1")).toBe(true);
+    expect(history.events[0]!.atMs).toBe(created.account!.createdAtMs);
+    const moved = (i: number) => history.events[i]!.changes.map(({ field, before, after }) => [field, before, after]);
+    expect(moved(0)).toContainEqual(["prices[retail/item_get]", "", "0.25"]);
+    expect(moved(4)).toEqual([["operations[retail/item_get]", "enabled", "stopped"]]);
+    expect(moved(5)).toEqual([["operations[retail/item_get]", "stopped", ""]]);
+    expect(moved(7)).toEqual([["prices[retail/item_get]", "0.25", "2"]]);
+    expect(moved(8)).toEqual([["balance", "1.25", "2"]]);
+    expect(moved(10)).toEqual([["dailyMax", "2", "100"], ["expires", "2030-12-31", "2020-01-01"]]);
+    expect(moved(12)).toEqual([["oldSecretUntil", "", new Date(until).toISOString()], ["secret", "", "rotated"]]);
+    expect(moved(13)).toEqual([["oldSecretUntil", new Date(until).toISOString(), ""], ["secret", "", "rotated"]]);
+    expect(toJsonString(GetAccountHistoryResponseSchema, history)).not.toContain(created.secret);
+    expect((await c.getAccountHistory({ key: "nosuchkey" }, ok).then(() => undefined, ConnectError.from))?.code).toBe(Code.NotFound);
   });
 
   it("switches maintenance for everyone", async () => {
@@ -263,5 +284,26 @@ describe("the CLI", () => {
     const badDuration = await runCli(["accounts", "rotate-secret", a.key, "--keep-old", "5x"], env);
     expect({ code: badDuration.code, stderr: badDuration.stderr.trim() }).toEqual({ code: 2, stderr: '--keep-old takes a duration such as 90s, 30m, 24h or 7d, not "5x"' });
     expect((await runCli(["accounts", "statement", "nosuchkey"], env)).code).toBe(2);
+  });
+
+  it("prints an account's history: who changed what, and when, without a secret", async () => {
+    const env = { GATEWAY_DATA_DIR: gw.config.dataDir };
+    const { userInfo, hostname } = await import("node:os");
+    const a = JSON.parse((await runCli(["accounts", "create", "--json", "--name", "team-h", "--max", "50", "--balance", "3"], env)).stdout) as { key: string; secret: string };
+    await runCli(["accounts", "set-plan", a.key, "--max", "60", "--zone", "Europe/Berlin"], env);
+    await runCli(["accounts", "top-up", a.key, "1.5"], env);
+    const json = JSON.parse((await runCli(["accounts", "history", a.key, "--json"], env)).stdout) as { zone: string; events: { at: string; kind: string; by: string; changes: { field: string; before: string; after: string }[] }[] };
+    const me = `cli ${userInfo().username}@${hostname()}`;
+    expect(json.zone).toBe("Europe/Berlin");
+    expect(json.events.map((e) => [e.kind, e.by])).toEqual([["created", me], ["opening", me], ["plan", me], ["top-up", me]]);
+    expect(json.events[2]!.changes).toEqual([{ field: "dailyMax", before: "50", after: "60" }, { field: "zone", before: "Asia/Shanghai", after: "Europe/Berlin" }]);
+    expect(json.events[0]!.at).toMatch(/^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$/);
+    const text = await runCli(["accounts", "history", a.key], env);
+    expect(text.stdout).toContain(`${a.key}: 4 changes recorded; times in Europe/Berlin`);
+    expect(text.stdout).toMatch(new RegExp(`plan +by ${me.replace(/[.]/g, "\\.")}\n +dailyMax: 50 → 60; zone: Asia/Shanghai → Europe/Berlin`));
+    expect(text.stdout).toMatch(/top-up +by .*\n +balance: 3 → 4\.5/);
+    expect(text.stdout).not.toContain(a.secret);
+    const missing = await runCli(["accounts", "history", "nosuchkey"], env);
+    expect({ code: missing.code, stderr: missing.stderr.trim() }).toEqual({ code: 2, stderr: "no account has the key nosuchkey" });
   });
 });

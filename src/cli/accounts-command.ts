@@ -1,6 +1,7 @@
+import { hostname, userInfo } from "node:os";
 import { parseArgs } from "node:util";
 import type { GatewayConfig } from "../config.ts";
-import { AccountAdminError, type AccountPlan, type BalanceStatement } from "../core/account-admin.ts";
+import { AccountAdminError, type AccountEvent, type AccountPlan, type BalanceStatement } from "../core/account-admin.ts";
 import type { Account } from "../core/accounts.ts";
 import { formatDateTime } from "../core/clock.ts";
 import { formatMoney, parseMoney, type Micros } from "../core/money.ts";
@@ -40,6 +41,26 @@ export function describeStatement(s: BalanceStatement) {
   };
 }
 
+/** An account's history as the CLI prints it (`--json`): times in the account's zone. */
+export function describeHistory(account: Account, events: readonly AccountEvent[]) {
+  return {
+    key: account.key,
+    zone: account.zone,
+    events: events.map((e) => ({ at: formatDateTime(e.at, account.zone), kind: e.kind, by: e.by, changes: e.changes })),
+  };
+}
+
+/** Who the CLI's changes are recorded as made by: the user and host it runs as. */
+function cliActor(): string {
+  let user: string;
+  try {
+    user = userInfo().username;
+  } catch {
+    user = `uid ${process.getuid?.() ?? "?"}`; // no passwd entry (some containers)
+  }
+  return `cli ${user}@${hostname()}`;
+}
+
 const signed = (m: Micros) => (m < 0n ? formatMoney(m) : `+${formatMoney(m)}`);
 
 /** `--flag 90s|30m|24h|7d` as milliseconds. */
@@ -77,6 +98,7 @@ const planFlags = {
 export async function accountsCommand(config: GatewayConfig, argv: string[]): Promise<number> {
   const [sub, ...rest] = argv;
   const runtime = await openRuntime(config);
+  const admin = runtime.admin.as(cliActor());
   const print = (a: Account, json: boolean) =>
     console.log(json ? JSON.stringify(describeAccount(a)) : `${a.key}: ${JSON.stringify(describeAccount(a))}`);
   try {
@@ -96,7 +118,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         const max = wholeNumber("max", values.max);
         const concurrency = wholeNumber("concurrency", values.concurrency);
         const priceMap = prices(runtime, values.price);
-        const { account, secret } = await runtime.admin.create({
+        const { account, secret } = await admin.create({
           ...(values.name !== undefined ? { name: values.name } : {}),
           ...(max !== undefined ? { dailyMax: max } : {}),
           ...(concurrency !== undefined ? { concurrency } : {}),
@@ -116,7 +138,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
       }
       case "list": {
         const { values } = parseArgs({ args: rest, options: { json: { type: "boolean", default: false } } });
-        const accounts = (await runtime.admin.list()).map(describeAccount);
+        const accounts = (await admin.list()).map(describeAccount);
         if (values.json) console.log(JSON.stringify(accounts));
         else for (const a of accounts) console.log(`${a.key}  ${a.status.padEnd(7)}  max ${a.max}  balance ${a.balance ?? "-"}  expires ${a.expires}  ${a.name}`);
         return 0;
@@ -125,7 +147,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
       case "resume": {
         const [key] = rest;
         if (key === undefined) throw new AccountAdminError(`usage: gateway accounts ${sub} KEY`);
-        print(await runtime.admin.setStatus(key, sub === "stop" ? "stopped" : "active"), false);
+        print(await admin.setStatus(key, sub === "stop" ? "stopped" : "active"), false);
         return 0;
       }
       case "enable-api":
@@ -134,7 +156,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         const [key, operation] = rest;
         if (key === undefined || operation === undefined) throw new AccountAdminError(`usage: gateway accounts ${sub} KEY OPERATION`);
         const state = sub === "enable-api" ? "enabled" : sub === "disable-api" ? "stopped" : "removed";
-        print(await runtime.admin.setOperation(key, operation, state), false);
+        print(await admin.setOperation(key, operation, state), false);
         return 0;
       }
       case "set-plan": {
@@ -144,7 +166,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         const max = wholeNumber("max", values.max);
         const concurrency = wholeNumber("concurrency", values.concurrency);
         print(
-          await runtime.admin.setPlan(key, {
+          await admin.setPlan(key, {
             ...(max !== undefined ? { dailyMax: max } : {}),
             ...(concurrency !== undefined ? { concurrency } : {}),
             ...(values.expires !== undefined ? { expires: values.expires } : {}),
@@ -158,8 +180,8 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { json: { type: "boolean", default: false }, "keep-old": { type: "string" } } });
         const [key] = positionals;
         if (key === undefined) throw new AccountAdminError("usage: gateway accounts rotate-secret KEY [--keep-old DURATION] [--json]");
-        const secret = await runtime.admin.rotateSecret(key, values["keep-old"] === undefined ? 0 : duration("keep-old", values["keep-old"]));
-        const account = await runtime.admin.get(key);
+        const secret = await admin.rotateSecret(key, values["keep-old"] === undefined ? 0 : duration("keep-old", values["keep-old"]));
+        const account = await admin.get(key);
         const until = account.previousSecret?.until;
         if (values.json) console.log(JSON.stringify({ key, secret, oldSecretUntil: until === undefined ? null : new Date(until).toISOString() }));
         else {
@@ -172,7 +194,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { json: { type: "boolean", default: false } } });
         const [key] = positionals;
         if (key === undefined) throw new AccountAdminError("usage: gateway accounts statement KEY [--json]");
-        const statement = await runtime.admin.balanceStatement(key);
+        const statement = await admin.balanceStatement(key);
         if (values.json) {
           console.log(JSON.stringify(describeStatement(statement)));
           return 0;
@@ -188,20 +210,38 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         if (statement.account.balance !== undefined && d.changes.length > 0) console.log(`${"".padEnd(19)}  calls took ${d.takenSinceLast} since`);
         return 0;
       }
+      case "history": {
+        const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { json: { type: "boolean", default: false } } });
+        const [key] = positionals;
+        if (key === undefined) throw new AccountAdminError("usage: gateway accounts history KEY [--json]");
+        const account = await admin.get(key);
+        const d = describeHistory(account, await admin.history(key));
+        if (values.json) {
+          console.log(JSON.stringify(d));
+          return 0;
+        }
+        console.log(`${d.key}: ${d.events.length} changes recorded; times in ${d.zone}`);
+        for (const e of d.events) {
+          console.log(`${e.at}  ${e.kind.padEnd(9)}  by ${e.by || "(not recorded)"}`);
+          const moves = e.changes.map((c) => (e.kind === "created" || c.field === "secret" ? `${c.field}: ${c.after}` : `${c.field}: ${c.before || "(none)"} → ${c.after || "(none)"}`));
+          console.log(`${"".padEnd(19)}  ${moves.join("; ")}`);
+        }
+        return 0;
+      }
       case "top-up": {
         const [key, amount] = rest;
         if (key === undefined || amount === undefined) throw new AccountAdminError("usage: gateway accounts top-up KEY AMOUNT");
-        print(await runtime.admin.topUp(key, parseMoney(amount)), false);
+        print(await admin.topUp(key, parseMoney(amount)), false);
         return 0;
       }
       case "set-price": {
         const [key, operation, price] = rest;
         if (key === undefined || operation === undefined || price === undefined) throw new AccountAdminError("usage: gateway accounts set-price KEY OPERATION PRICE");
-        print(await runtime.admin.setPrice(key, operation, parseMoney(price)), false);
+        print(await admin.setPrice(key, operation, parseMoney(price)), false);
         return 0;
       }
       default:
-        console.error("usage: gateway accounts create|list|stop|resume|enable-api|disable-api|remove-api|set-plan|top-up|set-price|rotate-secret|statement …");
+        console.error("usage: gateway accounts create|list|stop|resume|enable-api|disable-api|remove-api|set-plan|top-up|set-price|rotate-secret|statement|history …");
         return 2;
     }
   } finally {

@@ -23,6 +23,7 @@ commands:
   accounts rotate-secret KEY [--keep-old 24h] [--json]
                                      a new secret (shown once); the old one stops working, or after --keep-old (at most 30d)
   accounts statement KEY [--json]    the balance accounted for: every top-up, and what calls took between them
+  accounts history KEY [--json]      every change of the account: when, by whom, and what it moved
   maintenance on|off OP | list       put an operation under maintenance (4009 for everyone)
   usage [--account K] [--day D | --from D --to D] [--operation OP] [--code NNNN] [--rows N] [--json]
   import FILE.ndjson [--json]        load item records into the embedded catalogue

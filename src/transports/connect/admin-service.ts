@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, type ConnectRouter, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { OperationId } from "../../contract/operations.ts";
-import { AccountAdminError, AccountNotFoundError, type AccountAdmin } from "../../core/account-admin.ts";
+import { AccountAdminError, AccountNotFoundError, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
 import type { Account } from "../../core/accounts.ts";
 import type { AddressLockout } from "../../core/address-lockout.ts";
 import { noTelemetry, type Telemetry } from "../../core/telemetry.ts";
@@ -11,6 +11,8 @@ import type { LedgerRow, Meter, UsageTotal } from "../../core/meter.ts";
 import type { OperatorSwitches } from "../../core/operator-switches.ts";
 import { formatMoney, MoneyError, parseMoney } from "../../core/money.ts";
 import {
+  AccountEventKind,
+  AccountEventSchema,
   AccountSchema,
   AccountStatus,
   AdminService,
@@ -26,6 +28,18 @@ import {
 const states = { enabled: OperationState.ENABLED, stopped: OperationState.STOPPED } as const;
 const charges = { charged: Charge.CHARGED, uncharged: Charge.UNCHARGED, ignored: Charge.IGNORED } as const;
 const changeKinds = { opening: BalanceChangeKind.OPENING, "top-up": BalanceChangeKind.TOP_UP, carried: BalanceChangeKind.CARRIED, unbilled: BalanceChangeKind.UNBILLED } as const;
+const eventKinds: Record<AccountEvent["kind"], AccountEventKind> = {
+  created: AccountEventKind.CREATED,
+  status: AccountEventKind.STATUS,
+  plan: AccountEventKind.PLAN,
+  operation: AccountEventKind.OPERATION,
+  price: AccountEventKind.PRICE,
+  secret: AccountEventKind.SECRET,
+  opening: AccountEventKind.OPENING,
+  "top-up": AccountEventKind.TOP_UP,
+  carried: AccountEventKind.CARRIED,
+  unbilled: AccountEventKind.UNBILLED,
+};
 
 function accountMessage(a: Account): AccountMessage {
   return create(AccountSchema, {
@@ -115,10 +129,10 @@ function adminError(e: unknown): never {
   throw e;
 }
 
-function guarded<A extends unknown[], R>(f: (...args: A) => R | Promise<R>): (...args: A) => Promise<R> {
-  return async (...args) => {
+function guarded<Req, R>(f: (req: Req, ctx: HandlerContext) => R | Promise<R>): (req: Req, ctx: HandlerContext) => Promise<R> {
+  return async (req, ctx) => {
     try {
-      return await f(...args);
+      return await f(req, ctx);
     } catch (e) {
       return adminError(e);
     }
@@ -143,15 +157,18 @@ export interface AdminRouteOptions {
 
 /** The AdminService over the same core the CLI uses. */
 export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (router: ConnectRouter) => void {
-  const { admin, meter, switches } = ports;
+  const { meter, switches } = ports;
+  // Changes are recorded as made by the admin API's caller, by address (the one token names no person).
+  const by = (ctx: HandlerContext) => ports.admin.as(`admin-api ${ctx.values.get(clientIpKey)}`);
+  const admin = ports.admin;
   const money = (text: string | undefined) => (text === undefined || text === "" ? undefined : parseMoney(text));
   const priceMap = (prices: Record<string, string>) => new Map(Object.entries(prices).map(([op, p]) => [admin.operation(op), parseMoney(p)]));
   return (router) =>
     router.service(
       AdminService,
       {
-        createAccount: guarded(async (req) => {
-          const { account, secret } = await admin.create({
+        createAccount: guarded(async (req, ctx) => {
+          const { account, secret } = await by(ctx).create({
             name: req.name,
             ...(req.dailyMax !== undefined ? { dailyMax: Number(req.dailyMax) } : {}),
             ...(req.concurrency !== undefined ? { concurrency: req.concurrency } : {}),
@@ -165,11 +182,11 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
         }),
         listAccounts: guarded(async () => ({ accounts: (await admin.list()).map(accountMessage) })),
         getAccount: guarded(async (req) => ({ account: accountMessage(await admin.get(req.key)) })),
-        stopAccount: guarded(async (req) => ({ account: accountMessage(await admin.setStatus(req.key, "stopped")) })),
-        resumeAccount: guarded(async (req) => ({ account: accountMessage(await admin.setStatus(req.key, "active")) })),
-        setPlan: guarded(async (req) => ({
+        stopAccount: guarded(async (req, ctx) => ({ account: accountMessage(await by(ctx).setStatus(req.key, "stopped")) })),
+        resumeAccount: guarded(async (req, ctx) => ({ account: accountMessage(await by(ctx).setStatus(req.key, "active")) })),
+        setPlan: guarded(async (req, ctx) => ({
           account: accountMessage(
-            await admin.setPlan(req.key, {
+            await by(ctx).setPlan(req.key, {
               ...(req.dailyMax !== undefined ? { dailyMax: Number(req.dailyMax) } : {}),
               ...(req.concurrency !== undefined ? { concurrency: req.concurrency } : {}),
               ...(req.expires !== undefined ? { expires: req.expires } : {}),
@@ -177,7 +194,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
             }),
           ),
         })),
-        setOperation: guarded(async (req) => {
+        setOperation: guarded(async (req, ctx) => {
           const named: Partial<Record<OperationState, "enabled" | "stopped" | "removed">> = {
             [OperationState.ENABLED]: "enabled",
             [OperationState.STOPPED]: "stopped",
@@ -185,16 +202,16 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           };
           const state = named[req.state];
           if (state === undefined) throw new AccountAdminError("state must be ENABLED, STOPPED or REMOVED");
-          return { account: accountMessage(await admin.setOperation(req.key, req.operation, state)) };
+          return { account: accountMessage(await by(ctx).setOperation(req.key, req.operation, state)) };
         }),
-        topUp: guarded(async (req) => ({ account: accountMessage(await admin.topUp(req.key, parseMoney(req.amount))) })),
-        setPrice: guarded(async (req) => ({ account: accountMessage(await admin.setPrice(req.key, req.operation, parseMoney(req.price))) })),
+        topUp: guarded(async (req, ctx) => ({ account: accountMessage(await by(ctx).topUp(req.key, parseMoney(req.amount))) })),
+        setPrice: guarded(async (req, ctx) => ({ account: accountMessage(await by(ctx).setPrice(req.key, req.operation, parseMoney(req.price))) })),
         setMaintenance: guarded(async (req) => {
           await switches.setMaintenance(admin.operation(req.operation) as OperationId, req.maintenance);
           return { operations: await switches.maintenance() };
         }),
-        rotateSecret: guarded(async (req) => {
-          const secret = await admin.rotateSecret(req.key, req.keepOldSeconds * 1000);
+        rotateSecret: guarded(async (req, ctx) => {
+          const secret = await by(ctx).rotateSecret(req.key, req.keepOldSeconds * 1000);
           return { account: accountMessage(await admin.get(req.key)), secret };
         }),
         signCall: guarded(async (req) => {
@@ -215,6 +232,14 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
               }),
             ),
             takenSinceLast: formatMoney(statement.takenSinceLast),
+          };
+        }),
+        getAccountHistory: guarded(async (req) => {
+          const account = await admin.get(req.key);
+          const events = await admin.history(req.key);
+          return {
+            account: accountMessage(account),
+            events: events.map((e) => create(AccountEventSchema, { atMs: BigInt(e.at), kind: eventKinds[e.kind], by: e.by, changes: e.changes.map((c) => ({ ...c })) })),
           };
         }),
         queryUsage: guarded(async (req) => {

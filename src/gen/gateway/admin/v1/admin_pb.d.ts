@@ -922,6 +922,111 @@ export declare type GetBalanceStatementResponse = Message<"gateway.admin.v1.GetB
 export declare const GetBalanceStatementResponseSchema: GenMessage<GetBalanceStatementResponse>;
 
 /**
+ * @generated from message gateway.admin.v1.GetAccountHistoryRequest
+ */
+export declare type GetAccountHistoryRequest = Message<"gateway.admin.v1.GetAccountHistoryRequest"> & {
+  /**
+   * @generated from field: string key = 1;
+   */
+  key: string;
+};
+
+/**
+ * Describes the message gateway.admin.v1.GetAccountHistoryRequest.
+ * Use `create(GetAccountHistoryRequestSchema)` to create a new message.
+ */
+export declare const GetAccountHistoryRequestSchema: GenMessage<GetAccountHistoryRequest>;
+
+/**
+ * One setting as it was and as it became; empty for "none" (not yet made, an
+ * operation not added, a price not set, an account not billed by balance).
+ * Fields: name, status, dailyMax, concurrency, expires, zone,
+ * operations[<operation>], prices[<operation>], oldSecretUntil, secret, balance.
+ *
+ * @generated from message gateway.admin.v1.FieldChange
+ */
+export declare type FieldChange = Message<"gateway.admin.v1.FieldChange"> & {
+  /**
+   * @generated from field: string field = 1;
+   */
+  field: string;
+
+  /**
+   * @generated from field: string before = 2;
+   */
+  before: string;
+
+  /**
+   * @generated from field: string after = 3;
+   */
+  after: string;
+};
+
+/**
+ * Describes the message gateway.admin.v1.FieldChange.
+ * Use `create(FieldChangeSchema)` to create a new message.
+ */
+export declare const FieldChangeSchema: GenMessage<FieldChange>;
+
+/**
+ * @generated from message gateway.admin.v1.AccountEvent
+ */
+export declare type AccountEvent = Message<"gateway.admin.v1.AccountEvent"> & {
+  /**
+   * @generated from field: int64 at_ms = 1;
+   */
+  atMs: bigint;
+
+  /**
+   * @generated from field: gateway.admin.v1.AccountEventKind kind = 2;
+   */
+  kind: AccountEventKind;
+
+  /**
+   * Who made it: "cli <user>@<host>", "admin-api <caller's address>", or
+   * "gateway" (the gateway itself: the demo account); empty where it was not
+   * recorded (a change made before the history existed).
+   *
+   * @generated from field: string by = 3;
+   */
+  by: string;
+
+  /**
+   * @generated from field: repeated gateway.admin.v1.FieldChange changes = 4;
+   */
+  changes: FieldChange[];
+};
+
+/**
+ * Describes the message gateway.admin.v1.AccountEvent.
+ * Use `create(AccountEventSchema)` to create a new message.
+ */
+export declare const AccountEventSchema: GenMessage<AccountEvent>;
+
+/**
+ * @generated from message gateway.admin.v1.GetAccountHistoryResponse
+ */
+export declare type GetAccountHistoryResponse = Message<"gateway.admin.v1.GetAccountHistoryResponse"> & {
+  /**
+   * @generated from field: gateway.admin.v1.Account account = 1;
+   */
+  account?: Account | undefined;
+
+  /**
+   * Oldest first.
+   *
+   * @generated from field: repeated gateway.admin.v1.AccountEvent events = 2;
+   */
+  events: AccountEvent[];
+};
+
+/**
+ * Describes the message gateway.admin.v1.GetAccountHistoryResponse.
+ * Use `create(GetAccountHistoryResponseSchema)` to create a new message.
+ */
+export declare const GetAccountHistoryResponseSchema: GenMessage<GetAccountHistoryResponse>;
+
+/**
  * @generated from enum gateway.admin.v1.AccountStatus
  */
 export enum AccountStatus {
@@ -1064,6 +1169,83 @@ export enum BalanceChangeKind {
 export declare const BalanceChangeKindSchema: GenEnum<BalanceChangeKind>;
 
 /**
+ * @generated from enum gateway.admin.v1.AccountEventKind
+ */
+export enum AccountEventKind {
+  /**
+   * @generated from enum value: ACCOUNT_EVENT_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The account was made; its changes list every setting it was made with.
+   *
+   * @generated from enum value: ACCOUNT_EVENT_KIND_CREATED = 1;
+   */
+  CREATED = 1,
+
+  /**
+   * Stopped or resumed.
+   *
+   * @generated from enum value: ACCOUNT_EVENT_KIND_STATUS = 2;
+   */
+  STATUS = 2,
+
+  /**
+   * The daily maximum, concurrency limit, expiry or zone.
+   *
+   * @generated from enum value: ACCOUNT_EVENT_KIND_PLAN = 3;
+   */
+  PLAN = 3,
+
+  /**
+   * An operation added, stopped or removed.
+   *
+   * @generated from enum value: ACCOUNT_EVENT_KIND_OPERATION = 4;
+   */
+  OPERATION = 4,
+
+  /**
+   * @generated from enum value: ACCOUNT_EVENT_KIND_PRICE = 5;
+   */
+  PRICE = 5,
+
+  /**
+   * The secret rotated (and how long the old one is kept).
+   *
+   * @generated from enum value: ACCOUNT_EVENT_KIND_SECRET = 6;
+   */
+  SECRET = 6,
+
+  /**
+   * The balance moves of BalanceChangeKind.
+   *
+   * @generated from enum value: ACCOUNT_EVENT_KIND_OPENING = 7;
+   */
+  OPENING = 7,
+
+  /**
+   * @generated from enum value: ACCOUNT_EVENT_KIND_TOP_UP = 8;
+   */
+  TOP_UP = 8,
+
+  /**
+   * @generated from enum value: ACCOUNT_EVENT_KIND_CARRIED = 9;
+   */
+  CARRIED = 9,
+
+  /**
+   * @generated from enum value: ACCOUNT_EVENT_KIND_UNBILLED = 10;
+   */
+  UNBILLED = 10,
+}
+
+/**
+ * Describes the enum gateway.admin.v1.AccountEventKind.
+ */
+export declare const AccountEventKindSchema: GenEnum<AccountEventKind>;
+
+/**
  * Operators manage accounts, plans, prices and maintenance, and read usage.
  * Every call needs `authorization: Bearer <admin token>` (GATEWAY_ADMIN_TOKEN);
  * no account key works here. Amounts are exact decimal text, e.g. "12.5".
@@ -1201,6 +1383,19 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof GetBalanceStatementRequestSchema;
     output: typeof GetBalanceStatementResponseSchema;
+  },
+  /**
+   * Everything done to the account, oldest first: its creation, each change of
+   * its settings (who made it and what it moved) and each move of its balance
+   * that was not a call's price, each recorded in the transaction that made it.
+   * Secrets never appear: a rotation shows as `secret: rotated`.
+   *
+   * @generated from rpc gateway.admin.v1.AdminService.GetAccountHistory
+   */
+  getAccountHistory: {
+    methodKind: "unary";
+    input: typeof GetAccountHistoryRequestSchema;
+    output: typeof GetAccountHistoryResponseSchema;
   },
   /**
    * Reads the usage ledger: totals, and optionally the rows.
