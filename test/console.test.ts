@@ -152,6 +152,24 @@ describe("the console", () => {
     await page.getByTestId("old-secret-until").waitFor();
     expect(Math.abs((await gw.runtime.admin.get(key)).previousSecret!.until - (Date.now() + 86_400_000))).toBeLessThan(60_000);
     await page.screenshot({ path: join(shots, "4-account-detail.png"), fullPage: true });
+
+    // Everything above, in the account's history, newest first; it stays open while the detail is drawn again.
+    const history = detail.locator("details.history");
+    await history.locator("summary").click();
+    await expect.poll(() => history.locator("tbody tr").count()).toBe(10);
+    const whats = await history.locator("tbody tr td:nth-child(2)").allTextContents();
+    expect(whats).toEqual(["secret", "secret", "top-up", "plan", "operation", "operation", "status", "status", "opening", "created"]);
+    const bys = await history.locator("tbody tr td:nth-child(3)").allTextContents();
+    expect(bys).toEqual([...Array(8).fill("admin-api 127.0.0.1"), "gateway", "gateway"]);
+    const text = (await history.textContent())!;
+    for (const moved of ["dailyMax: 10000 → 77", "concurrency: 20 → 3", "balance: 1 → 3.5", "operations[retail/item_get]: enabled → stopped", "status: active → stopped", "secret: rotated"]) {
+      expect(text).toContain(moved);
+    }
+    expect(text).not.toContain(secret);
+    await page.screenshot({ path: join(shots, "4b-account-history.png"), fullPage: true });
+    await detail.getByRole("button", { name: "Stop account" }).click();
+    await page.getByText("Stop: done.").waitFor();
+    await expect.poll(() => detail.locator("details.history tbody tr").count()).toBe(11);
     await page.close();
   });
 

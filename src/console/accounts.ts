@@ -1,8 +1,8 @@
 // Accounts: list with search and status; create (showing the secret once);
 // stop and resume; enable, stop or add an operation; set the plan; top up;
-// rotate the secret. Every action is an AdminService call whose error is
-// shown in words beside it.
-import { AccountStatus, OperationState, type Account } from "../gen/gateway/admin/v1/admin_pb.js";
+// rotate the secret; read the account's history. Every action is an
+// AdminService call whose error is shown in words beside it.
+import { AccountEventKind, AccountStatus, OperationState, type Account } from "../gen/gateway/admin/v1/admin_pb.js";
 import { inWords, isUnauthenticated } from "./api.ts";
 import { field, formValues, h, notice } from "./dom.ts";
 import type { Shell } from "./main.ts";
@@ -95,6 +95,51 @@ function createForm(shell: Shell, done: (key: string, secret: string) => void): 
     status,
   );
   return form;
+}
+
+/** Accounts whose history is open: it stays open, and is read again, when the detail is drawn again after an action. */
+const historyOpen = new Set<string>();
+
+/** "TOP_UP" as "top-up". */
+const kindName = (kind: AccountEventKind) => (AccountEventKind[kind] ?? "unknown").toLowerCase().replace(/_/g, "-");
+
+/** The account's history (GetAccountHistory), read when opened: when, what, who, and each setting's move. */
+function historySection(shell: Shell, key: string): HTMLElement {
+  const body = h("div", {}, h("p", { class: "muted" }, "Reading the history…"));
+  const details = h("details", { class: "history", open: historyOpen.has(key) }, h("summary", {}, "History"), body);
+  let read = false;
+  const load = async () => {
+    read = true;
+    try {
+      const { events } = await shell.client.getAccountHistory({ key });
+      const rows = [...events].reverse().map((e) => {
+        const created = e.kind === AccountEventKind.CREATED;
+        const moves = e.changes.map((c) =>
+          h("li", {}, h("code", {}, c.field), created || c.field === "secret" ? `: ${c.after}` : `: ${c.before || "(none)"} → ${c.after || "(none)"}`),
+        );
+        return h("tr", {}, h("td", {}, new Date(Number(e.atMs)).toLocaleString()), h("td", {}, kindName(e.kind)), h("td", {}, e.by || "(not recorded)"), h("td", {}, h("ul", {}, ...moves)));
+      });
+      body.replaceChildren(
+        h(
+          "table",
+          {},
+          h("caption", {}, `${events.length} changes, newest first`),
+          h("thead", {}, h("tr", {}, ...["When", "What", "By", "Changed"].map((t) => h("th", { scope: "col" }, t)))),
+          h("tbody", {}, ...rows),
+        ),
+      );
+    } catch (err) {
+      if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
+      body.replaceChildren(notice("error", inWords(err)));
+    }
+  };
+  details.addEventListener("toggle", () => {
+    if (!details.open) return void historyOpen.delete(key);
+    historyOpen.add(key);
+    if (!read) void load();
+  });
+  if (details.open) void load();
+  return details;
 }
 
 function accountDetail(shell: Shell, account: Account, refresh: (message?: string, secret?: { key: string; secret: string }) => Promise<void>): HTMLElement {
@@ -199,6 +244,7 @@ function accountDetail(shell: Shell, account: Account, refresh: (message?: strin
     plan,
     account.balance !== undefined ? topUp : h("p", { class: "muted" }, "Not billed by balance."),
     status,
+    historySection(shell, key),
   );
 }
 
