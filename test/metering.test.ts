@@ -10,6 +10,9 @@ import { parseMoney } from "../src/core/money.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { buildApp } from "../src/transports/server/app.ts";
+import { CachedCatalogue } from "../src/core/cached-catalogue.ts";
+import { Gateway } from "../src/core/gateway.ts";
+import { MemoryCache } from "../src/stores/embedded/response-cache.ts";
 import { SqliteMeter } from "../src/stores/embedded/meter.ts";
 import { openDatabase, walCheckpointPages } from "../src/stores/embedded/sqlite-database.ts";
 import { assistEveryCommits, assistPauseAtFrames, WalCheckpointer } from "../src/stores/embedded/wal-checkpointer.ts";
@@ -245,6 +248,86 @@ describe("concurrency limit", () => {
         expect(out.status.errorCode).toBe(4000);
       }
       expect((await legacyGet(base, "/retail/item_get/", item(a))).json.error_code).toBe("0000");
+    } finally {
+      await close();
+    }
+  });
+});
+
+describe("a caller's deadline", () => {
+  /** The real app over the fixture's stores, with a cache in front of another retail source (as production has). */
+  async function cachedAppWith(source: CatalogueSource) {
+    const catalogue = new CachedCatalogue(new Map([["retail", source]]), new MemoryCache(16 * 1_048_576));
+    const gateway = new Gateway({ accounts: gw.runtime.accounts, meter: gw.runtime.meter, switches: gw.runtime.switches, catalogue });
+    const app = await buildApp({ gateway, logLevel: false });
+    await app.listen({ host: "127.0.0.1", port: 0 });
+    return { gateway, base: `http://127.0.0.1:${(app.server.address() as { port: number }).port}`, close: () => app.close() };
+  }
+  const call = (base: string, a: { key: string; secret: string }, grpc: boolean, timeoutMs?: number) =>
+    createClient(RetailService, grpc ? createGrpcTransport({ baseUrl: base }) : createConnectTransport({ baseUrl: base, httpVersion: "1.1" }))
+      .itemGet({ numIid: demo.retailNumIid }, { headers: { "x-api-key": a.key, "x-api-secret": a.secret }, ...(timeoutMs !== undefined ? { timeoutMs } : {}) })
+      .then(
+        (r) => ({ code: "0000", cache: r.status!.cache, connect: undefined as Code | undefined }),
+        (e: unknown) => {
+          const status = ConnectError.from(e).findDetails(StatusBlockSchema)[0];
+          return { code: status === undefined ? "" : String(status.errorCode).padStart(4, "0"), cache: false, connect: ConnectError.from(e).code };
+        },
+      );
+  const ledger = async (key: string) =>
+    (await gw.runtime.meter.query({ account: key, rows: 20 })).rows.map((r) => ({ code: r.code, charge: r.charge, price: r.price, transport: r.transport })).reverse();
+
+  it("passed before the answer was ready: the caller sees deadline_exceeded, and the call is recorded 4017, not charged", async () => {
+    let purchases = 0;
+    const { gateway, base, close } = await cachedAppWith(delayed(400, () => purchases++));
+    try {
+      const price = parseMoney("0.1");
+      const a = await gw.newAccount({ balance: parseMoney("1"), prices: new Map([["retail/item_get", price]]) });
+      // Both clients give up at 100 ms, while the item is still being bought. Before, each such call was recorded
+      // 0000 and charged once the purchase ended, although its caller had been told deadline_exceeded.
+      expect((await call(base, a, false, 100)).connect).toBe(Code.DeadlineExceeded);
+      expect((await call(base, a, true, 100)).connect).toBe(Code.DeadlineExceeded);
+      await new Promise((r) => setTimeout(r, 800));
+      expect(await ledger(a.key)).toEqual([
+        { code: 4017, charge: "uncharged", price: 0n, transport: "connect" },
+        { code: 4017, charge: "uncharged", price: 0n, transport: "grpc" },
+      ]);
+      expect((await gw.runtime.admin.get(a.key)).balance).toBe(parseMoney("1"));
+      // What was bought is kept: the next call, with a deadline it meets, is a cache hit, charged once.
+      expect(await call(base, a, false, 5000)).toEqual({ code: "0000", cache: true, connect: undefined });
+      expect(purchases).toBe(1);
+      expect((await ledger(a.key)).at(-1)).toEqual({ code: 0, charge: "charged", price, transport: "connect" });
+      expect((await gw.runtime.admin.get(a.key)).balance).toBe(parseMoney("0.9"));
+      // A deadline already past when the call reaches its source: nothing is bought.
+      const late = await gateway.call(operationById.get("retail/item_get")!, {
+        args: { num_iid: "600000009999" },
+        credentials: a,
+        transport: "connect",
+        clientIp: "127.0.0.1",
+        deadline: performance.now() - 1,
+      });
+      expect([late.status.errorCode, late.status.reason]).toEqual([4017, expect.stringContaining("passed before the call reached its source, so nothing was bought")]);
+      expect(purchases).toBe(1);
+    } finally {
+      await close();
+    }
+  });
+
+  it("keeps the call's concurrency place until the purchase it started ends, so callers that give up at once cannot buy past their limit", async () => {
+    let running = 0;
+    let peak = 0;
+    const { base, close } = await cachedAppWith(delayed(400, () => (peak = Math.max(peak, ++running)), () => running--));
+    try {
+      const a = await gw.newAccount({ concurrency: 2 });
+      const item = (n: number) => createClient(RetailService, createConnectTransport({ baseUrl: base, httpVersion: "1.1" })).itemGet({ numIid: `60000000${String(n).padStart(4, "0")}` }, { headers: { "x-api-key": a.key, "x-api-secret": a.secret }, timeoutMs: 50 }).then(() => undefined as Code | undefined, (e: unknown) => ConnectError.from(e).code);
+      // Two distinct items, each given up at 50 ms: both purchases run on.
+      expect(await Promise.all([item(1), item(2)])).toEqual([Code.DeadlineExceeded, Code.DeadlineExceeded]);
+      // While they run, a third caller is refused 4008: the places are still taken. A call that freed its place
+      // at its deadline would let a caller that always gives up have any number of uncharged purchases running.
+      const third = await call(base, a, false);
+      expect(third.code).toBe("4008");
+      await new Promise((r) => setTimeout(r, 600));
+      expect(peak).toBe(2);
+      expect((await call(base, a, false)).code).toBe("0000");
     } finally {
       await close();
     }

@@ -48,6 +48,12 @@ export interface CallInput {
   /** A fault in the request's options (e.g. an unknown result_type); answered 4003 once the caller is authenticated. */
   readonly rejection?: string | undefined;
   readonly signal?: AbortSignal | undefined;
+  /**
+   * When the caller stops waiting (its RPC deadline), as `performance.now()`
+   * reads; undefined for none. A call whose deadline passes before its
+   * answer is ready is answered 4017 and not charged (`Gateway.call`).
+   */
+  readonly deadline?: number | undefined;
   /** The transport's id of the request (its log lines carry it); the core makes one when absent. */
   readonly requestId?: string | undefined;
 }
@@ -116,6 +122,12 @@ type Answer = Found | NotFound;
 const argForms = { numeric: /^[0-9]*$/, token: /^[A-Za-z0-9_-]*$/ };
 const argFormText = { numeric: "numeric text", token: "letters, digits, _ or -" };
 const neverAborted = new AbortController().signal;
+
+/** Throws 4017 when the caller's deadline (`performance.now()` time) has passed. */
+function pastDeadline(deadline: number, started: number, what: string): void {
+  const now = performance.now();
+  if (now > deadline) throw new GatewayError(ErrorCode.TIMEOUT, `the caller's deadline (${Math.round(deadline - started)} ms) passed ${what}`);
+}
 
 /**
  * The gateway's core: authenticates a call, checks its arguments, asks the
@@ -193,8 +205,14 @@ export class Gateway {
       if (unavailable !== undefined) throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, unavailable);
       const admitted = this.ports.meter.admit(account, operation.id, dayOf(now, account.zone));
       admission = admitted instanceof Promise ? await admitted : admitted;
+      if (input.deadline !== undefined) pastDeadline(input.deadline, started, "before the call reached its source, so nothing was bought");
       const answering = this.ports.catalogue.answer(operation, args, options.lang, options.useCache, input.signal ?? neverAborted);
-      ({ answer, fromCache, memo, translation } = answering instanceof Promise ? await answering : answering);
+      const answered = answering instanceof Promise ? await answering : answering;
+      // The caller has stopped waiting and sees deadline_exceeded, so the call is not charged. Its purchase (shared with
+      // any other caller of the item, and kept for the next) was waited for: the call's concurrency place stays taken
+      // until it ends, so callers that give up at once cannot have more purchases running than their limit.
+      if (input.deadline !== undefined) pastDeadline(input.deadline, started, "before the answer was ready, so the call was not charged");
+      ({ answer, fromCache, memo, translation } = answered);
       code = answer.found ? ErrorCode.SUCCESS : ErrorCode.NO_RESULT;
       if (!answer.found) reason = answer.reason;
     } catch (e) {

@@ -15,6 +15,8 @@ export interface CallSource {
   readonly clientIp: string;
   readonly requestId: string | undefined;
   readonly signal: AbortSignal | undefined;
+  /** When the caller stops waiting, as `performance.now()` reads (CallInput.deadline). */
+  readonly deadline?: number | undefined;
   readonly transport: Transport;
   /** The messages travel in the protobuf binary format (Connect proto, gRPC, gRPC-Web), not JSON. */
   readonly binary: boolean;
@@ -31,11 +33,13 @@ export function headerReader(headers: Readonly<Record<string, string | string[] 
 /** A connect-es handler context as a CallSource. */
 function sourceOfContext(ctx: HandlerContext): CallSource {
   const contentType = ctx.requestHeader.get("content-type") ?? "";
+  const timeoutMs = ctx.timeoutMs();
   return {
     header: (name) => ctx.requestHeader.get(name) ?? undefined,
     clientIp: ctx.values.get(clientIpKey),
     requestId: ctx.values.get(requestIdKey) || undefined,
     signal: ctx.signal,
+    deadline: timeoutMs === undefined ? undefined : performance.now() + timeoutMs,
     transport: contentType.startsWith("application/grpc-web") ? "grpc-web" : contentType.startsWith("application/grpc") ? "grpc" : "connect",
     binary: binaryCall(ctx),
   };
@@ -81,6 +85,7 @@ function requestReader(operation: Operation): (req: Message, src: CallSource) =>
       clientIp: src.clientIp,
       requestId: src.requestId,
       signal: src.signal,
+      deadline: src.deadline,
     };
   };
 }
