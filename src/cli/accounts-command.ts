@@ -1,4 +1,3 @@
-import { hostname, userInfo } from "node:os";
 import { parseArgs } from "node:util";
 import type { GatewayConfig } from "../config.ts";
 import { AccountAdminError, type AccountEvent, type AccountPlan, type BalanceStatement } from "../core/account-admin.ts";
@@ -6,6 +5,7 @@ import type { Account } from "../core/accounts.ts";
 import { formatDateTime } from "../core/clock.ts";
 import { formatMoney, parseMoney, type Micros } from "../core/money.ts";
 import { openRuntime, type Runtime } from "../runtime.ts";
+import { cliActor } from "./cli-actor.ts";
 
 /** An account as the CLI prints it: no secret, amounts as decimal text. */
 export function describeAccount(a: Account) {
@@ -48,17 +48,6 @@ export function describeHistory(account: Account, events: readonly AccountEvent[
     zone: account.zone,
     events: events.map((e) => ({ at: formatDateTime(e.at, account.zone), kind: e.kind, by: e.by, changes: e.changes })),
   };
-}
-
-/** Who the CLI's changes are recorded as made by: the user and host it runs as. */
-function cliActor(): string {
-  let user: string;
-  try {
-    user = userInfo().username;
-  } catch {
-    user = `uid ${process.getuid?.() ?? "?"}`; // no passwd entry (some containers)
-  }
-  return `cli ${user}@${hostname()}`;
 }
 
 const signed = (m: Micros) => (m < 0n ? formatMoney(m) : `+${formatMoney(m)}`);
