@@ -93,7 +93,7 @@ export const settings = {
   rpcFastPath: oneOf("GATEWAY_RPC_FAST_PATH", "on", ["on", "off"], "the fast paths of catalogue calls over Connect (HTTP/1.1; before Fastify for a caller without `Origin`) and gRPC (HTTP/2, on the stream before Fastify); `off` sends every RPC through Fastify and connect-node, answering the same bytes more slowly"),
   legacyFastPath: oneOf("GATEWAY_LEGACY_FAST_PATH", "on", ["on", "off"], "the fast path of legacy `GET` calls without `Origin` or a body, on the HTTP/1.1 request before Fastify; `off` sends every legacy call through Fastify's route, answering the same bytes more slowly"),
   ledgerCommitMs: whole("GATEWAY_LEDGER_COMMIT_MS", defaultMeterOptions.commitIntervalMs, [0, 1000], "milliseconds", "longest wait of a ledger row for its group commit; 0 commits at the end of each event-loop turn"),
-  adminToken: text("GATEWAY_ADMIN_TOKEN", "", "bearer token of the AdminService (16+ characters); unset turns it off", { shown: "unset", secret: true }),
+  adminToken: text("GATEWAY_ADMIN_TOKEN", "", "bearer token of the AdminService (16+ characters); unset, the AdminService takes only named admins' tokens (`gateway admins add`), and is off while there are none", { shown: "unset", secret: true }),
   upstreamUrl: text("GATEWAY_UPSTREAM_URL", "", "the upstream provider; set, every catalogue uses it unless `GATEWAY_SOURCES` says otherwise", { shown: "unset" }),
   upstreamKey: text("GATEWAY_UPSTREAM_KEY", "", "the gateway's own account at the provider", { shown: "unset" }),
   upstreamSecret: text("GATEWAY_UPSTREAM_SECRET", "", "that account's secret", { shown: "unset", secret: true }),

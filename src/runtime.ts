@@ -38,6 +38,9 @@ import { PostgresMeter } from "./stores/postgres/meter.ts";
 import { PostgresOperatorSwitches } from "./stores/postgres/operator-switches.ts";
 import { migrateSchema, openPostgres } from "./stores/postgres/postgres-database.ts";
 import { PostgresReplayGuard } from "./stores/postgres/replay-guard.ts";
+import { PostgresAdminTokens } from "./stores/postgres/admin-tokens.ts";
+import { SqliteAdminTokens } from "./stores/embedded/admin-tokens.ts";
+import { AdminTokens, type AdminTokenStore } from "./core/admin-tokens.ts";
 import { openRedis } from "./stores/redis/redis-client.ts";
 import { RedisAddressLockout } from "./stores/redis/address-lockout.ts";
 import { RedisResponseCache } from "./stores/redis/response-cache.ts";
@@ -52,6 +55,8 @@ export interface Runtime {
   readonly lockout: AddressLockout;
   readonly accounts: AccountStore;
   readonly admin: AccountAdmin;
+  /** Named admins, each with a token of its own (besides GATEWAY_ADMIN_TOKEN). */
+  readonly admins: AdminTokens;
   readonly meter: Meter;
   readonly switches: OperatorSwitches;
   readonly catalogue: CatalogueStore;
@@ -114,6 +119,7 @@ export function databasePath(config: Pick<GatewayConfig, "dataDir">): string {
 /** The stores a runtime is wired to: embedded (one process, one SQLite file) or shared (PostgreSQL and Redis). */
 interface Stores {
   readonly accounts: AccountStore;
+  readonly admins: AdminTokenStore;
   readonly meter: Meter;
   readonly switches: OperatorSwitches;
   readonly replays: ReplayGuard;
@@ -199,6 +205,7 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
     accounts,
     meter,
     switches: new SqliteOperatorSwitches(db, watch),
+    admins: new SqliteAdminTokens(db, watch),
     replays: new SqliteReplayGuard(db),
     catalogue: new EmbeddedCatalogue(db),
     cache: cacheBound(config) > 0 ? new MemoryCache(cacheBound(config), () => clock.now()) : undefined,
@@ -270,6 +277,7 @@ async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog
     accounts,
     meter,
     switches: new PostgresOperatorSwitches(pool, () => clock.now()),
+    admins: new PostgresAdminTokens(pool, () => clock.now()),
     replays: new PostgresReplayGuard(pool),
     catalogue: new PostgresCatalogue(pool),
     cache: cacheBound(config) > 0 ? new RedisResponseCache(connected, { localMaxBytes: Math.min(cacheBound(config), 16 * 1_048_576), now: () => clock.now() }) : undefined,
@@ -345,6 +353,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
     metrics: telemetry,
     accounts,
     admin: new AccountAdmin(accounts, meter, clock, operations),
+    admins: new AdminTokens(stores.admins, clock),
     meter,
     switches,
     catalogue,

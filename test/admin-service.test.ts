@@ -6,6 +6,9 @@ import { AccountEventKind, AccountStatus, AdminService, BalanceChangeKind, GetAc
 import { ErrorCode } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 import { runCli } from "./support/cli.ts";
+import { createHash } from "node:crypto";
+import { join } from "node:path";
+import { DatabaseSync } from "node:sqlite";
 
 let gw: GatewayFixture;
 beforeAll(async () => {
@@ -222,6 +225,70 @@ describe("secrets and signing over the AdminService", () => {
   });
 });
 
+describe("named admins", () => {
+  it("each with a token of its own: its changes are recorded under its name, and a revoked one is refused", async () => {
+    const own = await startGateway();
+    try {
+      const client = createClient(AdminService, createConnectTransport({ baseUrl: own.base, httpVersion: "1.1" }));
+      const as = (token: string) => headers(token);
+      const { admin, token } = await own.runtime.admins.as("cli ops@host").add("alice");
+      expect(admin).toMatchObject({ name: "alice", createdBy: "cli ops@host" });
+      expect(token).toMatch(/^gwa_[A-Za-z0-9]{40}$/);
+      const { account } = await client.createAccount({ name: "by-alice" }, as(token));
+      await client.setPlan({ key: account!.key, dailyMax: 7n }, as(token));
+      await client.setPlan({ key: account!.key, dailyMax: 8n }, ok);
+      const history = await client.getAccountHistory({ key: account!.key }, ok);
+      expect(history.events.map((e) => [AccountEventKind[e.kind], e.by])).toEqual([
+        ["CREATED", "admin-api alice@127.0.0.1"],
+        ["PLAN", "admin-api alice@127.0.0.1"],
+        ["PLAN", "admin-api 127.0.0.1"],
+      ]);
+      // Only the token's SHA-256 is kept.
+      const stored = JSON.stringify(new DatabaseSync(join(own.config.dataDir, "gateway.db"), { readOnly: true }).prepare("SELECT * FROM admin_tokens").all());
+      expect(stored).not.toContain(token);
+      expect(stored).toContain(createHash("sha256").update(token).digest("hex"));
+      // Revoked: refused at once on this gateway, in words that say so; GATEWAY_ADMIN_TOKEN still works.
+      await own.runtime.admins.as("cli ops@host").revoke("alice");
+      const refused = await client.listAccounts({}, as(token)).then(() => undefined, ConnectError.from);
+      expect([refused?.code, refused?.rawMessage]).toEqual([Code.Unauthenticated, "the admin token of alice was revoked"]);
+      expect((await client.listAccounts({}, ok)).accounts.length).toBeGreaterThan(0);
+      // A token of no admin, shaped like one, is refused as any wrong token.
+      const forged = await client.listAccounts({}, as(`gwa_${"x".repeat(40)}`)).then(() => undefined, ConnectError.from);
+      expect([forged?.code, forged?.rawMessage]).toEqual([Code.Unauthenticated, "the admin token is not valid"]);
+      // Names are never reused, a revoked one's included; a name must be plain.
+      await expect(own.runtime.admins.add("alice")).rejects.toThrow("there is already an admin named alice");
+      await expect(own.runtime.admins.add("bad name")).rejects.toThrow("an admin's name is");
+      await expect(own.runtime.admins.revoke("nobody")).rejects.toThrow("no admin is named nobody");
+      expect((await own.runtime.admins.list()).map((a) => [a.name, a.revokedBy])).toEqual([["alice", "cli ops@host"]]);
+    } finally {
+      await own.close();
+    }
+  });
+
+  it("turn the admin API on without GATEWAY_ADMIN_TOKEN, and it is off again when none is left", async () => {
+    const own = await startGateway();
+    try {
+      const { buildApp } = await import("../src/transports/server/app.ts");
+      const app = await buildApp({ gateway: own.runtime.gateway, logLevel: false, admin: { ports: own.runtime, token: "" } });
+      await app.listen({ host: "127.0.0.1", port: 0 });
+      try {
+        const client = createClient(AdminService, createConnectTransport({ baseUrl: `http://127.0.0.1:${(app.server.address() as { port: number }).port}`, httpVersion: "1.1" }));
+        const off = await client.listAccounts({}, headers("anything")).then(() => undefined, ConnectError.from);
+        expect(off?.rawMessage).toBe("the admin API is off: set GATEWAY_ADMIN_TOKEN, or add an admin (gateway admins add NAME)");
+        const { token } = await own.runtime.admins.add("bob");
+        expect((await client.listAccounts({}, headers(token))).accounts.length).toBeGreaterThan(0);
+        await own.runtime.admins.revoke("bob");
+        await new Promise((r) => setTimeout(r, 1100)); // whether any admin is left is read at most once a second
+        expect((await client.listAccounts({}, headers(token)).then(() => undefined, ConnectError.from))?.rawMessage).toContain("the admin API is off");
+      } finally {
+        await app.close();
+      }
+    } finally {
+      await own.close();
+    }
+  });
+});
+
 describe("the CLI", () => {
   it("creates an account with --max, --concurrency, --balance and --expires, and reports usage", async () => {
     const env = { GATEWAY_DATA_DIR: gw.config.dataDir };
@@ -284,6 +351,28 @@ describe("the CLI", () => {
     const badDuration = await runCli(["accounts", "rotate-secret", a.key, "--keep-old", "5x"], env);
     expect({ code: badDuration.code, stderr: badDuration.stderr.trim() }).toEqual({ code: 2, stderr: '--keep-old takes a duration such as 90s, 30m, 24h or 7d, not "5x"' });
     expect((await runCli(["accounts", "statement", "nosuchkey"], env)).code).toBe(2);
+  });
+
+  it("adds, lists and revokes named admins; a token added or revoked applies to the running gateway", async () => {
+    const env = { GATEWAY_DATA_DIR: gw.config.dataDir };
+    const { userInfo, hostname } = await import("node:os");
+    const me = `cli ${userInfo().username}@${hostname()}`;
+    const added = JSON.parse((await runCli(["admins", "add", "carol", "--json"], env)).stdout) as { name: string; token: string; createdBy: string };
+    expect(added).toMatchObject({ name: "carol", createdBy: me });
+    const c = admin();
+    const carol = async () => c.listAccounts({}, headers(added.token)).then(() => "ok", (e: unknown) => ConnectError.from(e).rawMessage);
+    let seen = await carol();
+    for (let i = 0; i < 20 && seen !== "ok"; i++) seen = await new Promise((r) => setTimeout(r, 100)).then(carol);
+    expect(seen).toBe("ok");
+    const listed = await runCli(["admins", "list"], env);
+    expect(listed.stdout).toMatch(new RegExp(`^carol +added \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d by ${me.replace(/[.]/g, "\\.")}$`, "m"));
+    expect(listed.stdout).not.toContain(added.token);
+    const again = await runCli(["admins", "add", "carol"], env);
+    expect({ code: again.code, stderr: again.stderr.trim() }).toEqual({ code: 2, stderr: "there is already an admin named carol (names are never reused, a revoked one's included)" });
+    expect((await runCli(["admins", "revoke", "carol"], env)).stdout).toContain("carol: revoked");
+    seen = await carol();
+    for (let i = 0; i < 20 && seen === "ok"; i++) seen = await new Promise((r) => setTimeout(r, 100)).then(carol);
+    expect(seen).toBe("the admin token of carol was revoked");
   });
 
   it("prints an account's history: who changed what, and when, without a secret", async () => {

@@ -21,11 +21,11 @@ afterAll(async () => {
   await gw?.close();
 });
 
-async function signedIn(viewport = { width: 1280, height: 900 }): Promise<{ page: Page; requests: string[] }> {
+async function signedIn(viewport = { width: 1280, height: 900 }, token = adminToken): Promise<{ page: Page; requests: string[] }> {
   const page = await browser.newPage({ viewport });
   const requests = recordRequests(page);
   await page.goto(`${gw.base}/console/`);
-  await page.getByLabel("Admin token").fill(adminToken);
+  await page.getByLabel("Admin token").fill(token);
   await page.getByRole("button", { name: "Sign in" }).click();
   await page.getByRole("heading", { name: "Accounts" }).waitFor();
   return { page, requests };
@@ -93,7 +93,8 @@ describe("the console", () => {
 
   it("searches, stops and resumes an account, disables an operation, sets the plan, tops up and rotates the secret", async () => {
     const { key, secret } = await gw.newAccount({ name: "ops-target", balance: 1_000_000n });
-    const { page } = await signedIn();
+    // Signed in as a named admin: its changes are recorded under its name.
+    const { page } = await signedIn(undefined, (await gw.runtime.admins.add("ops")).token);
     await page.getByLabel("Search accounts").fill("ops-target");
     await expect.poll(() => page.locator("table.accounts tbody tr").count()).toBe(1);
     await page.getByRole("button", { name: "ops-target" }).click();
@@ -160,7 +161,7 @@ describe("the console", () => {
     const whats = await history.locator("tbody tr td:nth-child(2)").allTextContents();
     expect(whats).toEqual(["secret", "secret", "top-up", "plan", "operation", "operation", "status", "status", "opening", "created"]);
     const bys = await history.locator("tbody tr td:nth-child(3)").allTextContents();
-    expect(bys).toEqual([...Array(8).fill("admin-api 127.0.0.1"), "gateway", "gateway"]);
+    expect(bys).toEqual([...Array(8).fill("admin-api ops@127.0.0.1"), "gateway", "gateway"]);
     const text = (await history.textContent())!;
     for (const moved of ["dailyMax: 10000 → 77", "concurrency: 20 → 3", "balance: 1 → 3.5", "operations[retail/item_get]: enabled → stopped", "status: active → stopped", "secret: rotated"]) {
       expect(text).toContain(moved);

@@ -11,11 +11,14 @@ import { migrateSchema, migrations, openPostgres } from "../src/stores/postgres/
 import { runCli } from "./support/cli.ts";
 import { demo, legacyGet, startGateway } from "./support/gateway-fixture.ts";
 import { freshDatabase } from "./support/postgres.ts";
+import { AdminTokens } from "../src/core/admin-tokens.ts";
+import { systemClock } from "../src/core/clock.ts";
+import { PostgresAdminTokens } from "../src/stores/postgres/admin-tokens.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "gateway-migrate-"));
 let target: Awaited<ReturnType<typeof freshDatabase>>;
 let pool: pg.Pool;
-const embedded: { paying?: { key: string; secret: string }; balance?: bigint; charged?: number } = {};
+const embedded: { paying?: { key: string; secret: string }; balance?: bigint; charged?: number; adminToken?: string } = {};
 
 beforeAll(async () => {
   target = await freshDatabase("migrate");
@@ -30,6 +33,7 @@ beforeAll(async () => {
     await gw.runtime.switches.setMaintenance("wholesale/item_get", true);
     // A rotation still keeping the old secret: the grace moves with the account.
     await gw.runtime.admin.rotateSecret(paying.key, 3_600_000);
+    embedded.adminToken = (await gw.runtime.admins.add("erin")).token;
     embedded.paying = paying;
     embedded.balance = (await gw.runtime.accounts.find(paying.key))!.balance;
     embedded.charged = (await gw.runtime.meter.usage(paying.key, "9999-12-31", "9999-12-30")).before;
@@ -54,7 +58,7 @@ describe("gateway migrate --to postgres://…", () => {
     expect(r.code).toBe(0);
     const report = JSON.parse(r.stdout) as { tables: { table: string; embedded: number; postgres: number }[] };
     for (const t of report.tables) expect(t.postgres, t.table).toBe(t.embedded);
-    expect(report.tables.map((t) => t.table)).toEqual(["accounts", "balances", "balance_changes", "account_changes", "maintenance", "usage_daily", "ledger", "ledger_daily_totals", "refusals", "catalogue_records"]);
+    expect(report.tables.map((t) => t.table)).toEqual(["accounts", "balances", "balance_changes", "account_changes", "admin_tokens", "maintenance", "usage_daily", "ledger", "ledger_daily_totals", "refusals", "catalogue_records"]);
 
     // Secrets stay hashed; the balance, prices and operations arrive as they were.
     const account = (await pool.query("SELECT a.*, b.micros::text AS balance FROM accounts a LEFT JOIN balances b ON b.account = a.key WHERE a.key = $1", [embedded.paying!.key])).rows[0];
@@ -78,6 +82,10 @@ describe("gateway migrate --to postgres://…", () => {
     const after = await pool.query("INSERT INTO account_changes (account, at, kind, actor, changes) VALUES ('x', 0, 'plan', 'test', '[]') RETURNING id::int AS id");
     expect(after.rows[0].id).toBeGreaterThan(history.at(-1)!.id);
     await pool.query("DELETE FROM account_changes WHERE account = 'x'");
+    // Named admins come with their token's hash, never the token: the same token works on the shared store.
+    expect((await pool.query("SELECT name, created_by FROM admin_tokens")).rows).toEqual([{ name: "erin", created_by: "gateway" }]);
+    expect(JSON.stringify((await pool.query("SELECT * FROM admin_tokens")).rows)).not.toContain(embedded.adminToken);
+    expect((await new AdminTokens(new PostgresAdminTokens(pool), systemClock).identify(embedded.adminToken!))?.name).toBe("erin");
     expect(account.operations).toMatchObject({ "wholesale/item_get": "enabled" });
     // The ledger: the four charged calls, each with its row; the wrong secret had no account, so it is counted as a refusal.
     const rows = (await pool.query("SELECT error_code, charge, price::text AS price, cache_hit FROM ledger WHERE account = $1 ORDER BY request_id", [embedded.paying!.key])).rows;

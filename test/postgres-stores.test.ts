@@ -9,6 +9,8 @@ import { operations } from "../src/operations/index.ts";
 import { EmbeddedCatalogue } from "../src/stores/embedded/catalogue-store.ts";
 import { openDatabase } from "../src/stores/embedded/sqlite-database.ts";
 import { PostgresAccountStore } from "../src/stores/postgres/account-store.ts";
+import { PostgresAdminTokens } from "../src/stores/postgres/admin-tokens.ts";
+import { AdminTokens } from "../src/core/admin-tokens.ts";
 import { PostgresCatalogue } from "../src/stores/postgres/catalogue-store.ts";
 import { PostgresMeter } from "../src/stores/postgres/meter.ts";
 import { PostgresOperatorSwitches } from "../src/stores/postgres/operator-switches.ts";
@@ -166,6 +168,21 @@ describe("accounts, read together", () => {
     release();
     expect((await overtaken)?.name).toBe("before");
     expect((await store.find(account.key))?.name).toBe("after");
+  });
+});
+
+describe("named admins", () => {
+  it("added on one replica are taken on the other within a second, and refused there within a second of their revocation", async () => {
+    const one = new AdminTokens(new PostgresAdminTokens(a), systemClock, "cli ops@host");
+    const two = new AdminTokens(new PostgresAdminTokens(b), systemClock);
+    const { token } = await one.add("dana");
+    expect(await waitFor(async () => (await two.identify(token))?.name, "dana")).toBeLessThan(1200);
+    await expect(two.add("dana")).rejects.toThrow("there is already an admin named dana");
+    await one.revoke("dana");
+    expect(await waitFor(async () => (await two.identify(token))?.revokedBy, "cli ops@host")).toBeLessThan(1200);
+    expect(await two.identify(`gwa_${"y".repeat(40)}`)).toBeUndefined();
+    const rows = JSON.stringify((await a.query("SELECT * FROM admin_tokens")).rows);
+    expect(rows).not.toContain(token);
   });
 });
 

@@ -2,6 +2,7 @@ import { parseArgs } from "node:util";
 import { ConfigError, loadConfig } from "../config.ts";
 import { AccountAdminError } from "../core/account-admin.ts";
 import { accountsCommand } from "./accounts-command.ts";
+import { adminsCommand } from "./admins-command.ts";
 import { importCommand } from "./import-command.ts";
 import { migrateCommand } from "./migrate-command.ts";
 import { maintenanceCommand, usageCommand } from "./operator-commands.ts";
@@ -25,6 +26,8 @@ commands:
   accounts statement KEY [--json]    the balance accounted for: every top-up, and what calls took between them
   accounts history KEY [--json]      every change of the account: when, by whom, and what it moved
   maintenance on|off OP | list       put an operation under maintenance (4009 for everyone)
+  admins add NAME | list | revoke NAME [--json]
+                                     named admins, each with an admin token of its own (shown once)
   usage [--account K] [--day D | --from D --to D] [--operation OP] [--code NNNN] [--rows N] [--json]
   import FILE.ndjson [--json]        load item records into the embedded catalogue
   migrate --to postgres://… [--json] copy the embedded data directory into an empty PostgreSQL database
@@ -49,6 +52,8 @@ async function main(argv: string[]): Promise<number> {
       return importCommand(config, rest);
     case "maintenance":
       return maintenanceCommand(config, rest);
+    case "admins":
+      return adminsCommand(config, rest);
     case "usage":
       return usageCommand(config, rest);
     case "migrate":

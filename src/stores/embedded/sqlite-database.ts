@@ -135,6 +135,16 @@ export const migrations: readonly string[] = [
   ) STRICT;
   CREATE INDEX account_changes_by_account ON account_changes (account, id);
   ALTER TABLE balance_changes ADD COLUMN actor TEXT;`,
+  // 11: named admins, each with a token of its own (only its SHA-256 is kept); a revoked one stays, so a
+  // name in a history always means the same holder.
+  `CREATE TABLE admin_tokens (
+    name TEXT PRIMARY KEY,
+    token_hash TEXT NOT NULL UNIQUE,
+    created_at INTEGER NOT NULL,
+    created_by TEXT NOT NULL,
+    revoked_at INTEGER,
+    revoked_by TEXT
+  ) STRICT;`,
 ];
 
 /**

@@ -62,6 +62,13 @@ const copies: readonly TableCopy[] = [
     count: "SELECT count(*) AS n FROM account_changes",
   },
   {
+    // Token hashes only: the tokens themselves were never stored.
+    table: "admin_tokens",
+    columns: [["name", "text"], ["token_hash", "text"], ["created_at", "bigint"], ["created_by", "text"], ["revoked_at", "bigint"], ["revoked_by", "text"]],
+    select: "SELECT name, token_hash, created_at, created_by, revoked_at, revoked_by FROM admin_tokens",
+    count: "SELECT count(*) AS n FROM admin_tokens",
+  },
+  {
     table: "maintenance",
     columns: [["operation", "text"]],
     select: "SELECT operation FROM maintenance",
@@ -116,7 +123,7 @@ function pgValue(v: unknown): unknown {
 
 /**
  * Copies an embedded store into an empty PostgreSQL database, in one
- * transaction: accounts (secrets stay hashed) with the record of their changes, balances with theirs, maintenance
+ * transaction: accounts (secrets stay hashed) with the record of their changes, balances with theirs, named admins (token hashes), maintenance
  * switches, the ledger with its day counts, folded totals and refusals, and
  * the catalogue. Each table's row count, and the money and call totals, are
  * compared on both sides before the commit; any difference rolls it all back.
@@ -131,7 +138,7 @@ export async function copyEmbeddedStore(db: DatabaseSync, pool: pg.Pool, onTable
     const held = await client.query<{ n: string }>(
       `SELECT ((SELECT count(*) FROM accounts) + (SELECT count(*) FROM ledger) + (SELECT count(*) FROM usage_daily) + (SELECT count(*) FROM catalogue_records)
         + (SELECT count(*) FROM refusals) + (SELECT count(*) FROM ledger_daily_totals) + (SELECT count(*) FROM maintenance)
-        + (SELECT count(*) FROM balance_changes) + (SELECT count(*) FROM account_changes))::text AS n`,
+        + (SELECT count(*) FROM balance_changes) + (SELECT count(*) FROM account_changes) + (SELECT count(*) FROM admin_tokens))::text AS n`,
     );
     if (held.rows[0]!.n !== "0") throw new CopyRefusedError("the database already holds gateway data; copy into an empty database, so nothing is mixed or counted twice");
     const report: CopiedTable[] = [];

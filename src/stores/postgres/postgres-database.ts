@@ -261,6 +261,15 @@ export const migrations: readonly string[] = [
   );
   CREATE INDEX account_changes_by_account ON account_changes (account, id);
   ALTER TABLE balance_changes ADD COLUMN actor text;`,
+  // 10: named admins (as the embedded store's step 11).
+  `CREATE TABLE admin_tokens (
+    name text PRIMARY KEY,
+    token_hash text NOT NULL UNIQUE,
+    created_at bigint NOT NULL,
+    created_by text NOT NULL,
+    revoked_at bigint,
+    revoked_by text
+  );`,
 ];
 
 /** What a call is told when the shared database does not answer. */

@@ -1,5 +1,6 @@
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError, type ConnectRouter, type HandlerContext, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey, type ConnectRouter, type HandlerContext, type Interceptor } from "@connectrpc/connect";
+import type { AdminTokens } from "../../core/admin-tokens.ts";
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { OperationId } from "../../contract/operations.ts";
 import { AccountAdminError, AccountNotFoundError, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
@@ -91,16 +92,24 @@ function digest(s: string): Buffer {
   return createHash("sha256").update(s).digest();
 }
 
+/** The named admin whose token a call carries; empty for GATEWAY_ADMIN_TOKEN's. */
+const adminNameKey = createContextKey<string>("", { description: "the named admin making the call" });
+
+const offMessage = "the admin API is off: set GATEWAY_ADMIN_TOKEN, or add an admin (gateway admins add NAME)";
+
 /**
- * Only `authorization: Bearer <admin token>` passes. The token is compared
- * in constant time (as digests, so its length does not show); with no token
- * configured the admin API is off. Wrong tokens count against the caller's
- * address as failed account credentials do: slowed, then refused for a while.
+ * Only `authorization: Bearer <admin token>` passes: GATEWAY_ADMIN_TOKEN,
+ * compared in constant time (as digests, so its length does not show), or
+ * the token of a named admin that is not revoked, looked up by its SHA-256.
+ * With neither the admin API is off. Wrong tokens count against the
+ * caller's address as failed account credentials do: slowed, then refused
+ * for a while. The named admin's name goes into the call's context, for the
+ * record of what it changes.
  */
-export function requireAdminToken(token: string, lockout: AddressLockout, telemetry: Telemetry = noTelemetry): Interceptor {
+export function requireAdminToken(token: string, lockout: AddressLockout, telemetry: Telemetry = noTelemetry, admins?: AdminTokens): Interceptor {
   const expected = digest(token);
   return (next) => async (req) => {
-    if (token === "") throw new ConnectError("the admin API is off: set GATEWAY_ADMIN_TOKEN", Code.Unauthenticated);
+    if (token === "" && (admins === undefined || !(await admins.any()))) throw new ConnectError(offMessage, Code.Unauthenticated);
     const ip = req.contextValues.get(clientIpKey);
     try {
       await lockout.check(ip, Date.now());
@@ -112,12 +121,21 @@ export function requireAdminToken(token: string, lockout: AddressLockout, teleme
       telemetry.authFailed("admin_token");
       throw new ConnectError("send authorization: Bearer <admin token>", Code.Unauthenticated);
     }
-    if (!timingSafeEqual(digest(presented), expected)) {
+    let name: string | undefined = token !== "" && timingSafeEqual(digest(presented), expected) ? "" : undefined;
+    let refusal = "the admin token is not valid";
+    if (name === undefined && admins !== undefined) {
+      const identified = admins.identify(presented);
+      const admin = identified instanceof Promise ? await identified : identified;
+      if (admin !== undefined && admin.revokedAt === undefined) name = admin.name;
+      else if (admin !== undefined) refusal = `the admin token of ${admin.name} was revoked`;
+    }
+    if (name === undefined) {
       telemetry.authFailed("admin_token");
       const hold = await lockout.failed(ip, Date.now()).catch(() => 0);
       if (hold > 0) await new Promise((r) => setTimeout(r, hold));
-      throw new ConnectError("the admin token is not valid", Code.Unauthenticated);
+      throw new ConnectError(refusal, Code.Unauthenticated);
     }
+    req.contextValues.set(adminNameKey, name);
     return next(req);
   };
 }
@@ -141,6 +159,8 @@ function guarded<Req, R>(f: (req: Req, ctx: HandlerContext) => R | Promise<R>): 
 
 export interface AdminPorts {
   readonly admin: AccountAdmin;
+  /** Named admins, whose tokens the service takes besides GATEWAY_ADMIN_TOKEN. */
+  readonly admins?: AdminTokens | undefined;
   readonly meter: Meter;
   readonly switches: OperatorSwitches;
 }
@@ -158,8 +178,11 @@ export interface AdminRouteOptions {
 /** The AdminService over the same core the CLI uses. */
 export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (router: ConnectRouter) => void {
   const { meter, switches } = ports;
-  // Changes are recorded as made by the admin API's caller, by address (the one token names no person).
-  const by = (ctx: HandlerContext) => ports.admin.as(`admin-api ${ctx.values.get(clientIpKey)}`);
+  // Changes are recorded as made by the admin API's caller: the named admin whose token it sent, and its address.
+  const by = (ctx: HandlerContext) => {
+    const name = ctx.values.get(adminNameKey);
+    return ports.admin.as(`admin-api ${name === "" ? "" : `${name}@`}${ctx.values.get(clientIpKey)}`);
+  };
   const admin = ports.admin;
   const money = (text: string | undefined) => (text === undefined || text === "" ? undefined : parseMoney(text));
   const priceMap = (prices: Record<string, string>) => new Map(Object.entries(prices).map(([op, p]) => [admin.operation(op), parseMoney(p)]));
@@ -264,6 +287,6 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           return { totals: report.totals.map(totalMessage), rows: report.rows.map(rowMessage), calls, chargedCalls: charged, amount: formatMoney(amount), cacheHits };
         }),
       },
-      { interceptors: [...(options.interceptors ?? []), requireAdminToken(options.token, options.lockout, options.telemetry)] },
+      { interceptors: [...(options.interceptors ?? []), requireAdminToken(options.token, options.lockout, options.telemetry, ports.admins)] },
     );
 }
