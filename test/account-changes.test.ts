@@ -66,6 +66,23 @@ describe("a change made while another process's copy of the account is stale", (
   });
 });
 
+describe("a balance statement", () => {
+  it("read by the server just after the CLI's top-up shows the top-up, not calls taking it", async () => {
+    const path = join(dir, "statement.db");
+    const server = processOn(path, "admin-api 127.0.0.1");
+    const cli = processOn(path, "cli ops@host");
+    const { account } = await server.admin.create({ name: "team", balance: 5_000_000n });
+    await server.admin.get(account.key); // the server remembers the balance of 5
+    await cli.admin.topUp(account.key, 10_000_000n);
+    // Before, the balance came from the server's memory (5, up to 100 ms old) and the changes from the file
+    // (a top-up leaving 15): the statement said calls took 10 since the top-up, and none had run.
+    const statement = await server.admin.balanceStatement(account.key);
+    expect(statement.account.balance).toBe(15_000_000n);
+    expect(statement.takenSinceLast).toBe(0n);
+    expect(statement.entries.map((e) => [e.kind, e.takenBefore])).toEqual([["opening", 0n], ["top-up", 0n]]);
+  });
+});
+
 describe("an account's history", () => {
   it("records its creation, every change with who made it and what it moved, and its balance's moves, oldest first", async () => {
     const path = join(dir, "history.db");

@@ -154,7 +154,7 @@ describe("the balance's record", () => {
     const codes = await Promise.all(calls);
     expect(new Set(codes)).toEqual(new Set(codes.includes("4016") ? ["0000", "4016"] : ["0000"]));
 
-    const changes = await gw.runtime.meter.balanceChanges(a.key);
+    const changes = (await gw.runtime.meter.balanceRecord(a.key)).changes;
     expect(changes.map((c) => [c.kind, c.amount])).toEqual([["opening", parseMoney("1")], ...topUps.map((t) => ["top-up", t])]);
     // Each change's balance is the one before, less what calls took in between, plus what it added; never below zero.
     for (const [i, c] of changes.entries()) {
@@ -171,14 +171,14 @@ describe("the balance's record", () => {
 
   it("is empty for an unbilled account until its first top-up, which is recorded with its time", async () => {
     const unbilled = await gw.newAccount({});
-    expect(await gw.runtime.meter.balanceChanges(unbilled.key)).toEqual([]);
+    expect((await gw.runtime.meter.balanceRecord(unbilled.key)).changes).toEqual([]);
     await gw.runtime.admin.topUp(unbilled.key, parseMoney("2.5"));
-    const [first] = await gw.runtime.meter.balanceChanges(unbilled.key);
+    const [first] = (await gw.runtime.meter.balanceRecord(unbilled.key)).changes;
     expect(first).toMatchObject({ kind: "top-up", amount: parseMoney("2.5"), balance: parseMoney("2.5"), by: "gateway" });
     expect(Math.abs(first!.at - Date.now())).toBeLessThan(60_000);
     // Made unbilled (the meter's own change; no command makes it): the balance dropped is recorded as taken away.
     await gw.runtime.meter.adjustBalance(unbilled.key, { kind: "unbilled", at: 5, by: "cli ops@host" });
-    expect((await gw.runtime.meter.balanceChanges(unbilled.key)).at(-1)).toEqual({ at: 5, kind: "unbilled", amount: -parseMoney("2.5"), balance: undefined, by: "cli ops@host" });
+    expect((await gw.runtime.meter.balanceRecord(unbilled.key)).changes.at(-1)).toEqual({ at: 5, kind: "unbilled", amount: -parseMoney("2.5"), balance: undefined, by: "cli ops@host" });
     expect((await gw.runtime.admin.get(unbilled.key)).balance).toBeUndefined();
   });
 });

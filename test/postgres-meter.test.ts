@@ -135,7 +135,7 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     const topUps = [500_000n, 250_000n, 330_000n];
     for (const [i, amount] of topUps.entries()) await replicas[i % 2]!.adjustBalance(a.key, { kind: "top-up", amount, at: 2 + i });
     const codes = await Promise.all(calls);
-    const changes = await replicas[1]!.balanceChanges(a.key);
+    const changes = (await replicas[1]!.balanceRecord(a.key)).changes;
     expect(changes.map((c) => [c.kind, c.amount, c.at])).toEqual([["opening", 1_000_000n, 1], ...topUps.map((t, i) => ["top-up", t, 2 + i])]);
     for (const [i, c] of changes.entries()) {
       const before = i === 0 ? 0n : changes[i - 1]!.balance!;
@@ -148,7 +148,7 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     expect(BigInt(await count("SELECT micros::text AS n FROM balances WHERE account = $1", [a.key]))).toBe(added - charged);
     // Made unbilled: the balance dropped is recorded as taken away, and nothing is left to record a balance of.
     await replicas[0]!.adjustBalance(a.key, { kind: "unbilled", at: 9, by: "admin-api 10.0.0.9" });
-    expect((await replicas[0]!.balanceChanges(a.key)).at(-1)).toEqual({ at: 9, kind: "unbilled", amount: charged - added, balance: undefined, by: "admin-api 10.0.0.9" });
+    expect((await replicas[0]!.balanceRecord(a.key)).changes.at(-1)).toEqual({ at: 9, kind: "unbilled", amount: charged - added, balance: undefined, by: "admin-api 10.0.0.9" });
   });
 
   it("gives back the places of calls that were not charged", async () => {

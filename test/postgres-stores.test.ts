@@ -133,6 +133,20 @@ describe("accounts, changed at once on two replicas", () => {
   });
 });
 
+describe("a balance statement", () => {
+  it("read on one replica just after a top-up on the other shows the top-up, not calls taking it", async () => {
+    const one = admin(a).admin;
+    const two = admin(b).admin;
+    const { account } = await one.create({ name: "stated", balance: 5_000_000n });
+    expect((await two.balanceStatement(account.key)).takenSinceLast).toBe(0n); // the other replica now remembers a balance of 5
+    await one.topUp(account.key, 10_000_000n);
+    // Before: balance 5 from the replica's memory (trusted for a second), changes from the database (a top-up
+    // leaving 15), so the statement said calls took 10 since the top-up.
+    const statement = await two.balanceStatement(account.key);
+    expect([statement.account.balance, statement.takenSinceLast]).toEqual([15_000_000n, 0n]);
+  });
+});
+
 describe("accounts, read together", () => {
   it("reread a stale account once however many calls find it stale at once", async () => {
     const { account } = await admin(a).admin.create({ name: "stampede" });

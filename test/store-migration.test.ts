@@ -51,13 +51,13 @@ describe("a data directory of schema 4 (before the descriptor table and the bala
       await runtime.meter.adjustBalance("prepaid0000000001", { kind: "top-up", amount: 1n, at: Date.now() });
       expect((await runtime.accounts.find("prepaid0000000001"))!.balance).toBe(1_234_568n);
       // The balance held before changes were recorded is carried over as the first, then each change with the balance it left.
-      const changes = await runtime.meter.balanceChanges("prepaid0000000001");
+      const changes = (await runtime.meter.balanceRecord("prepaid0000000001")).changes;
       expect(changes.map(({ kind, amount, balance }) => ({ kind, amount, balance }))).toEqual([
         { kind: "carried", amount: 1_234_567n, balance: 1_234_567n },
         { kind: "top-up", amount: 1n, balance: 1_234_568n },
       ]);
       expect(Math.abs(changes[0]!.at - Date.now())).toBeLessThan(60_000);
-      expect(await runtime.meter.balanceChanges("unbilled000000001")).toEqual([]);
+      expect((await runtime.meter.balanceRecord("unbilled000000001")).changes).toEqual([]);
       const found = await runtime.catalogue.fetch(retailItemGet, { num_iid: item.numIid, is_promotion: "1" });
       expect(found.found && found.storedAt).toBe(1700000000);
       expect(found.found && found.value).toEqual(item);

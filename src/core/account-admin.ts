@@ -97,7 +97,7 @@ function checkLimits(p: Pick<AccountPlan, "dailyMax" | "concurrency" | "expires"
  */
 export class AccountAdmin {
   private readonly store: AccountStore;
-  private readonly balances: Pick<Meter, "adjustBalance" | "balanceChanges">;
+  private readonly balances: Pick<Meter, "adjustBalance" | "balanceRecord">;
   private readonly clock: Clock;
   private readonly operations: readonly OperationContract[];
   /** Who the changes made through this admin are recorded as made by. */
@@ -108,7 +108,7 @@ export class AccountAdmin {
    * the gateway serves (what accounts may be given); `by`: who changes made
    * through it are recorded as made by (`as` gives the same admin for another).
    */
-  constructor(store: AccountStore, balances: Pick<Meter, "adjustBalance" | "balanceChanges">, clock: Clock, operations: readonly OperationContract[], by = "gateway") {
+  constructor(store: AccountStore, balances: Pick<Meter, "adjustBalance" | "balanceRecord">, clock: Clock, operations: readonly OperationContract[], by = "gateway") {
     this.store = store;
     this.balances = balances;
     this.clock = clock;
@@ -223,15 +223,18 @@ export class AccountAdmin {
    * balance, and the differences are exact.
    */
   async balanceStatement(key: string): Promise<BalanceStatement> {
-    const account = await this.get(key);
-    const changes = await this.balances.balanceChanges(key);
+    const known = await this.get(key);
+    // The balance comes with its changes, as one moment left them: the account this process remembers may be
+    // older than a top-up made elsewhere, and the statement would then show that top-up as taken by calls.
+    const { balance, changes } = await this.balances.balanceRecord(key);
+    const account: Account = { ...known, balance };
     let before = 0n;
     const entries = changes.map((c) => {
       const entry = { ...c, takenBefore: before - ((c.balance ?? 0n) - c.amount) };
       before = c.balance ?? 0n;
       return entry;
     });
-    return { account, entries, takenSinceLast: account.balance === undefined ? 0n : before - account.balance };
+    return { account, entries, takenSinceLast: balance === undefined ? 0n : before - balance };
   }
 
   /**
@@ -242,7 +245,7 @@ export class AccountAdmin {
    */
   async history(key: string): Promise<AccountEvent[]> {
     await this.get(key);
-    const [changes, balance] = await Promise.all([this.store.history(key), this.balances.balanceChanges(key)]);
+    const [changes, { changes: balance }] = await Promise.all([this.store.history(key), this.balances.balanceRecord(key)]);
     let billed = false;
     const moves: AccountEvent[] = balance.map((c) => {
       const before = !billed ? "" : formatMoney((c.balance ?? 0n) - c.amount);

@@ -67,6 +67,13 @@ export interface RecordedBalanceChange {
   readonly by: string;
 }
 
+/** An account's balance and its recorded changes, as one moment left them (`Meter.balanceRecord`). */
+export interface BalanceRecord {
+  /** Undefined: not billed by balance. */
+  readonly balance: Micros | undefined;
+  readonly changes: readonly RecordedBalanceChange[];
+}
+
 /** Charged calls of one account: today, yesterday and every day before. */
 export interface UsageSummary {
   readonly today: number;
@@ -140,8 +147,14 @@ export interface Meter {
    * and in shared mode every call of the same batch failed with it.
    */
   adjustBalance(account: string, change: BalanceChange): Promise<void>;
-  /** Every change of the account's balance that was not a call's price, oldest first (`BalanceChange`). */
-  balanceChanges(account: string): Promise<RecordedBalanceChange[]>;
+  /**
+   * The account's balance now, and every change of it that was not a call's
+   * price, oldest first (`BalanceChange`): read together, as one moment left
+   * them, and not from what this process remembers of the account, so the
+   * difference between the last change and the balance is what calls took
+   * since, even just after a top-up made elsewhere.
+   */
+  balanceRecord(account: string): Promise<BalanceRecord>;
   /** Commits every queued row now; for shutdown. */
   flush(): void | Promise<void>;
 }

@@ -3,14 +3,14 @@ import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
-import type { Admission, BalanceChange, LedgerRow, Meter, RecordedBalanceChange, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
+import type { Admission, BalanceChange, BalanceRecord, LedgerRow, Meter, RecordedBalanceChange, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
 import { statfsSync } from "node:fs";
 import { errorCodeInfo } from "../../contract/error-codes.ts";
 import { previousDay } from "../../core/clock.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
 import { formatMoney, type Micros } from "../../core/money.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
-import { writeTransaction } from "./sqlite-database.ts";
+import { readTransaction, writeTransaction } from "./sqlite-database.ts";
 
 export interface SqliteMeterOptions {
   /** Rows wait at most this long for the group commit. */
@@ -100,7 +100,7 @@ export class SqliteMeter implements Meter {
    */
   private readonly summaries = new Map<string, { day: string; summary: { today: number; yesterday: number; before: number } }>();
   private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
-  private readonly sql: Record<"count" | "deduct" | "topUp" | "unbilled" | "balanceChange" | "balanceChanges" | "sums" | "refusal" | "refusalAddresses", StatementSync>;
+  private readonly sql: Record<"count" | "deduct" | "topUp" | "unbilled" | "balanceChange" | "balanceChanges" | "balanceOf" | "sums" | "refusal" | "refusalAddresses", StatementSync>;
   /** The ledger inserts by number of rows (insertRows). */
   private readonly inserts: StatementSync[] = [];
   private readonly refusals = new Map<string, RefusalCount>();
@@ -125,6 +125,7 @@ export class SqliteMeter implements Meter {
       unbilled: db.prepare("DELETE FROM balances WHERE account = ? RETURNING micros"),
       balanceChange: db.prepare("INSERT INTO balance_changes (account, at, kind, amount, balance, actor) VALUES (?, ?, ?, ?, (SELECT micros FROM balances WHERE account = ?), ?)"),
       balanceChanges: db.prepare("SELECT at, kind, amount, balance, actor FROM balance_changes WHERE account = ? ORDER BY id"),
+      balanceOf: db.prepare("SELECT micros FROM balances WHERE account = ?"),
       sums: db.prepare(`SELECT
           coalesce(sum(CASE WHEN day = :today THEN charged END), 0) AS today,
           coalesce(sum(CASE WHEN day = :yesterday THEN charged END), 0) AS yesterday,
@@ -138,6 +139,7 @@ export class SqliteMeter implements Meter {
     };
     this.sql.unbilled.setReadBigInts(true);
     this.sql.balanceChanges.setReadBigInts(true);
+    this.sql.balanceOf.setReadBigInts(true);
     this.refusalAddresses = new RefusalAddresses(this.options.refusalAddressesPerDay, (day) =>
       (this.sql.refusalAddresses.all(day) as { client_ip: string }[]).map((r) => r.client_ip),
     );
@@ -199,13 +201,16 @@ export class SqliteMeter implements Meter {
     this.options.onBalancesChanged(new Set([account]));
   }
 
-  async balanceChanges(account: string): Promise<RecordedBalanceChange[]> {
-    return (this.sql.balanceChanges.all(account) as { at: bigint; kind: RecordedBalanceChange["kind"]; amount: bigint; balance: bigint | null; actor: string | null }[]).map((r) => ({
-      at: Number(r.at),
-      kind: r.kind,
-      amount: r.amount,
-      balance: r.balance ?? undefined,
-      by: r.actor ?? "",
+  async balanceRecord(account: string): Promise<BalanceRecord> {
+    return readTransaction(this.db, () => ({
+      balance: (this.sql.balanceOf.get(account) as { micros: bigint } | undefined)?.micros,
+      changes: (this.sql.balanceChanges.all(account) as { at: bigint; kind: RecordedBalanceChange["kind"]; amount: bigint; balance: bigint | null; actor: string | null }[]).map((r) => ({
+        at: Number(r.at),
+        kind: r.kind,
+        amount: r.amount,
+        balance: r.balance ?? undefined,
+        by: r.actor ?? "",
+      })),
     }));
   }
 

@@ -154,7 +154,16 @@ export const migrations: readonly string[] = [
  * thrown on. The transaction is never left open.
  */
 export function writeTransaction<T>(db: DatabaseSync, work: () => T): T {
-  db.exec("BEGIN IMMEDIATE");
+  return transaction(db, "BEGIN IMMEDIATE", work);
+}
+
+/** Runs `work`'s reads in one transaction, so they all see the store as one moment left it, whatever another connection commits meanwhile. */
+export function readTransaction<T>(db: DatabaseSync, work: () => T): T {
+  return transaction(db, "BEGIN", work);
+}
+
+function transaction<T>(db: DatabaseSync, begin: string, work: () => T): T {
+  db.exec(begin);
   try {
     const result = work();
     db.exec("COMMIT");

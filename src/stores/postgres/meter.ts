@@ -4,7 +4,7 @@ import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
-import type { Admission, BalanceChange, LedgerRow, Meter, RecordedBalanceChange, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
+import type { Admission, BalanceChange, BalanceRecord, LedgerRow, Meter, RecordedBalanceChange, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
 import { formatMoney, type Micros } from "../../core/money.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
 import { databaseFault, databaseUnreachable } from "./postgres-database.ts";
@@ -284,12 +284,20 @@ export class PostgresMeter implements Meter {
     this.options.onBalancesChanged(new Set([account]));
   }
 
-  async balanceChanges(account: string): Promise<RecordedBalanceChange[]> {
-    const r = await this.pool.query<{ at: string; kind: RecordedBalanceChange["kind"]; amount: string; balance: string | null; actor: string | null }>(
-      "SELECT at::text AS at, kind, amount::text AS amount, balance::text AS balance, actor FROM balance_changes WHERE account = $1 ORDER BY id",
+  async balanceRecord(account: string): Promise<BalanceRecord> {
+    // One statement, so one snapshot: the balance and its changes as one moment left them.
+    type Change = { at: string; kind: RecordedBalanceChange["kind"]; amount: string; balance: string | null; actor: string | null };
+    const r = await this.pool.query<{ balance: string | null; changes: Change[] }>(
+      `SELECT (SELECT micros::text FROM balances WHERE account = $1) AS balance,
+         coalesce((SELECT json_agg(json_build_object('at', at::text, 'kind', kind, 'amount', amount::text, 'balance', balance::text, 'actor', actor) ORDER BY id)
+           FROM balance_changes WHERE account = $1), '[]'::json) AS changes`,
       [account],
     );
-    return r.rows.map((row) => ({ at: Number(row.at), kind: row.kind, amount: BigInt(row.amount), balance: row.balance === null ? undefined : BigInt(row.balance), by: row.actor ?? "" }));
+    const row = r.rows[0]!;
+    return {
+      balance: row.balance === null ? undefined : BigInt(row.balance),
+      changes: row.changes.map((c) => ({ at: Number(c.at), kind: c.kind, amount: BigInt(c.amount), balance: c.balance === null ? undefined : BigInt(c.balance), by: c.actor ?? "" })),
+    };
   }
 
   /**
