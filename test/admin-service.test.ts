@@ -139,6 +139,14 @@ describe("managing accounts over the AdminService", () => {
     const r = await legacyGet(gw.base, "/wholesale/item_search_peerbuy/", { key: gw.account.key, secret: gw.account.secret, num_iid: demo.wholesaleNumIid, sid: demo.wholesaleSid });
     expect(r.json.error_code).toBe("4009");
     expect((await c.setMaintenance({ operation: "item_search_peerbuy", maintenance: false }, ok)).operations).toEqual([]);
+    await c.setMaintenance({ operation: "item_search_peerbuy", maintenance: false }, ok); // changes nothing: not recorded
+    const { changes, operations } = await c.getMaintenanceHistory({}, ok);
+    expect(operations).toEqual([]);
+    expect(changes.slice(-2).map(({ operation, maintenance, by }) => ({ operation, maintenance, by }))).toEqual([
+      { operation: "wholesale/item_search_peerbuy", maintenance: true, by: "admin-api 127.0.0.1" },
+      { operation: "wholesale/item_search_peerbuy", maintenance: false, by: "admin-api 127.0.0.1" },
+    ]);
+    expect(Number(changes.at(-1)!.atMs)).toBeGreaterThan(Date.now() - 60_000);
   });
 
   it("queries usage by account, day, operation and code, with totals and rows", async () => {
@@ -318,6 +326,18 @@ describe("the CLI", () => {
     expect(codes).toEqual(["0000", "4005"]);
     const maintenance = await runCli(["maintenance", "list"], env);
     expect(maintenance.stdout).toContain("under maintenance: nothing");
+  });
+
+  it("records a maintenance switch with the CLI's user and host", async () => {
+    const env = { GATEWAY_DATA_DIR: gw.config.dataDir };
+    expect((await runCli(["maintenance", "on", "wholesale/item_get"], env)).stdout).toContain("under maintenance: wholesale/item_get");
+    await runCli(["maintenance", "off", "wholesale/item_get"], env);
+    const { userInfo, hostname } = await import("node:os");
+    const history = JSON.parse((await runCli(["maintenance", "history", "--json"], env)).stdout) as { operation: string; maintenance: boolean; by: string }[];
+    expect(history.slice(-2).map(({ operation, maintenance, by }) => ({ operation, maintenance, by }))).toEqual([
+      { operation: "wholesale/item_get", maintenance: true, by: `cli ${userInfo().username}@${hostname()}` },
+      { operation: "wholesale/item_get", maintenance: false, by: `cli ${userInfo().username}@${hostname()}` },
+    ]);
   });
 
   // Each CLI command is a process of its own (a second or more on a busy machine): the commands of one story stay in one test, a few per test.

@@ -336,7 +336,7 @@ describe("a caller's deadline", () => {
 
 describe("maintenance", () => {
   it("answers 4009 on both paths while an operation is switched off, for every account", async () => {
-    await gw.runtime.switches.setMaintenance("retail/item_get", true);
+    await gw.runtime.switches.setMaintenance("retail/item_get", true, { at: Date.now(), by: "test" });
     try {
       const legacy = await legacyGet(gw.base, "/retail/item_get/", item(gw.account));
       expect(legacy.json.error_code).toBe("4009");
@@ -345,7 +345,7 @@ describe("maintenance", () => {
       const other = await legacyGet(gw.base, "/wholesale/item_search_peerbuy/", { key: gw.account.key, secret: gw.account.secret, num_iid: demo.wholesaleNumIid, sid: demo.wholesaleSid });
       expect(other.json.error_code).toBe("0000");
     } finally {
-      await gw.runtime.switches.setMaintenance("retail/item_get", false);
+      await gw.runtime.switches.setMaintenance("retail/item_get", false, { at: Date.now(), by: "test" });
     }
     expect((await legacyGet(gw.base, "/retail/item_get/", item(gw.account))).json.error_code).toBe("0000");
   });

@@ -30,7 +30,7 @@ beforeAll(async () => {
     for (let i = 0; i < 4; i++) await legacyGet(gw.base, "/retail/item_get/", { key: paying.key, secret: paying.secret, num_iid: demo.retailNumIid });
     await legacyGet(gw.base, "/retail/item_get/", { key: paying.key, secret: "wrong", num_iid: demo.retailNumIid });
     await legacyGet(gw.base, "/nowhere/at_all/", {});
-    await gw.runtime.switches.setMaintenance("wholesale/item_get", true);
+    await gw.runtime.switches.setMaintenance("wholesale/item_get", true, { at: 1_800_000_000_000, by: "cli ops@host" });
     // A rotation still keeping the old secret: the grace moves with the account.
     await gw.runtime.admin.rotateSecret(paying.key, 3_600_000);
     embedded.adminToken = (await gw.runtime.admins.add("erin")).token;
@@ -58,7 +58,7 @@ describe("gateway migrate --to postgres://…", () => {
     expect(r.code).toBe(0);
     const report = JSON.parse(r.stdout) as { tables: { table: string; embedded: number; postgres: number }[] };
     for (const t of report.tables) expect(t.postgres, t.table).toBe(t.embedded);
-    expect(report.tables.map((t) => t.table)).toEqual(["accounts", "balances", "balance_changes", "account_changes", "admin_tokens", "maintenance", "usage_daily", "ledger", "ledger_daily_totals", "refusals", "catalogue_records"]);
+    expect(report.tables.map((t) => t.table)).toEqual(["accounts", "balances", "balance_changes", "account_changes", "admin_tokens", "maintenance", "maintenance_changes", "usage_daily", "ledger", "ledger_daily_totals", "refusals", "catalogue_records"]);
 
     // Secrets stay hashed; the balance, prices and operations arrive as they were.
     const account = (await pool.query("SELECT a.*, b.micros::text AS balance FROM accounts a LEFT JOIN balances b ON b.account = a.key WHERE a.key = $1", [embedded.paying!.key])).rows[0];
@@ -95,6 +95,9 @@ describe("gateway migrate --to postgres://…", () => {
     expect((await pool.query("SELECT charged::text AS c FROM usage_daily WHERE account = $1", [embedded.paying!.key])).rows[0].c).toBe("4");
     expect(await count("refusals")).toBeGreaterThan(0);
     expect((await pool.query("SELECT operation FROM maintenance")).rows).toEqual([{ operation: "wholesale/item_get" }]);
+    expect((await pool.query("SELECT at::text AS at, operation, switched_on, actor FROM maintenance_changes")).rows).toEqual([
+      { at: "1800000000000", operation: "wholesale/item_get", switched_on: true, actor: "cli ops@host" },
+    ]);
     // The catalogue: every record, its bytes intact.
     expect(await count("catalogue_records")).toBe(560);
     const record = (await pool.query("SELECT record FROM catalogue_records WHERE catalogue = 'retail' AND kind = 'item_detail' AND key = $1", [demo.retailNumIid])).rows[0];

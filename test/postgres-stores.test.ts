@@ -201,15 +201,21 @@ describe("named admins", () => {
 });
 
 describe("maintenance switches", () => {
-  it("switched on one replica, in force on the other within a second", async () => {
+  it("switched on one replica, in force on the other within a second, each switch recorded once with who made it", async () => {
     const one = new PostgresOperatorSwitches(a);
     const two = new PostgresOperatorSwitches(b);
     expect(await two.inMaintenance("wholesale/item_get")).toBe(false);
-    await one.setMaintenance("wholesale/item_get", true);
+    await one.setMaintenance("wholesale/item_get", true, { at: 1000, by: "admin-api alice@10.0.0.1" });
     expect(await waitFor(() => two.inMaintenance("wholesale/item_get"), true)).toBeLessThan(1200);
     expect(await two.maintenance()).toEqual(["wholesale/item_get"]);
-    await two.setMaintenance("wholesale/item_get", false);
+    // Switched on again at once on both (changing nothing): not recorded.
+    await Promise.all([one.setMaintenance("wholesale/item_get", true, { at: 1500, by: "x" }), two.setMaintenance("wholesale/item_get", true, { at: 1500, by: "y" })]);
+    await two.setMaintenance("wholesale/item_get", false, { at: 2000, by: "cli ops@host" });
     await waitFor(() => one.inMaintenance("wholesale/item_get"), false);
+    expect(await one.maintenanceChanges()).toEqual([
+      { at: 1000, operation: "wholesale/item_get", on: true, by: "admin-api alice@10.0.0.1" },
+      { at: 2000, operation: "wholesale/item_get", on: false, by: "cli ops@host" },
+    ]);
   });
 });
 

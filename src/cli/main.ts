@@ -26,6 +26,7 @@ commands:
   accounts statement KEY [--json]    the balance accounted for: every top-up, and what calls took between them
   accounts history KEY [--json]      every change of the account: when, by whom, and what it moved
   maintenance on|off OP | list       put an operation under maintenance (4009 for everyone)
+  maintenance history [--json]       every switch into or out of maintenance: when, which, by whom
   admins add NAME | list | revoke NAME [--json]
                                      named admins, each with an admin token of its own (shown once)
   usage [--account K] [--day D | --from D --to D] [--operation OP] [--code NNNN] [--rows N] [--json]

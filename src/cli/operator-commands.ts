@@ -5,17 +5,26 @@ import { AccountAdminError } from "../core/account-admin.ts";
 import { formatMoney } from "../core/money.ts";
 import type { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 import { openRuntime } from "../runtime.ts";
+import { formatDateTime } from "../core/clock.ts";
+import { cliActor } from "./cli-actor.ts";
 
-/** `gateway maintenance on|off OPERATION` and `gateway maintenance list`. */
+/** `gateway maintenance on|off OPERATION`, `gateway maintenance list` and `gateway maintenance history [--json]`. */
 export async function maintenanceCommand(config: GatewayConfig, argv: string[]): Promise<number> {
-  const [sub, operation] = argv;
+  const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: { json: { type: "boolean", default: false } } });
+  const [sub, operation] = positionals;
   const runtime = await openRuntime(config);
   try {
     if (sub === "on" || sub === "off") {
       if (operation === undefined) throw new AccountAdminError(`usage: gateway maintenance ${sub} OPERATION`);
-      await runtime.switches.setMaintenance(runtime.admin.operation(operation), sub === "on");
+      await runtime.switches.setMaintenance(runtime.admin.operation(operation), sub === "on", { at: Date.now(), by: cliActor() });
+    } else if (sub === "history") {
+      const changes = (await runtime.switches.maintenanceChanges()).map((c) => ({ at: formatDateTime(c.at, config.timeZone), operation: c.operation, maintenance: c.on, by: c.by }));
+      if (values.json) console.log(JSON.stringify(changes));
+      else if (changes.length === 0) console.log("no maintenance switches recorded");
+      else for (const c of changes) console.log(`${c.at}  ${c.maintenance ? "on " : "off"}  ${c.operation.padEnd(30)}  by ${c.by}`);
+      return 0;
     } else if (sub !== "list") {
-      throw new AccountAdminError("usage: gateway maintenance on|off OPERATION | list");
+      throw new AccountAdminError("usage: gateway maintenance on|off OPERATION | list | history [--json]");
     }
     console.log(`under maintenance: ${(await runtime.switches.maintenance()).join(", ") || "nothing"}`);
     return 0;

@@ -145,6 +145,14 @@ export const migrations: readonly string[] = [
     revoked_at INTEGER,
     revoked_by TEXT
   ) STRICT;`,
+  // 12: each switch of an operation into or out of maintenance, with who made it, written in its transaction.
+  `CREATE TABLE maintenance_changes (
+    id INTEGER PRIMARY KEY,
+    at INTEGER NOT NULL,
+    operation TEXT NOT NULL,
+    switched_on INTEGER NOT NULL,
+    actor TEXT NOT NULL
+  ) STRICT;`,
 ];
 
 /**

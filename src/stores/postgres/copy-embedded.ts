@@ -75,6 +75,12 @@ const copies: readonly TableCopy[] = [
     count: "SELECT count(*) AS n FROM maintenance",
   },
   {
+    table: "maintenance_changes",
+    columns: [["id", "bigint"], ["at", "bigint"], ["operation", "text"], ["switched_on", "boolean"], ["actor", "text"]],
+    select: "SELECT id, at, operation, switched_on, actor FROM maintenance_changes",
+    count: "SELECT count(*) AS n FROM maintenance_changes",
+  },
+  {
     table: "usage_daily",
     columns: [["account", "text"], ["day", "text"], ["charged", "bigint"]],
     select: "SELECT account, day, charged FROM usage_daily",
@@ -123,7 +129,7 @@ function pgValue(v: unknown): unknown {
 
 /**
  * Copies an embedded store into an empty PostgreSQL database, in one
- * transaction: accounts (secrets stay hashed) with the record of their changes, balances with theirs, named admins (token hashes), maintenance
+ * transaction: accounts (secrets stay hashed) with the record of their changes, balances with theirs, named admins (token hashes), maintenance switches with theirs
  * switches, the ledger with its day counts, folded totals and refusals, and
  * the catalogue. Each table's row count, and the money and call totals, are
  * compared on both sides before the commit; any difference rolls it all back.
@@ -138,7 +144,8 @@ export async function copyEmbeddedStore(db: DatabaseSync, pool: pg.Pool, onTable
     const held = await client.query<{ n: string }>(
       `SELECT ((SELECT count(*) FROM accounts) + (SELECT count(*) FROM ledger) + (SELECT count(*) FROM usage_daily) + (SELECT count(*) FROM catalogue_records)
         + (SELECT count(*) FROM refusals) + (SELECT count(*) FROM ledger_daily_totals) + (SELECT count(*) FROM maintenance)
-        + (SELECT count(*) FROM balance_changes) + (SELECT count(*) FROM account_changes) + (SELECT count(*) FROM admin_tokens))::text AS n`,
+        + (SELECT count(*) FROM balance_changes) + (SELECT count(*) FROM account_changes) + (SELECT count(*) FROM admin_tokens)
+        + (SELECT count(*) FROM maintenance_changes))::text AS n`,
     );
     if (held.rows[0]!.n !== "0") throw new CopyRefusedError("the database already holds gateway data; copy into an empty database, so nothing is mixed or counted twice");
     const report: CopiedTable[] = [];
@@ -179,7 +186,7 @@ export async function copyEmbeddedStore(db: DatabaseSync, pool: pg.Pool, onTable
       report.push({ table: copy.table, embedded, postgres });
       onTable?.(copy.table, postgres);
     }
-    for (const table of ["balance_changes", "account_changes"]) {
+    for (const table of ["balance_changes", "account_changes", "maintenance_changes"]) {
       await client.query(`SELECT setval(pg_get_serial_sequence('${table}', 'id'), (SELECT max(id) FROM ${table}))`);
     }
     await client.query("COMMIT");

@@ -1,6 +1,6 @@
 import type pg from "pg";
 import type { OperationId } from "../../contract/operations.ts";
-import type { OperatorSwitches } from "../../core/operator-switches.ts";
+import type { MaintenanceChange, OperatorSwitches } from "../../core/operator-switches.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
 import { databaseFault } from "./postgres-database.ts";
 
@@ -31,10 +31,23 @@ export class PostgresOperatorSwitches implements OperatorSwitches {
     return this.reading.then((on) => on.has(operation));
   }
 
-  async setMaintenance(operation: OperationId, on: boolean): Promise<void> {
-    if (on) await this.pool.query("INSERT INTO maintenance (operation) VALUES ($1) ON CONFLICT DO NOTHING", [operation]);
-    else await this.pool.query("DELETE FROM maintenance WHERE operation = $1", [operation]);
+  async setMaintenance(operation: OperationId, on: boolean, change: { readonly at: number; readonly by: string }): Promise<void> {
+    // The switch and its record in one statement: recorded only where it changed something.
+    const switched = on
+      ? "INSERT INTO maintenance (operation) VALUES ($1) ON CONFLICT DO NOTHING RETURNING operation"
+      : "DELETE FROM maintenance WHERE operation = $1 RETURNING operation";
+    await this.pool.query(
+      `WITH switched AS (${switched}) INSERT INTO maintenance_changes (at, operation, switched_on, actor) SELECT $2, operation, $3, $4 FROM switched`,
+      [operation, String(change.at), on, change.by],
+    );
     this.known = undefined;
+  }
+
+  async maintenanceChanges(): Promise<MaintenanceChange[]> {
+    const r = await this.pool.query<{ at: string; operation: OperationId; switched_on: boolean; actor: string }>(
+      "SELECT at::text AS at, operation, switched_on, actor FROM maintenance_changes ORDER BY id",
+    );
+    return r.rows.map((row) => ({ at: Number(row.at), operation: row.operation, on: row.switched_on, by: row.actor }));
   }
 
   async maintenance(): Promise<OperationId[]> {

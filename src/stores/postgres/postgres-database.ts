@@ -270,6 +270,14 @@ export const migrations: readonly string[] = [
     revoked_at bigint,
     revoked_by text
   );`,
+  // 11: each switch into or out of maintenance, with who made it (as the embedded store's step 12).
+  `CREATE TABLE maintenance_changes (
+    id bigserial PRIMARY KEY,
+    at bigint NOT NULL,
+    operation text NOT NULL,
+    switched_on boolean NOT NULL,
+    actor text NOT NULL
+  );`,
 ];
 
 /** What a call is told when the shared database does not answer. */

@@ -20,6 +20,7 @@ import {
   BalanceChangeKind,
   BalanceChangeSchema,
   Charge,
+  MaintenanceChangeSchema,
   OperationState,
   UsageRowSchema,
   UsageTotalSchema,
@@ -229,10 +230,14 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
         }),
         topUp: guarded(async (req, ctx) => ({ account: accountMessage(await by(ctx).topUp(req.key, parseMoney(req.amount))) })),
         setPrice: guarded(async (req, ctx) => ({ account: accountMessage(await by(ctx).setPrice(req.key, req.operation, parseMoney(req.price))) })),
-        setMaintenance: guarded(async (req) => {
-          await switches.setMaintenance(admin.operation(req.operation) as OperationId, req.maintenance);
+        setMaintenance: guarded(async (req, ctx) => {
+          await switches.setMaintenance(admin.operation(req.operation) as OperationId, req.maintenance, { at: Date.now(), by: by(ctx).by });
           return { operations: await switches.maintenance() };
         }),
+        getMaintenanceHistory: guarded(async () => ({
+          changes: (await switches.maintenanceChanges()).map((c) => create(MaintenanceChangeSchema, { atMs: BigInt(c.at), operation: c.operation, maintenance: c.on, by: c.by })),
+          operations: await switches.maintenance(),
+        })),
         rotateSecret: guarded(async (req, ctx) => {
           const secret = await by(ctx).rotateSecret(req.key, req.keepOldSeconds * 1000);
           return { account: accountMessage(await admin.get(req.key)), secret };

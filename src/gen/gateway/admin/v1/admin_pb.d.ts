@@ -1027,6 +1027,78 @@ export declare type GetAccountHistoryResponse = Message<"gateway.admin.v1.GetAcc
 export declare const GetAccountHistoryResponseSchema: GenMessage<GetAccountHistoryResponse>;
 
 /**
+ * @generated from message gateway.admin.v1.GetMaintenanceHistoryRequest
+ */
+export declare type GetMaintenanceHistoryRequest = Message<"gateway.admin.v1.GetMaintenanceHistoryRequest"> & {
+};
+
+/**
+ * Describes the message gateway.admin.v1.GetMaintenanceHistoryRequest.
+ * Use `create(GetMaintenanceHistoryRequestSchema)` to create a new message.
+ */
+export declare const GetMaintenanceHistoryRequestSchema: GenMessage<GetMaintenanceHistoryRequest>;
+
+/**
+ * @generated from message gateway.admin.v1.MaintenanceChange
+ */
+export declare type MaintenanceChange = Message<"gateway.admin.v1.MaintenanceChange"> & {
+  /**
+   * @generated from field: int64 at_ms = 1;
+   */
+  atMs: bigint;
+
+  /**
+   * @generated from field: string operation = 2;
+   */
+  operation: string;
+
+  /**
+   * true: put under maintenance; false: taken out.
+   *
+   * @generated from field: bool maintenance = 3;
+   */
+  maintenance: boolean;
+
+  /**
+   * As AccountEvent.by.
+   *
+   * @generated from field: string by = 4;
+   */
+  by: string;
+};
+
+/**
+ * Describes the message gateway.admin.v1.MaintenanceChange.
+ * Use `create(MaintenanceChangeSchema)` to create a new message.
+ */
+export declare const MaintenanceChangeSchema: GenMessage<MaintenanceChange>;
+
+/**
+ * @generated from message gateway.admin.v1.GetMaintenanceHistoryResponse
+ */
+export declare type GetMaintenanceHistoryResponse = Message<"gateway.admin.v1.GetMaintenanceHistoryResponse"> & {
+  /**
+   * Oldest first.
+   *
+   * @generated from field: repeated gateway.admin.v1.MaintenanceChange changes = 1;
+   */
+  changes: MaintenanceChange[];
+
+  /**
+   * Every operation now under maintenance.
+   *
+   * @generated from field: repeated string operations = 2;
+   */
+  operations: string[];
+};
+
+/**
+ * Describes the message gateway.admin.v1.GetMaintenanceHistoryResponse.
+ * Use `create(GetMaintenanceHistoryResponseSchema)` to create a new message.
+ */
+export declare const GetMaintenanceHistoryResponseSchema: GenMessage<GetMaintenanceHistoryResponse>;
+
+/**
  * @generated from enum gateway.admin.v1.AccountStatus
  */
 export enum AccountStatus {
@@ -1346,6 +1418,18 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof SetMaintenanceRequestSchema;
     output: typeof SetMaintenanceResponseSchema;
+  },
+  /**
+   * Every switch of an operation into or out of maintenance, oldest first,
+   * with who made it (a switch that changed nothing is not recorded), and
+   * the operations under maintenance now.
+   *
+   * @generated from rpc gateway.admin.v1.AdminService.GetMaintenanceHistory
+   */
+  getMaintenanceHistory: {
+    methodKind: "unary";
+    input: typeof GetMaintenanceHistoryRequestSchema;
+    output: typeof GetMaintenanceHistoryResponseSchema;
   },
   /**
    * Replaces an account's secret: the new one is returned here once; the old
