@@ -174,6 +174,31 @@ describe("the console", () => {
     await page.close();
   });
 
+  it("puts an operation under maintenance and ends it, showing who switched it and when", async () => {
+    const { page } = await signedIn(undefined, (await gw.runtime.admins.add("maint")).token);
+    await page.getByRole("link", { name: "Maintenance" }).click();
+    await page.getByRole("heading", { name: "Maintenance" }).waitFor();
+    const row = page.locator('tr[data-operation="wholesale/item_get"]');
+    expect(await row.locator(".badge").textContent()).toBe("serving");
+    let asked = "";
+    page.once("dialog", (d) => void ((asked = d.message()), d.accept()));
+    await page.getByRole("button", { name: "Put wholesale/item_get under maintenance" }).click();
+    await page.getByText("wholesale/item_get: under maintenance.").waitFor();
+    expect(asked).toContain("calls of it answer 4009");
+    expect(await row.locator(".badge").textContent()).toBe("under maintenance");
+    const called = () => legacyGet(gw.base, "/wholesale/item_get/", { key: gw.account.key, secret: gw.account.secret, num_iid: demo.wholesaleNumIid }).then((r) => r.json.error_code);
+    expect(await called()).toBe("4009");
+    await page.screenshot({ path: join(shots, "5b-maintenance.png"), fullPage: true });
+    await page.getByRole("button", { name: "End maintenance of wholesale/item_get" }).click();
+    await page.getByText("wholesale/item_get: serving again.").waitFor();
+    expect(await called()).toBe("0000");
+    const history = page.locator("table.maintenance-history tbody tr");
+    await expect.poll(() => history.count()).toBeGreaterThanOrEqual(2);
+    expect((await history.nth(0).locator("td").allTextContents()).slice(1)).toEqual(["wholesale/item_get", "off", "admin-api maint@127.0.0.1"]);
+    expect((await history.nth(1).locator("td").allTextContents()).slice(1)).toEqual(["wholesale/item_get", "on", "admin-api maint@127.0.0.1"]);
+    await page.close();
+  });
+
   it("calls each transport from the explorer, shows the calls in usage, and answers a stopped account's next call with 4007", async () => {
     const { page, requests } = await signedIn();
     await page.getByLabel("Name").fill("explorer-team");

@@ -209,7 +209,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
           console.log(JSON.stringify(d));
           return 0;
         }
-        console.log(`${d.key}: ${d.events.length} changes recorded; times in ${d.zone}`);
+        console.log(`${d.key}: ${d.events.length} ${d.events.length === 1 ? "change" : "changes"} recorded; times in ${d.zone}`);
         for (const e of d.events) {
           console.log(`${e.at}  ${e.kind.padEnd(9)}  by ${e.by || "(not recorded)"}`);
           const moves = e.changes.map((c) => (e.kind === "created" || c.field === "secret" ? `${c.field}: ${c.after}` : `${c.field}: ${c.before || "(none)"} → ${c.after || "(none)"}`));

@@ -123,7 +123,7 @@ function historySection(shell: Shell, key: string): HTMLElement {
         h(
           "table",
           {},
-          h("caption", {}, `${events.length} changes, newest first`),
+          h("caption", {}, `${events.length} ${events.length === 1 ? "change" : "changes"}, newest first`),
           h("thead", {}, h("tr", {}, ...["When", "What", "By", "Changed"].map((t) => h("th", { scope: "col" }, t)))),
           h("tbody", {}, ...rows),
         ),

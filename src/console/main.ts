@@ -1,10 +1,11 @@
-// The gateway's console: sign-in with the admin token, then accounts, usage
-// and an explorer, one screen each (#/accounts, #/usage, #/explorer). Every
-// call goes through Connect-Web (api.ts).
+// The gateway's console: sign-in with an admin token, then accounts, usage,
+// maintenance and an explorer, one screen each (#/accounts, #/usage,
+// #/maintenance, #/explorer). Every call goes through Connect-Web (api.ts).
 import "./console.css";
 import { adminClient, inWords, isUnauthenticated, loadGatewayInfo, session, type AdminClient, type GatewayInfo, type OperationInfo } from "./api.ts";
 import { accountsView } from "./accounts.ts";
 import { explorerView } from "./explorer.ts";
+import { maintenanceView } from "./maintenance.ts";
 import { usageView } from "./usage.ts";
 import { h, field, notice } from "./dom.ts";
 
@@ -32,7 +33,7 @@ function signInView(message?: string): void {
       },
     },
     h("h1", { id: "signin-title" }, "Gateway console"),
-    h("p", {}, "Sign in with the gateway's admin token (GATEWAY_ADMIN_TOKEN; the demo prints one at start). It is kept in this tab's session storage only."),
+    h("p", {}, "Sign in with your admin token (gateway admins add NAME makes one) or the gateway's (GATEWAY_ADMIN_TOKEN; the demo prints one at start). It is kept in this tab's session storage only."),
     field("Admin token", token),
     h("button", { type: "submit" }, "Sign in"),
     status,
@@ -52,6 +53,7 @@ export interface Shell {
 const screens = {
   accounts: { title: "Accounts", show: accountsView },
   usage: { title: "Usage", show: usageView },
+  maintenance: { title: "Maintenance", show: maintenanceView },
   explorer: { title: "Explorer", show: explorerView },
 } as const;
 type Screen = keyof typeof screens;

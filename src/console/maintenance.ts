@@ -1,0 +1,66 @@
+// Maintenance: each operation's state (serving, or under maintenance: 4009
+// for every account), a switch for each, and every switch made, newest
+// first, with who made it. Every figure is GetMaintenanceHistory's.
+import { inWords, isUnauthenticated } from "./api.ts";
+import { h, notice } from "./dom.ts";
+import type { Shell } from "./main.ts";
+
+export async function maintenanceView(main: HTMLElement, shell: Shell): Promise<void> {
+  const news = h("div", { "aria-live": "polite" });
+  const body = h("div");
+
+  const switchTo = (operation: string, maintenance: boolean) => async () => {
+    if (maintenance && !confirm(`Put ${operation} under maintenance? Every account's calls of it answer 4009 until it is ended.`)) return;
+    try {
+      await shell.client.setMaintenance({ operation, maintenance });
+      news.replaceChildren(notice("ok", `${operation}: ${maintenance ? "under maintenance" : "serving again"}.`));
+      await draw();
+    } catch (err) {
+      if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
+      news.replaceChildren(notice("error", inWords(err)));
+    }
+  };
+
+  const draw = async () => {
+    const { changes, operations } = await shell.client.getMaintenanceHistory({});
+    const under = new Set(operations);
+    const rows = shell.operations.map((op) => {
+      const on = under.has(op.id);
+      return h(
+        "tr",
+        { "data-operation": op.id },
+        h("td", {}, op.id),
+        h("td", {}, h("span", { class: `badge ${on ? "stopped" : "active"}` }, on ? "under maintenance" : "serving")),
+        h(
+          "td",
+          {},
+          on
+            ? h("button", { type: "button", onclick: switchTo(op.id, false) }, `End maintenance of ${op.id}`)
+            : h("button", { type: "button", class: "danger", onclick: switchTo(op.id, true) }, `Put ${op.id} under maintenance`),
+        ),
+      );
+    });
+    const history = [...changes].reverse().map((c) =>
+      h("tr", {}, h("td", {}, new Date(Number(c.atMs)).toLocaleString()), h("td", {}, c.operation), h("td", {}, c.maintenance ? "on" : "off"), h("td", {}, c.by || "(not recorded)")),
+    );
+    body.replaceChildren(
+      h(
+        "table",
+        { class: "maintenance" },
+        h("caption", {}, "Operations"),
+        h("thead", {}, h("tr", {}, ...["Operation", "State", "Switch"].map((t) => h("th", { scope: "col" }, t)))),
+        h("tbody", {}, ...rows),
+      ),
+      h(
+        "table",
+        { class: "maintenance-history" },
+        h("caption", {}, changes.length === 0 ? "No switch recorded yet" : `${changes.length} ${changes.length === 1 ? "switch" : "switches"}, newest first`),
+        h("thead", {}, h("tr", {}, ...["When", "Operation", "Maintenance", "By"].map((t) => h("th", { scope: "col" }, t)))),
+        h("tbody", {}, ...history),
+      ),
+    );
+  };
+
+  main.replaceChildren(h("h1", {}, "Maintenance"), h("p", { class: "muted" }, "An operation under maintenance answers 4009 to every account, on every path, until it is ended."), news, body);
+  await draw();
+}
