@@ -1,24 +1,8 @@
 import type pg from "pg";
 import type { AdminTokenStore, NamedAdmin } from "../../core/admin-tokens.ts";
+import { adminFromRow, type AdminRow } from "../admin-token-row.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
 import { accountFreshMs } from "./account-store.ts";
-
-interface AdminRow {
-  readonly name: string;
-  readonly created_at: string;
-  readonly created_by: string;
-  readonly revoked_at: string | null;
-  readonly revoked_by: string | null;
-}
-
-function adminFromRow(r: AdminRow): NamedAdmin {
-  return {
-    name: r.name,
-    createdAt: Number(r.created_at),
-    createdBy: r.created_by,
-    ...(r.revoked_at !== null ? { revokedAt: Number(r.revoked_at), revokedBy: r.revoked_by ?? "" } : {}),
-  };
-}
 
 const columns = "name, created_at::text AS created_at, created_by, revoked_at::text AS revoked_at, revoked_by";
 
