@@ -233,7 +233,7 @@ export const migrations: readonly string[] = [
     END IF;
     RETURN verdicts;
   END $$;`,
-  // 7: every change of a balance that is not a call's price (as the embedded store's step 8), with the
+  // 6: every change of a balance that is not a call's price (as the embedded store's step 8), with the
   // balance it left, written in the statement that makes it. A balance held before this step is
   // recorded as carried over, at the time of the upgrade.
   `CREATE TABLE balance_changes (
@@ -247,9 +247,9 @@ export const migrations: readonly string[] = [
   CREATE INDEX balance_changes_by_account ON balance_changes (account, id);
   INSERT INTO balance_changes (account, at, kind, amount, balance)
     SELECT account, (extract(epoch FROM clock_timestamp()) * 1000)::bigint, 'carried', micros, micros FROM balances ORDER BY account;`,
-  // 8: a replaced secret still accepted for a while after a rotation (as the embedded store's step 9).
+  // 7: a replaced secret still accepted for a while after a rotation (as the embedded store's step 9).
   `ALTER TABLE accounts ADD COLUMN previous_secret jsonb;`,
-  // 9: each change of an account's settings with who made it and what it moved, and who made each balance
+  // 8: each change of an account's settings with who made it and what it moved, and who made each balance
   // change (as the embedded store's step 10).
   `CREATE TABLE account_changes (
     id bigserial PRIMARY KEY,
@@ -261,7 +261,7 @@ export const migrations: readonly string[] = [
   );
   CREATE INDEX account_changes_by_account ON account_changes (account, id);
   ALTER TABLE balance_changes ADD COLUMN actor text;`,
-  // 10: named admins (as the embedded store's step 11).
+  // 9: named admins (as the embedded store's step 11).
   `CREATE TABLE admin_tokens (
     name text PRIMARY KEY,
     token_hash text NOT NULL UNIQUE,
@@ -270,7 +270,7 @@ export const migrations: readonly string[] = [
     revoked_at bigint,
     revoked_by text
   );`,
-  // 11: each switch into or out of maintenance, with who made it (as the embedded store's step 12).
+  // 10: each switch into or out of maintenance, with who made it (as the embedded store's step 12).
   `CREATE TABLE maintenance_changes (
     id bigserial PRIMARY KEY,
     at bigint NOT NULL,
