@@ -1,6 +1,6 @@
 import type { DatabaseSync } from "node:sqlite";
 import type pg from "pg";
-import { migrateSchema } from "./postgres-database.ts";
+import { inTransaction, migrateSchema } from "./postgres-database.ts";
 
 /** How one table went: rows read from the embedded store, rows in PostgreSQL after the copy. */
 export interface CopiedTable {
@@ -129,24 +129,19 @@ function pgValue(v: unknown): unknown {
 
 /**
  * Copies an embedded store into an empty PostgreSQL database, in one
- * transaction: accounts (secrets stay hashed) with the record of their changes, balances with theirs, named admins (token hashes), maintenance switches with theirs
- * switches, the ledger with its day counts, folded totals and refusals, and
- * the catalogue. Each table's row count, and the money and call totals, are
+ * transaction: accounts (secrets stay hashed) with the record of their
+ * changes, balances with theirs, named admins (token hashes), maintenance
+ * switches with theirs, the ledger with its day counts, folded totals and
+ * refusals, and the catalogue. Each table's row count, and the money and call totals, are
  * compared on both sides before the commit; any difference rolls it all back.
  * Used signatures are not copied: they live in Redis in shared mode, and
  * expire within the signature window.
  */
 export async function copyEmbeddedStore(db: DatabaseSync, pool: pg.Pool, onTable?: (table: string, rows: number) => void): Promise<CopiedTable[]> {
   await migrateSchema(pool);
-  const client = await pool.connect();
-  try {
-    await client.query("BEGIN ISOLATION LEVEL SERIALIZABLE");
-    const held = await client.query<{ n: string }>(
-      `SELECT ((SELECT count(*) FROM accounts) + (SELECT count(*) FROM ledger) + (SELECT count(*) FROM usage_daily) + (SELECT count(*) FROM catalogue_records)
-        + (SELECT count(*) FROM refusals) + (SELECT count(*) FROM ledger_daily_totals) + (SELECT count(*) FROM maintenance)
-        + (SELECT count(*) FROM balance_changes) + (SELECT count(*) FROM account_changes) + (SELECT count(*) FROM admin_tokens)
-        + (SELECT count(*) FROM maintenance_changes))::text AS n`,
-    );
+  return inTransaction(pool, async (client) => {
+    // Any row in any table the copy writes.
+    const held = await client.query<{ n: string }>(`SELECT (${copies.map((c) => `(SELECT count(*) FROM ${c.table})`).join(" + ")})::text AS n`);
     if (held.rows[0]!.n !== "0") throw new CopyRefusedError("the database already holds gateway data; copy into an empty database, so nothing is mixed or counted twice");
     const report: CopiedTable[] = [];
     for (const copy of copies) {
@@ -189,12 +184,6 @@ export async function copyEmbeddedStore(db: DatabaseSync, pool: pg.Pool, onTable
     for (const table of ["balance_changes", "account_changes", "maintenance_changes"]) {
       await client.query(`SELECT setval(pg_get_serial_sequence('${table}', 'id'), (SELECT max(id) FROM ${table}))`);
     }
-    await client.query("COMMIT");
     return report;
-  } catch (e) {
-    await client.query("ROLLBACK").catch(() => {});
-    throw e;
-  } finally {
-    client.release();
-  }
+  }, "BEGIN ISOLATION LEVEL SERIALIZABLE");
 }

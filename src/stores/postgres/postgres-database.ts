@@ -306,9 +306,7 @@ export function openPostgres(url: string, options: { max?: number } = {}): pg.Po
  * version it found and the one it left.
  */
 export async function migrateSchema(pool: pg.Pool): Promise<{ from: number; to: number }> {
-  const client = await pool.connect();
-  try {
-    await client.query("BEGIN");
+  return inTransaction(pool, async (client) => {
     await client.query("SELECT pg_advisory_xact_lock($1)", [schemaLock]);
     await client.query("CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())");
     const { rows } = await client.query<{ v: number | null }>("SELECT max(version) AS v FROM schema_migrations");
@@ -317,8 +315,22 @@ export async function migrateSchema(pool: pg.Pool): Promise<{ from: number; to: 
       await client.query(migrations[v]!);
       await client.query("INSERT INTO schema_migrations (version) VALUES ($1)", [v + 1]);
     }
-    await client.query("COMMIT");
     return { from, to: Math.max(from, migrations.length) };
+  });
+}
+
+/**
+ * Runs `work` on one client in one transaction (`begin` opens it): committed
+ * when `work` returns, rolled back when it throws (the error is thrown on),
+ * and the client handed back to the pool either way.
+ */
+export async function inTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>, begin = "BEGIN"): Promise<T> {
+  const client = await pool.connect();
+  try {
+    await client.query(begin);
+    const result = await work(client);
+    await client.query("COMMIT");
+    return result;
   } catch (e) {
     await client.query("ROLLBACK").catch(() => {});
     throw e;
