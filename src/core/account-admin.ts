@@ -253,15 +253,8 @@ export class AccountAdmin {
       const after = c.balance === undefined ? "" : formatMoney(c.balance);
       return { at: c.at, kind: c.kind, by: c.by, changes: [{ field: "balance", before: c.kind === "unbilled" ? formatMoney(-c.amount) : before, after }] };
     });
-    // Both lists are oldest first; merged by time, a settings change before a balance move of the same millisecond.
-    const events: AccountEvent[] = [];
-    let i = 0;
-    let j = 0;
-    while (i < changes.length || j < moves.length) {
-      if (j >= moves.length || (i < changes.length && changes[i]!.at <= moves[j]!.at)) events.push(changes[i++]!);
-      else events.push(moves[j++]!);
-    }
-    return events;
+    // By time; the sort is stable, so a settings change comes before a balance move of the same millisecond.
+    return [...changes, ...moves].sort((a, b) => a.at - b.at);
   }
 
   /** Sets the price of a charged call of one operation for the account. */

@@ -96,10 +96,17 @@ const fieldColumns: Record<keyof Required<AccountFields>, Column> = {
   zone: "zone",
 };
 
-/** The columns a change writes: those of the fields it names (a field named with `undefined` is cleared), in `accountColumns` order. */
-export function columnsOf(fields: AccountFields): Column[] {
+/**
+ * What a change writes: the columns of the fields it names (a field named
+ * with `undefined` is cleared) whose stored value it moves, in
+ * `accountColumns` order, and their new values.
+ */
+export function changedColumns(current: Account, next: Account, fields: AccountFields): { columns: Column[]; values: (string | number | null)[] } {
   const named = new Set(Object.keys(fields).map((f) => fieldColumns[f as keyof AccountFields]));
-  return accountColumns.filter((c) => named.has(c));
+  const before = accountToRow(current);
+  const after = accountToRow(next);
+  const columns = accountColumns.filter((c) => named.has(c) && before[c] !== after[c]);
+  return { columns, values: columns.map((c) => after[c]) };
 }
 
 /** A recorded change as both SQL stores keep it: its moves as JSON `[field, before, after]` triples. */

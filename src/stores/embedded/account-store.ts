@@ -2,7 +2,7 @@ import type { DatabaseSync, StatementSync } from "node:sqlite";
 import type { AccountChange, AccountEdit } from "../../core/account-history.ts";
 import type { AccountStore } from "../../core/account-store.ts";
 import type { Account } from "../../core/accounts.ts";
-import { accountChangeFromRow, accountColumns, accountFromRow, accountToRow, changesToJson, columnsOf, type AccountChangeRow, type AccountRow } from "../account-row.ts";
+import { accountChangeFromRow, accountColumns, accountFromRow, accountToRow, changedColumns, changesToJson, type AccountChangeRow, type AccountRow } from "../account-row.ts";
 import type { ChangeWatch } from "./change-watch.ts";
 import { writeTransaction } from "./sqlite-database.ts";
 
@@ -88,9 +88,8 @@ export class SqliteAccountStore implements AccountStore {
         const made = edit(current);
         if (made === undefined) return current;
         const next: Account = { ...current, ...made.fields };
-        const columns = columnsOf(made.fields);
-        const values = accountToRow(next);
-        this.updateOf(columns).run(Object.fromEntries([["key", key], ...columns.map((c) => [c, values[c]])]));
+        const { columns, values } = changedColumns(current, next, made.fields);
+        this.updateOf(columns).run(Object.fromEntries([["key", key], ...columns.map((c, i) => [c, values[i]])]));
         this.record(key, made.change);
         return next;
       });

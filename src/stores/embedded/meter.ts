@@ -185,7 +185,7 @@ export class SqliteMeter implements Meter {
   }
 
   async adjustBalance(account: string, change: BalanceChange): Promise<void> {
-    const e = this.transaction(() => {
+    writeTransaction(this.db, () => {
       let amount: bigint;
       if (change.kind === "unbilled") {
         const dropped = this.sql.unbilled.get(account) as { micros: bigint } | undefined;
@@ -197,7 +197,6 @@ export class SqliteMeter implements Meter {
       }
       this.sql.balanceChange.run(account, change.at, change.kind, amount, account, change.by ?? null);
     });
-    if (e !== undefined) throw e;
     this.options.onBalancesChanged(new Set([account]));
   }
 

@@ -3,8 +3,8 @@ import type { AccountChange, AccountEdit } from "../../core/account-history.ts";
 import type { AccountStore } from "../../core/account-store.ts";
 import type { Account } from "../../core/accounts.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
-import { accountChangeFromRow, accountColumns, accountFromRow, accountToRow, changesToJson, columnsOf, type AccountChangeRow, type AccountRow } from "../account-row.ts";
-import { databaseFault } from "./postgres-database.ts";
+import { accountChangeFromRow, accountColumns, accountFromRow, accountToRow, changedColumns, changesToJson, type AccountChangeRow, type AccountRow } from "../account-row.ts";
+import { databaseFault, inTransaction } from "./postgres-database.ts";
 
 /** How long a replica trusts what it read of an account: every replica sees a change within this. */
 export const accountFreshMs = 1000;
@@ -101,37 +101,25 @@ export class PostgresAccountStore implements AccountStore {
    */
   async change(key: string, edit: (current: Account) => AccountEdit | undefined): Promise<Account | undefined> {
     this.forget(key);
-    const client = await this.pool.connect();
     try {
-      await client.query("BEGIN");
-      const r = await client.query<AccountRow>(`${read} WHERE a.key = $1 FOR UPDATE OF a`, [key]);
-      const current = r.rows[0] === undefined ? undefined : accountFromRow(r.rows[0]);
-      const made = current === undefined ? undefined : edit(current);
-      if (current === undefined || made === undefined) {
-        await client.query("ROLLBACK");
-        return current;
-      }
-      const next: Account = { ...current, ...made.fields };
-      const columns = columnsOf(made.fields);
-      const values = accountToRow(next);
-      await client.query(
-        `UPDATE accounts SET ${columns.map((c, i) => `${c} = $${i + 2}`).join(", ")} WHERE key = $1`,
-        [key, ...columns.map((c) => values[c])],
-      );
-      await client.query("INSERT INTO account_changes (account, at, kind, actor, changes) VALUES ($1, $2, $3, $4, $5::jsonb)", [
-        key,
-        String(made.change.at),
-        made.change.kind,
-        made.change.by,
-        changesToJson(made.change),
-      ]);
-      await client.query("COMMIT");
-      return next;
-    } catch (e) {
-      await client.query("ROLLBACK").catch(() => {});
-      throw e;
+      return await inTransaction(this.pool, async (client) => {
+        const r = await client.query<AccountRow>(`${read} WHERE a.key = $1 FOR UPDATE OF a`, [key]);
+        const current = r.rows[0] === undefined ? undefined : accountFromRow(r.rows[0]);
+        const made = current === undefined ? undefined : edit(current);
+        if (current === undefined || made === undefined) return current;
+        const next: Account = { ...current, ...made.fields };
+        const { columns, values } = changedColumns(current, next, made.fields);
+        await client.query(`UPDATE accounts SET ${columns.map((c, i) => `${c} = $${i + 2}`).join(", ")} WHERE key = $1`, [key, ...values]);
+        await client.query("INSERT INTO account_changes (account, at, kind, actor, changes) VALUES ($1, $2, $3, $4, $5::jsonb)", [
+          key,
+          String(made.change.at),
+          made.change.kind,
+          made.change.by,
+          changesToJson(made.change),
+        ]);
+        return next;
+      });
     } finally {
-      client.release();
       this.forget(key);
     }
   }

@@ -180,10 +180,11 @@ export interface AdminRouteOptions {
 export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (router: ConnectRouter) => void {
   const { meter, switches } = ports;
   // Changes are recorded as made by the admin API's caller: the named admin whose token it sent, and its address.
-  const by = (ctx: HandlerContext) => {
+  const actor = (ctx: HandlerContext) => {
     const name = ctx.values.get(adminNameKey);
-    return ports.admin.as(`admin-api ${name === "" ? "" : `${name}@`}${ctx.values.get(clientIpKey)}`);
+    return `admin-api ${name === "" ? "" : `${name}@`}${ctx.values.get(clientIpKey)}`;
   };
+  const by = (ctx: HandlerContext) => ports.admin.as(actor(ctx));
   const admin = ports.admin;
   const money = (text: string | undefined) => (text === undefined || text === "" ? undefined : parseMoney(text));
   const priceMap = (prices: Record<string, string>) => new Map(Object.entries(prices).map(([op, p]) => [admin.operation(op), parseMoney(p)]));
@@ -231,7 +232,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
         topUp: guarded(async (req, ctx) => ({ account: accountMessage(await by(ctx).topUp(req.key, parseMoney(req.amount))) })),
         setPrice: guarded(async (req, ctx) => ({ account: accountMessage(await by(ctx).setPrice(req.key, req.operation, parseMoney(req.price))) })),
         setMaintenance: guarded(async (req, ctx) => {
-          await switches.setMaintenance(admin.operation(req.operation) as OperationId, req.maintenance, { at: Date.now(), by: by(ctx).by });
+          await switches.setMaintenance(admin.operation(req.operation) as OperationId, req.maintenance, { at: Date.now(), by: actor(ctx) });
           return { operations: await switches.maintenance() };
         }),
         getMaintenanceHistory: guarded(async () => ({
