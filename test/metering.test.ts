@@ -1,5 +1,7 @@
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import http2 from "node:http2";
+import net from "node:net";
 import { mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -328,6 +330,139 @@ describe("a caller's deadline", () => {
       await new Promise((r) => setTimeout(r, 600));
       expect(peak).toBe(2);
       expect((await call(base, a, false)).code).toBe("0000");
+    } finally {
+      await close();
+    }
+  });
+});
+
+describe("a caller that hangs up", () => {
+  /** The fixture's retail catalogue behind a cache, every purchase held until `release` (any num_iid answers the demo item). */
+  async function heldApp() {
+    const real: CatalogueSource = gw.runtime.catalogue;
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    const bought: string[] = [];
+    const source: CatalogueSource = {
+      label: "held",
+      fetch: async (op, args, signal) => {
+        bought.push(args.num_iid!);
+        await released;
+        return real.fetch(op, { ...args, num_iid: demo.retailNumIid }, signal);
+      },
+    };
+    const catalogue = new CachedCatalogue(new Map([["retail", source]]), new MemoryCache(16 * 1_048_576));
+    const gateway = new Gateway({ accounts: gw.runtime.accounts, meter: gw.runtime.meter, switches: gw.runtime.switches, catalogue });
+    const app = await buildApp({ gateway, logLevel: false });
+    await app.listen({ host: "127.0.0.1", port: 0 });
+    const port = (app.server.address() as { port: number }).port;
+    return { gateway, port, base: `http://127.0.0.1:${port}`, bought, release, close: () => app.close() };
+  }
+  const rows = async (key: string) =>
+    (await gw.runtime.meter.query({ account: key, rows: 50 })).rows.map((r) => `${String(r.code).padStart(4, "0")} ${r.charge} ${r.price} ${r.transport}`).sort();
+  const until = async (what: string, done: () => boolean | Promise<boolean>) => {
+    for (let i = 0; i < 500 && !(await done()); i++) await new Promise((r) => setTimeout(r, 20));
+    if (!(await done())) throw new Error(`still waiting for ${what}`);
+  };
+  const rpcPath = `/${RetailService.typeName}/ItemGet`;
+
+  it("before its answer was ready, on every path a call takes: recorded 4017, not charged; what it bought is kept", async () => {
+    const { port, base, bought, release, close } = await heldApp();
+    const h2 = http2.connect(base);
+    h2.on("error", () => {});
+    try {
+      const price = parseMoney("0.1");
+      const a = await gw.newAccount({ balance: parseMoney("1"), prices: new Map([["retail/item_get", price]]) });
+      const headers = { "x-api-key": a.key, "x-api-secret": a.secret };
+      const legacyQuery = (n: string) => `/retail/item_get/?key=${a.key}&secret=${a.secret}&num_iid=${n}`;
+      /** A request written on a raw HTTP/1.1 connection; what it is answered, and its hang-up: a reset connection. */
+      const h1 = (head: string, body = "", halfClose = false) => {
+        const socket = net.connect(port, "127.0.0.1", () => {
+          socket.write(`${head}\r\nhost: 127.0.0.1${body === "" ? "" : `\r\ncontent-length: ${Buffer.byteLength(body)}`}\r\n\r\n${body}`);
+          if (halfClose) socket.end();
+        });
+        socket.on("error", () => {});
+        const chunks: Buffer[] = [];
+        socket.on("data", (c: Buffer) => chunks.push(c));
+        const answered = new Promise<string>((r) => socket.on("close", () => r(Buffer.concat(chunks).toString("latin1"))));
+        return { answered, hangUp: () => socket.resetAndDestroy() };
+      };
+      /** A request on an HTTP/2 stream, hung up by resetting it (CANCEL). */
+      const onH2 = (head: http2.OutgoingHttpHeaders, body?: string) => {
+        const stream = h2.request(head, { endStream: body === undefined });
+        stream.on("error", () => {});
+        stream.resume();
+        if (body !== undefined) stream.end(body);
+        return { hangUp: () => stream.close(http2.constants.NGHTTP2_CANCEL) };
+      };
+      /** A connect-es client's call over HTTP/2, hung up by aborting its signal (the client resets its stream). */
+      const client = (transport: Parameters<typeof createClient>[1], n: string) => {
+        const abort = new AbortController();
+        createClient(RetailService, transport).itemGet({ numIid: n }, { headers, signal: abort.signal }).catch(() => {});
+        return { hangUp: () => abort.abort() };
+      };
+      // Each path on an item of its own, so each call buys: the legacy path before Fastify and through it (an
+      // Origin), and over HTTP/2; the Connect path before Fastify, and inside it over HTTP/2; gRPC on its path on
+      // the stream; gRPC-Web, which connect-node serves.
+      const calls = [
+        h1(`GET ${legacyQuery("610000000001")} HTTP/1.1`),
+        h1(`GET ${legacyQuery("610000000002")} HTTP/1.1\r\norigin: http://127.0.0.1:9`),
+        onH2({ ":method": "GET", ":path": legacyQuery("610000000003") }),
+        h1(`POST ${rpcPath} HTTP/1.1\r\ncontent-type: application/json\r\nx-api-key: ${a.key}\r\nx-api-secret: ${a.secret}`, JSON.stringify({ numIid: "610000000004" })),
+        onH2({ ":method": "POST", ":path": rpcPath, "content-type": "application/json", ...headers }, JSON.stringify({ numIid: "610000000005" })),
+        client(createGrpcTransport({ baseUrl: base }), "610000000006"),
+        client(createGrpcWebTransport({ baseUrl: base, httpVersion: "2" }), "610000000007"),
+      ];
+      // A caller that ends its side of the connection (TCP FIN) after its request, as `printf … | nc` does, still
+      // reads: it is answered, and charged. On HTTP/1.1 a FIN alone says nothing more; only a reset is a hang-up.
+      const halfClosed = h1(`GET ${legacyQuery("610000000008")} HTTP/1.1\r\nconnection: close`, "", true);
+      await until("every call to reach its purchase", () => bought.length === 8);
+      for (const call of calls) call.hangUp();
+      // The server learns of a reset connection or stream on its next turns; then the purchases end.
+      await new Promise((r) => setTimeout(r, 300));
+      release();
+      expect(await halfClosed.answered).toContain(`"error_code":"0000"`);
+      await until("a row for every call", async () => (await rows(a.key)).length === 8);
+      // Before, each was recorded 0000 and charged once its purchase ended: 0.7 for answers nobody received.
+      expect(await rows(a.key)).toEqual(
+        [
+          "4017 uncharged 0 legacy",
+          "4017 uncharged 0 legacy",
+          "4017 uncharged 0 legacy",
+          "4017 uncharged 0 connect",
+          "4017 uncharged 0 connect",
+          "4017 uncharged 0 grpc",
+          "4017 uncharged 0 grpc-web",
+          `0000 charged ${price} legacy`,
+        ].sort(),
+      );
+      expect((await gw.runtime.admin.get(a.key)).balance).toBe(parseMoney("0.9"));
+      // What was bought is kept: asked again, an item is a cache hit, charged once; nothing is bought twice.
+      const again = await legacyGet(base, "/retail/item_get/", item(a, "610000000006"));
+      expect([again.json.error_code, again.json.cache]).toEqual(["0000", 1]);
+      expect(bought).toHaveLength(8);
+      expect((await gw.runtime.admin.get(a.key)).balance).toBe(parseMoney("0.8"));
+    } finally {
+      h2.close();
+      await close();
+    }
+  });
+
+  it("before the call reached its source: nothing is bought", async () => {
+    const { gateway, bought, release, close } = await heldApp();
+    try {
+      release();
+      const a = await gw.newAccount();
+      const outcome = await gateway.call(operationById.get("retail/item_get")!, {
+        args: { num_iid: "610000000009" },
+        credentials: a,
+        transport: "legacy",
+        clientIp: "127.0.0.1",
+        gone: () => "the caller hung up",
+      });
+      expect([outcome.status.errorCode, outcome.status.reason]).toEqual([4017, "the caller hung up before the call reached its source, so nothing was bought"]);
+      expect(bought).toEqual([]);
+      expect(await rows(a.key)).toEqual(["4017 uncharged 0 legacy"]);
     } finally {
       await close();
     }

@@ -54,6 +54,14 @@ export interface CallInput {
    * answer is ready is answered 4017 and not charged (`Gateway.call`).
    */
   readonly deadline?: number | undefined;
+  /**
+   * Whether the caller has gone (its connection closed, its stream reset,
+   * its RPC cancelled), asked where the deadline is: undefined while it
+   * waits, else why, in words ("the caller hung up"). A call whose caller
+   * has gone before its answer is ready is answered 4017 and not charged,
+   * as one past its deadline. Undefined: a caller that cannot go.
+   */
+  readonly gone?: (() => string | undefined) | undefined;
   /** The transport's id of the request (its log lines carry it); the core makes one when absent. */
   readonly requestId?: string | undefined;
 }
@@ -123,10 +131,13 @@ const argForms = { numeric: /^[0-9]*$/, token: /^[A-Za-z0-9_-]*$/ };
 const argFormText = { numeric: "numeric text", token: "letters, digits, _ or -" };
 const neverAborted = new AbortController().signal;
 
-/** Throws 4017 when the caller's deadline (`performance.now()` time) has passed. */
-function pastDeadline(deadline: number, started: number, what: string): void {
-  const now = performance.now();
-  if (now > deadline) throw new GatewayError(ErrorCode.TIMEOUT, `the caller's deadline (${Math.round(deadline - started)} ms) passed ${what}`);
+/** Throws 4017 when the caller has stopped waiting: its deadline (a `performance.now()` time) has passed, or it has gone. */
+function stoppedWaiting(input: CallInput, started: number, what: string): void {
+  if (input.deadline !== undefined && performance.now() > input.deadline) {
+    throw new GatewayError(ErrorCode.TIMEOUT, `the caller's deadline (${Math.round(input.deadline - started)} ms) passed ${what}`);
+  }
+  const gone = input.gone?.();
+  if (gone !== undefined) throw new GatewayError(ErrorCode.TIMEOUT, `${gone} ${what}`);
 }
 
 /**
@@ -205,13 +216,14 @@ export class Gateway {
       if (unavailable !== undefined) throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, unavailable);
       const admitted = this.ports.meter.admit(account, operation.id, dayOf(now, account.zone));
       admission = admitted instanceof Promise ? await admitted : admitted;
-      if (input.deadline !== undefined) pastDeadline(input.deadline, started, "before the call reached its source, so nothing was bought");
+      stoppedWaiting(input, started, "before the call reached its source, so nothing was bought");
       const answering = this.ports.catalogue.answer(operation, args, options.lang, options.useCache, input.signal ?? neverAborted);
       const answered = answering instanceof Promise ? await answering : answering;
-      // The caller has stopped waiting and sees deadline_exceeded, so the call is not charged. Its purchase (shared with
-      // any other caller of the item, and kept for the next) was waited for: the call's concurrency place stays taken
-      // until it ends, so callers that give up at once cannot have more purchases running than their limit.
-      if (input.deadline !== undefined) pastDeadline(input.deadline, started, "before the answer was ready, so the call was not charged");
+      // A caller that has stopped waiting (its deadline passed: it sees deadline_exceeded; or it hung up) gets nothing,
+      // so the call is not charged. Its purchase (shared with any other caller of the item, and kept for the next) was
+      // waited for: the call's concurrency place stays taken until it ends, so callers that give up at once cannot
+      // have more purchases running than their limit.
+      stoppedWaiting(input, started, "before the answer was ready, so the call was not charged");
       ({ answer, fromCache, memo, translation } = answered);
       code = answer.found ? ErrorCode.SUCCESS : ErrorCode.NO_RESULT;
       if (!answer.found) reason = answer.reason;

@@ -1,11 +1,12 @@
 import { create, toBinary, type DescField, type DescMessage, type Message, type UnknownField } from "@bufbuild/protobuf";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
 import type { DescMethodUnary } from "@bufbuild/protobuf";
-import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
+import { Code, ConnectError, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
 import type { CallInput, Gateway, Outcome, Transport } from "../../core/gateway.ts";
 import type { Operation } from "../../core/operation.ts";
 import { CacheMode, Lang } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { credentialFields, readCredentials } from "../credentials.ts";
+import { hungUp } from "../server/caller-gone.ts";
 import { callReachedKey, clientIpKey, requestIdKey } from "./context.ts";
 import { statusError } from "./status-error.ts";
 
@@ -17,6 +18,8 @@ export interface CallSource {
   readonly signal: AbortSignal | undefined;
   /** When the caller stops waiting, as `performance.now()` reads (CallInput.deadline). */
   readonly deadline?: number | undefined;
+  /** Whether the caller has gone (CallInput.gone). */
+  readonly gone?: (() => string | undefined) | undefined;
   readonly transport: Transport;
   /** The messages travel in the protobuf binary format (Connect proto, gRPC, gRPC-Web), not JSON. */
   readonly binary: boolean;
@@ -40,6 +43,9 @@ function sourceOfContext(ctx: HandlerContext): CallSource {
     requestId: ctx.values.get(requestIdKey) || undefined,
     signal: ctx.signal,
     deadline: timeoutMs === undefined ? undefined : performance.now() + timeoutMs,
+    // connect-node aborts the signal at the deadline (the deadline's own check may be microseconds behind its
+    // timer) and when the caller goes: its HTTP/1.1 response closes or its HTTP/2 stream is reset.
+    gone: () => (ctx.signal.aborted ? (ConnectError.from(ctx.signal.reason).code === Code.DeadlineExceeded ? "the caller's deadline passed" : hungUp) : undefined),
     transport: contentType.startsWith("application/grpc-web") ? "grpc-web" : contentType.startsWith("application/grpc") ? "grpc" : "connect",
     binary: binaryCall(ctx),
   };
@@ -86,6 +92,7 @@ function requestReader(operation: Operation): (req: Message, src: CallSource) =>
       requestId: src.requestId,
       signal: src.signal,
       deadline: src.deadline,
+      gone: src.gone,
     };
   };
 }

@@ -4,6 +4,7 @@ import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerHttp2Stream } from "node:http2";
 import type { Http2StreamClaim } from "../server/one-port-server.ts";
 import { accessLog, type AccessLog } from "../server/access-log.ts";
+import { goneOf } from "../server/caller-gone.ts";
 import { headerReader, type CallSource } from "./catalogue-services.ts";
 import { acceptCompression, compressMinBytes, fastRoutes, headerValue, once, oneBlock, readBody, type FastPathOptions, type FastResult, type FastRoute } from "./unary-fast-path.ts";
 
@@ -85,6 +86,7 @@ async function serve(options: FastPathOptions & { readonly accessLog: AccessLog 
     clientIp,
     requestId,
     signal: undefined,
+    gone: goneOf(stream),
     transport: "grpc",
     binary: true,
   };

@@ -7,9 +7,11 @@ import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from "fastify";
 import { IncomingMessage, type IncomingHttpHeaders, type ServerResponse } from "node:http";
+import type { Http2ServerResponse } from "node:http2";
 import type { Readable } from "node:stream";
 import type { TLSSocket } from "node:tls";
 import { accessLog } from "../server/access-log.ts";
+import { goneOf } from "../server/caller-gone.ts";
 import { endInParts } from "../server/end-in-parts.ts";
 import type { ClientAddress } from "../server/client-address.ts";
 import type { Http1RequestClaim } from "../server/one-port-server.ts";
@@ -238,6 +240,8 @@ async function connectAnswer(result: FastResult, binary: boolean, acceptEncoding
 /** What a Connect unary call of an operation needs of its request, whichever path carries it. */
 interface ConnectRequest {
   readonly raw: IncomingMessage;
+  /** Where the answer goes (Node's HTTP/1.1 response, or HTTP/2's compatibility response inside Fastify). */
+  readonly res: ServerResponse | Http2ServerResponse;
   readonly clientIp: string;
   readonly requestId: string;
   /** The URL connect-node names the call by (its log line of an internal error). */
@@ -255,7 +259,7 @@ async function fastConnectCall(fast: FastAnswer, readMaxBytes: number, binary: b
   const input = fast.parse(body.bytes, binary);
   if (input === undefined) return { body: once(body.bytes) };
   const h = req.raw.headers;
-  const src: CallSource = { header: headerReader(h), clientIp: req.clientIp, requestId: req.requestId, signal: undefined, transport: "connect", binary };
+  const src: CallSource = { header: headerReader(h), clientIp: req.clientIp, requestId: req.requestId, signal: undefined, gone: goneOf(req.res), transport: "connect", binary };
   return connectAnswer(await fast.call(input, src, req.procedure), binary, h["accept-encoding"]);
 }
 
@@ -291,7 +295,7 @@ export function unaryFastPath(
     if (shape === undefined) return {};
     let answer: ConnectAnswer | Declined;
     try {
-      answer = await fastConnectCall(fast, options.readMaxBytes, shape.binary, { raw: req.raw, clientIp: req.clientIp, requestId: req.id, procedure: `${req.protocol}://${req.host}${path}` });
+      answer = await fastConnectCall(fast, options.readMaxBytes, shape.binary, { raw: req.raw, res: reply.raw, clientIp: req.clientIp, requestId: req.id, procedure: `${req.protocol}://${req.host}${path}` });
     } catch (e) {
       // The body never ended: the caller went away, or the server answered the request already (over
       // HTTP/2, one past the request timeout, which one-port-server.ts answers and resets). Nobody is
@@ -392,7 +396,7 @@ export function connectRequestPath(options: FastPathOptions): Http1RequestClaim 
     const completed = log(requestId, "POST", url, clientIp);
     if (completed !== undefined) res.once("finish", () => completed(res.statusCode));
     const procedure = `${(req.socket as TLSSocket).encrypted ? "https" : "http"}://${req.headers.host ?? ""}${url}`;
-    const answer = await fastConnectCall(route.fast, options.readMaxBytes, binary, { raw: req, clientIp, requestId, procedure });
+    const answer = await fastConnectCall(route.fast, options.readMaxBytes, binary, { raw: req, res, clientIp, requestId, procedure });
     if (!("status" in answer)) {
       await answerWithConnectNode(route.handler, req, res, { headers: options.answerHeaders, contextValues: options.contextValues(clientIp, requestId), body: answer.body, log: options.log, requestId });
       return;

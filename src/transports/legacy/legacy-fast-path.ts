@@ -7,6 +7,7 @@ import { operations } from "../../operations/index.ts";
 import type { ClientAddress } from "../server/client-address.ts";
 import type { Http1RequestClaim } from "../server/one-port-server.ts";
 import { accessLog } from "../server/access-log.ts";
+import { goneOf } from "../server/caller-gone.ts";
 import { endInParts } from "../server/end-in-parts.ts";
 import { bodyByteLength, bodyParts } from "../../render/legacy-formats.ts";
 import { legacyParams } from "./legacy-params.ts";
@@ -59,7 +60,7 @@ export function legacyFastPath(gateway: Gateway, options: LegacyFastPathOptions)
     const completed = log(requestId, "GET", url, clientIp);
     if (completed !== undefined) res.once("finish", () => completed(res.statusCode));
     try {
-      const { input, format } = legacyCall(operation, legacyParams(url), { method: "GET", authorization: req.headers.authorization, clientIp, requestId });
+      const { input, format } = legacyCall(operation, legacyParams(url), { method: "GET", authorization: req.headers.authorization, clientIp, requestId, gone: goneOf(res) });
       write(res, legacyAnswer(await gateway.call(operation, input), format, "GET", req.headers["accept-encoding"]));
     } catch (e) {
       // As the app's error handler answers a fault inside a route.

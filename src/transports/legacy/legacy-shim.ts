@@ -6,6 +6,7 @@ import { operations } from "../../operations/index.ts";
 import type { CallInput, Gateway, Outcome } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { bodyByteLength, bodyParts, isLegacyFormat, isSpliced, joinedBody, legacyFormats, renderOutcome, type LegacyBody, type LegacyFormatName } from "../../render/legacy-formats.ts";
+import { goneOf } from "../server/caller-gone.ts";
 import { endInParts } from "../server/end-in-parts.ts";
 import { credentialFields, readCredentials } from "../credentials.ts";
 import { compress, negotiateEncoding } from "./legacy-compression.ts";
@@ -87,6 +88,8 @@ export interface LegacyRequest {
   readonly authorization: string | undefined;
   readonly clientIp: string;
   readonly requestId: string;
+  /** Whether the caller has gone (CallInput.gone). */
+  readonly gone: () => string | undefined;
 }
 
 /**
@@ -112,6 +115,7 @@ export function legacyCall(operation: Operation, params: LegacyParams, req: Lega
     transport: "legacy",
     clientIp: req.clientIp,
     requestId: req.requestId,
+    gone: req.gone,
     malformed: params.problem,
     rejection,
   };
@@ -172,6 +176,7 @@ export function installLegacyShim(root: FastifyInstance, gateway: Gateway): void
         authorization: req.headers.authorization,
         clientIp: req.clientIp,
         requestId: req.id,
+        gone: goneOf(reply.raw),
       });
       return sendLegacy(reply, await gateway.call(operation, input), format);
     };

@@ -1,0 +1,19 @@
+import type { ServerResponse } from "node:http";
+import type { Http2ServerResponse, ServerHttp2Stream } from "node:http2";
+
+/** Why a call's caller stopped waiting, when it went away (CallInput.gone). */
+export const hungUp = "the caller hung up";
+
+/**
+ * The core's `CallInput.gone` for a call answered on Node's HTTP/1.1
+ * response, HTTP/2's compatibility response or an HTTP/2 stream: gone once
+ * nothing can reach the caller any more. Node's HTTP/1.1 response is
+ * destroyed as soon as its socket closes or is reset (a client's FIN
+ * aborts the request too, as Node's server does by default); an HTTP/2
+ * stream once it is reset or its session is gone. Asked only before the
+ * answer is written (after, a response is destroyed as it ends).
+ */
+export function goneOf(res: ServerResponse | Http2ServerResponse | ServerHttp2Stream): () => string | undefined {
+  const target: { readonly destroyed: boolean } = "stream" in res ? res.stream : res;
+  return () => (target.destroyed ? hungUp : undefined);
+}
