@@ -12,6 +12,7 @@ import { parseMoney } from "../src/core/money.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { buildApp } from "../src/transports/server/app.ts";
+import { PrometheusTelemetry } from "../src/transports/server/metrics.ts";
 import { CachedCatalogue } from "../src/core/cached-catalogue.ts";
 import { Gateway } from "../src/core/gateway.ts";
 import { MemoryCache } from "../src/stores/embedded/response-cache.ts";
@@ -45,6 +46,12 @@ async function appWith(source: CatalogueSource) {
   const app = await buildApp({ gateway: gw.gatewayWith(new Map([["retail", source]])), logLevel: false });
   await app.listen({ host: "127.0.0.1", port: 0 });
   return { base: `http://127.0.0.1:${(app.server.address() as { port: number }).port}`, close: () => app.close() };
+}
+
+/** `gateway_calls_abandoned_total` as "operation reason stage count" lines. */
+async function abandonedCounts(telemetry: PrometheusTelemetry): Promise<string[]> {
+  const metric = (await telemetry.registry.getSingleMetric("gateway_calls_abandoned_total")!.get()) as { values: { labels: Record<string, string>; value: number }[] };
+  return metric.values.map((v) => `${v.labels.operation} ${v.labels.reason} ${v.labels.stage} ${v.value}`).sort();
 }
 
 const item = (a: { key: string; secret: string }, numIid = demo.retailNumIid) => ({ key: a.key, secret: a.secret, num_iid: numIid });
@@ -260,10 +267,11 @@ describe("a caller's deadline", () => {
   /** The real app over the fixture's stores, with a cache in front of another retail source (as production has). */
   async function cachedAppWith(source: CatalogueSource) {
     const catalogue = new CachedCatalogue(new Map([["retail", source]]), new MemoryCache(16 * 1_048_576));
-    const gateway = new Gateway({ accounts: gw.runtime.accounts, meter: gw.runtime.meter, switches: gw.runtime.switches, catalogue });
+    const telemetry = new PrometheusTelemetry();
+    const gateway = new Gateway({ accounts: gw.runtime.accounts, meter: gw.runtime.meter, switches: gw.runtime.switches, catalogue, telemetry });
     const app = await buildApp({ gateway, logLevel: false });
     await app.listen({ host: "127.0.0.1", port: 0 });
-    return { gateway, base: `http://127.0.0.1:${(app.server.address() as { port: number }).port}`, close: () => app.close() };
+    return { gateway, base: `http://127.0.0.1:${(app.server.address() as { port: number }).port}`, abandoned: () => abandonedCounts(telemetry), close: () => app.close() };
   }
   const call = (base: string, a: { key: string; secret: string }, grpc: boolean, timeoutMs?: number) =>
     createClient(RetailService, grpc ? createGrpcTransport({ baseUrl: base }) : createConnectTransport({ baseUrl: base, httpVersion: "1.1" }))
@@ -280,7 +288,7 @@ describe("a caller's deadline", () => {
 
   it("passed before the answer was ready: the caller sees deadline_exceeded, and the call is recorded 4017, not charged", async () => {
     let purchases = 0;
-    const { gateway, base, close } = await cachedAppWith(delayed(400, () => purchases++));
+    const { gateway, base, abandoned, close } = await cachedAppWith(delayed(400, () => purchases++));
     try {
       const price = parseMoney("0.1");
       const a = await gw.newAccount({ balance: parseMoney("1"), prices: new Map([["retail/item_get", price]]) });
@@ -309,6 +317,7 @@ describe("a caller's deadline", () => {
       });
       expect([late.status.errorCode, late.status.reason]).toEqual([4017, expect.stringContaining("passed before the call reached its source, so nothing was bought")]);
       expect(purchases).toBe(1);
+      expect(await abandoned()).toEqual(["retail/item_get deadline before_answer 2", "retail/item_get deadline before_source 1"]);
     } finally {
       await close();
     }
@@ -352,11 +361,12 @@ describe("a caller that hangs up", () => {
       },
     };
     const catalogue = new CachedCatalogue(new Map([["retail", source]]), new MemoryCache(16 * 1_048_576));
-    const gateway = new Gateway({ accounts: gw.runtime.accounts, meter: gw.runtime.meter, switches: gw.runtime.switches, catalogue });
+    const telemetry = new PrometheusTelemetry();
+    const gateway = new Gateway({ accounts: gw.runtime.accounts, meter: gw.runtime.meter, switches: gw.runtime.switches, catalogue, telemetry });
     const app = await buildApp({ gateway, logLevel: false });
     await app.listen({ host: "127.0.0.1", port: 0 });
     const port = (app.server.address() as { port: number }).port;
-    return { gateway, port, base: `http://127.0.0.1:${port}`, bought, release, close: () => app.close() };
+    return { gateway, port, base: `http://127.0.0.1:${port}`, bought, release, abandoned: () => abandonedCounts(telemetry), close: () => app.close() };
   }
   const rows = async (key: string) =>
     (await gw.runtime.meter.query({ account: key, rows: 50 })).rows.map((r) => `${String(r.code).padStart(4, "0")} ${r.charge} ${r.price} ${r.transport}`).sort();
@@ -367,7 +377,7 @@ describe("a caller that hangs up", () => {
   const rpcPath = `/${RetailService.typeName}/ItemGet`;
 
   it("before its answer was ready, on every path a call takes: recorded 4017, not charged; what it bought is kept", async () => {
-    const { port, base, bought, release, close } = await heldApp();
+    const { port, base, bought, release, abandoned, close } = await heldApp();
     const h2 = http2.connect(base);
     h2.on("error", () => {});
     try {
@@ -437,6 +447,8 @@ describe("a caller that hangs up", () => {
         ].sort(),
       );
       expect((await gw.runtime.admin.get(a.key)).balance).toBe(parseMoney("0.9"));
+      // The operator's metrics tell these from upstream timeouts, also 4017.
+      expect(await abandoned()).toEqual(["retail/item_get hung_up before_answer 7"]);
       // What was bought is kept: asked again, an item is a cache hit, charged once; nothing is bought twice.
       const again = await legacyGet(base, "/retail/item_get/", item(a, "610000000006"));
       expect([again.json.error_code, again.json.cache]).toEqual(["0000", 1]);
@@ -449,7 +461,7 @@ describe("a caller that hangs up", () => {
   });
 
   it("before the call reached its source: nothing is bought", async () => {
-    const { gateway, bought, release, close } = await heldApp();
+    const { gateway, bought, release, abandoned, close } = await heldApp();
     try {
       release();
       const a = await gw.newAccount();
@@ -458,11 +470,12 @@ describe("a caller that hangs up", () => {
         credentials: a,
         transport: "legacy",
         clientIp: "127.0.0.1",
-        gone: () => "the caller hung up",
+        gone: () => "hung_up",
       });
       expect([outcome.status.errorCode, outcome.status.reason]).toEqual([4017, "the caller hung up before the call reached its source, so nothing was bought"]);
       expect(bought).toEqual([]);
       expect(await rows(a.key)).toEqual(["4017 uncharged 0 legacy"]);
+      expect(await abandoned()).toEqual(["retail/item_get hung_up before_source 1"]);
     } finally {
       await close();
     }

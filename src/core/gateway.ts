@@ -18,7 +18,7 @@ import type { MaybeAsync } from "./maybe-async.ts";
 import type { Admission, Meter, Transport, UsageSummary } from "./meter.ts";
 import type { OperatorSwitches } from "./operator-switches.ts";
 import type { EntryMemo } from "./response-cache.ts";
-import { noTelemetry, type Telemetry } from "./telemetry.ts";
+import { noTelemetry, type AbandonStage, type StoppedWaiting, type Telemetry } from "./telemetry.ts";
 
 export type { Transport } from "./meter.ts";
 
@@ -55,13 +55,14 @@ export interface CallInput {
    */
   readonly deadline?: number | undefined;
   /**
-   * Whether the caller has gone (its connection closed, its stream reset,
-   * its RPC cancelled), asked where the deadline is: undefined while it
-   * waits, else why, in words ("the caller hung up"). A call whose caller
-   * has gone before its answer is ready is answered 4017 and not charged,
-   * as one past its deadline. Undefined: a caller that cannot go.
+   * Whether the caller has gone, asked where the deadline is: undefined
+   * while it waits, `hung_up` once its connection was reset, its stream
+   * reset or its RPC cancelled (or `deadline`, where the transport learns
+   * of the deadline first). A call whose caller has gone before its answer
+   * is ready is answered 4017 and not charged, as one past its deadline.
+   * Undefined: a caller that cannot go.
    */
-  readonly gone?: (() => string | undefined) | undefined;
+  readonly gone?: (() => StoppedWaiting | undefined) | undefined;
   /** The transport's id of the request (its log lines carry it); the core makes one when absent. */
   readonly requestId?: string | undefined;
 }
@@ -131,13 +132,23 @@ const argForms = { numeric: /^[0-9]*$/, token: /^[A-Za-z0-9_-]*$/ };
 const argFormText = { numeric: "numeric text", token: "letters, digits, _ or -" };
 const neverAborted = new AbortController().signal;
 
-/** Throws 4017 when the caller has stopped waiting: its deadline (a `performance.now()` time) has passed, or it has gone. */
-function stoppedWaiting(input: CallInput, started: number, what: string): void {
-  if (input.deadline !== undefined && performance.now() > input.deadline) {
-    throw new GatewayError(ErrorCode.TIMEOUT, `the caller's deadline (${Math.round(input.deadline - started)} ms) passed ${what}`);
-  }
-  const gone = input.gone?.();
-  if (gone !== undefined) throw new GatewayError(ErrorCode.TIMEOUT, `${gone} ${what}`);
+const abandonedWhen: Record<AbandonStage, string> = {
+  before_source: "before the call reached its source, so nothing was bought",
+  before_answer: "before the answer was ready, so the call was not charged",
+};
+
+/**
+ * Throws 4017 when the caller has stopped waiting: its deadline (a
+ * `performance.now()` time) has passed, or it has gone; and tells the
+ * operator's metrics.
+ */
+function stoppedWaiting(operation: Operation, input: CallInput, started: number, stage: AbandonStage, telemetry: Telemetry): void {
+  const passed = input.deadline !== undefined && performance.now() > input.deadline;
+  const why = passed ? "deadline" : input.gone?.();
+  if (why === undefined) return;
+  telemetry.callAbandoned(operation.id, why, stage);
+  const who = why === "hung_up" ? "the caller hung up" : passed ? `the caller's deadline (${Math.round(input.deadline! - started)} ms) passed` : "the caller's deadline passed";
+  throw new GatewayError(ErrorCode.TIMEOUT, `${who} ${abandonedWhen[stage]}`);
 }
 
 /**
@@ -216,14 +227,14 @@ export class Gateway {
       if (unavailable !== undefined) throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, unavailable);
       const admitted = this.ports.meter.admit(account, operation.id, dayOf(now, account.zone));
       admission = admitted instanceof Promise ? await admitted : admitted;
-      stoppedWaiting(input, started, "before the call reached its source, so nothing was bought");
+      stoppedWaiting(operation, input, started, "before_source", this.telemetry);
       const answering = this.ports.catalogue.answer(operation, args, options.lang, options.useCache, input.signal ?? neverAborted);
       const answered = answering instanceof Promise ? await answering : answering;
       // A caller that has stopped waiting (its deadline passed: it sees deadline_exceeded; or it hung up) gets nothing,
       // so the call is not charged. Its purchase (shared with any other caller of the item, and kept for the next) was
       // waited for: the call's concurrency place stays taken until it ends, so callers that give up at once cannot
       // have more purchases running than their limit.
-      stoppedWaiting(input, started, "before the answer was ready, so the call was not charged");
+      stoppedWaiting(operation, input, started, "before_answer", this.telemetry);
       ({ answer, fromCache, memo, translation } = answered);
       code = answer.found ? ErrorCode.SUCCESS : ErrorCode.NO_RESULT;
       if (!answer.found) reason = answer.reason;

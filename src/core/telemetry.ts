@@ -4,6 +4,12 @@ import type { Transport } from "./meter.ts";
 /** What became of a call's look into the response cache. */
 export type CacheResult = "hit" | "miss" | "stale" | "coalesced";
 
+/** Why a call's caller stopped waiting for it: its deadline passed, or it hung up (closed, reset or cancelled). */
+export type StoppedWaiting = "deadline" | "hung_up";
+
+/** Where a call was when its caller stopped waiting: before it reached its source (nothing bought), or before its answer was ready. */
+export type AbandonStage = "before_source" | "before_answer";
+
 /** Why an authentication failed; never the key or secret itself. */
 export type AuthFailure = "missing_key" | "unknown_key" | "bad_credentials" | "address_locked" | "admin_token";
 
@@ -17,6 +23,8 @@ export interface Telemetry {
   callStarted(): void;
   /** Every call that reached an operation or was refused before one (operation ""). */
   callFinished(operation: string, code: ErrorCode, transport: Transport, seconds: number): void;
+  /** A call answered 4017 and not charged because its caller stopped waiting (CallInput.deadline, CallInput.gone). */
+  callAbandoned(operation: string, why: StoppedWaiting, stage: AbandonStage): void;
   cacheEvent(operation: string, result: CacheResult): void;
   /** One call to the upstream provider, retries included; outcome `ok`, `not_found`, `timeout`, `circuit_open` or `error`. */
   upstreamRequest(operation: string, outcome: string, seconds: number): void;
@@ -30,6 +38,7 @@ export interface Telemetry {
 export const noTelemetry: Telemetry = {
   callStarted() {},
   callFinished() {},
+  callAbandoned() {},
   cacheEvent() {},
   upstreamRequest() {},
   circuitChanged() {},

@@ -6,7 +6,6 @@ import type { CallInput, Gateway, Outcome, Transport } from "../../core/gateway.
 import type { Operation } from "../../core/operation.ts";
 import { CacheMode, Lang } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { credentialFields, readCredentials } from "../credentials.ts";
-import { hungUp } from "../server/caller-gone.ts";
 import { callReachedKey, clientIpKey, requestIdKey } from "./context.ts";
 import { statusError } from "./status-error.ts";
 
@@ -19,7 +18,7 @@ export interface CallSource {
   /** When the caller stops waiting, as `performance.now()` reads (CallInput.deadline). */
   readonly deadline?: number | undefined;
   /** Whether the caller has gone (CallInput.gone). */
-  readonly gone?: (() => string | undefined) | undefined;
+  readonly gone?: CallInput["gone"];
   readonly transport: Transport;
   /** The messages travel in the protobuf binary format (Connect proto, gRPC, gRPC-Web), not JSON. */
   readonly binary: boolean;
@@ -45,7 +44,7 @@ function sourceOfContext(ctx: HandlerContext): CallSource {
     deadline: timeoutMs === undefined ? undefined : performance.now() + timeoutMs,
     // connect-node aborts the signal at the deadline (the deadline's own check may be microseconds behind its
     // timer) and when the caller goes: its HTTP/1.1 response closes or its HTTP/2 stream is reset.
-    gone: () => (ctx.signal.aborted ? (ConnectError.from(ctx.signal.reason).code === Code.DeadlineExceeded ? "the caller's deadline passed" : hungUp) : undefined),
+    gone: () => (ctx.signal.aborted ? (ConnectError.from(ctx.signal.reason).code === Code.DeadlineExceeded ? "deadline" : "hung_up") : undefined),
     transport: contentType.startsWith("application/grpc-web") ? "grpc-web" : contentType.startsWith("application/grpc") ? "grpc" : "connect",
     binary: binaryCall(ctx),
   };

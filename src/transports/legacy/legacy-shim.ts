@@ -89,7 +89,7 @@ export interface LegacyRequest {
   readonly clientIp: string;
   readonly requestId: string;
   /** Whether the caller has gone (CallInput.gone). */
-  readonly gone: () => string | undefined;
+  readonly gone: CallInput["gone"];
 }
 
 /**

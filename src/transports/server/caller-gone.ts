@@ -1,9 +1,6 @@
 import type { ServerResponse } from "node:http";
 import type { Http2ServerResponse, ServerHttp2Stream } from "node:http2";
 
-/** Why a call's caller stopped waiting, when it went away (CallInput.gone). */
-export const hungUp = "the caller hung up";
-
 /**
  * The core's `CallInput.gone` for a call answered on Node's HTTP/1.1
  * response, HTTP/2's compatibility response or an HTTP/2 stream: gone once
@@ -13,7 +10,7 @@ export const hungUp = "the caller hung up";
  * stream once it is reset or its session is gone. Asked only before the
  * answer is written (after, a response is destroyed as it ends).
  */
-export function goneOf(res: ServerResponse | Http2ServerResponse | ServerHttp2Stream): () => string | undefined {
+export function goneOf(res: ServerResponse | Http2ServerResponse | ServerHttp2Stream): () => "hung_up" | undefined {
   const target: { readonly destroyed: boolean } = "stream" in res ? res.stream : res;
-  return () => (target.destroyed ? hungUp : undefined);
+  return () => (target.destroyed ? "hung_up" : undefined);
 }

@@ -2,7 +2,7 @@ import type { FastifyInstance } from "fastify";
 import { timingSafeEqual } from "node:crypto";
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { Transport } from "../../core/meter.ts";
-import type { AuthFailure, CacheResult, Telemetry } from "../../core/telemetry.ts";
+import type { AbandonStage, AuthFailure, CacheResult, StoppedWaiting, Telemetry } from "../../core/telemetry.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 
 let processMetrics: Registry | undefined;
@@ -151,6 +151,12 @@ export class PrometheusTelemetry implements Telemetry {
       for (const byResult of this.cacheCells.values()) for (const c of byResult.values()) PrometheusTelemetry.take(c);
     },
   });
+  private readonly abandoned = new Counter({
+    name: "gateway_calls_abandoned_total",
+    help: "Calls answered 4017 and not charged because their caller stopped waiting, by reason (deadline: its RPC deadline passed; hung_up: its connection or stream was reset, or its RPC cancelled) and stage (before_source: nothing was bought; before_answer: what it started was bought, for the cache).",
+    labelNames: ["operation", "reason", "stage"],
+    registers: [this.registry],
+  });
   private readonly upstream = new Counter({ name: "gateway_upstream_requests_total", help: "Calls to the upstream provider, retries included, by outcome: ok, not_found, timeout, circuit_open, error.", labelNames: ["operation", "outcome"], registers: [this.registry] });
   private readonly upstreamSeconds = new Histogram({ name: "gateway_upstream_duration_seconds", help: "Time of each call to the upstream provider, retries included.", labelNames: ["operation"], buckets: latencyBuckets, registers: [this.registry] });
   private readonly circuit = new Gauge({ name: "gateway_circuit_open", help: "1 while the upstream circuit breaker of a catalogue is open (calls answered 4002 at once).", labelNames: ["catalogue"], registers: [this.registry] });
@@ -214,6 +220,10 @@ export class PrometheusTelemetry implements Telemetry {
       byCode.set(code, cell);
     }
     return cell;
+  }
+
+  callAbandoned(operation: string, why: StoppedWaiting, stage: AbandonStage): void {
+    this.abandoned.labels(operation, why, stage).inc();
   }
 
   cacheEvent(operation: string, result: CacheResult): void {
