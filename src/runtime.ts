@@ -150,6 +150,7 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
   let checkpointsStarted = false;
   const meter = new SqliteMeter(db, {
     commitIntervalMs: config.ledgerCommitMs,
+    now: () => clock.now(),
     onBalancesChanged: (keys) => {
       for (const key of keys) accounts.forget(key);
     },

@@ -49,6 +49,38 @@ describe("admin authentication", () => {
 });
 
 describe("managing accounts over the AdminService", () => {
+  it("sets, changes and removes an account's rate limit, which the next call meets", async () => {
+    const c = admin(true);
+    const created = await c.createAccount({ name: "rated", rate: { calls: 1, seconds: 60 } }, ok);
+    const key = created.account!.key;
+    // A burst of 0 is as many as the rate's calls.
+    expect(created.account!.rate).toMatchObject({ calls: 1, seconds: 60, burst: 1 });
+    const call = () => legacyGet(gw.base, "/retail/item_get/", { key, secret: created.secret, num_iid: demo.retailNumIid }).then((r) => [r.json.error_code, r.json.reason]);
+    expect((await call())[0]).toBe("0000");
+    expect(await call()).toEqual(["4008", expect.stringMatching(/^this account's rate limit of 1\/min is reached; the next call is admitted in \d+ ms$/)]);
+    // The burst alone: two more places at once.
+    expect((await c.setPlan({ key, burst: 3 }, ok)).account!.rate).toMatchObject({ calls: 1, seconds: 60, burst: 3 });
+    expect([(await call())[0], (await call())[0], (await call())[0]]).toEqual(["0000", "0000", "4008"]);
+    // Removed with calls 0; a plan change that names no rate leaves it as it is.
+    expect((await c.setPlan({ key, rate: { calls: 0 } }, ok)).account!.rate).toBeUndefined();
+    expect((await call())[0]).toBe("0000");
+    expect((await c.setPlan({ key, rate: { calls: 5, seconds: 1, burst: 2 } }, ok)).account!.rate).toMatchObject({ calls: 5, seconds: 1, burst: 2 });
+    expect((await c.setPlan({ key, dailyMax: 500n }, ok)).account!.rate).toMatchObject({ calls: 5, seconds: 1, burst: 2 });
+    const refused = async (request: Parameters<typeof c.setPlan>[0]) => (await c.setPlan(request, ok).then(() => undefined, ConnectError.from))!;
+    for (const [request, message] of [
+      [{ key, rate: { calls: 5, seconds: 86_400 } }, "a rate's period must be a second, a minute or an hour (1, 60 or 3600 s)"],
+      [{ key, rate: { calls: -1, seconds: 1 } }, "a rate's calls must be a whole number from 1 to 1000000000"],
+    ] as const) {
+      const e = await refused(request);
+      expect([e.code, e.rawMessage]).toEqual([Code.InvalidArgument, message]);
+    }
+    const unrated = await c.createAccount({ name: "unrated" }, ok);
+    const e = await refused({ key: unrated.account!.key, burst: 2 });
+    expect([e.code, e.rawMessage]).toEqual([Code.InvalidArgument, "a burst needs a rate: this account has none"]);
+    const events = (await c.getAccountHistory({ key }, ok)).events.filter((x) => x.kind === AccountEventKind.PLAN).map((x) => x.changes.map((f) => `${f.field}: ${f.before} -> ${f.after}`));
+    expect(events).toEqual([["rate: 1/min -> 1/min, burst 3"], ["rate: 1/min, burst 3 -> "], ["rate:  -> 5/s, burst 2"], ["dailyMax: 10000 -> 500"]]);
+  });
+
   it("creates, reads, switches and bills an account, on Connect and gRPC alike", async () => {
     const c = admin();
     const created = await c.createAccount(

@@ -121,9 +121,25 @@ describe("the console", () => {
     const plan = page.getByRole("form", { name: `Plan of ${key}` });
     await plan.getByLabel("Calls a day").fill("77");
     await plan.getByLabel("Calls at once").fill("3");
+    await plan.getByLabel("Rate limit").fill("2/min");
     await plan.getByRole("button", { name: "Set plan" }).click();
     await page.getByText("Set plan: done.").waitFor();
-    expect(await gw.runtime.admin.get(key)).toMatchObject({ dailyMax: 77, concurrency: 3 });
+    expect(await gw.runtime.admin.get(key)).toMatchObject({ dailyMax: 77, concurrency: 3, rate: { calls: 2, seconds: 60, burst: 2 } });
+    await expect.poll(() => page.locator(`tr[data-key="${key}"] td`).nth(5).textContent()).toBe("2/min");
+    // A rate the form cannot read is refused before it is sent; then the burst alone, then none.
+    await plan.getByLabel("Rate limit").fill("2/day");
+    await plan.getByRole("button", { name: "Set plan" }).click();
+    await expect.poll(() => detail.getByRole("alert").textContent()).toContain("Not accepted: a rate is calls per s, min or h");
+    await plan.getByLabel("Rate limit").fill("2/min");
+    await plan.getByLabel("Burst").fill("5");
+    await plan.getByRole("button", { name: "Set plan" }).click();
+    await page.getByText("Set plan: done.").waitFor();
+    await expect.poll(() => page.locator(`tr[data-key="${key}"] td`).nth(5).textContent()).toBe("2/min, burst 5");
+    await plan.getByLabel("Rate limit").fill("none");
+    await plan.getByLabel("Burst").fill("");
+    await plan.getByRole("button", { name: "Set plan" }).click();
+    await page.getByText("Set plan: done.").waitFor();
+    expect((await gw.runtime.admin.get(key)).rate).toBeUndefined();
 
     const topUp = page.getByRole("form", { name: `Top up ${key}` });
     await topUp.getByLabel("Amount").fill("2.5");
@@ -157,20 +173,20 @@ describe("the console", () => {
     // Everything above, in the account's history, newest first; it stays open while the detail is drawn again.
     const history = detail.locator("details.history");
     await history.locator("summary").click();
-    await expect.poll(() => history.locator("tbody tr").count()).toBe(10);
+    await expect.poll(() => history.locator("tbody tr").count()).toBe(12);
     const whats = await history.locator("tbody tr td:nth-child(2)").allTextContents();
-    expect(whats).toEqual(["secret", "secret", "top-up", "plan", "operation", "operation", "status", "status", "opening", "created"]);
+    expect(whats).toEqual(["secret", "secret", "top-up", "plan", "plan", "plan", "operation", "operation", "status", "status", "opening", "created"]);
     const bys = await history.locator("tbody tr td:nth-child(3)").allTextContents();
-    expect(bys).toEqual([...Array(8).fill("admin-api ops@127.0.0.1"), "gateway", "gateway"]);
+    expect(bys).toEqual([...Array(10).fill("admin-api ops@127.0.0.1"), "gateway", "gateway"]);
     const text = (await history.textContent())!;
-    for (const moved of ["dailyMax: 10000 → 77", "concurrency: 20 → 3", "balance: 1 → 3.5", "operations[retail/item_get]: enabled → stopped", "status: active → stopped", "secret: rotated"]) {
+    for (const moved of ["dailyMax: 10000 → 77", "concurrency: 20 → 3", "rate: (none) → 2/min", "rate: 2/min → 2/min, burst 5", "rate: 2/min, burst 5 → (none)", "balance: 1 → 3.5", "operations[retail/item_get]: enabled → stopped", "status: active → stopped", "secret: rotated"]) {
       expect(text).toContain(moved);
     }
     expect(text).not.toContain(secret);
     await page.screenshot({ path: join(shots, "4b-account-history.png"), fullPage: true });
     await detail.getByRole("button", { name: "Stop account" }).click();
     await page.getByText("Stop: done.").waitFor();
-    await expect.poll(() => detail.locator("details.history tbody tr").count()).toBe(11);
+    await expect.poll(() => detail.locator("details.history tbody tr").count()).toBe(13);
     await page.close();
   });
 

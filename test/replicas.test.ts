@@ -169,6 +169,16 @@ describe("three replicas in shared mode", () => {
     expect(new Set(results.map((r) => r.requestId)).size).toBe(200);
   });
 
+  it("hold an account to its rate limit over legacy, Connect and gRPC, whichever replica a call reaches", async () => {
+    // One call a minute, 25 at once: the test ends long before a 26th place frees.
+    const a = await createAccount("--rate", "1/min", "--burst", "25", "--concurrency", "1000");
+    const codes = (await spread(100, a)).map((r) => r.code);
+    console.log(`replicas: ${codes.filter((c) => c === "0000").length} of 100 answered 0000 for a burst of 25`);
+    expect(codes.filter((c) => c === "0000")).toHaveLength(25);
+    expect(new Set(codes.filter((c) => c !== "0000"))).toEqual(new Set(["4008"]));
+    expect((await one("SELECT count(*)::int AS n FROM ledger WHERE account = $1 AND error_code = 4008 AND charge = 'ignored'", [a.key])).n).toBe(75);
+  });
+
   it("never take a prepaid balance below zero", async () => {
     const a = await createAccount("--balance", "1", "--price", "wholesale/item_get=0.3", "--concurrency", "1000");
     const codes = (await spread(30, a)).map((r) => r.code);

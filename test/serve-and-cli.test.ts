@@ -101,6 +101,39 @@ describe("npx gateway while the server runs", () => {
     }
   });
 
+  it("sets, changes and removes an account's rate limit, which the running gateway applies within a second", async () => {
+    const created = await runCli(["accounts", "create", "--json", "--rate", "1/min", "--burst", "2"], env);
+    expect(created.code, created.stderr).toBe(0);
+    const account = JSON.parse(created.stdout) as { key: string; secret: string; rate: string };
+    expect(account.rate).toBe("1/min, burst 2");
+    const url = `${base}/retail/item_get/?key=${account.key}&secret=${account.secret}&num_iid=123`;
+    const answer = async () => (await (await fetch(url)).json()) as { error_code: string; reason: string };
+    expect([(await answer()).error_code, (await answer()).error_code]).toEqual(["2000", "2000"]);
+    const third = await answer();
+    expect(third.error_code).toBe("4008");
+    expect(third.reason).toMatch(/^this account's rate limit of 1\/min, burst 2 is reached; the next call is admitted in \d+ ms$/);
+    for (const [args, message] of [
+      [["accounts", "set-plan", account.key, "--rate", "10/day"], "--rate: a rate is calls per s, min or h, as 10/s or 600/min (or none), not 10/day"],
+      [["accounts", "set-plan", account.key, "--rate", "5/s", "--burst", "0"], "--rate: a burst must be a whole number from 1 to 1000000000"],
+      [["accounts", "create", "--burst", "5"], "--burst needs a --rate"],
+    ] as const) {
+      const r = await runCli([...args], env);
+      expect([r.code, r.stderr.trim()]).toEqual([2, message]);
+    }
+    const removed = await runCli(["accounts", "set-plan", account.key, "--rate", "none"], env);
+    expect(removed.code, removed.stderr).toBe(0);
+    expect(removed.stdout).toContain('"rate":"none"');
+    const until = Date.now() + 1000;
+    let seen = (await answer()).error_code;
+    while (seen !== "2000" && Date.now() < until) seen = (await answer()).error_code;
+    expect(seen).toBe("2000");
+    const noRate = await runCli(["accounts", "set-plan", account.key, "--burst", "3"], env);
+    expect([noRate.code, noRate.stderr.trim()]).toEqual([2, "a burst needs a rate: this account has none"]);
+    const history = JSON.parse((await runCli(["accounts", "history", account.key, "--json"], env)).stdout) as { events: { kind: string; changes: { field: string; before: string; after: string }[] }[] };
+    expect(history.events.find((e) => e.kind === "created")!.changes).toContainEqual({ field: "rate", before: "", after: "1/min, burst 2" });
+    expect(history.events.filter((e) => e.kind === "plan").map((e) => e.changes)).toEqual([[{ field: "rate", before: "1/min, burst 2", after: "" }]]);
+  });
+
   it("lists accounts without their secrets", async () => {
     const r = await runCli(["accounts", "list", "--json"], env);
     const list = JSON.parse(r.stdout) as Record<string, unknown>[];

@@ -4,6 +4,7 @@ import { AccountAdminError, type AccountEvent, type AccountPlan, type BalanceSta
 import type { Account } from "../core/accounts.ts";
 import { formatDateTime } from "../core/clock.ts";
 import { formatMoney, parseMoney, type Micros } from "../core/money.ts";
+import { formatRate, parseRate, type CallRate } from "../core/call-rate.ts";
 import { openRuntime, type Runtime } from "../runtime.ts";
 import { cliActor } from "./cli-actor.ts";
 
@@ -16,6 +17,7 @@ export function describeAccount(a: Account) {
     operations: Object.fromEntries(a.operations),
     max: a.dailyMax,
     concurrency: a.concurrency,
+    rate: formatRate(a.rate),
     balance: a.balance === undefined ? null : formatMoney(a.balance),
     prices: Object.fromEntries([...a.prices].map(([op, p]) => [op, formatMoney(p)])),
     expires: a.expires,
@@ -65,6 +67,16 @@ function wholeNumber(flag: string, value: string | undefined): number | undefine
   return Number(value);
 }
 
+/** `--rate 10/s|600/min|none` (and `--burst N`) as a rate; undefined when not given. */
+function rateFlags(rate: string | undefined, burst: number | undefined): CallRate | null | undefined {
+  if (rate === undefined) return undefined;
+  try {
+    return parseRate(rate, burst) ?? null;
+  } catch (e) {
+    throw new AccountAdminError(`--rate: ${(e as Error).message}`);
+  }
+}
+
 /** `--price OPERATION=PRICE` (repeatable) as a price map. */
 function prices(runtime: Runtime, values: string[] | undefined): AccountPlan["prices"] | undefined {
   if (values === undefined) return undefined;
@@ -80,6 +92,8 @@ function prices(runtime: Runtime, values: string[] | undefined): AccountPlan["pr
 const planFlags = {
   max: { type: "string" },
   concurrency: { type: "string" },
+  rate: { type: "string" },
+  burst: { type: "string" },
   expires: { type: "string" },
   zone: { type: "string" },
 } as const;
@@ -107,7 +121,11 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         const max = wholeNumber("max", values.max);
         const concurrency = wholeNumber("concurrency", values.concurrency);
         const priceMap = prices(runtime, values.price);
+        const burst = wholeNumber("burst", values.burst);
+        if (burst !== undefined && values.rate === undefined) throw new AccountAdminError("--burst needs a --rate");
+        const rate = rateFlags(values.rate, burst);
         const { account, secret } = await admin.create({
+          ...(rate ? { rate } : {}),
           ...(values.name !== undefined ? { name: values.name } : {}),
           ...(max !== undefined ? { dailyMax: max } : {}),
           ...(concurrency !== undefined ? { concurrency } : {}),
@@ -151,11 +169,14 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
       case "set-plan": {
         const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: planFlags });
         const [key] = positionals;
-        if (key === undefined) throw new AccountAdminError("usage: gateway accounts set-plan KEY [--max N] [--concurrency N] [--expires YYYY-MM-DD] [--zone Z]");
+        if (key === undefined) throw new AccountAdminError("usage: gateway accounts set-plan KEY [--max N] [--concurrency N] [--rate N/s|N/min|N/h|none] [--burst N] [--expires YYYY-MM-DD] [--zone Z]");
         const max = wholeNumber("max", values.max);
         const concurrency = wholeNumber("concurrency", values.concurrency);
+        const burst = wholeNumber("burst", values.burst);
+        const rate = rateFlags(values.rate, burst);
         print(
           await admin.setPlan(key, {
+            ...(rate !== undefined ? { rate } : burst !== undefined ? { burst } : {}),
             ...(max !== undefined ? { dailyMax: max } : {}),
             ...(concurrency !== undefined ? { concurrency } : {}),
             ...(values.expires !== undefined ? { expires: values.expires } : {}),

@@ -14,12 +14,13 @@ const usage = `usage: gateway <command> [options]
 
 commands:
   serve [--demo]                     start the gateway (--demo: seed the demo catalogue and print a demo account)
-  accounts create [--json] [--name N] [--max N] [--concurrency N] [--balance D] [--expires YYYY-MM-DD]
-                  [--zone Z] [--operations a,b] [--price OP=PRICE ...]
+  accounts create [--json] [--name N] [--max N] [--concurrency N] [--rate 10/s|600/min|5000/h] [--burst N]
+                  [--balance D] [--expires YYYY-MM-DD] [--zone Z] [--operations a,b] [--price OP=PRICE ...]
   accounts list [--json]
   accounts stop KEY | resume KEY
   accounts enable-api KEY OP | disable-api KEY OP | remove-api KEY OP
-  accounts set-plan KEY [--max N] [--concurrency N] [--expires YYYY-MM-DD] [--zone Z]
+  accounts set-plan KEY [--max N] [--concurrency N] [--rate N/s|N/min|N/h|none] [--burst N]
+                   [--expires YYYY-MM-DD] [--zone Z]
   accounts top-up KEY AMOUNT | set-price KEY OP PRICE
   accounts rotate-secret KEY [--keep-old 24h] [--json]
                                      a new secret (shown once); the old one stops working, or after --keep-old (at most 30d)

@@ -3,6 +3,8 @@
 // rotate the secret; read the account's history. Every action is an
 // AdminService call whose error is shown in words beside it.
 import { AccountEventKind, AccountStatus, OperationState, type Account } from "../gen/gateway/admin/v1/admin_pb.js";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { formatRate, parseRate } from "../core/call-rate.ts";
 import { inWords, isUnauthenticated } from "./api.ts";
 import { field, formValues, h, notice } from "./dom.ts";
 import type { Shell } from "./main.ts";
@@ -41,6 +43,25 @@ function secretPanel(title: string, key: string, secret: string): HTMLElement {
   return panel;
 }
 
+/**
+ * The rate fields of a request, from the form's text (`10/s`, `600/min`,
+ * empty or `none`) and burst (empty: the rate's calls): nothing for a new
+ * account without a limit, `calls` 0 for a plan without one (which removes
+ * any), or the rate. Text that names no rate is refused here, as the
+ * server would refuse it.
+ */
+function rateRequest(text: string | undefined, burst: string | undefined, plan: boolean): { rate?: { calls: number; seconds: number; burst: number } } {
+  const t = (text ?? "").trim();
+  let rate;
+  try {
+    rate = parseRate(t === "" ? "none" : t, burst ? Number(burst) : undefined);
+  } catch (e) {
+    throw new ConnectError((e as Error).message, Code.InvalidArgument);
+  }
+  if (rate === undefined) return plan ? { rate: { calls: 0, seconds: 0, burst: 0 } } : {};
+  return { rate };
+}
+
 function createForm(shell: Shell, done: (key: string, secret: string) => void): HTMLElement {
   const status = h("div", { "aria-live": "polite" });
   const ops = shell.operations.map((op) => ({ op, box: h("input", { type: "checkbox", name: `op:${op.id}`, checked: true }), price: h("input", { name: `price:${op.id}`, inputmode: "decimal", placeholder: "free" }) }));
@@ -59,6 +80,7 @@ function createForm(shell: Shell, done: (key: string, secret: string) => void): 
             name: v.name ?? "",
             ...(v.dailyMax ? { dailyMax: BigInt(v.dailyMax) } : {}),
             ...(v.concurrency ? { concurrency: Number(v.concurrency) } : {}),
+            ...rateRequest(v.rate, v.burst, false),
             ...(v.balance ? { balance: v.balance } : {}),
             expires: v.expires ?? "",
             zone: v.zone ?? "",
@@ -81,6 +103,8 @@ function createForm(shell: Shell, done: (key: string, secret: string) => void): 
       field("Name", h("input", { name: "name", required: true, maxlength: 200 })),
       field("Calls a day", h("input", { name: "dailyMax", inputmode: "numeric", pattern: "[0-9]+", placeholder: "10000" })),
       field("Calls at once", h("input", { name: "concurrency", inputmode: "numeric", pattern: "[0-9]+", placeholder: "20" })),
+      field("Rate limit", h("input", { name: "rate", placeholder: "none" }), "calls per s, min or h: 10/s, 600/min"),
+      field("Burst", h("input", { name: "burst", inputmode: "numeric", pattern: "[0-9]+" }), "at once after a quiet spell; empty: the rate's calls"),
       field("Prepaid balance", h("input", { name: "balance", inputmode: "decimal", placeholder: "not billed by balance" })),
       field("Last day", h("input", { name: "expires", type: "date" }), "empty: a year from today"),
       field("Time zone", h("input", { name: "zone", placeholder: "Asia/Shanghai" })),
@@ -178,6 +202,7 @@ function accountDetail(shell: Shell, account: Account, refresh: (message?: strin
             key,
             ...(v.dailyMax ? { dailyMax: BigInt(v.dailyMax) } : {}),
             ...(v.concurrency ? { concurrency: Number(v.concurrency) } : {}),
+            ...rateRequest(v.rate, v.burst, true),
             ...(v.expires ? { expires: v.expires } : {}),
             ...(v.zone ? { zone: v.zone } : {}),
           }),
@@ -186,6 +211,8 @@ function accountDetail(shell: Shell, account: Account, refresh: (message?: strin
     },
     field("Calls a day", h("input", { name: "dailyMax", inputmode: "numeric", value: String(account.dailyMax) })),
     field("Calls at once", h("input", { name: "concurrency", inputmode: "numeric", value: String(account.concurrency) })),
+    field("Rate limit", h("input", { name: "rate", value: account.rate ? formatRate({ ...account.rate, burst: account.rate.calls }) : "none" }), "10/s, 600/min, 5000/h or none"),
+    field("Burst", h("input", { name: "burst", inputmode: "numeric", value: account.rate ? String(account.rate.burst) : "" })),
     field("Last day", h("input", { name: "expires", type: "date", value: account.expires })),
     field("Time zone", h("input", { name: "zone", value: account.zone })),
     h("button", { type: "submit" }, "Set plan"),
@@ -274,17 +301,18 @@ export async function accountsView(main: HTMLElement, shell: Shell): Promise<voi
         h("td", {}, h("span", { class: `badge ${a.status === AccountStatus.ACTIVE ? "active" : "stopped"}` }, a.status === AccountStatus.ACTIVE ? "active" : "stopped")),
         h("td", { class: "num" }, String(a.dailyMax)),
         h("td", { class: "num" }, String(a.concurrency)),
+        h("td", {}, a.rate ? formatRate(a.rate) : "—"),
         h("td", { class: "num" }, a.balance ?? "—"),
         h("td", {}, a.expires),
       );
-      return open === a.key ? [row, h("tr", { class: "detail-row" }, h("td", { colspan: 7 }, accountDetail(shell, a, refresh)))] : [row];
+      return open === a.key ? [row, h("tr", { class: "detail-row" }, h("td", { colspan: 8 }, accountDetail(shell, a, refresh)))] : [row];
     });
     list.replaceChildren(
       h(
         "table",
         { class: "accounts" },
         h("caption", {}, `${shown.length} of ${accounts.length} accounts`),
-        h("thead", {}, h("tr", {}, ...["Name", "Key", "Status", "Calls a day", "At once", "Balance", "Last day"].map((t) => h("th", { scope: "col" }, t)))),
+        h("thead", {}, h("tr", {}, ...["Name", "Key", "Status", "Calls a day", "At once", "Rate", "Balance", "Last day"].map((t) => h("th", { scope: "col" }, t)))),
         h("tbody", {}, ...rows),
       ),
     );

@@ -6,6 +6,7 @@ import { browserSignature, newKey, newNonce, newSecret, sealSecret, type Account
 import type { SignedCall } from "../contract/browser-signature.ts";
 import { assertTimeZone, dayOf, type Clock } from "./clock.ts";
 import { formatMoney, type Micros } from "./money.ts";
+import { checkRate, type CallRate } from "./call-rate.ts";
 
 /** What a new account gets unless told otherwise. */
 export interface AccountPlan {
@@ -14,6 +15,8 @@ export interface AccountPlan {
   dailyMax: number;
   /** Calls in flight at once. */
   concurrency: number;
+  /** The rate limit; undefined: none. */
+  rate: CallRate | undefined;
   /** Opening prepaid balance; undefined: not billed by balance. */
   balance: Micros | undefined;
   /** Price of a charged call, per operation. */
@@ -30,6 +33,7 @@ export const defaultPlan: Omit<AccountPlan, "operations"> = {
   name: "",
   dailyMax: 10000,
   concurrency: 20,
+  rate: undefined,
   balance: undefined,
   prices: new Map(),
   expires: "",
@@ -80,9 +84,14 @@ export const maxKeepOldMs = 30 * 86_400_000;
 /** The largest balance the store can hold: a signed 64-bit count of micro-units. */
 const maxBalance: Micros = 2n ** 63n - 1n;
 
-function checkLimits(p: Pick<AccountPlan, "dailyMax" | "concurrency" | "expires" | "zone">): void {
+function checkLimits(p: Pick<AccountPlan, "dailyMax" | "concurrency" | "rate" | "expires" | "zone">): void {
   if (!Number.isSafeInteger(p.dailyMax) || p.dailyMax < 0) throw new AccountAdminError("the daily maximum must be a whole number, 0 or more");
   if (!Number.isSafeInteger(p.concurrency) || p.concurrency < 1) throw new AccountAdminError("the concurrency limit must be a whole number, 1 or more");
+  try {
+    if (p.rate !== undefined) checkRate(p.rate);
+  } catch (e) {
+    throw new AccountAdminError((e as Error).message);
+  }
   if (p.expires !== "" && !validDay(p.expires)) throw new AccountAdminError(`the expiry must be a date as YYYY-MM-DD, not ${p.expires}`);
   try {
     assertTimeZone(p.zone);
@@ -159,6 +168,7 @@ export class AccountAdmin {
       operations: new Map(operations.map((id) => [id, "enabled" as OperationState])),
       dailyMax: p.dailyMax,
       concurrency: p.concurrency,
+      ...(p.rate !== undefined ? { rate: p.rate } : {}),
       balance: p.balance,
       prices,
       expires,
@@ -196,10 +206,24 @@ export class AccountAdmin {
     });
   }
 
-  /** Changes the daily maximum, concurrency, expiry or zone; what is not given stays. */
-  async setPlan(key: string, plan: Partial<Pick<AccountPlan, "dailyMax" | "concurrency" | "expires" | "zone">>): Promise<Account> {
+  /**
+   * Changes the daily maximum, concurrency, rate limit (null: none), the
+   * rate's burst alone, expiry or zone; what is not given stays.
+   */
+  async setPlan(key: string, plan: Partial<Pick<AccountPlan, "dailyMax" | "concurrency" | "expires" | "zone"> & { rate: CallRate | null; burst: number }>): Promise<Account> {
     return this.edit(key, "plan", (account) => {
-      const next = { dailyMax: plan.dailyMax ?? account.dailyMax, concurrency: plan.concurrency ?? account.concurrency, expires: plan.expires ?? account.expires, zone: plan.zone ?? account.zone };
+      let rate = plan.rate === null ? undefined : (plan.rate ?? account.rate);
+      if (plan.burst !== undefined) {
+        if (rate === undefined) throw new AccountAdminError("a burst needs a rate: this account has none");
+        rate = { ...rate, burst: plan.burst };
+      }
+      const next = {
+        dailyMax: plan.dailyMax ?? account.dailyMax,
+        concurrency: plan.concurrency ?? account.concurrency,
+        expires: plan.expires ?? account.expires,
+        zone: plan.zone ?? account.zone,
+        rate,
+      };
       checkLimits(next);
       return next;
     });

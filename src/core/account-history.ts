@@ -1,5 +1,6 @@
 import type { Account } from "./accounts.ts";
 import { formatMoney } from "./money.ts";
+import { formatRate } from "./call-rate.ts";
 
 /** What an operator did to an account; balance moves are the meter's (`BalanceChange`) and are recorded there. */
 export type AccountChangeKind = "created" | "status" | "plan" | "operation" | "price" | "secret";
@@ -42,6 +43,8 @@ function settings(a: Account): Map<string, string> {
     ["status", a.status],
     ["dailyMax", String(a.dailyMax)],
     ["concurrency", String(a.concurrency)],
+    // Only where one is set: an account without a rate limit says nothing of it (and its older history stays as it was).
+    ...(a.rate === undefined ? [] : [["rate", formatRate(a.rate)] as [string, string]]),
     ["expires", a.expires],
     ["zone", a.zone],
   ]);

@@ -4,6 +4,7 @@ import { legacySigningKey } from "./legacy-signature.ts";
 import { sha256 } from "./sha256.ts";
 import type { OperationId } from "../contract/operations.ts";
 import type { Micros } from "./money.ts";
+import type { CallRate } from "./call-rate.ts";
 
 /** Whether an operation added to an account may be called. */
 export type OperationState = "enabled" | "stopped";
@@ -31,6 +32,8 @@ export interface Account {
   readonly dailyMax: number;
   /** Calls in flight at once; one more answers 4008. */
   readonly concurrency: number;
+  /** Calls a second, minute or hour, with their burst; one past it answers 4008. Undefined: no rate limit. */
+  readonly rate?: CallRate | undefined;
   /**
    * Prepaid balance, or undefined for an account that is not billed by
    * balance. Charged calls deduct their operation's price; a call the

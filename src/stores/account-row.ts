@@ -1,6 +1,7 @@
 import type { OperationId } from "../contract/operations.ts";
 import type { AccountChange, AccountChangeKind, AccountFields } from "../core/account-history.ts";
 import type { Account, OperationState, PreviousSecret } from "../core/accounts.ts";
+import type { CallRate } from "../core/call-rate.ts";
 
 /**
  * An account as both SQL stores keep it: the same columns, operations and
@@ -24,13 +25,15 @@ export interface AccountRow {
   readonly zone: string;
   /** The replaced secret still accepted, as JSON (`PreviousSecret`), or null. */
   readonly previous_secret: string | PreviousSecret | null;
+  /** The rate limit as JSON (`CallRate`), or null for none. */
+  readonly rate: string | CallRate | null;
   readonly created_at: number | bigint | string;
   readonly balance: bigint | string | null;
 }
 
 /** The columns an account is written with (the balance is the meter's), in the order the PostgreSQL store binds them (`created_at` last). */
 export const accountColumns = [
-  "key", "name", "secret_hash", "secret_salt", "legacy_signing_key", "hmac_key", "status", "operations", "daily_max", "concurrency", "prices", "expires", "zone", "previous_secret", "created_at",
+  "key", "name", "secret_hash", "secret_salt", "legacy_signing_key", "hmac_key", "status", "operations", "daily_max", "concurrency", "prices", "expires", "zone", "previous_secret", "rate", "created_at",
 ] as const;
 
 const json = <T>(v: string | T): T => (typeof v === "string" ? (JSON.parse(v) as T) : v);
@@ -48,6 +51,7 @@ export function accountFromRow(r: AccountRow): Account {
     operations: new Map(Object.entries(json<Record<string, OperationState>>(r.operations))) as Map<OperationId, OperationState>,
     dailyMax: Number(r.daily_max),
     concurrency: Number(r.concurrency),
+    rate: r.rate === null || r.rate === undefined ? undefined : json<CallRate>(r.rate),
     balance: r.balance === null ? undefined : BigInt(r.balance),
     prices: new Map(Object.entries(json<Record<string, string>>(r.prices)).map(([op, micros]) => [op as OperationId, BigInt(micros)])),
     expires: r.expires,
@@ -73,6 +77,7 @@ export function accountToRow(a: Omit<Account, "balance">): Record<(typeof accoun
     expires: a.expires,
     zone: a.zone,
     previous_secret: a.previousSecret === undefined ? null : JSON.stringify(a.previousSecret),
+    rate: a.rate === undefined ? null : JSON.stringify({ calls: a.rate.calls, seconds: a.rate.seconds, burst: a.rate.burst }),
     created_at: a.createdAt,
   };
 }
@@ -91,6 +96,7 @@ const fieldColumns: Record<keyof Required<AccountFields>, Column> = {
   operations: "operations",
   dailyMax: "daily_max",
   concurrency: "concurrency",
+  rate: "rate",
   prices: "prices",
   expires: "expires",
   zone: "zone",

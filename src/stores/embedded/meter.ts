@@ -8,6 +8,7 @@ import { statfsSync } from "node:fs";
 import { errorCodeInfo } from "../../contract/error-codes.ts";
 import { previousDay } from "../../core/clock.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
+import { nextArrival, rateRefusal, rateWait } from "../../core/call-rate.ts";
 import { formatMoney, type Micros } from "../../core/money.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { readTransaction, writeTransaction } from "./sqlite-database.ts";
@@ -32,6 +33,8 @@ export interface SqliteMeterOptions {
   readonly onHealth: (problem: string | undefined, detail?: { cause?: unknown; droppedRefusals?: number }) => void;
   /** Told after each group commit of ledger rows: how long it took and how many rows it wrote. */
   readonly onCommit: (seconds: number, rows: number) => void;
+  /** The clock rate limits are measured with (Unix ms). */
+  readonly now: () => number;
 }
 
 export const defaultMeterOptions: SqliteMeterOptions = {
@@ -43,6 +46,7 @@ export const defaultMeterOptions: SqliteMeterOptions = {
   minFreeBytes: 64 * 1_048_576,
   onHealth: () => {},
   onCommit: () => {},
+  now: Date.now,
 };
 
 /** Calls with no account, counted per day, operation, code, address and transport until the next commit. */
@@ -92,6 +96,12 @@ export class SqliteMeter implements Meter {
   private readonly inFlight = new Map<string, number>();
   private readonly pendingCalls = new Map<string, number>();
   private readonly pendingAmount = new Map<string, bigint>();
+  /**
+   * Each rated account's theoretical arrival time (src/core/call-rate.ts):
+   * this process is the only one that admits calls, so it is kept here, and
+   * a restart starts every account with its full burst.
+   */
+  private readonly arrivals = new Map<string, bigint>();
   private queue: Queued[] = [];
   /**
    * Committed counts per account for its current day, kept in step with each
@@ -231,6 +241,14 @@ export class SqliteMeter implements Meter {
       if (available < price) {
         throw new GatewayError(ErrorCode.INSUFFICIENT_BALANCE, `the balance ${formatMoney(available)} does not cover the price ${formatMoney(price)} of ${operation}`);
       }
+    }
+    const rate = account.rate;
+    if (rate !== undefined) {
+      const now = this.options.now();
+      const tat = this.arrivals.get(key);
+      const wait = rateWait(tat, now, rate);
+      if (wait !== undefined) throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, rateRefusal(rate, wait));
+      this.arrivals.set(key, nextArrival(tat, now, rate));
     }
     this.inFlight.set(key, inFlight + 1);
     this.pendingCalls.set(dayKey(key, day), pending + 1);

@@ -153,6 +153,8 @@ export const migrations: readonly string[] = [
     switched_on INTEGER NOT NULL,
     actor TEXT NOT NULL
   ) STRICT;`,
+  // 13: an account's rate limit (JSON: calls, seconds, burst), or none.
+  `ALTER TABLE accounts ADD COLUMN rate TEXT;`,
 ];
 
 /**

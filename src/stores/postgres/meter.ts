@@ -5,6 +5,7 @@ import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
 import type { Admission, BalanceChange, BalanceRecord, LedgerRow, Meter, RecordedBalanceChange, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
+import { rateInterval, rateRefusal, rateTolerance } from "../../core/call-rate.ts";
 import { formatMoney, type Micros } from "../../core/money.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
 import { databaseFault, databaseUnreachable } from "./postgres-database.ts";
@@ -94,6 +95,8 @@ interface Queued {
  * as many extra calls as it lost leases; without a crash nothing changes.
  */
 const admitStatement = "SELECT gw_admit_many($1, $2, $3, $4, $5, $6, $7, $8, $9) AS v, set_config('synchronous_commit', 'off', true)";
+/** The same for an account with a rate limit: the statement decides the rate too (schema step 11). */
+const admitRatedStatement = "SELECT gw_admit_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS v, set_config('synchronous_commit', 'off', true)";
 
 /**
  * A batch's commit as one statement, so one round trip and one implicit
@@ -204,6 +207,7 @@ export class PostgresMeter implements Meter {
     if (what === "concurrency") throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `this account already has ${n} calls in flight, its limit`);
     if (what === "daily") throw new GatewayError(ErrorCode.CALLS_EXCEEDED, `the daily maximum of ${account.dailyMax} calls is reached; it resets at midnight ${account.zone}`);
     if (what === "balance") throw new GatewayError(ErrorCode.INSUFFICIENT_BALANCE, `the balance ${formatMoney(BigInt(n ?? "0"))} does not cover the price ${formatMoney(price)} of ${operation}`);
+    if (what === "rate" && account.rate !== undefined) throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, rateRefusal(account.rate, Number(n) / 1e6));
     this.held.add(lease);
     return { account: account.key, day, price, lease };
   }
@@ -235,10 +239,16 @@ export class PostgresMeter implements Meter {
 
   private async decideGroup(group: AdmissionGroup, since: number, account: Account, day: string, waiting: Waiting[]): Promise<void> {
     try {
-      const r = await this.pool.query<{ v: string[] }>({ name: "gw_admit_many", text: admitStatement, values: [
+      const values: unknown[] = [
         waiting.map((w) => w.lease), account.key, day, waiting.map((w) => w.price.toString()), account.dailyMax, account.concurrency,
         this.options.holder, this.options.now(), this.options.leaseMs,
-      ] });
+      ];
+      const rate = account.rate;
+      const r = await this.pool.query<{ v: string[] }>(
+        rate === undefined
+          ? { name: "gw_admit_many", text: admitStatement, values }
+          : { name: "gw_admit_rated", text: admitRatedStatement, values: [...values, rateInterval(rate).toString(), rateTolerance(rate).toString()] },
+      );
       this.clearProblem();
       waiting.forEach((w, i) => w.resolve(r.rows[0]!.v[i]!));
     } catch (e) {

@@ -19,13 +19,16 @@ import {
   AdminService,
   BalanceChangeKind,
   BalanceChangeSchema,
+  CallRateSchema,
   Charge,
   MaintenanceChangeSchema,
   OperationState,
   UsageRowSchema,
   UsageTotalSchema,
   type Account as AccountMessage,
+  type CallRate as CallRateMessage,
 } from "../../gen/gateway/admin/v1/admin_pb.js";
+import { checkRate, type CallRate } from "../../core/call-rate.ts";
 
 const states = { enabled: OperationState.ENABLED, stopped: OperationState.STOPPED } as const;
 const charges = { charged: Charge.CHARGED, uncharged: Charge.UNCHARGED, ignored: Charge.IGNORED } as const;
@@ -57,7 +60,19 @@ function accountMessage(a: Account): AccountMessage {
     zone: a.zone,
     createdAtMs: BigInt(a.createdAt),
     ...(a.previousSecret !== undefined && a.previousSecret.until > Date.now() ? { oldSecretUntilMs: BigInt(a.previousSecret.until) } : {}),
+    ...(a.rate !== undefined ? { rate: create(CallRateSchema, a.rate) } : {}),
   });
+}
+
+/** A request's rate: unset, none (`calls` 0, where `none` may be asked for), or a rate whose burst 0 means `calls`. */
+function rateOf(message: CallRateMessage | undefined, none: boolean): CallRate | null | undefined {
+  if (message === undefined) return undefined;
+  if (message.calls === 0 && none) return null;
+  try {
+    return checkRate({ calls: message.calls, seconds: message.seconds, burst: message.burst === 0 ? message.calls : message.burst });
+  } catch (e) {
+    throw new AccountAdminError((e as Error).message);
+  }
 }
 
 function totalMessage(t: UsageTotal) {
@@ -202,6 +217,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
             ...(req.zone !== "" ? { zone: req.zone } : {}),
             ...(req.operations.length > 0 ? { operations: req.operations.map((op) => admin.operation(op)) } : {}),
             prices: priceMap(req.prices),
+            rate: rateOf(req.rate, false) ?? undefined,
           });
           return { account: accountMessage(account), secret };
         }),
@@ -216,6 +232,8 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
               ...(req.concurrency !== undefined ? { concurrency: req.concurrency } : {}),
               ...(req.expires !== undefined ? { expires: req.expires } : {}),
               ...(req.zone !== undefined ? { zone: req.zone } : {}),
+              ...(req.rate !== undefined ? { rate: rateOf(req.rate, true)! } : {}),
+              ...(req.burst !== undefined ? { burst: req.burst } : {}),
             }),
           ),
         })),

@@ -86,6 +86,13 @@ export declare type Account = Message<"gateway.admin.v1.Account"> & {
    * @generated from field: optional int64 old_secret_until_ms = 12;
    */
   oldSecretUntilMs?: bigint | undefined;
+
+  /**
+   * The rate limit; unset when the account has none.
+   *
+   * @generated from field: gateway.admin.v1.CallRate rate = 13;
+   */
+  rate?: CallRate | undefined;
 };
 
 /**
@@ -93,6 +100,41 @@ export declare type Account = Message<"gateway.admin.v1.Account"> & {
  * Use `create(AccountSchema)` to create a new message.
  */
 export declare const AccountSchema: GenMessage<Account>;
+
+/**
+ * An account's rate limit: on average at most `calls` every `seconds`, and at
+ * most `burst` at once after a quiet spell; a call past it answers 4008.
+ *
+ * @generated from message gateway.admin.v1.CallRate
+ */
+export declare type CallRate = Message<"gateway.admin.v1.CallRate"> & {
+  /**
+   * 1 to 1000000000.
+   *
+   * @generated from field: int32 calls = 1;
+   */
+  calls: number;
+
+  /**
+   * 1, 60 or 3600.
+   *
+   * @generated from field: int32 seconds = 2;
+   */
+  seconds: number;
+
+  /**
+   * 1 to 1000000000; 0 in a request means as many as `calls`.
+   *
+   * @generated from field: int32 burst = 3;
+   */
+  burst: number;
+};
+
+/**
+ * Describes the message gateway.admin.v1.CallRate.
+ * Use `create(CallRateSchema)` to create a new message.
+ */
+export declare const CallRateSchema: GenMessage<CallRate>;
 
 /**
  * @generated from message gateway.admin.v1.CreateAccountRequest
@@ -139,6 +181,13 @@ export declare type CreateAccountRequest = Message<"gateway.admin.v1.CreateAccou
    * @generated from field: map<string, string> prices = 8;
    */
   prices: { [key: string]: string };
+
+  /**
+   * Unset: no rate limit.
+   *
+   * @generated from field: gateway.admin.v1.CallRate rate = 9;
+   */
+  rate?: CallRate | undefined;
 };
 
 /**
@@ -320,6 +369,20 @@ export declare type SetPlanRequest = Message<"gateway.admin.v1.SetPlanRequest"> 
    * @generated from field: optional string zone = 5;
    */
   zone?: string | undefined;
+
+  /**
+   * Unset: unchanged; `calls` 0: no rate limit from now on.
+   *
+   * @generated from field: gateway.admin.v1.CallRate rate = 6;
+   */
+  rate?: CallRate | undefined;
+
+  /**
+   * The burst alone, for an account that has a rate.
+   *
+   * @generated from field: optional int32 burst = 7;
+   */
+  burst?: number | undefined;
 };
 
 /**
@@ -940,7 +1003,7 @@ export declare const GetAccountHistoryRequestSchema: GenMessage<GetAccountHistor
 /**
  * One setting as it was and as it became; empty for "none" (not yet made, an
  * operation not added, a price not set, an account not billed by balance).
- * Fields: name, status, dailyMax, concurrency, expires, zone,
+ * Fields: name, status, dailyMax, concurrency, rate, expires, zone,
  * operations[<operation>], prices[<operation>], oldSecretUntil, secret, balance.
  *
  * @generated from message gateway.admin.v1.FieldChange
@@ -1264,7 +1327,7 @@ export enum AccountEventKind {
   STATUS = 2,
 
   /**
-   * The daily maximum, concurrency limit, expiry or zone.
+   * The daily maximum, concurrency limit, rate limit, expiry or zone.
    *
    * @generated from enum value: ACCOUNT_EVENT_KIND_PLAN = 3;
    */
@@ -1370,7 +1433,7 @@ export declare const AdminService: GenService<{
     output: typeof ResumeAccountResponseSchema;
   },
   /**
-   * Changes the daily maximum, concurrency limit, expiry or zone.
+   * Changes the daily maximum, concurrency limit, rate limit, expiry or zone.
    *
    * @generated from rpc gateway.admin.v1.AdminService.SetPlan
    */

@@ -1,0 +1,104 @@
+/**
+ * An account's rate limit: on average at most `calls` calls every `seconds`,
+ * and at most `burst` at once after a quiet spell. A call past it answers
+ * 4008 ("API rate limit exceeded"), as one past the concurrency limit does.
+ *
+ * Enforced as GCRA (the generic cell rate algorithm: a token bucket kept as
+ * one time per account). Each admitted call moves the account's theoretical
+ * arrival time (`tat`) on by one interval (`seconds / calls`); a call is
+ * admitted while that time is at most `burst − 1` intervals ahead of now.
+ * Only an admitted call moves it: a call refused for the rate, or for any
+ * other limit, costs nothing, so a caller over its rate is let through
+ * again as soon as the rate allows, however hard it keeps asking. Both
+ * meters decide it in the step that decides the other limits (the embedded
+ * one in this process, the shared one in its PostgreSQL statement, with the
+ * same arithmetic).
+ */
+export interface CallRate {
+  /** Calls allowed every `seconds`, on average: a whole number, 1 or more. */
+  readonly calls: number;
+  /** The period: 1 (a second), 60 (a minute) or 3600 (an hour). */
+  readonly seconds: number;
+  /** Calls allowed at once after a quiet spell: a whole number, 1 or more (by default `calls`). */
+  readonly burst: number;
+}
+
+const units: Record<string, number> = { s: 1, min: 60, h: 3600 };
+const unitOf = new Map(Object.entries(units).map(([unit, seconds]) => [seconds, unit]));
+
+/** The most calls a rate may name, or burst: far past what one account can send. */
+const maxCalls = 1_000_000_000;
+
+/**
+ * Times are whole nanoseconds (a millisecond clock times 10^6), as bigint
+ * here and in PostgreSQL: floating-point milliseconds near 1.8 × 10^12 are
+ * spaced 0.24 µs apart, and an interval summed over a long burst drifted by
+ * a call. The only rounding is the interval's, to the nanosecond.
+ */
+const nsPerMs = 1_000_000n;
+
+/** Nanoseconds between two calls at the rate. */
+export function rateInterval(rate: CallRate): bigint {
+  return (BigInt(rate.seconds) * 1_000_000_000n + BigInt(rate.calls) / 2n) / BigInt(rate.calls);
+}
+
+/** How far ahead of now (ns) the theoretical arrival time may be for a call to be admitted. */
+export function rateTolerance(rate: CallRate): bigint {
+  return rateInterval(rate) * BigInt(rate.burst - 1);
+}
+
+/**
+ * Whether a call arriving at `nowMs` (a millisecond clock) fits the rate,
+ * given the account's theoretical arrival time (ns; undefined: no call
+ * yet): undefined if it does, else how many ms until one would.
+ */
+export function rateWait(tat: bigint | undefined, nowMs: number, rate: CallRate): number | undefined {
+  const now = BigInt(nowMs) * nsPerMs;
+  const over = (tat !== undefined && tat > now ? tat : now) - now - rateTolerance(rate);
+  return over > 0n ? Number(over) / 1e6 : undefined;
+}
+
+/** The theoretical arrival time (ns) after a call admitted at `nowMs`. */
+export function nextArrival(tat: bigint | undefined, nowMs: number, rate: CallRate): bigint {
+  const now = BigInt(nowMs) * nsPerMs;
+  return (tat !== undefined && tat > now ? tat : now) + rateInterval(rate);
+}
+
+/** What a call refused for the rate is told. */
+export function rateRefusal(rate: CallRate, waitMs: number): string {
+  return `this account's rate limit of ${formatRate(rate)} is reached; the next call is admitted in ${Math.max(1, Math.ceil(waitMs))} ms`;
+}
+
+/** A rate as text: `10/s`, `600/min, burst 50`; `none` for no limit. The burst is shown where it is not `calls`. */
+export function formatRate(rate: CallRate | undefined): string {
+  if (rate === undefined) return "none";
+  const text = `${rate.calls}/${unitOf.get(rate.seconds) ?? `${rate.seconds}s`}`;
+  return rate.burst === rate.calls ? text : `${text}, burst ${rate.burst}`;
+}
+
+/** Thrown for a rate or burst that cannot be used. */
+export class CallRateError extends Error {}
+
+/**
+ * A rate from its text (`10/s`, `600/min`, `5000/h`; `none` for no limit)
+ * and a burst (undefined: as many as `calls`). Throws CallRateError saying
+ * what is wrong.
+ */
+export function parseRate(text: string, burst?: number): CallRate | undefined {
+  if (text === "none") {
+    if (burst !== undefined) throw new CallRateError("a burst needs a rate");
+    return undefined;
+  }
+  const m = /^([0-9]+)\/(s|min|h)$/.exec(text);
+  if (m === null) throw new CallRateError(`a rate is calls per s, min or h, as 10/s or 600/min (or none), not ${text}`);
+  return checkRate({ calls: Number(m[1]), seconds: units[m[2]!]!, burst: burst ?? Number(m[1]) });
+}
+
+/** The rate if it can be used, else a CallRateError saying why. */
+export function checkRate(rate: CallRate): CallRate {
+  const whole = (n: number) => Number.isSafeInteger(n) && n >= 1 && n <= maxCalls;
+  if (!whole(rate.calls)) throw new CallRateError(`a rate's calls must be a whole number from 1 to ${maxCalls}`);
+  if (!unitOf.has(rate.seconds)) throw new CallRateError("a rate's period must be a second, a minute or an hour (1, 60 or 3600 s)");
+  if (!whole(rate.burst)) throw new CallRateError(`a burst must be a whole number from 1 to ${maxCalls}`);
+  return rate;
+}
