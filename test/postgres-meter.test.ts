@@ -134,11 +134,15 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     expect(await call(replicas[0]!, capped)).toBe(0);
     expect(await call(replicas[1]!, capped)).toBe(4013);
     expect(await count("SELECT count(*)::text AS n FROM rate_arrivals WHERE account = $1 AND tat = $2", [capped.key, String(BigInt(now + 60_000) * 1_000_000n)])).toBe(1);
-    // An account without a rate is decided by the statement of before (replicas of the previous version call it
-    // too), which keeps no arrival time.
+    // An account without a rate keeps no arrival time.
     const free = await account();
     expect(await call(replicas[2]!, free)).toBe(0);
     expect(await count("SELECT count(*)::text AS n FROM rate_arrivals WHERE account = $1", [free.key])).toBe(0);
+    // Replicas of the previous version call step 5's signature: the same body decides for them, without a rate.
+    const leases = ["old-replica-1", "old-replica-2"];
+    const old = await admin.query<{ v: string[] }>("SELECT gw_admit_many($1, $2, $3, $4, $5, $6, $7, $8, $9) AS v", [leases, free.key, "2026-11-22", ["0", "0"], 10_000, 1, "old", now, 30_000]);
+    expect(old.rows[0]!.v).toEqual(["ok", "concurrency 1"]);
+    await admin.query("DELETE FROM admissions WHERE lease = ANY($1)", [leases]);
   });
 
   it("never takes a prepaid balance below zero, and charges exactly what it admitted", async () => {

@@ -94,9 +94,7 @@ interface Queued {
  * the limits did not count it. So a crash can let through, once, at most
  * as many extra calls as it lost leases; without a crash nothing changes.
  */
-const admitStatement = "SELECT gw_admit_many($1, $2, $3, $4, $5, $6, $7, $8, $9) AS v, set_config('synchronous_commit', 'off', true)";
-/** The same for an account with a rate limit: the statement decides the rate too (schema step 11). */
-const admitRatedStatement = "SELECT gw_admit_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS v, set_config('synchronous_commit', 'off', true)";
+const admitStatement = "SELECT gw_admit_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS v, set_config('synchronous_commit', 'off', true)";
 
 /**
  * A batch's commit as one statement, so one round trip and one implicit
@@ -239,16 +237,13 @@ export class PostgresMeter implements Meter {
 
   private async decideGroup(group: AdmissionGroup, since: number, account: Account, day: string, waiting: Waiting[]): Promise<void> {
     try {
-      const values: unknown[] = [
+      // The rate limit's interval and tolerance in ns (0: none), decided in the same statement (schema step 11).
+      const rate = account.rate;
+      const r = await this.pool.query<{ v: string[] }>({ name: "gw_admit_many_rated", text: admitStatement, values: [
         waiting.map((w) => w.lease), account.key, day, waiting.map((w) => w.price.toString()), account.dailyMax, account.concurrency,
         this.options.holder, this.options.now(), this.options.leaseMs,
-      ];
-      const rate = account.rate;
-      const r = await this.pool.query<{ v: string[] }>(
-        rate === undefined
-          ? { name: "gw_admit_many", text: admitStatement, values }
-          : { name: "gw_admit_rated", text: admitRatedStatement, values: [...values, rateInterval(rate).toString(), rateTolerance(rate).toString()] },
-      );
+        rate === undefined ? "0" : rateInterval(rate).toString(), rate === undefined ? "0" : rateTolerance(rate).toString(),
+      ] });
       this.clearProblem();
       waiting.forEach((w, i) => w.resolve(r.rows[0]!.v[i]!));
     } catch (e) {

@@ -279,9 +279,10 @@ export const migrations: readonly string[] = [
     actor text NOT NULL
   );`,
   // 11: an account's rate limit (as the embedded store's step 13), and where each rated account's
-  // theoretical arrival time is kept, in nanoseconds (src/core/call-rate.ts). Admission of a rated account is the
-  // statement of step 5 deciding the rate as well, under the same lock, after the other limits: an
-  // overload with two more parameters, so replicas of the previous version keep calling theirs.
+  // theoretical arrival time is kept, in nanoseconds (src/core/call-rate.ts). Admission becomes step 5's
+  // statement deciding the rate as well (an interval of 0: none), under the same lock, after the other
+  // limits; step 5's signature, which replicas of the previous version call, now calls it without a rate,
+  // so one body decides for every replica.
   `ALTER TABLE accounts ADD COLUMN rate jsonb;
   CREATE TABLE rate_arrivals (account text PRIMARY KEY, tat bigint NOT NULL);
   CREATE FUNCTION gw_admit_many(p_leases text[], p_account text, p_day text, p_prices bigint[], p_daily_max bigint, p_concurrency integer,
@@ -306,7 +307,9 @@ export const migrations: readonly string[] = [
       INTO in_flight, day_pending, reserved, stale FROM admissions_open o WHERE o.account = p_account;
     SELECT coalesce((SELECT charged FROM usage_daily WHERE account = p_account AND day = p_day), 0) INTO committed;
     SELECT micros INTO balance FROM balances WHERE account = p_account;
-    SELECT greatest(coalesce((SELECT r.tat FROM rate_arrivals r WHERE r.account = p_account), now_ns), now_ns) INTO tat;
+    IF p_rate_interval > 0 THEN
+      SELECT greatest(coalesce((SELECT r.tat FROM rate_arrivals r WHERE r.account = p_account), now_ns), now_ns) INTO tat;
+    END IF;
     IF in_flight + n > p_concurrency OR committed + day_pending + n > p_daily_max
        OR (balance IS NOT NULL AND balance - reserved < (SELECT coalesce(sum(x), 0) FROM unnest(p_prices) AS x)) THEN
       -- Some call would be refused: first free what leases that expired still hold.
@@ -327,7 +330,7 @@ export const migrations: readonly string[] = [
         verdicts := verdicts || ('daily ' || (committed + day_pending));
       ELSIF balance IS NOT NULL AND balance - reserved < p_prices[i] THEN
         verdicts := verdicts || ('balance ' || (balance - reserved));
-      ELSIF tat - now_ns > p_rate_tolerance THEN
+      ELSIF p_rate_interval > 0 AND tat - now_ns > p_rate_tolerance THEN
         verdicts := verdicts || ('rate ' || (tat - now_ns - p_rate_tolerance));
       ELSE
         in_flight := in_flight + 1;
@@ -341,10 +344,16 @@ export const migrations: readonly string[] = [
     IF array_length(admitted, 1) > 0 THEN
       INSERT INTO admissions (lease, account, day, price, holder, expires_at)
         SELECT p_leases[i], p_account, p_day, p_prices[i], p_holder, p_now + p_lease_ms FROM unnest(admitted) AS i;
-      INSERT INTO rate_arrivals (account, tat) VALUES (p_account, tat) ON CONFLICT (account) DO UPDATE SET tat = excluded.tat;
+      IF p_rate_interval > 0 THEN
+        INSERT INTO rate_arrivals (account, tat) VALUES (p_account, tat) ON CONFLICT (account) DO UPDATE SET tat = excluded.tat;
+      END IF;
     END IF;
     RETURN verdicts;
-  END $$;`,
+  END $$;
+  CREATE OR REPLACE FUNCTION gw_admit_many(p_leases text[], p_account text, p_day text, p_prices bigint[], p_daily_max bigint, p_concurrency integer,
+                                           p_holder text, p_now bigint, p_lease_ms bigint) RETURNS text[] LANGUAGE sql AS $$
+    SELECT gw_admit_many(p_leases, p_account, p_day, p_prices, p_daily_max, p_concurrency, p_holder, p_now, p_lease_ms, 0::bigint, 0::bigint)
+  $$;`,
 ];
 
 /** What a call is told when the shared database does not answer. */
