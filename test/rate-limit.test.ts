@@ -3,7 +3,7 @@
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { formatRate, parseRate, rateInterval, rateWait, nextArrival, CallRateError, type CallRate } from "../src/core/call-rate.ts";
+import { formatRate, parseRate, rateBounds, rateTake, CallRateError, type CallRate } from "../src/core/call-rate.ts";
 import { parseMoney } from "../src/core/money.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
@@ -30,9 +30,9 @@ describe("a rate", () => {
       const t0 = 1_800_000_000_000;
       let tat: bigint | undefined;
       const take = (now: number) => {
-        const wait = rateWait(tat, now, rate);
-        if (wait === undefined) tat = nextArrival(tat, now, rate);
-        return wait;
+        const taken = rateTake(tat, now, rate);
+        if ("next" in taken) tat = taken.next;
+        return "waitMs" in taken ? taken.waitMs : undefined;
       };
       let admitted = 0;
       for (let i = 0; i < rate.burst + 100; i++) if (take(t0) === undefined) admitted++;
@@ -46,7 +46,7 @@ describe("a rate", () => {
       }
       // The next call fits one interval after the first; it is told how long to wait, and waiting that long is enough.
       const wait = take(t0 + 1)!;
-      expect(wait).toBeCloseTo(Number(rateInterval(rate)) / 1e6 - 1, 5);
+      expect(wait).toBeCloseTo(Number(rateBounds(rate).interval) / 1e6 - 1, 5);
       expect(take(t0 + Math.floor(wait))).toBeGreaterThan(0);
       expect(take(t0 + 1 + Math.ceil(wait))).toBeUndefined();
     }

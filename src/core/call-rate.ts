@@ -37,31 +37,29 @@ const maxCalls = 1_000_000_000;
  */
 const nsPerMs = 1_000_000n;
 
-/** Nanoseconds between two calls at the rate. */
-export function rateInterval(rate: CallRate): bigint {
-  return (BigInt(rate.seconds) * 1_000_000_000n + BigInt(rate.calls) / 2n) / BigInt(rate.calls);
-}
-
-/** How far ahead of now (ns) the theoretical arrival time may be for a call to be admitted. */
-export function rateTolerance(rate: CallRate): bigint {
-  return rateInterval(rate) * BigInt(rate.burst - 1);
+/**
+ * The rate in nanoseconds: between two calls (`interval`), and how far
+ * ahead of now the theoretical arrival time may be for a call to be
+ * admitted (`tolerance`, `burst − 1` intervals). What the shared meter's
+ * statement is given.
+ */
+export function rateBounds(rate: CallRate): { readonly interval: bigint; readonly tolerance: bigint } {
+  const interval = (BigInt(rate.seconds) * 1_000_000_000n + BigInt(rate.calls) / 2n) / BigInt(rate.calls);
+  return { interval, tolerance: interval * BigInt(rate.burst - 1) };
 }
 
 /**
- * Whether a call arriving at `nowMs` (a millisecond clock) fits the rate,
- * given the account's theoretical arrival time (ns; undefined: no call
- * yet): undefined if it does, else how many ms until one would.
+ * A call arriving at `nowMs` (a millisecond clock), given the account's
+ * theoretical arrival time (ns; undefined: no call yet): admitted, with the
+ * time to keep from then on (`next`), or refused, with how many ms until a
+ * call would fit (`waitMs`).
  */
-export function rateWait(tat: bigint | undefined, nowMs: number, rate: CallRate): number | undefined {
+export function rateTake(tat: bigint | undefined, nowMs: number, rate: CallRate): { readonly next: bigint } | { readonly waitMs: number } {
   const now = BigInt(nowMs) * nsPerMs;
-  const over = (tat !== undefined && tat > now ? tat : now) - now - rateTolerance(rate);
-  return over > 0n ? Number(over) / 1e6 : undefined;
-}
-
-/** The theoretical arrival time (ns) after a call admitted at `nowMs`. */
-export function nextArrival(tat: bigint | undefined, nowMs: number, rate: CallRate): bigint {
-  const now = BigInt(nowMs) * nsPerMs;
-  return (tat !== undefined && tat > now ? tat : now) + rateInterval(rate);
+  const from = tat !== undefined && tat > now ? tat : now;
+  const { interval, tolerance } = rateBounds(rate);
+  const over = from - now - tolerance;
+  return over > 0n ? { waitMs: Number(over) / 1e6 } : { next: from + interval };
 }
 
 /** What a call refused for the rate is told. */

@@ -8,7 +8,7 @@ import { statfsSync } from "node:fs";
 import { errorCodeInfo } from "../../contract/error-codes.ts";
 import { previousDay } from "../../core/clock.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
-import { nextArrival, rateRefusal, rateWait } from "../../core/call-rate.ts";
+import { rateRefusal, rateTake } from "../../core/call-rate.ts";
 import { formatMoney, type Micros } from "../../core/money.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { readTransaction, writeTransaction } from "./sqlite-database.ts";
@@ -245,10 +245,9 @@ export class SqliteMeter implements Meter {
     const rate = account.rate;
     if (rate !== undefined) {
       const now = this.options.now();
-      const tat = this.arrivals.get(key);
-      const wait = rateWait(tat, now, rate);
-      if (wait !== undefined) throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, rateRefusal(rate, wait));
-      this.arrivals.set(key, nextArrival(tat, now, rate));
+      const taken = rateTake(this.arrivals.get(key), now, rate);
+      if ("waitMs" in taken) throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, rateRefusal(rate, taken.waitMs));
+      this.arrivals.set(key, taken.next);
     }
     this.inFlight.set(key, inFlight + 1);
     this.pendingCalls.set(dayKey(key, day), pending + 1);

@@ -5,7 +5,7 @@ import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
 import type { Admission, BalanceChange, BalanceRecord, LedgerRow, Meter, RecordedBalanceChange, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
-import { rateInterval, rateRefusal, rateTolerance } from "../../core/call-rate.ts";
+import { rateBounds, rateRefusal } from "../../core/call-rate.ts";
 import { formatMoney, type Micros } from "../../core/money.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
 import { databaseFault, databaseUnreachable } from "./postgres-database.ts";
@@ -238,11 +238,11 @@ export class PostgresMeter implements Meter {
   private async decideGroup(group: AdmissionGroup, since: number, account: Account, day: string, waiting: Waiting[]): Promise<void> {
     try {
       // The rate limit's interval and tolerance in ns (0: none), decided in the same statement (schema step 11).
-      const rate = account.rate;
+      const bounds = account.rate === undefined ? { interval: 0n, tolerance: 0n } : rateBounds(account.rate);
       const r = await this.pool.query<{ v: string[] }>({ name: "gw_admit_many_rated", text: admitStatement, values: [
         waiting.map((w) => w.lease), account.key, day, waiting.map((w) => w.price.toString()), account.dailyMax, account.concurrency,
         this.options.holder, this.options.now(), this.options.leaseMs,
-        rate === undefined ? "0" : rateInterval(rate).toString(), rate === undefined ? "0" : rateTolerance(rate).toString(),
+        bounds.interval.toString(), bounds.tolerance.toString(),
       ] });
       this.clearProblem();
       waiting.forEach((w, i) => w.resolve(r.rows[0]!.v[i]!));

@@ -28,7 +28,7 @@ import {
   type Account as AccountMessage,
   type CallRate as CallRateMessage,
 } from "../../gen/gateway/admin/v1/admin_pb.js";
-import { checkRate, type CallRate } from "../../core/call-rate.ts";
+import type { CallRate } from "../../core/call-rate.ts";
 
 const states = { enabled: OperationState.ENABLED, stopped: OperationState.STOPPED } as const;
 const charges = { charged: Charge.CHARGED, uncharged: Charge.UNCHARGED, ignored: Charge.IGNORED } as const;
@@ -64,15 +64,11 @@ function accountMessage(a: Account): AccountMessage {
   });
 }
 
-/** A request's rate: unset, none (`calls` 0, where `none` may be asked for), or a rate whose burst 0 means `calls`. */
+/** A request's rate: unset, none (`calls` 0, where `none` may be asked for), or a rate whose burst 0 means `calls` (AccountAdmin checks it). */
 function rateOf(message: CallRateMessage | undefined, none: boolean): CallRate | null | undefined {
   if (message === undefined) return undefined;
   if (message.calls === 0 && none) return null;
-  try {
-    return checkRate({ calls: message.calls, seconds: message.seconds, burst: message.burst === 0 ? message.calls : message.burst });
-  } catch (e) {
-    throw new AccountAdminError((e as Error).message);
-  }
+  return { calls: message.calls, seconds: message.seconds, burst: message.burst === 0 ? message.calls : message.burst };
 }
 
 function totalMessage(t: UsageTotal) {
