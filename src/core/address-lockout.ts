@@ -1,5 +1,4 @@
-import { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
-import { GatewayError } from "./gateway-error.ts";
+import { lockedOut } from "./limit-refusals.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
 
 export interface AddressLockoutOptions {
@@ -37,11 +36,6 @@ export interface AddressLockout {
   check(clientIp: string, now: number): MaybeAsync<void>;
   /** Counts a failure; resolves to how long to hold the answer back, in ms. */
   failed(clientIp: string, now: number): Promise<number>;
-}
-
-/** The refusal (4008) of an address whose lock has `ms` left. */
-export function lockedOut(ms: number): GatewayError {
-  return new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `too many failed authentications from this address; try again in ${Math.ceil(ms / 1000)} s`);
 }
 
 /** How long to hold back the answer to the `failures`th failure in the window. */

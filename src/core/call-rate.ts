@@ -62,11 +62,6 @@ export function rateTake(tat: bigint | undefined, nowMs: number, rate: CallRate)
   return over > 0n ? { waitMs: Number(over) / 1e6 } : { next: from + interval };
 }
 
-/** What a call refused for the rate is told. */
-export function rateRefusal(rate: CallRate, waitMs: number): string {
-  return `this account's rate limit of ${formatRate(rate)} is reached; the next call is admitted in ${Math.max(1, Math.ceil(waitMs))} ms`;
-}
-
 /** A rate as text: `10/s`, `600/min, burst 50`; `none` for no limit. The burst is shown where it is not `calls`. */
 export function formatRate(rate: CallRate | undefined): string {
   if (rate === undefined) return "none";

@@ -2,15 +2,15 @@ import type { DatabaseSync, SQLInputValue, StatementSync } from "node:sqlite";
 import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
-import { GatewayError } from "../../core/gateway-error.ts";
 import type { Admission, BalanceChange, BalanceRecord, LedgerRow, Meter, RecordedBalanceChange, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
 import { statfsSync } from "node:fs";
 import { errorCodeInfo } from "../../contract/error-codes.ts";
 import { previousDay } from "../../core/clock.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
-import { rateRefusal, rateTake } from "../../core/call-rate.ts";
-import { formatMoney, type Micros } from "../../core/money.ts";
-import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
+import { rateTake } from "../../core/call-rate.ts";
+import { balanceShort, concurrencyReached, dailyMaxReached, rateReached } from "../../core/limit-refusals.ts";
+import type { Micros } from "../../core/money.ts";
+import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { readTransaction, writeTransaction } from "./sqlite-database.ts";
 
 export interface SqliteMeterOptions {
@@ -228,25 +228,25 @@ export class SqliteMeter implements Meter {
     const key = account.key;
     const inFlight = this.inFlight.get(key) ?? 0;
     if (inFlight >= account.concurrency) {
-      throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `this account already has ${inFlight} calls in flight, its limit`);
+      throw concurrencyReached(inFlight);
     }
     const committed = this.usage(key, day, previousDay(day)).today;
     const pending = this.pendingCalls.get(dayKey(key, day)) ?? 0;
     if (committed + pending >= account.dailyMax) {
-      throw new GatewayError(ErrorCode.CALLS_EXCEEDED, `the daily maximum of ${account.dailyMax} calls is reached; it resets at midnight ${account.zone}`);
+      throw dailyMaxReached(account);
     }
     const price = account.prices.get(operation) ?? 0n;
     if (account.balance !== undefined) {
       const available = account.balance - (this.pendingAmount.get(key) ?? 0n);
       if (available < price) {
-        throw new GatewayError(ErrorCode.INSUFFICIENT_BALANCE, `the balance ${formatMoney(available)} does not cover the price ${formatMoney(price)} of ${operation}`);
+        throw balanceShort(available, price, operation);
       }
     }
     const rate = account.rate;
     if (rate !== undefined) {
       const now = this.options.now();
       const taken = rateTake(this.arrivals.get(key), now, rate);
-      if ("waitMs" in taken) throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, rateRefusal(rate, taken.waitMs));
+      if ("waitMs" in taken) throw rateReached(rate, taken.waitMs);
       this.arrivals.set(key, taken.next);
     }
     this.inFlight.set(key, inFlight + 1);

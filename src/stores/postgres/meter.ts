@@ -3,13 +3,13 @@ import type pg from "pg";
 import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
-import { GatewayError } from "../../core/gateway-error.ts";
 import type { Admission, BalanceChange, BalanceRecord, LedgerRow, Meter, RecordedBalanceChange, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
-import { rateBounds, rateRefusal } from "../../core/call-rate.ts";
-import { formatMoney, type Micros } from "../../core/money.ts";
+import { rateBounds } from "../../core/call-rate.ts";
+import { balanceShort, concurrencyReached, dailyMaxReached, rateReached } from "../../core/limit-refusals.ts";
+import type { Micros } from "../../core/money.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
 import { databaseFault, databaseUnreachable } from "./postgres-database.ts";
-import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
+import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 
 export interface PostgresMeterOptions {
   /** This replica's name on its leases. */
@@ -202,10 +202,10 @@ export class PostgresMeter implements Meter {
       if (!decidingNow(group)) this.scheduleDecision();
     });
     const [what, n] = verdict.split(" ");
-    if (what === "concurrency") throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `this account already has ${n} calls in flight, its limit`);
-    if (what === "daily") throw new GatewayError(ErrorCode.CALLS_EXCEEDED, `the daily maximum of ${account.dailyMax} calls is reached; it resets at midnight ${account.zone}`);
-    if (what === "balance") throw new GatewayError(ErrorCode.INSUFFICIENT_BALANCE, `the balance ${formatMoney(BigInt(n ?? "0"))} does not cover the price ${formatMoney(price)} of ${operation}`);
-    if (what === "rate" && account.rate !== undefined) throw new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, rateRefusal(account.rate, Number(n) / 1e6));
+    if (what === "concurrency") throw concurrencyReached(n ?? "");
+    if (what === "daily") throw dailyMaxReached(account);
+    if (what === "balance") throw balanceShort(BigInt(n ?? "0"), price, operation);
+    if (what === "rate" && account.rate !== undefined) throw rateReached(account.rate, Number(n) / 1e6);
     this.held.add(lease);
     return { account: account.key, day, price, lease };
   }

@@ -1,5 +1,6 @@
 import type { Redis } from "ioredis";
-import { defaultAddressLockoutOptions, holdMs, lockedOut, type AddressLockout, type AddressLockoutOptions } from "../../core/address-lockout.ts";
+import { lockedOut } from "../../core/limit-refusals.ts";
+import { defaultAddressLockoutOptions, holdMs, type AddressLockout, type AddressLockoutOptions } from "../../core/address-lockout.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
