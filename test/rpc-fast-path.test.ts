@@ -154,21 +154,28 @@ describe.each(operations.map((op) => [op.id, op] as const))("%s", (id, op) => {
   });
 });
 
-/** A gRPC call over HTTP/2 with exactly these headers and body bytes: response headers, the DATA bytes, the trailers. */
-function grpcRaw(port: number, path: string, headers: Record<string, string>, body: Uint8Array): Promise<{ headers: Record<string, unknown>; body: Buffer; trailers: Record<string, unknown> }> {
+/**
+ * A gRPC call over HTTP/2 with exactly these headers and body bytes: response headers, the DATA bytes, the
+ * trailers, and whether the answer was Trailers-Only (its one HEADERS frame ended the stream).
+ */
+function grpcRaw(port: number, path: string, headers: Record<string, string>, body: Uint8Array): Promise<{ headers: Record<string, unknown>; body: Buffer; trailers: Record<string, unknown>; trailersOnly: boolean }> {
   return new Promise((resolve, reject) => {
     const session = http2.connect(`http://127.0.0.1:${port}`);
     session.on("error", reject);
     const stream = session.request({ ":method": "POST", ":path": path, te: "trailers", ...headers });
     let head: Record<string, unknown> = {};
     let trailers: Record<string, unknown> = {};
+    let trailersOnly = false;
     const chunks: Buffer[] = [];
-    stream.on("response", (h) => (head = { ...h }));
+    stream.on("response", (h, flags) => {
+      head = { ...h };
+      trailersOnly = (flags & http2.constants.NGHTTP2_FLAG_END_STREAM) !== 0;
+    });
     stream.on("trailers", (t) => (trailers = { ...t }));
     stream.on("data", (c: Buffer) => chunks.push(c));
     stream.on("end", () => {
       session.close();
-      resolve({ headers: head, body: Buffer.concat(chunks), trailers });
+      resolve({ headers: head, body: Buffer.concat(chunks), trailers, trailersOnly });
     });
     stream.on("error", reject);
     stream.end(body);
@@ -177,7 +184,7 @@ function grpcRaw(port: number, path: string, headers: Record<string, string>, bo
 
 
 /** A gRPC answer as a client sees it, with the per-call fields left out: headers and trailers that matter, the messages decoded. */
-function decodedGrpc(output: DescMessage, res: { headers: Record<string, unknown>; body: Buffer; trailers: Record<string, unknown> }): unknown {
+function decodedGrpc(output: DescMessage, res: { headers: Record<string, unknown>; body: Buffer; trailers: Record<string, unknown>; trailersOnly: boolean }): unknown {
   const messages: unknown[] = [];
   for (let at = 0; at + 5 <= res.body.length; ) {
     const length = res.body.readUInt32BE(at + 1);
@@ -194,7 +201,9 @@ function decodedGrpc(output: DescMessage, res: { headers: Record<string, unknown
     }
     at += 5 + length;
   }
-  const trailers = { ...res.trailers };
+  // A Trailers-Only answer's status is in its headers: read as trailers, so both forms compare alike field by field.
+  const fromHead = res.trailersOnly ? Object.fromEntries(Object.entries(res.headers).filter(([k]) => k.startsWith("grpc-") && k !== "grpc-encoding")) : {};
+  const trailers = { ...res.trailers, ...fromHead };
   if (typeof trailers["grpc-message"] === "string") trailers["grpc-message"] = trailers["grpc-message"].replace(/request%20id%20\S+/, "request id …");
   const details = trailers["grpc-status-details-bin"];
   if (typeof details === "string") {
@@ -208,8 +217,8 @@ function decodedGrpc(output: DescMessage, res: { headers: Record<string, unknown
     status.message = status.message.replace(/request id \S+/, "request id …");
     trailers["grpc-status-details-bin"] = Buffer.from(toBinary(StatusSchema, status)).toString("base64");
   }
-  const headers = Object.fromEntries(Object.entries(res.headers).filter(([k]) => k !== "date"));
-  return { headers, messages, trailers };
+  const headers = Object.fromEntries(Object.entries(res.headers).filter(([k]) => k !== "date" && !(k in fromHead)));
+  return { trailersOnly: res.trailersOnly, headers, messages, trailers };
 }
 
 describe.each(operations.map((op) => [op.id, op] as const))("%s over gRPC (HTTP/2)", (id, op) => {
@@ -251,6 +260,8 @@ describe.each(operations.map((op) => [op.id, op] as const))("%s over gRPC (HTTP/
     await send(slow);
     const a = await send(fast);
     const b = await send(slow);
+    // An error answers Trailers-Only (a retry policy may retry nothing else), a message with headers and trailers.
+    expect(a.trailersOnly).toBe(a.body.length === 0);
     expect(decodedGrpc(op.method.output, a)).toEqual(decodedGrpc(op.method.output, b));
   });
 });

@@ -314,6 +314,8 @@ describe("TLS with ALPN", () => {
         const ended = await new Promise<{ status: unknown; rstCode: number | undefined }>((resolve) => {
           const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers" });
           let status: unknown;
+          // An error is answered Trailers-Only: its status in the one HEADERS frame.
+          stream.on("response", (h) => (status = h["grpc-status"]));
           stream.on("trailers", (t) => (status = t["grpc-status"]));
           stream.on("close", () => resolve({ status, rstCode: stream.rstCode }));
           stream.on("error", () => undefined);

@@ -6,6 +6,7 @@ import type { Http2StreamClaim } from "../server/one-port-server.ts";
 import { accessLog, type AccessLog } from "../server/access-log.ts";
 import { goneOf } from "../server/caller-gone.ts";
 import { headerReader, type CallSource } from "./catalogue-services.ts";
+import { trailersOnlyOr } from "./grpc-trailers-only.ts";
 import { acceptCompression, compressMinBytes, fastRoutes, headerValue, once, oneBlock, readBody, type FastPathOptions, type FastResult, type FastRoute } from "./unary-fast-path.ts";
 
 /**
@@ -134,18 +135,36 @@ async function respondGrpc(stream: ServerHttp2Stream, headers: IncomingHttpHeade
   const trailer = "error" in result ? trailerOf(result.error) : { ...successTrailer };
   // Gone, or answered already (a request past its timeout is answered by the server: one-port-server.ts).
   if (stream.destroyed || stream.closed || stream.headersSent) return;
+  // An error, with no message: Trailers-Only, as writeUniversal turns connect-node's around (grpc-trailers-only.ts).
+  if (frame === undefined) {
+    stream.respond({ ...head, ...trailer }, { endStream: true });
+    return;
+  }
   stream.respond(head, { waitForTrailers: true });
   stream.once("wantTrailers", () => stream.sendTrailers(trailer));
-  if (frame === undefined) stream.end();
-  else if (frame[1].byteLength === 0) stream.end(frame[0]);
+  if (frame[1].byteLength === 0) stream.end(frame[0]);
   else {
     stream.write(frame[0]);
     stream.end(frame[1]);
   }
 }
 
-/** connect-node's answer written to the stream as its own writer would write it to a response: headers after the first chunk, the chunks, the trailers. */
-async function writeUniversal(stream: ServerHttp2Stream, response: UniversalServerResponse, answerHeaders: Readonly<Record<string, string>>): Promise<void> {
+/**
+ * connect-node's answer written to the stream as its own writer would write
+ * it to a response: headers after the first chunk, the chunks, the
+ * trailers; or, for an answer with no message, Trailers-Only (as
+ * answerWithConnectNode writes it through Fastify: grpc-trailers-only.ts).
+ */
+async function writeUniversal(stream: ServerHttp2Stream, universal: UniversalServerResponse, answerHeaders: Readonly<Record<string, string>>): Promise<void> {
+  const answer = await trailersOnlyOr(universal);
+  if ("head" in answer) {
+    if (stream.destroyed || stream.closed || stream.headersSent) return;
+    const head: OutgoingHttpHeaders = { ":status": universal.status, ...answerHeaders };
+    answer.head.forEach((value, key) => (head[key] = value));
+    stream.respond(head, { endStream: true });
+    return;
+  }
+  const response = answer.response;
   const body = response.body === undefined ? undefined : response.body instanceof Uint8Array ? once(response.body) : response.body;
   const it = body?.[Symbol.asyncIterator]();
   try {

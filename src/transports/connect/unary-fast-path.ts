@@ -22,6 +22,7 @@ import { StatusBlockSchema } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { Outcome } from "../../core/gateway.ts";
 import { headerReader, operationAnswer, type CallSource } from "./catalogue-services.ts";
 import { callerError } from "./internal-errors.ts";
+import { trailersOnlyOr } from "./grpc-trailers-only.ts";
 import { fastMessageField } from "./fast-binary.ts";
 
 const itemBinaryMemo = "rpc-item-binary";
@@ -331,7 +332,16 @@ export async function answerWithConnectNode(
     // handler ends only now, its body gone. Nothing more may be written.
     if (res.headersSent) return;
     for (const [key, value] of Object.entries(options.headers)) if (value !== undefined) res.setHeader(key, value as string);
-    await universalResponseToNodeResponse(response, res);
+    const answer = await trailersOnlyOr(response);
+    if ("head" in answer) {
+      // gRPC's Trailers-Only (grpc-trailers-only.ts): headers set, not written, and an end with nothing make one HEADERS frame that ends the stream.
+      if (res.headersSent) return;
+      res.statusCode = response.status;
+      answer.head.forEach((value, key) => res.setHeader(key, value));
+      res.end();
+      return;
+    }
+    await universalResponseToNodeResponse(answer.response, res);
   } catch (e) {
     if (ConnectError.from(e).code === Code.Aborted) return;
     options.log.error({ err: e, requestId: options.requestId }, `handler for rpc ${handler.method.name} of ${handler.service.typeName} failed`);
