@@ -108,4 +108,29 @@ describe("the README's browser example", () => {
     await page.close();
     expect(demo.retailNumIid).toBe("600000006151"); // the number the printed page starts with
   });
+
+  it("lets a page from another origin read when a refused call may come back: Retry-After is exposed, RetryInfo is in the error", async () => {
+    // The example's page is still served (the test above started its back end); a page's fetch is what Connect-Web sends.
+    const account = await gw.newAccount({ name: "browser-rate", rate: { calls: 1, seconds: 3600, burst: 1 } });
+    const page = await browser.newPage();
+    await page.goto(`http://127.0.0.1:${pagePort}/`);
+    const answers = await page.evaluate(
+      async ({ base, key, secret }) => {
+        const call = async () => {
+          const res = await fetch(`${base}/gateway.catalogue.v1.RetailService/ItemGet`, {
+            method: "POST",
+            headers: { "content-type": "application/json", "x-api-key": key, "x-api-secret": secret },
+            body: JSON.stringify({ numIid: "600000006151" }),
+          });
+          const body = (await res.json()) as { code?: string; details?: { type: string; debug?: unknown }[] };
+          return { status: res.status, retryAfter: res.headers.get("retry-after"), code: body.code ?? "", retryInfo: body.details?.find((d) => d.type === "google.rpc.RetryInfo")?.debug ?? null };
+        };
+        return [await call(), await call()];
+      },
+      { base: gw.base, key: account.key, secret: account.secret },
+    );
+    expect(answers[0]).toEqual({ status: 200, retryAfter: null, code: "", retryInfo: null });
+    expect(answers[1]).toMatchObject({ status: 429, retryAfter: "3600", code: "resource_exhausted", retryInfo: { retryDelay: expect.stringMatching(/^359\d\.\d+s$/) } });
+    await page.close();
+  });
 });

@@ -89,14 +89,14 @@ describe("11.8 the admin token has a brute-force limit", () => {
     try {
       const admin = (from: string, token: string) => {
         const started = performance.now();
-        return new Promise<{ status: number; body: string; ms: number }>((resolve, reject) => {
+        return new Promise<{ status: number; body: string; ms: number; retryAfter: string | undefined }>((resolve, reject) => {
           const req = http.request(
             `${limited.base}/gateway.admin.v1.AdminService/ListAccounts`,
             { method: "POST", localAddress: from, agent: false, headers: { "content-type": "application/json", authorization: `Bearer ${token}` } },
             (res) => {
               let body = "";
               res.on("data", (d: Buffer) => (body += d.toString()));
-              res.on("end", () => resolve({ status: res.statusCode ?? 0, body, ms: performance.now() - started }));
+              res.on("end", () => resolve({ status: res.statusCode ?? 0, body, ms: performance.now() - started, retryAfter: res.headers["retry-after"] }));
             },
           );
           req.on("error", reject);
@@ -110,6 +110,9 @@ describe("11.8 the admin token has a brute-force limit", () => {
       const locked = await admin("127.0.0.1", adminToken);
       expect(locked.body).toContain('"code":"resource_exhausted"');
       expect(locked.body).toMatch(/too many failed authentications from this address/);
+      // When the lock ends (60 s, less the moments since), as a catalogue call is told.
+      expect([locked.status, locked.retryAfter]).toEqual([429, "60"]);
+      expect(locked.body).toMatch(/"type":"google.rpc.RetryInfo".*"retryDelay":"(59\.\d+|60)s"/);
       expect((await admin("127.0.0.2", adminToken)).status).toBe(200);
     } finally {
       await limited.close();

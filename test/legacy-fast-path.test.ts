@@ -7,6 +7,7 @@
 import http from "node:http";
 import { brotliDecompressSync, gunzipSync, inflateSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseRate } from "../src/core/call-rate.ts";
 import { formatDateTime } from "../src/core/clock.ts";
 import { legacySign, legacySigningKey } from "../src/core/legacy-signature.ts";
 import { operations } from "../src/operations/index.ts";
@@ -35,7 +36,8 @@ const fieldList = perCall.join("|");
 function steady(res: { head: string[]; body: Buffer }): string {
   const encoding = header(res, "content-encoding");
   const body = encoding === "gzip" ? gunzipSync(res.body) : encoding === "br" ? brotliDecompressSync(res.body) : encoding === "deflate" ? inflateSync(res.body) : res.body;
-  const text = body.toString("utf8");
+  // A refusal for the rate says its wait to the ms: the same within a second on both gateways.
+  const text = body.toString("utf8").replace(/admitted in \d+ ms/, "admitted in … ms");
   const type = header(res, "content-type") ?? "";
   if (type.startsWith("application/json")) {
     const json = JSON.parse(text) as Record<string, unknown>;
@@ -93,7 +95,7 @@ describe.each([
     readonly name: string;
     readonly params?: Record<string, string>;
     readonly headers?: Record<string, string>;
-    readonly auth?: "query" | "wrong-secret" | "none" | "header" | "signed";
+    readonly auth?: "query" | "wrong-secret" | "none" | "header" | "signed" | "over-rate";
     readonly bare?: boolean;
     readonly raw?: string;
   }
@@ -121,12 +123,14 @@ describe.each([
     { name: "the key in Authorization (Bearer), the secret in the query", auth: "header" },
     { name: "a signed call (dateline and sign)", auth: "signed" },
     { name: "a forwarded address", headers: { "x-forwarded-for": "203.0.113.9" } },
+    { name: "over the account's rate (4008, Retry-After)", auth: "over-rate" },
+    { name: "over the account's rate, xml, gzip accepted", params: { result_type: "xml" }, headers: { "accept-encoding": "gzip" }, auth: "over-rate" },
   ];
 
   let signed = 0;
-  const pathOf = (gw: GatewayFixture, op: (typeof operations)[number], c: Case) => {
+  const pathOf = (gw: GatewayFixture, op: (typeof operations)[number], c: Case, account = gw.account) => {
     const params: Record<string, string> = { ...args[op.id], ...c.params };
-    if (c.auth === undefined || c.auth === "query") Object.assign(params, { key: gw.account.key, secret: gw.account.secret });
+    if (c.auth === undefined || c.auth === "query" || c.auth === "over-rate") Object.assign(params, { key: account.key, secret: account.secret });
     if (c.auth === "wrong-secret") Object.assign(params, { key: gw.account.key, secret: "wrong" });
     if (c.auth === "header") params.secret = gw.account.secret;
     if (c.auth === "signed") {
@@ -141,7 +145,10 @@ describe.each([
 
   describe.each(operations.map((op) => [op.id, op] as const))("%s", (_id, op) => {
     it.each(cases.map((c) => [c.name, c] as const))("%s", async (_case, c) => {
-      const send = (gw: GatewayFixture) => get(gw.port, pathOf(gw, op, c), headersOf(gw, c));
+      // Over the rate: an account of 1/h of its own on each gateway, refused after its first call for the same whole seconds.
+      const plan = { name: "over-rate", rate: parseRate("1/h") };
+      const accounts = c.auth === "over-rate" ? new Map([[fast, await fast.newAccount(plan)], [slow, await slow.newAccount(plan)]]) : undefined;
+      const send = (gw: GatewayFixture) => get(gw.port, pathOf(gw, op, c, accounts?.get(gw)), headersOf(gw, c));
       // Each twice, so the second is a cache hit on both.
       await send(fast);
       await send(slow);
@@ -152,6 +159,7 @@ describe.each([
       expect(headBlock(a)).toEqual(headBlock(b));
       expect(Number(header(a, "content-length"))).toBe(a.body.length);
       expect(steady(a)).toBe(steady(b));
+      if (c.auth === "over-rate") expect([steady(a).includes("4008"), header(a, "retry-after")]).toEqual([true, "3600"]);
     });
   });
 

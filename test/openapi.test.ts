@@ -39,6 +39,9 @@ describe("GET /openapi.json", () => {
         else expect(p.schema.enum).toEqual([...arg.accepts]);
       }
       expect(params.find((x) => x.name === "result_type")!.schema.enum).toEqual(["json", "jsonu", "xml", "serialize", "var_export"]);
+      // What a refused caller's software reads besides the body (test/rate-limit.test.ts sends it).
+      const answer = (doc.paths[op.path] as unknown as { get: { responses: Record<string, { headers?: Record<string, { schema: unknown }> }> } }).get.responses["200"]!;
+      expect(answer.headers?.["Retry-After"]?.schema).toEqual({ type: "integer", minimum: 1 });
     }
     expect((doc.components.schemas.ErrorCode as { enum: string[] }).enum).toEqual(expect.arrayContaining(["0000", "2000", "4004", "4010", "4017"]));
   });

@@ -1,12 +1,16 @@
 // An account's rate limit (src/core/call-rate.ts): the rule, and the embedded meter behind the real app on every
 // transport, on a clock the test moves. The shared meter's is in test/postgres-meter.test.ts.
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import * as grpc from "@grpc/grpc-js";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { formatRate, parseRate, rateBounds, rateTake, CallRateError, type CallRate } from "../src/core/call-rate.ts";
 import { parseMoney } from "../src/core/money.ts";
-import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { ItemGetRequestSchema, RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
+import { dayOf, nextDayStarts } from "../src/core/clock.ts";
 import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
 describe("a rate", () => {
@@ -120,5 +124,180 @@ describe("the embedded meter's rate limit, behind the app", () => {
     await gw.runtime.admin.setPlan(a.key, { dailyMax: 99 });
     expect((await gw.runtime.admin.get(a.key)).rate).toEqual({ calls: 5, seconds: 1, burst: 5 });
     await expect(gw.runtime.admin.setPlan(a.key, { rate: { calls: 0, seconds: 1, burst: 1 } })).rejects.toThrow("a rate's calls must be a whole number from 1 to 1000000000");
+  });
+});
+
+describe("when a refused caller may come back", () => {
+  // Its own gateway: the last test locks the loopback address out. Two failed authentications lock it.
+  let gw: GatewayFixture;
+  let now = Date.UTC(2027, 0, 20, 12, 0, 0);
+  beforeAll(async () => {
+    gw = await startGateway({ clock: { now: () => now }, config: { authLockAfter: 2 } });
+  });
+  afterAll(() => gw.close());
+
+  /** A call's answer as its caller's software reads when to come back: the header, the trailer and the RetryInfo detail. */
+  type Told = { code: string; retryAfter: string | null; pushback: string | null; retryInfoMs: number | null };
+  const legacy = async (a: { key: string; secret: string }): Promise<Told> => {
+    const r = await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: demo.retailNumIid });
+    return { code: String(r.json.error_code), retryAfter: r.headers.get("retry-after"), pushback: r.headers.get("grpc-retry-pushback-ms"), retryInfoMs: null };
+  };
+  const rpc = (a: { key: string; secret: string }, protocol: "connect" | "grpc" | "grpc-web"): Promise<Told> => {
+    const transport = protocol === "grpc" ? createGrpcTransport({ baseUrl: gw.base }) : protocol === "grpc-web" ? createGrpcWebTransport({ baseUrl: gw.base, httpVersion: "1.1" }) : createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" });
+    return createClient(RetailService, transport)
+      .itemGet({ numIid: demo.retailNumIid }, { headers: { "x-api-key": a.key, "x-api-secret": a.secret } })
+      .then(
+        (): Told => ({ code: "0000", retryAfter: null, pushback: null, retryInfoMs: null }),
+        (e: unknown): Told => {
+          const error = ConnectError.from(e);
+          expect(error.code).toBe(Code.ResourceExhausted);
+          const delay = error.findDetails(RetryInfoSchema)[0]?.retryDelay;
+          return {
+            code: String(error.findDetails(StatusBlockSchema)[0]!.errorCode).padStart(4, "0"),
+            retryAfter: error.metadata.get("retry-after"),
+            pushback: error.metadata.get("grpc-retry-pushback-ms"),
+            retryInfoMs: delay === undefined ? null : Number(delay.seconds) * 1000 + delay.nanos / 1e6,
+          };
+        },
+      );
+  };
+  const everyProtocol = async (a: { key: string; secret: string }) => ({
+    legacy: await legacy(a),
+    connect: await rpc(a, "connect"),
+    grpc: await rpc(a, "grpc"),
+    grpcWeb: await rpc(a, "grpc-web"),
+  });
+  const limited = async () => {
+    const metric = (await gw.runtime.metrics.registry.getSingleMetric("gateway_calls_limited_total")!.get()) as { values: { labels: Record<string, string>; value: number }[] };
+    return Object.fromEntries(metric.values.map((v) => [`${v.labels.operation} ${v.labels.limit}`, v.value]));
+  };
+
+  it("the rate: its wait, as Retry-After in whole seconds rounded up (legacy, Connect), grpc-retry-pushback-ms (gRPC, gRPC-Web) and RetryInfo to the ms", async () => {
+    const a = await gw.newAccount({ rate: parseRate("2/s", 1) });
+    expect(await legacy(a)).toEqual({ code: "0000", retryAfter: null, pushback: null, retryInfoMs: null });
+    now += 100;
+    expect(await everyProtocol(a)).toEqual({
+      legacy: { code: "4008", retryAfter: "1", pushback: null, retryInfoMs: null },
+      connect: { code: "4008", retryAfter: "1", pushback: null, retryInfoMs: 400 },
+      grpc: { code: "4008", retryAfter: null, pushback: "400", retryInfoMs: 400 },
+      grpcWeb: { code: "4008", retryAfter: null, pushback: "400", retryInfoMs: 400 },
+    });
+    // Waiting what it was told is enough.
+    now += 400;
+    expect((await rpc(a, "grpc")).code).toBe("0000");
+    // An hour's wait: 3,600 s, not a minute rounded.
+    const b = await gw.newAccount({ rate: parseRate("1/h") });
+    expect((await legacy(b)).code).toBe("0000");
+    now += 1;
+    expect(await legacy(b)).toMatchObject({ code: "4008", retryAfter: "3600" });
+    expect(await rpc(b, "connect")).toMatchObject({ retryAfter: "3600", retryInfoMs: 3_599_999 });
+    expect((await limited())["retail/item_get rate"]).toBe(6);
+  });
+
+  it("the daily maximum: the account's midnight in its own zone", async () => {
+    // 23:59:30 in Shanghai (UTC+8): 30 s to the account's next day.
+    now = Date.UTC(2027, 0, 20, 15, 59, 30);
+    const a = await gw.newAccount({ dailyMax: 1 });
+    expect((await legacy(a)).code).toBe("0000");
+    expect(await everyProtocol(a)).toEqual({
+      legacy: { code: "4013", retryAfter: "30", pushback: null, retryInfoMs: null },
+      connect: { code: "4013", retryAfter: "30", pushback: null, retryInfoMs: 30_000 },
+      grpc: { code: "4013", retryAfter: null, pushback: "30000", retryInfoMs: 30_000 },
+      grpcWeb: { code: "4013", retryAfter: null, pushback: "30000", retryInfoMs: 30_000 },
+    });
+    // Another zone, and a day whose midnight daylight saving skips (Santiago, 2026-09-06: 00:00 is 01:00).
+    const ny = await gw.newAccount({ dailyMax: 1, zone: "America/New_York" });
+    expect((await legacy(ny)).code).toBe("0000");
+    expect((await rpc(ny, "grpc")).pushback).toBe(String(Date.UTC(2027, 0, 21, 5) - now));
+    expect(nextDayStarts("2026-09-05", "America/Santiago")).toBe(Date.UTC(2026, 8, 6, 4));
+    expect(nextDayStarts("2026-04-04", "America/Santiago")).toBe(Date.UTC(2026, 3, 5, 4)); // 23:00-24:00 of the 4th comes twice
+    now += 30_000;
+    expect((await legacy(a)).code).toBe("0000");
+    expect((await limited())["retail/item_get daily_max"]).toBe(5);
+  });
+
+  it("the balance: no wait is known, and gRPC callers are told not to retry (pushback -1); nor for a full concurrency", async () => {
+    const price = parseMoney("0.1");
+    const a = await gw.newAccount({ balance: price, prices: new Map([["retail/item_get", price]]) });
+    expect((await legacy(a)).code).toBe("0000");
+    expect(await everyProtocol(a)).toEqual({
+      legacy: { code: "4016", retryAfter: null, pushback: null, retryInfoMs: null },
+      connect: { code: "4016", retryAfter: null, pushback: null, retryInfoMs: null },
+      grpc: { code: "4016", retryAfter: null, pushback: "-1", retryInfoMs: null },
+      grpcWeb: { code: "4016", retryAfter: null, pushback: "-1", retryInfoMs: null },
+    });
+    // A full concurrency: its one place held (admitted, not yet recorded); it frees when that call ends, which no one can say.
+    const b = await gw.newAccount({ concurrency: 1 });
+    await gw.runtime.meter.admit((await gw.runtime.accounts.find(b.key))!, "retail/item_get", dayOf(now, "Asia/Shanghai"));
+    expect(await everyProtocol(b)).toEqual({
+      legacy: { code: "4008", retryAfter: null, pushback: null, retryInfoMs: null },
+      connect: { code: "4008", retryAfter: null, pushback: null, retryInfoMs: null },
+      grpc: { code: "4008", retryAfter: null, pushback: null, retryInfoMs: null },
+      grpcWeb: { code: "4008", retryAfter: null, pushback: null, retryInfoMs: null },
+    });
+    expect(await limited()).toMatchObject({ "retail/item_get balance": 4, "retail/item_get concurrency": 4 });
+  });
+
+  it("an address locked out for failed authentications: the lock's time left", async () => {
+    const a = await gw.newAccount();
+    for (let i = 0; i < 2; i++) expect((await legacy({ key: a.key, secret: "wrong" })).code).toBe("4005");
+    now += 10_000;
+    expect(await everyProtocol(a)).toEqual({
+      legacy: { code: "4008", retryAfter: "290", pushback: null, retryInfoMs: null },
+      connect: { code: "4008", retryAfter: "290", pushback: null, retryInfoMs: 290_000 },
+      grpc: { code: "4008", retryAfter: null, pushback: "290000", retryInfoMs: 290_000 },
+      grpcWeb: { code: "4008", retryAfter: null, pushback: "290000", retryInfoMs: 290_000 },
+    });
+    expect((await limited())["retail/item_get address_locked"]).toBe(4);
+    now += 290_000;
+    expect((await legacy(a)).code).toBe("0000");
+  });
+});
+
+describe("a gRPC client's own retry policy, told when to come back (grpc-js, real time)", () => {
+  let gw: GatewayFixture;
+  beforeAll(async () => {
+    gw = await startGateway();
+  });
+  afterAll(() => gw.close());
+
+  /** ItemGet by grpc-js with a policy retrying RESOURCE_EXHAUSTED up to 5 times, after 1 ms at first: what the caller ends with. */
+  function withRetries(a: { key: string; secret: string }): Promise<string> {
+    const serviceConfig = {
+      methodConfig: [{ name: [{ service: RetailService.typeName }], retryPolicy: { maxAttempts: 5, initialBackoff: "0.001s", maxBackoff: "0.001s", backoffMultiplier: 1, retryableStatusCodes: ["RESOURCE_EXHAUSTED"] } }],
+    };
+    const client = new grpc.Client(`127.0.0.1:${gw.port}`, grpc.credentials.createInsecure(), { "grpc.service_config": JSON.stringify(serviceConfig) });
+    const metadata = new grpc.Metadata();
+    metadata.set("x-api-key", a.key);
+    metadata.set("x-api-secret", a.secret);
+    return new Promise((resolve) => {
+      client.makeUnaryRequest(
+        `/${RetailService.typeName}/ItemGet`,
+        (req: { numIid: string }) => Buffer.from(toBinary(ItemGetRequestSchema, create(ItemGetRequestSchema, req))),
+        (b: Buffer) => b,
+        { numIid: demo.retailNumIid },
+        metadata,
+        { deadline: Date.now() + 20_000 },
+        (err) => {
+          client.close();
+          resolve(err ? `${grpc.status[err.code]} ${err.details.slice(0, 4)}` : "OK");
+        },
+      );
+    });
+  }
+  const codes = async (a: { key: string }) => (await gw.runtime.meter.query({ account: a.key, rows: 50 })).rows.map((r) => String(r.code).padStart(4, "0")).reverse();
+
+  it("waits the rate's pushback once, rather than spending its attempts at once, and does not retry a balance at all", async () => {
+    // 4/s: the next place 250 ms after a call. Without the pushback the policy's 1 ms backoff would spend all
+    // five attempts within those 250 ms.
+    const a = await gw.newAccount({ rate: parseRate("4/s", 1) });
+    expect((await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
+    expect(await withRetries(a)).toBe("OK");
+    expect(await codes(a)).toEqual(["0000", "4008", "0000"]);
+    // A balance that does not cover the price: one attempt, not five.
+    const price = parseMoney("0.1");
+    const b = await gw.newAccount({ balance: 0n, prices: new Map([["retail/item_get", price]]) });
+    expect(await withRetries(b)).toBe("RESOURCE_EXHAUSTED 4016");
+    expect(await codes(b)).toEqual(["4016"]);
   });
 });

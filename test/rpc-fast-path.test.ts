@@ -11,6 +11,8 @@ import { StatusSchema } from "../node_modules/@connectrpc/connect/dist/esm/proto
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
+import { parseRate } from "../src/core/call-rate.ts";
 import { operations } from "../src/operations/index.ts";
 import { readBody } from "../src/transports/connect/unary-fast-path.ts";
 import { fastifyHandlers } from "./support/fastify-handlers.ts";
@@ -34,13 +36,31 @@ afterAll(async () => {
 // translateTime too: a call with cache=no in another language is translated afresh, and timed.
 const perCall = ["requestId", "serverTime", "executionTime", "serverMemory", "apiInfo", "secache", "secacheTime", "secacheDate", "translateTime"];
 const defaults: Record<string, unknown> = { requestId: "", serverTime: "", executionTime: 0, serverMemory: "", apiInfo: "", secache: "", secacheTime: 0n, secacheDate: "", translateTime: 0 };
+/** A refusal for the rate says how long to wait, to the ms: the same wait within a second on both gateways. */
+const steadyWait = (text: string) => text.replace(/admitted(%20| )in(%20| )\d+(%20| )ms/, "admitted in … ms");
 /** Leaves the per-call fields out of a JSON status block. */
 function steadyStatus(status: Record<string, unknown> | undefined): void {
   if (status) for (const k of perCall) delete status[k];
+  if (typeof status?.reason === "string") status.reason = steadyWait(status.reason);
 }
 /** Sets the per-call fields of a status block message to their defaults (a message keeps every field). */
 function steadyMessage(status: Record<string, unknown> | undefined): void {
   if (status) for (const k of perCall) status[k] = defaults[k];
+  if (typeof status?.reason === "string") status.reason = steadyWait(status.reason);
+}
+/** A RetryInfo detail's delay, in whole seconds rounded up (the matrix's rate-limited account waits about an hour). */
+function steadyRetryInfo(value: Uint8Array): string {
+  const delay = fromBinary(RetryInfoSchema, value).retryDelay!;
+  return `RetryInfo ${Math.ceil(Number(delay.seconds) + delay.nanos / 1e9)} s`;
+}
+/**
+ * The account a case calls with on each gateway: the matrix's own, or for a case over the rate a new one of
+ * 1/h (each call after its first is refused for an hour less the moments since: the same whole seconds on both).
+ */
+async function caseAccounts(auth: Case["auth"]): Promise<Map<GatewayFixture, { key: string; secret: string }>> {
+  if (auth !== "over-rate") return new Map([[fast, fast.account], [slow, slow.account]]);
+  const plan = { name: "over-rate", rate: parseRate("1/h") };
+  return new Map([[fast, await fast.newAccount(plan)], [slow, await slow.newAccount(plan)]]);
 }
 
 /** The answer as a client sees it, with the per-call fields left out. */
@@ -59,13 +79,17 @@ function decoded(output: DescMessage, res: { status: number; headers: Headers; b
     const json = JSON.parse(body.toString()) as { status?: Record<string, unknown>; details?: { type: string; value: string; debug?: unknown }[]; message?: string };
     steadyStatus(json.status);
     for (const d of json.details ?? []) {
+      if (d.type === RetryInfoSchema.typeName) {
+        d.value = steadyRetryInfo(Buffer.from(d.value, "base64"));
+        delete d.debug;
+      }
       if (d.type !== StatusBlockSchema.typeName) continue;
       const s = fromBinary(StatusBlockSchema, Buffer.from(d.value, "base64")) as unknown as Record<string, unknown>;
       steadyMessage(s);
       d.value = Buffer.from(toBinary(StatusBlockSchema, s as never)).toString("base64");
       steadyStatus(d.debug as Record<string, unknown> | undefined);
     }
-    if (json.message) json.message = json.message.replace(/request id \S+/, "request id …");
+    if (json.message) json.message = steadyWait(json.message.replace(/request id \S+/, "request id …"));
     return json;
   }
   return body.toString("base64");
@@ -100,7 +124,7 @@ interface Case {
   readonly contentType: string;
   readonly headers?: Record<string, string>;
   readonly body: (gw: GatewayFixture) => Uint8Array | string;
-  readonly auth?: "ok" | "wrong-secret" | "none";
+  readonly auth?: "ok" | "wrong-secret" | "none" | "over-rate";
 }
 
 describe.each(operations.map((op) => [op.id, op] as const))("%s", (id, op) => {
@@ -130,14 +154,20 @@ describe.each(operations.map((op) => [op.id, op] as const))("%s", (id, op) => {
     { name: "no such item (2000)", contentType: "application/proto", body: () => proto({ ...args, numIid: "999999999999" }) },
     { name: "wrong secret (4005)", contentType: "application/json", body: () => JSON.stringify(args), auth: "wrong-secret" },
     { name: "no key (4014)", contentType: "application/proto", body: () => proto(args), auth: "none" },
+    { name: "over the account's rate (4008, Retry-After)", contentType: "application/json", body: () => JSON.stringify(args), auth: "over-rate" },
+    { name: "over the account's rate, gzip accepted", contentType: "application/proto", headers: { "accept-encoding": "gzip" }, body: () => proto(args), auth: "over-rate" },
+    { name: "over the account's rate, from a browser", contentType: "application/json", headers: { origin: "https://app.example" }, body: () => JSON.stringify(args), auth: "over-rate" },
+    { name: "over the account's rate, with a timeout (declined)", contentType: "application/json", headers: { "connect-timeout-ms": "5000" }, body: () => JSON.stringify(args), auth: "over-rate" },
     { name: "text/plain (415)", contentType: "text/plain", body: () => JSON.stringify(args) },
     { name: "from a browser (Origin: the fast path inside Fastify)", contentType: "application/json", headers: { origin: "https://app.example" }, body: () => JSON.stringify(args) },
     { name: "from a browser, binary", contentType: "application/proto", headers: { origin: "https://app.example", "accept-encoding": "gzip" }, body: () => proto(args) },
   ];
 
   it.each(cases.map((c) => [c.name, c] as const))("%s", async (_name, c) => {
+    const accounts = await caseAccounts(c.auth);
     const send = async (gw: GatewayFixture) => {
-      const auth: Record<string, string> = c.auth === "none" ? {} : { "x-api-key": gw.account.key, "x-api-secret": c.auth === "wrong-secret" ? "wrong" : gw.account.secret };
+      const account = accounts.get(gw)!;
+      const auth: Record<string, string> = c.auth === "none" ? {} : { "x-api-key": account.key, "x-api-secret": c.auth === "wrong-secret" ? "wrong" : account.secret };
       return raw(gw.port, path, { "content-type": c.contentType, ...auth, ...c.headers }, c.body(gw));
     };
     // Each twice, so the second is a cache hit on both.
@@ -146,7 +176,8 @@ describe.each(operations.map((op) => [op.id, op] as const))("%s", (id, op) => {
     const a = await send(fast);
     const b = await send(slow);
     expect(a.status).toBe(b.status);
-    for (const h of ["content-type", "content-encoding", "connect-content-encoding", "accept-encoding", "connect-accept-encoding", "vary", "access-control-allow-origin", "access-control-expose-headers"]) {
+    if (c.auth === "over-rate") expect([a.status, a.headers.get("retry-after")]).toEqual([429, "3600"]);
+    for (const h of ["content-type", "content-encoding", "connect-content-encoding", "accept-encoding", "connect-accept-encoding", "vary", "access-control-allow-origin", "access-control-expose-headers", "retry-after"]) {
       expect(a.headers.get(h), h).toBe(b.headers.get(h));
     }
     expect(a.order).toEqual(b.order);
@@ -204,17 +235,21 @@ function decodedGrpc(output: DescMessage, res: { headers: Record<string, unknown
   // A Trailers-Only answer's status is in its headers: read as trailers, so both forms compare alike field by field.
   const fromHead = res.trailersOnly ? Object.fromEntries(Object.entries(res.headers).filter(([k]) => k.startsWith("grpc-") && k !== "grpc-encoding")) : {};
   const trailers = { ...res.trailers, ...fromHead };
-  if (typeof trailers["grpc-message"] === "string") trailers["grpc-message"] = trailers["grpc-message"].replace(/request%20id%20\S+/, "request id …");
+  if (typeof trailers["grpc-message"] === "string") trailers["grpc-message"] = steadyWait(trailers["grpc-message"].replace(/request%20id%20\S+/, "request id …"));
+  // The rate's wait to the ms: about an hour on both.
+  const pushback = trailers["grpc-retry-pushback-ms"];
+  if (typeof pushback === "string") trailers["grpc-retry-pushback-ms"] = `${Math.ceil(Number(pushback) / 1000)} s`;
   const details = trailers["grpc-status-details-bin"];
   if (typeof details === "string") {
     const status = fromBinary(StatusSchema, Buffer.from(details, "base64"));
     for (const d of status.details) {
+      if (d.typeUrl === `type.googleapis.com/${RetryInfoSchema.typeName}`) d.value = Buffer.from(steadyRetryInfo(d.value));
       if (d.typeUrl !== `type.googleapis.com/${StatusBlockSchema.typeName}`) continue;
       const s = fromBinary(StatusBlockSchema, d.value) as unknown as Record<string, unknown>;
       steadyMessage(s);
       d.value = toBinary(StatusBlockSchema, s as never);
     }
-    status.message = status.message.replace(/request id \S+/, "request id …");
+    status.message = steadyWait(status.message.replace(/request id \S+/, "request id …"));
     trailers["grpc-status-details-bin"] = Buffer.from(toBinary(StatusSchema, status)).toString("base64");
   }
   const headers = Object.fromEntries(Object.entries(res.headers).filter(([k]) => k !== "date" && !(k in fromHead)));
@@ -249,11 +284,15 @@ describe.each(operations.map((op) => [op.id, op] as const))("%s over gRPC (HTTP/
     { name: "no such item (2000)", body: () => grpcFrame(proto({ ...args, numIid: "999999999999" })) },
     { name: "wrong secret (4005)", body: () => grpcFrame(proto(args)), auth: "wrong-secret" },
     { name: "no key (4014)", body: () => grpcFrame(proto(args)), auth: "none" },
+    { name: "over the account's rate (4008, grpc-retry-pushback-ms)", body: () => grpcFrame(proto(args)), auth: "over-rate" },
+    { name: "over the account's rate, with a timeout (declined)", headers: { "grpc-timeout": "5S" }, body: () => grpcFrame(proto(args)), auth: "over-rate" },
   ];
 
   it.each(cases.map((c) => [c.name, c] as const))("%s", async (_name, c) => {
+    const accounts = await caseAccounts(c.auth);
     const send = async (gw: GatewayFixture) => {
-      const auth: Record<string, string> = c.auth === "none" ? {} : { "x-api-key": gw.account.key, "x-api-secret": c.auth === "wrong-secret" ? "wrong" : gw.account.secret };
+      const account = accounts.get(gw)!;
+      const auth: Record<string, string> = c.auth === "none" ? {} : { "x-api-key": account.key, "x-api-secret": c.auth === "wrong-secret" ? "wrong" : account.secret };
       return grpcRaw(gw.port, path, { "content-type": c.contentType ?? "application/grpc", ...auth, ...c.headers }, c.body());
     };
     await send(fast);
@@ -262,6 +301,7 @@ describe.each(operations.map((op) => [op.id, op] as const))("%s over gRPC (HTTP/
     const b = await send(slow);
     // An error answers Trailers-Only (a retry policy may retry nothing else), a message with headers and trailers.
     expect(a.trailersOnly).toBe(a.body.length === 0);
+    if (c.auth === "over-rate") expect([a.trailersOnly, a.headers["grpc-status"], a.headers["grpc-retry-pushback-ms"]]).toEqual([true, "8", expect.stringMatching(/^3[56]\d{5}$/)]);
     expect(decodedGrpc(op.method.output, a)).toEqual(decodedGrpc(op.method.output, b));
   });
 });

@@ -83,6 +83,21 @@ export function previousDay(day: string): string {
   return lastPrevious;
 }
 
+/** The day after a `YYYY-MM-DD` day. */
+export function nextDay(day: string): string {
+  const d = new Date(`${day}T00:00:00Z`);
+  d.setUTCDate(d.getUTCDate() + 1);
+  return d.toISOString().slice(0, 10);
+}
+
+/** The first instant (Unix ms) of the day after `day` in the zone: when a count kept by the zone's day starts again. */
+export function nextDayStarts(day: string, zone: string): number {
+  const next = nextDay(day);
+  // Midnight itself, unless daylight saving skips it there (then the first instant the zone writes as that day).
+  const at = zonedTimeToEpoch(`${next} 00:00:00`, zone)!;
+  return dayOf(at, zone) === next ? at : at + 3_600_000;
+}
+
 /**
  * The instant of a wall-clock time `YYYY-MM-DD HH:MM:SS` in a zone, in Unix
  * milliseconds; undefined when the text is not such a time. In a gap or an

@@ -10,8 +10,8 @@ import { MemoryReplayGuard, type ReplayGuard } from "./replay-guard.ts";
 import type { CachedCatalogue } from "./cached-catalogue.ts";
 import type { TranslationReport } from "./translation.ts";
 import type { Found, NotFound } from "./catalogue-source.ts";
-import { dayOf, formatDateTime, previousDay, systemClock, type Clock } from "./clock.ts";
-import { GatewayError } from "./gateway-error.ts";
+import { dayOf, formatDateTime, nextDayStarts, previousDay, systemClock, type Clock } from "./clock.ts";
+import { GatewayError, type Limit } from "./gateway-error.ts";
 import type { Args, Operation } from "./operation.ts";
 import { createRequestIdGenerator } from "./request-id.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
@@ -23,6 +23,20 @@ import { noTelemetry, type AbandonStage, type StoppedWaiting, type Telemetry } f
 export type { Transport } from "./meter.ts";
 
 export type { Credentials } from "./authentication.ts";
+
+export type { Limit } from "./gateway-error.ts";
+
+/**
+ * A call a limit refused, and how long until that limit admits a call
+ * again, in whole ms, where that is known: the rate's next place, an
+ * address's lock, the account's day ending (the daily maximum). A full
+ * concurrency frees when any call in flight ends, and a balance when it is
+ * topped up: neither is known.
+ */
+export interface LimitRefusal {
+  readonly limit: Limit;
+  readonly retryAfterMs: number | undefined;
+}
 
 /**
  * One call as a transport hands it to the core. Values are the legacy
@@ -81,6 +95,8 @@ export type Outcome =
       readonly status: StatusBlock;
       /** The call said nothing of who the caller is (no key): RPC callers see `unauthenticated`. */
       readonly unauthenticated?: boolean;
+      /** The limit that refused the call, if one did: transports tell the caller when to come back. */
+      readonly refusedBy?: LimitRefusal | undefined;
     };
 
 export interface GatewayOptions {
@@ -201,6 +217,7 @@ export class Gateway {
     let fromCache = false;
     let memo: EntryMemo | undefined;
     let translation: TranslationReport | undefined;
+    let refusedBy: LimitRefusal | undefined;
     // Each step awaits only a promise: a port that answers at once is not waited for (MaybeAsync).
     try {
       try {
@@ -242,6 +259,12 @@ export class Gateway {
       if (e instanceof GatewayError) {
         code = e.code;
         reason = e.message;
+        if (e.limit !== undefined) {
+          // The daily maximum admits again when the account's day ends, which only the core knows (it names the day).
+          const retryAfterMs = e.limit === "daily_max" && account !== undefined ? Math.max(1, nextDayStarts(dayOf(now, account.zone), account.zone) - now) : e.retryAfterMs;
+          refusedBy = { limit: e.limit, retryAfterMs };
+          this.telemetry.callLimited(operation.id, e.limit);
+        }
         if (code === ErrorCode.SERVER_INTERNAL_ERROR) this.ports.log?.error({ err: e.cause ?? e, requestId }, e.message);
       } else {
         this.ports.log?.error({ err: e, requestId }, "call failed inside the gateway");
@@ -309,7 +332,7 @@ export class Gateway {
     if (answer === undefined || !answer.found) {
       const unauthenticated = code === ErrorCode.MISSING_URL_PARAM && account === undefined;
       if (unauthenticated) this.telemetry.authFailed("missing_key");
-      return { kind: "error", operation, status, unauthenticated };
+      return { kind: "error", operation, status, unauthenticated, refusedBy };
     }
     status.ddf = this.ports.catalogue.source(operation)!.label;
     status.secache = answer.token;

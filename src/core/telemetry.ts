@@ -1,4 +1,5 @@
 import type { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
+import type { Limit } from "./gateway-error.ts";
 import type { Transport } from "./meter.ts";
 
 /** What became of a call's look into the response cache. */
@@ -25,6 +26,8 @@ export interface Telemetry {
   callFinished(operation: string, code: ErrorCode, transport: Transport, seconds: number): void;
   /** A call answered 4017 and not charged because its caller stopped waiting (CallInput.deadline, CallInput.gone). */
   callAbandoned(operation: string, why: StoppedWaiting, stage: AbandonStage): void;
+  /** A call a limit refused (4008, 4013 or 4016): which one. */
+  callLimited(operation: string, limit: Limit): void;
   cacheEvent(operation: string, result: CacheResult): void;
   /** One call to the upstream provider, retries included; outcome `ok`, `not_found`, `timeout`, `circuit_open` or `error`. */
   upstreamRequest(operation: string, outcome: string, seconds: number): void;
@@ -39,6 +42,7 @@ export const noTelemetry: Telemetry = {
   callStarted() {},
   callFinished() {},
   callAbandoned() {},
+  callLimited() {},
   cacheEvent() {},
   upstreamRequest() {},
   circuitChanged() {},

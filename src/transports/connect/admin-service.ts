@@ -8,6 +8,8 @@ import type { Account } from "../../core/accounts.ts";
 import type { AddressLockout } from "../../core/address-lockout.ts";
 import { noTelemetry, type Telemetry } from "../../core/telemetry.ts";
 import { clientIpKey } from "./context.ts";
+import { GatewayError } from "../../core/gateway-error.ts";
+import { refusalError, rpcTransportOf } from "./status-error.ts";
 import type { LedgerRow, Meter, UsageTotal } from "../../core/meter.ts";
 import type { OperatorSwitches } from "../../core/operator-switches.ts";
 import { formatMoney, MoneyError, parseMoney } from "../../core/money.ts";
@@ -126,7 +128,9 @@ export function requireAdminToken(token: string, lockout: AddressLockout, teleme
     try {
       await lockout.check(ip, Date.now());
     } catch (e) {
-      throw new ConnectError((e as Error).message, (e as { code?: number }).code === 4008 ? Code.ResourceExhausted : Code.Unavailable);
+      // Locked out (4008): when it ends, as a catalogue call is told; else the lockout's store cannot be read.
+      const locked = e instanceof GatewayError && e.limit === "address_locked";
+      throw refusalError((e as Error).message, locked ? Code.ResourceExhausted : Code.Unavailable, locked ? { limit: e.limit!, retryAfterMs: e.retryAfterMs } : undefined, rpcTransportOf(req.header.get("content-type")));
     }
     const presented = /^Bearer (.+)$/.exec(req.header.get("authorization") ?? "")?.[1];
     if (presented === undefined) {

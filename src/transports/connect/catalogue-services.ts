@@ -7,7 +7,7 @@ import type { Operation } from "../../core/operation.ts";
 import { CacheMode, Lang } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { credentialFields, readCredentials } from "../credentials.ts";
 import { callReachedKey, clientIpKey, requestIdKey } from "./context.ts";
-import { statusError } from "./status-error.ts";
+import { rpcTransportOf, statusError } from "./status-error.ts";
 
 /** What a catalogue handler reads of a call besides its message: the same whichever path the call took. */
 export interface CallSource {
@@ -45,7 +45,7 @@ function sourceOfContext(ctx: HandlerContext): CallSource {
     // connect-node aborts the signal at the deadline (the deadline's own check may be microseconds behind its
     // timer) and when the caller goes: its HTTP/1.1 response closes or its HTTP/2 stream is reset.
     gone: () => (ctx.signal.aborted ? (ConnectError.from(ctx.signal.reason).code === Code.DeadlineExceeded ? "deadline" : "hung_up") : undefined),
-    transport: contentType.startsWith("application/grpc-web") ? "grpc-web" : contentType.startsWith("application/grpc") ? "grpc" : "connect",
+    transport: rpcTransportOf(contentType),
     binary: binaryCall(ctx),
   };
 }
@@ -155,7 +155,7 @@ export function operationAnswer(gateway: Gateway, operation: Operation): (req: M
   const read = requestReader(operation);
   return async (req, src) => {
     const outcome = await gateway.call(operation, read(req, src));
-    if (outcome.kind !== "success") throw statusError(outcome.status, outcome.unauthenticated === true);
+    if (outcome.kind !== "success") throw statusError(outcome.status, { unauthenticated: outcome.unauthenticated, refusedBy: outcome.refusedBy, transport: src.transport });
     return outcome;
   };
 }

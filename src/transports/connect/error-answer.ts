@@ -59,7 +59,9 @@ export function errorAnswer(error: ConnectError, protocol: RpcProtocol, contentT
         return { status: 200, headers: { "content-type": streaming.binary ? contentTypeStreamProto : contentTypeStreamJson, "content-length": String(body.length) }, body };
       }
       const body = errorToJsonBytes(error, undefined);
-      return { status: codeToHttpStatus(error.code), headers: { "content-type": "application/json", "content-length": String(body.length) }, body };
+      const headers: Record<string, string> = { "content-type": "application/json", "content-length": String(body.length) };
+      error.metadata.forEach((value, key) => (headers[key] = value));
+      return { status: codeToHttpStatus(error.code), headers, body };
     }
   }
 }

@@ -235,6 +235,12 @@ async function connectAnswer(result: FastResult, binary: boolean, acceptEncoding
     headers.push(["content-encoding", compression.name]);
   }
   headers.push(["content-length", String(size)], ["content-type", contentType]);
+  // An error's metadata (a refusal's Retry-After) joins the headers as connect-node merges it, in a fetch
+  // Headers' order: by name.
+  if ("error" in result && [...result.error.metadata.keys()].length > 0) {
+    result.error.metadata.forEach((value, name) => headers.push([name, value]));
+    headers.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+  }
   return { status, headers, body: parts };
 }
 

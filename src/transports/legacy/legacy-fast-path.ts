@@ -47,6 +47,7 @@ export function legacyFastPath(gateway: Gateway, options: LegacyFastPathOptions)
     // As sendLegacy on a reply that CORS has already given its headers: Fastify writes them in the order they were set.
     const headers: Record<string, string> = { ...answerHeaders, "content-type": answer.contentType, vary: "accept-encoding" };
     if (answer.encoding !== undefined) headers["content-encoding"] = answer.encoding;
+    if (answer.retryAfter !== undefined) headers["retry-after"] = answer.retryAfter;
     const body = answer.body;
     headers["content-length"] = String(bodyByteLength(body));
     res.writeHead(200, headers);

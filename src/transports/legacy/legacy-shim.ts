@@ -7,6 +7,7 @@ import type { CallInput, Gateway, Outcome } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { bodyByteLength, bodyParts, isLegacyFormat, isSpliced, joinedBody, legacyFormats, renderOutcome, type LegacyBody, type LegacyFormatName } from "../../render/legacy-formats.ts";
 import { goneOf } from "../server/caller-gone.ts";
+import { retryAfterSeconds } from "../retry-hints.ts";
 import { endInParts } from "../server/end-in-parts.ts";
 import { credentialFields, readCredentials } from "../credentials.ts";
 import { compress, negotiateEncoding } from "./legacy-compression.ts";
@@ -43,6 +44,8 @@ export interface LegacyAnswer {
   readonly encoding: string | undefined;
   /** A spliced body (see LegacyBody) only when it is not compressed. */
   readonly body: LegacyBody;
+  /** `Retry-After`, in seconds, for a call a limit refused with a known wait (src/transports/retry-hints.ts). */
+  readonly retryAfter: string | undefined;
 }
 
 /**
@@ -55,8 +58,9 @@ export function legacyAnswer(outcome: Outcome, format: LegacyFormatName, method:
   const { contentType } = legacyFormats[format];
   const body = renderOutcome(format, outcome);
   const encoding = method === "HEAD" ? undefined : negotiateEncoding(acceptEncoding);
-  if (encoding === undefined) return { contentType, encoding, body };
-  return { contentType, encoding, body: compress(encoding, joinedBody(body)) };
+  const retryAfter = outcome.kind === "error" ? retryAfterSeconds(outcome.refusedBy) : undefined;
+  if (encoding === undefined) return { contentType, encoding, body, retryAfter };
+  return { contentType, encoding, body: compress(encoding, joinedBody(body)), retryAfter };
 }
 
 /**
@@ -69,6 +73,7 @@ export function sendLegacy(reply: FastifyReply, outcome: Outcome, format: Legacy
   // Vary on every answer, compressed or not, so no cache serves a compressed body to a client that did not ask for one.
   reply.code(200).header("content-type", answer.contentType).header("vary", "accept-encoding");
   if (answer.encoding !== undefined) reply.header("content-encoding", answer.encoding);
+  if (answer.retryAfter !== undefined) reply.header("retry-after", answer.retryAfter);
   const body = answer.body;
   if (!isSpliced(body)) return reply.send(body);
   // A cached item's kept bytes, written as they are between the call's text, as the path before

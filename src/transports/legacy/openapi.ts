@@ -176,7 +176,18 @@ export function legacyOpenApi(operations: readonly Operation[], version: string)
       operationId: op.id.replace("/", "_"),
       summary: `${op.id} (RPC ${op.service.typeName}/${op.method.name})`,
       parameters: parameters(op),
-      responses: { "200": { description: "every answer, found or not: `error_code` says which (0000 found, 2000 not found, 4xxx refused)", content } },
+      responses: {
+        "200": {
+          description: "every answer, found or not: `error_code` says which (0000 found, 2000 not found, 4xxx refused)",
+          headers: {
+            "Retry-After": {
+              description: "on a call a limit refused with a known wait (the account's rate or daily maximum, or an address locked out for failed authentications): whole seconds until it admits a call again",
+              schema: { type: "integer", minimum: 1 },
+            },
+          },
+          content,
+        },
+      },
     };
     paths[op.path] = {
       get: operation,

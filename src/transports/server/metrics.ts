@@ -2,6 +2,7 @@ import type { FastifyInstance } from "fastify";
 import { timingSafeEqual } from "node:crypto";
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { Transport } from "../../core/meter.ts";
+import type { Limit } from "../../core/gateway-error.ts";
 import type { AbandonStage, AuthFailure, CacheResult, StoppedWaiting, Telemetry } from "../../core/telemetry.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 
@@ -157,6 +158,12 @@ export class PrometheusTelemetry implements Telemetry {
     labelNames: ["operation", "reason", "stage"],
     registers: [this.registry],
   });
+  private readonly limited = new Counter({
+    name: "gateway_calls_limited_total",
+    help: "Calls a limit refused, by limit: concurrency and rate (4008), daily_max (4013), balance (4016), address_locked (4008: the caller's address is locked out for failed authentications).",
+    labelNames: ["operation", "limit"],
+    registers: [this.registry],
+  });
   private readonly upstream = new Counter({ name: "gateway_upstream_requests_total", help: "Calls to the upstream provider, retries included, by outcome: ok, not_found, timeout, circuit_open, error.", labelNames: ["operation", "outcome"], registers: [this.registry] });
   private readonly upstreamSeconds = new Histogram({ name: "gateway_upstream_duration_seconds", help: "Time of each call to the upstream provider, retries included.", labelNames: ["operation"], buckets: latencyBuckets, registers: [this.registry] });
   private readonly circuit = new Gauge({ name: "gateway_circuit_open", help: "1 while the upstream circuit breaker of a catalogue is open (calls answered 4002 at once).", labelNames: ["catalogue"], registers: [this.registry] });
@@ -224,6 +231,10 @@ export class PrometheusTelemetry implements Telemetry {
 
   callAbandoned(operation: string, why: StoppedWaiting, stage: AbandonStage): void {
     this.abandoned.labels(operation, why, stage).inc();
+  }
+
+  callLimited(operation: string, limit: Limit): void {
+    this.limited.labels(operation, limit).inc();
   }
 
   cacheEvent(operation: string, result: CacheResult): void {
