@@ -166,9 +166,14 @@ function historySection(shell: Shell, key: string): HTMLElement {
   return details;
 }
 
-function accountDetail(shell: Shell, account: Account, refresh: (message?: string, secret?: { key: string; secret: string }) => Promise<void>): HTMLElement {
+/**
+ * An account's detail. `refresh` lists the accounts again and says what was done; `begun` clears what the last
+ * action said, so an action that says the same ("Set plan: done." twice) is not taken as done before it is.
+ */
+function accountDetail(shell: Shell, account: Account, refresh: (message?: string, secret?: { key: string; secret: string }) => Promise<void>, begun: () => void): HTMLElement {
   const status = h("div", { "aria-live": "polite" });
   const act = (label: string, run: () => Promise<unknown>, after?: (result: unknown) => { key: string; secret: string } | undefined) => async () => {
+    begun();
     status.replaceChildren(notice("ok", `${label}…`));
     try {
       const result = await run();
@@ -305,7 +310,7 @@ export async function accountsView(main: HTMLElement, shell: Shell): Promise<voi
         h("td", { class: "num" }, a.balance ?? "—"),
         h("td", {}, a.expires),
       );
-      return open === a.key ? [row, h("tr", { class: "detail-row" }, h("td", { colspan: 8 }, accountDetail(shell, a, refresh)))] : [row];
+      return open === a.key ? [row, h("tr", { class: "detail-row" }, h("td", { colspan: 8 }, accountDetail(shell, a, refresh, () => news.replaceChildren())))] : [row];
     });
     list.replaceChildren(
       h(
