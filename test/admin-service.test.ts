@@ -448,3 +448,56 @@ describe("the CLI", () => {
     expect({ code: missing.code, stderr: missing.stderr.trim() }).toEqual({ code: 2, stderr: "no account has the key nosuchkey" });
   });
 });
+
+describe("ListAccounts, a page at a time (AIP-158)", () => {
+  it("pages through the accounts a query and status match, in the order they were made, each once, whatever is made meanwhile", async () => {
+    const c = admin(true);
+    const made: string[] = [];
+    for (let i = 0; i < 25; i++) made.push((await c.createAccount({ name: `Pager-${String(i).padStart(2, "0")}` }, ok)).account!.key);
+    for (const key of made.filter((_, i) => i % 5 === 0)) await c.stopAccount({ key }, ok);
+    // Pages of 10 over "pager", in any case: 10, 10, then the rest, with one made between the first and the second page.
+    const pages: { keys: string[]; total: number; token: string }[] = [];
+    let token = "";
+    let late = "";
+    do {
+      const r = await c.listAccounts({ query: "PAGER", pageSize: 10, pageToken: token }, ok);
+      pages.push({ keys: r.accounts.map((a) => a.key), total: r.totalSize, token: r.nextPageToken });
+      token = r.nextPageToken;
+      if (pages.length === 1) late = (await c.createAccount({ name: "pager-late" }, ok)).account!.key;
+    } while (token !== "" && pages.length < 10);
+    expect(pages.map((p) => [p.keys.length, p.total])).toEqual([[10, 25], [10, 26], [6, 26]]);
+    // Each once, the one made meanwhile on the last page (in the order made; those made in the same millisecond by key).
+    expect(pages.flatMap((p) => p.keys).sort()).toEqual([...made, late].sort());
+    expect(pages.at(-1)!.keys).toContain(late);
+    expect(pages.at(-1)!.token).toBe("");
+    // Stopped ones only, two a page; and without a page size, every match at once, as before pages.
+    const stopped: string[] = [];
+    token = "";
+    do {
+      const r = await c.listAccounts({ query: "pager", status: AccountStatus.STOPPED, pageSize: 2, pageToken: token }, ok);
+      expect(r.totalSize).toBe(5);
+      stopped.push(...r.accounts.map((a) => a.key));
+      token = r.nextPageToken;
+    } while (token !== "");
+    expect(stopped.sort()).toEqual(made.filter((_, i) => i % 5 === 0).sort());
+    const all = await c.listAccounts({ query: "pager-" }, ok);
+    expect([all.accounts.length, all.totalSize, all.nextPageToken]).toEqual([26, 26, ""]);
+    expect((await c.listAccounts({}, ok)).accounts.length).toBeGreaterThan(26);
+    // A key is found by part of it too.
+    expect((await c.listAccounts({ query: late.slice(3, 12).toUpperCase() }, ok)).accounts.map((a) => a.key)).toEqual([late]);
+  });
+
+  it("refuses a token given for another query or status, one it never gave, and a negative page size, with invalid_argument", async () => {
+    const c = admin();
+    const first = await c.listAccounts({ query: "pager", pageSize: 3 }, ok);
+    expect(first.nextPageToken).not.toBe("");
+    const refused = async (req: Parameters<typeof c.listAccounts>[0]) => c.listAccounts(req, ok).then(() => undefined, (e: unknown) => [ConnectError.from(e).code, ConnectError.from(e).rawMessage]);
+    expect(await refused({ query: "other", pageSize: 3, pageToken: first.nextPageToken })).toEqual([Code.InvalidArgument, "the page token was given for another query or status; ask the first page again"]);
+    expect(await refused({ query: "pager", status: AccountStatus.ACTIVE, pageSize: 3, pageToken: first.nextPageToken })).toEqual([Code.InvalidArgument, "the page token was given for another query or status; ask the first page again"]);
+    expect(await refused({ query: "pager", pageSize: 3, pageToken: "not-a-token" })).toEqual([Code.InvalidArgument, "the page token is not one this gateway gave"]);
+    expect(await refused({ pageSize: -1 })).toEqual([Code.InvalidArgument, "the page size must be a whole number, 0 (every account) or more"]);
+    expect(await refused({ status: 7 as AccountStatus })).toEqual([Code.InvalidArgument, "status 7 is not ACTIVE, STOPPED or unspecified"]);
+    // The same token, asked as it was given, goes on where the page ended.
+    expect((await c.listAccounts({ query: "pager", pageSize: 3, pageToken: first.nextPageToken }, ok)).accounts[0]!.key).not.toBe(first.accounts[2]!.key);
+  });
+});

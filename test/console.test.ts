@@ -308,6 +308,28 @@ describe("the console", () => {
     await page.close();
   });
 
+  it("lists accounts a page at a time, searched and filtered by the gateway, with more on asking", async () => {
+    for (let i = 0; i < 105; i++) await gw.newAccount({ name: `bulk-${String(i).padStart(3, "0")}` });
+    const { page } = await signedIn();
+    const caption = page.locator("table.accounts > caption");
+    await page.getByLabel("Search accounts").fill("BULK-");
+    await expect.poll(() => caption.textContent()).toBe("100 of 105 matching accounts");
+    expect(await page.locator("table.accounts > tbody > tr").count()).toBe(100);
+    await page.getByRole("button", { name: "Show 5 more" }).click();
+    await expect.poll(() => caption.textContent()).toBe("105 of 105 matching accounts");
+    // Each once (in the order they were made; those made in the same millisecond by key).
+    expect((await page.locator("table.accounts > tbody > tr[data-key] > td:first-child").allTextContents()).sort()).toEqual(Array.from({ length: 105 }, (_, i) => `bulk-${String(i).padStart(3, "0")}`));
+    expect(await page.getByRole("button", { name: /^Show \d+ more$/ }).count()).toBe(0);
+    // An action on an account of the second page leaves the table as long as it was.
+    await page.getByRole("button", { name: "bulk-104" }).click();
+    await page.getByRole("region", { name: /^Account / }).getByRole("button", { name: "Stop account" }).click();
+    await page.getByText("Stop: done.").waitFor();
+    expect(await caption.textContent()).toBe("105 of 105 matching accounts");
+    await page.getByLabel("Status").selectOption("stopped");
+    await expect.poll(() => caption.textContent()).toBe("1 of 1 matching accounts");
+    await page.close();
+  });
+
   it("fits a phone-sized screen", async () => {
     const { page } = await signedIn({ width: 390, height: 844 });
     const overflow = await page.evaluate<number>("document.documentElement.scrollWidth - document.documentElement.clientWidth");

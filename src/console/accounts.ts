@@ -280,8 +280,15 @@ function accountDetail(shell: Shell, account: Account, refresh: (message?: strin
   );
 }
 
+/** Accounts the table asks for at a time; "Show more" asks for the next as many. */
+const accountsPageSize = 100;
+
 export async function accountsView(main: HTMLElement, shell: Shell): Promise<void> {
+  // The pages listed so far, under the search and status shown: the gateway filters and pages (ListAccounts).
   let accounts: Account[] = [];
+  let total = 0;
+  let nextPageToken = "";
+  let asked = 0;
   let open: string | undefined;
   const search = h("input", { type: "search", name: "search", placeholder: "name or key" });
   const statusFilter = h("select", { name: "status" }, h("option", { value: "all" }, "All"), h("option", { value: "active" }, "Active"), h("option", { value: "stopped" }, "Stopped"));
@@ -290,14 +297,7 @@ export async function accountsView(main: HTMLElement, shell: Shell): Promise<voi
   const list = h("div", { class: "list" });
 
   const render = () => {
-    const q = search.value.trim().toLowerCase();
-    const want = statusFilter.value;
-    const shown = accounts.filter(
-      (a) =>
-        (q === "" || a.name.toLowerCase().includes(q) || a.key.toLowerCase().includes(q)) &&
-        (want === "all" || (want === "active") === (a.status === AccountStatus.ACTIVE)),
-    );
-    const rows = shown.flatMap((a) => {
+    const rows = accounts.flatMap((a) => {
       const row = h(
         "tr",
         { "data-key": a.key },
@@ -316,22 +316,48 @@ export async function accountsView(main: HTMLElement, shell: Shell): Promise<voi
       h(
         "table",
         { class: "accounts" },
-        h("caption", {}, `${shown.length} of ${accounts.length} accounts`),
+        h("caption", {}, `${accounts.length} of ${total} ${search.value.trim() !== "" || statusFilter.value !== "all" ? "matching " : ""}accounts`),
         h("thead", {}, h("tr", {}, ...["Name", "Key", "Status", "Calls a day", "At once", "Rate", "Balance", "Last day"].map((t) => h("th", { scope: "col" }, t)))),
         h("tbody", {}, ...rows),
       ),
+      nextPageToken === "" ? "" : h("button", { type: "button", class: "secondary", onclick: () => void load(true).then((latest) => latest && render()) }, `Show ${Math.min(accountsPageSize, total - accounts.length)} more`),
     );
   };
 
+  /**
+   * Lists the first page again (as many accounts as are shown, so an action leaves the table as it was), or the
+   * next. False when a later listing was asked for meanwhile: only the latest answer is shown, whichever comes last.
+   */
+  const load = async (more: boolean): Promise<boolean> => {
+    const n = ++asked;
+    const want = statusFilter.value;
+    const r = await shell.client.listAccounts({
+      query: search.value.trim(),
+      status: want === "active" ? AccountStatus.ACTIVE : want === "stopped" ? AccountStatus.STOPPED : AccountStatus.UNSPECIFIED,
+      pageSize: more ? accountsPageSize : Math.min(1000, Math.max(accountsPageSize, accounts.length)),
+      pageToken: more ? nextPageToken : "",
+    });
+    if (n !== asked) return false;
+    accounts = more ? [...accounts, ...r.accounts] : r.accounts;
+    total = r.totalSize;
+    nextPageToken = r.nextPageToken;
+    return true;
+  };
+
   const refresh = async (message?: string, secret?: { key: string; secret: string }) => {
-    accounts = (await shell.client.listAccounts({})).accounts;
+    if (!(await load(false))) return;
     if (message) news.replaceChildren(notice("ok", message));
     if (secret) secrets.replaceChildren(secretPanel(`New secret of ${secret.key}`, secret.key, secret.secret));
     render();
   };
 
-  search.addEventListener("input", render);
-  statusFilter.addEventListener("change", render);
+  // A new search starts from the first page, once typing pauses.
+  let typing: ReturnType<typeof setTimeout> | undefined;
+  search.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => void refresh(), 150);
+  });
+  statusFilter.addEventListener("change", () => void refresh());
   main.replaceChildren(
     h("h1", {}, "Accounts"),
     secrets,

@@ -7,6 +7,7 @@ import type { SignedCall } from "../contract/browser-signature.ts";
 import { assertTimeZone, dayOf, type Clock } from "./clock.ts";
 import { formatMoney, type Micros } from "./money.ts";
 import { checkRate, type CallRate } from "./call-rate.ts";
+import { accountPage, type AccountPage, type AccountPageRequest } from "./account-pages.ts";
 
 /** What a new account gets unless told otherwise. */
 export interface AccountPlan {
@@ -189,6 +190,11 @@ export class AccountAdmin {
 
   async list(): Promise<Account[]> {
     return this.store.list();
+  }
+
+  /** A page of the accounts that match a query and a status (account-pages.ts). */
+  async page(request: AccountPageRequest): Promise<AccountPage> {
+    return accountPage((ask) => this.store.listing(ask), request);
   }
 
   async setStatus(key: string, status: Account["status"]): Promise<Account> {

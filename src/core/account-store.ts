@@ -2,6 +2,17 @@ import type { AccountChange, AccountEdit } from "./account-history.ts";
 import type { Account } from "./accounts.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
 
+/** Which accounts a store lists (AccountStore.listing). */
+export interface AccountListing {
+  /** Lowercase text a key or a name (lowercased, Unicode-wise) must hold; empty: any. */
+  readonly text: string;
+  readonly status: Account["status"] | undefined;
+  /** Only accounts after this one in list()'s order; undefined: from the first. */
+  readonly after: { readonly createdAt: number; readonly key: string } | undefined;
+  /** At most this many; 0: every one. */
+  readonly limit: number;
+}
+
 /**
  * Where accounts live. Asynchronous, because a store may be remote; the
  * embedded adapter (SQLite) answers from memory and its own file, and
@@ -9,7 +20,14 @@ import type { MaybeAsync } from "./maybe-async.ts";
  */
 export interface AccountStore {
   find(key: string): MaybeAsync<Account | undefined>;
+  /** Every account, in the order they were made, then by key (by code unit, whatever the store's collation). */
   list(): Promise<Account[]>;
+  /**
+   * The accounts a listing asks for, in list()'s order, filtered and cut by
+   * the store itself (only the page's rows are read out and decoded), and
+   * how many accounts match the filter in all.
+   */
+  listing(ask: AccountListing): Promise<{ readonly accounts: Account[]; readonly total: number }>;
   /** Stores a new account with the record of its creation, in one transaction; its `balance` is not stored here but by the meter (Meter.adjustBalance). */
   insert(account: Account, created: AccountChange): Promise<void>;
   /**

@@ -1,10 +1,10 @@
 import type { DatabaseSync, StatementSync } from "node:sqlite";
 import type { AccountChange, AccountEdit } from "../../core/account-history.ts";
-import type { AccountStore } from "../../core/account-store.ts";
+import type { AccountListing, AccountStore } from "../../core/account-store.ts";
 import type { Account } from "../../core/accounts.ts";
 import { accountChangeFromRow, accountColumns, accountFromRow, accountToRow, changedColumns, changesToJson, type AccountChangeRow, type AccountRow } from "../account-row.ts";
 import type { ChangeWatch } from "./change-watch.ts";
-import { writeTransaction } from "./sqlite-database.ts";
+import { readTransaction, writeTransaction } from "./sqlite-database.ts";
 
 /**
  * Accounts in the embedded SQLite store. Lookups are served from memory;
@@ -24,6 +24,8 @@ export class SqliteAccountStore implements AccountStore {
   private readonly updates = new Map<string, StatementSync>();
   private readonly insertChange: StatementSync;
   private readonly changesOf: StatementSync;
+  /** ListAccounts' statements, by the filter's shape. */
+  private readonly listings = new Map<string, { rows: StatementSync; count: StatementSync }>();
 
   constructor(db: DatabaseSync, watch: ChangeWatch) {
     this.db = db;
@@ -38,6 +40,7 @@ export class SqliteAccountStore implements AccountStore {
     this.insertRow = db.prepare(`INSERT INTO accounts (${accountColumns.join(", ")}) VALUES (${accountColumns.map((c) => `:${c}`).join(", ")})`);
     this.insertChange = db.prepare("INSERT INTO account_changes (account, at, kind, actor, changes) VALUES (?, ?, ?, ?, ?)");
     this.changesOf = db.prepare("SELECT at, kind, actor, changes FROM account_changes WHERE account = ? ORDER BY id");
+    db.function("gw_lower", { deterministic: true }, (v) => (typeof v === "string" ? v.toLowerCase() : v));
   }
 
   /** The account as this process knows it, reread once another process has committed. */
@@ -63,6 +66,33 @@ export class SqliteAccountStore implements AccountStore {
 
   async list(): Promise<Account[]> {
     return (this.all.all() as unknown as AccountRow[]).map(accountFromRow);
+  }
+
+  async listing(ask: AccountListing): Promise<{ accounts: Account[]; total: number }> {
+    const shape = `${ask.text !== ""}/${ask.status !== undefined}/${ask.after !== undefined}/${ask.limit > 0}`;
+    let sql = this.listings.get(shape);
+    if (sql === undefined) {
+      const filter = ["1"];
+      // SQLite's own lower() folds ASCII only: gw_lower is JavaScript's, as the text was lowered with.
+      if (ask.text !== "") filter.push("(instr(gw_lower(a.key), :text) > 0 OR instr(gw_lower(a.name), :text) > 0)");
+      if (ask.status !== undefined) filter.push("a.status = :status");
+      const where = filter.join(" AND ");
+      const after = ask.after !== undefined ? " AND (a.created_at > :createdAt OR (a.created_at = :createdAt AND a.key > :key))" : "";
+      sql = {
+        rows: this.db.prepare(`SELECT a.*, b.micros AS balance FROM accounts a LEFT JOIN balances b ON b.account = a.key WHERE ${where}${after} ORDER BY a.created_at, a.key${ask.limit > 0 ? " LIMIT :limit" : ""}`),
+        count: this.db.prepare(`SELECT count(*) AS n FROM accounts a WHERE ${where}`),
+      };
+      sql.rows.setReadBigInts(true);
+      this.listings.set(shape, sql);
+    }
+    const { rows, count } = sql;
+    const filterParams = { ...(ask.text !== "" ? { text: ask.text } : {}), ...(ask.status !== undefined ? { status: ask.status } : {}) };
+    const rowParams = { ...filterParams, ...(ask.after !== undefined ? { createdAt: ask.after.createdAt, key: ask.after.key } : {}), ...(ask.limit > 0 ? { limit: ask.limit } : {}) };
+    // One read: the page and the count as one moment left them.
+    return readTransaction(this.db, () => ({
+      accounts: (rows.all(rowParams) as unknown as AccountRow[]).map(accountFromRow),
+      total: Number((count.get(filterParams) as { n: number | bigint }).n),
+    }));
   }
 
   async insert(account: Account, created: AccountChange): Promise<void> {

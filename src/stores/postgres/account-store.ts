@@ -1,6 +1,6 @@
 import type pg from "pg";
 import type { AccountChange, AccountEdit } from "../../core/account-history.ts";
-import type { AccountStore } from "../../core/account-store.ts";
+import type { AccountListing, AccountStore } from "../../core/account-store.ts";
 import type { Account } from "../../core/accounts.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
 import { accountChangeFromRow, accountColumns, accountFromRow, accountToRow, changedColumns, changesToJson, type AccountChangeRow, type AccountRow } from "../account-row.ts";
@@ -78,7 +78,43 @@ export class PostgresAccountStore implements AccountStore {
   }
 
   async list(): Promise<Account[]> {
-    return (await this.pool.query<AccountRow>(`${read} ORDER BY a.created_at, a.key`)).rows.map(accountFromRow);
+    // Keys by code unit ("C"), as the embedded store and JavaScript order them, not by the database's collation.
+    return (await this.pool.query<AccountRow>(`${read} ORDER BY a.created_at, a.key COLLATE "C"`)).rows.map(accountFromRow);
+  }
+
+  async listing(ask: AccountListing): Promise<{ accounts: Account[]; total: number }> {
+    const params: unknown[] = [];
+    const filter = ["true"];
+    if (ask.text !== "") {
+      params.push(ask.text);
+      filter.push(`(strpos(lower(a.key), $${params.length}) > 0 OR strpos(lower(a.name), $${params.length}) > 0)`);
+    }
+    if (ask.status !== undefined) {
+      params.push(ask.status);
+      filter.push(`a.status = $${params.length}`);
+    }
+    const where = filter.join(" AND ");
+    const rowParams = [...params];
+    let after = "";
+    if (ask.after !== undefined) {
+      rowParams.push(ask.after.createdAt, ask.after.key);
+      after = ` AND (a.created_at, a.key COLLATE "C") > ($${rowParams.length - 1}::bigint, $${rowParams.length}::text COLLATE "C")`;
+    }
+    let limit = "";
+    if (ask.limit > 0) {
+      rowParams.push(ask.limit);
+      limit = ` LIMIT $${rowParams.length}`;
+    }
+    // The page and the count in one statement: as one moment left them.
+    // (An empty page is one row of nulls beside the count.)
+    const r = await this.pool.query<AccountRow & { total: string }>(
+      `SELECT t.total, p.* FROM (SELECT count(*)::text AS total FROM accounts a WHERE ${where}) t
+       LEFT JOIN LATERAL (${read} WHERE ${where}${after} ORDER BY a.created_at, a.key COLLATE "C"${limit}) p ON true`,
+      rowParams,
+    );
+    // In list()'s order (the join need not keep the page's).
+    const rows = r.rows.filter((row) => row.key !== null).sort((x, y) => Number(x.created_at) - Number(y.created_at) || (x.key < y.key ? -1 : x.key > y.key ? 1 : 0));
+    return { accounts: rows.map(accountFromRow), total: Number(r.rows[0]?.total ?? 0) };
   }
 
   async insert(account: Account, created: AccountChange): Promise<void> {

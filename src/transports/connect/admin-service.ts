@@ -4,6 +4,7 @@ import type { AdminTokens } from "../../core/admin-tokens.ts";
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { OperationId } from "../../contract/operations.ts";
 import { AccountAdminError, AccountNotFoundError, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
+import { AccountPageError } from "../../core/account-pages.ts";
 import type { Account } from "../../core/accounts.ts";
 import type { AddressLockout } from "../../core/address-lockout.ts";
 import { noTelemetry, type Telemetry } from "../../core/telemetry.ts";
@@ -159,7 +160,7 @@ export function requireAdminToken(token: string, lockout: AddressLockout, teleme
 /** An operator mistake as an RPC error; anything else is passed on as internal. */
 function adminError(e: unknown): never {
   if (e instanceof AccountNotFoundError) throw new ConnectError(e.message, Code.NotFound);
-  if (e instanceof AccountAdminError || e instanceof MoneyError) throw new ConnectError(e.message, Code.InvalidArgument);
+  if (e instanceof AccountAdminError || e instanceof MoneyError || e instanceof AccountPageError) throw new ConnectError(e.message, Code.InvalidArgument);
   throw e;
 }
 
@@ -221,7 +222,12 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           });
           return { account: accountMessage(account), secret };
         }),
-        listAccounts: guarded(async () => ({ accounts: (await admin.list()).map(accountMessage) })),
+        listAccounts: guarded(async (req) => {
+          const status = req.status === AccountStatus.ACTIVE ? "active" : req.status === AccountStatus.STOPPED ? "stopped" : undefined;
+          if (status === undefined && req.status !== AccountStatus.UNSPECIFIED) throw new AccountPageError(`status ${req.status} is not ACTIVE, STOPPED or unspecified`);
+          const page = await admin.page({ query: req.query, status, pageSize: req.pageSize, pageToken: req.pageToken });
+          return { accounts: page.accounts.map(accountMessage), nextPageToken: page.nextPageToken, totalSize: page.totalSize };
+        }),
         getAccount: guarded(async (req) => ({ account: accountMessage(await admin.get(req.key)) })),
         stopAccount: guarded(async (req, ctx) => ({ account: accountMessage(await by(ctx).setStatus(req.key, "stopped")) })),
         resumeAccount: guarded(async (req, ctx) => ({ account: accountMessage(await by(ctx).setStatus(req.key, "active")) })),

@@ -218,9 +218,40 @@ export declare type CreateAccountResponse = Message<"gateway.admin.v1.CreateAcco
 export declare const CreateAccountResponseSchema: GenMessage<CreateAccountResponse>;
 
 /**
+ * Accounts in the order they were created. Without a page size, every
+ * matching account at once (as before pages); with one, a page at a time
+ * (AIP-158): ask again with `next_page_token`, the same query and status.
+ *
  * @generated from message gateway.admin.v1.ListAccountsRequest
  */
 export declare type ListAccountsRequest = Message<"gateway.admin.v1.ListAccountsRequest"> & {
+  /**
+   * Accounts a page, at most 1000 (more is taken as 1000); 0: every matching account.
+   *
+   * @generated from field: int32 page_size = 1;
+   */
+  pageSize: number;
+
+  /**
+   * The `next_page_token` of the page before; empty: the first page.
+   *
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+
+  /**
+   * Only accounts whose key or name holds this text, in any case; empty: any.
+   *
+   * @generated from field: string query = 3;
+   */
+  query: string;
+
+  /**
+   * Only accounts in this status; unspecified: either.
+   *
+   * @generated from field: gateway.admin.v1.AccountStatus status = 4;
+   */
+  status: AccountStatus;
 };
 
 /**
@@ -237,6 +268,20 @@ export declare type ListAccountsResponse = Message<"gateway.admin.v1.ListAccount
    * @generated from field: repeated gateway.admin.v1.Account accounts = 1;
    */
   accounts: Account[];
+
+  /**
+   * What to ask with for the next page; empty on the last.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+
+  /**
+   * How many accounts match the query and status, on every page.
+   *
+   * @generated from field: int32 total_size = 3;
+   */
+  totalSize: number;
 };
 
 /**
