@@ -140,6 +140,14 @@ describe("npx gateway while the server runs", () => {
     expect(list.some((a) => a.key === demoKey && a.name === "demo")).toBe(true);
     expect(r.stdout).not.toContain(demoSecret);
     for (const a of list) expect(Object.keys(a)).not.toContain("secret");
+    // Narrowed as ListAccounts narrows: part of a name or key in any case, a status, the first N.
+    for (let i = 0; i < 3; i++) await runCli(["accounts", "create", "--name", `Listed-${i}`], env);
+    const found = await runCli(["accounts", "list", "--json", "--query", "LISTED", "--limit", "2"], env);
+    expect((JSON.parse(found.stdout) as { name: string }[]).map((a) => a.name)).toEqual(["Listed-0", "Listed-1"]);
+    expect(found.stderr).toBe("2 of 3 accounts shown (--limit 2)\n");
+    expect(JSON.parse((await runCli(["accounts", "list", "--json", "--query", "listed", "--status", "stopped"], env)).stdout)).toEqual([]);
+    const refused = await runCli(["accounts", "list", "--status", "paused"], env);
+    expect([refused.code, refused.stderr.trim()]).toEqual([2, "--status must be active or stopped"]);
   });
 
   it("refuses bad input with a message and exit status 2", async () => {

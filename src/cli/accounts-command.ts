@@ -144,10 +144,16 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         return 0;
       }
       case "list": {
-        const { values } = parseArgs({ args: rest, options: { json: { type: "boolean", default: false } } });
-        const accounts = (await admin.list()).map(describeAccount);
+        const { values } = parseArgs({ args: rest, options: { json: { type: "boolean", default: false }, query: { type: "string" }, status: { type: "string" }, limit: { type: "string" } } });
+        if (values.status !== undefined && values.status !== "active" && values.status !== "stopped") throw new AccountAdminError("--status must be active or stopped");
+        const limit = wholeNumber("limit", values.limit);
+        if (limit === 0) throw new AccountAdminError("--limit must be 1 or more");
+        // The AdminService's listing (ListAccounts): the store filters; --limit takes the first page of that many.
+        const page = await admin.page({ query: values.query, status: values.status, pageSize: limit ?? 0 });
+        const accounts = page.accounts.map(describeAccount);
         if (values.json) console.log(JSON.stringify(accounts));
         else for (const a of accounts) console.log(`${a.key}  ${a.status.padEnd(7)}  max ${a.max}  balance ${a.balance ?? "-"}  expires ${a.expires}  ${a.name}`);
+        if (page.accounts.length < page.totalSize) console.error(`${page.accounts.length} of ${page.totalSize} accounts shown (--limit ${limit})`);
         return 0;
       }
       case "stop":
