@@ -416,6 +416,10 @@ describe("the CLI", () => {
     let seen = await carol();
     for (let i = 0; i < 20 && seen !== "ok"; i++) seen = await new Promise((r) => setTimeout(r, 100)).then(carol);
     expect(seen).toBe("ok");
+    // WhoAmI: who each token is, and how its changes are recorded.
+    expect(await c.whoAmI({}, headers(added.token))).toMatchObject({ name: "carol", actor: "admin-api carol@127.0.0.1", address: "127.0.0.1" });
+    expect(await admin(true).whoAmI({}, ok)).toMatchObject({ name: "", actor: "admin-api 127.0.0.1", address: "127.0.0.1" });
+    expect(ConnectError.from(await c.whoAmI({}, headers("wrong")).catch((e: unknown) => e)).code).toBe(Code.Unauthenticated);
     const listed = await runCli(["admins", "list"], env);
     expect(listed.stdout).toMatch(new RegExp(`^carol +added \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d by ${me.replace(/[.]/g, "\\.")}$`, "m"));
     expect(listed.stdout).not.toContain(added.token);

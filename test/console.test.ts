@@ -70,6 +70,7 @@ describe("the console", () => {
 
   it("signs in, creates an account showing its secret once, and the secret works", async () => {
     const { page, requests } = await signedIn();
+    await expect.poll(() => page.getByTestId("signed-in-as").textContent()).toBe("Signed in with the gateway's token");
     await page.getByLabel("Name").fill("browser-team");
     await page.getByLabel("Calls a day").first().fill("500");
     await page.getByLabel("Prepaid balance").fill("10");
@@ -95,6 +96,9 @@ describe("the console", () => {
     const { key, secret } = await gw.newAccount({ name: "ops-target", balance: 1_000_000n });
     // Signed in as a named admin: its changes are recorded under its name.
     const { page } = await signedIn(undefined, (await gw.runtime.admins.add("ops")).token);
+    // Who is signed in, as the history records its changes (WhoAmI).
+    await expect.poll(() => page.getByTestId("signed-in-as").textContent()).toBe("Signed in as ops");
+    expect(await page.getByTestId("signed-in-as").getAttribute("title")).toBe("Changes are recorded as made by admin-api ops@127.0.0.1");
     await page.getByLabel("Search accounts").fill("ops-target");
     await expect.poll(() => page.locator("table.accounts tbody tr").count()).toBe(1);
     await page.getByRole("button", { name: "ops-target" }).click();

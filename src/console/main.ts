@@ -24,8 +24,7 @@ function signInView(message?: string): void {
         e.preventDefault();
         status.replaceChildren(notice("ok", "Signing in…"));
         try {
-          // Any admin call checks the token; one account is the least this one can carry.
-          await adminClient(token.value).listAccounts({ pageSize: 1 });
+          await adminClient(token.value).whoAmI({});
           session.signIn(token.value);
           void start();
         } catch (err) {
@@ -87,9 +86,18 @@ async function start(): Promise<void> {
   };
   const links = Object.entries(screens).map(([name, s]) => h("a", { href: `#/${name}` }, s.title));
   const main = h("main", { id: "main", tabindex: -1 });
+  // Who the token is, as the history will record its changes: asked once, shown beside "Sign out".
+  const who = h("span", { class: "who", "data-testid": "signed-in-as" });
   root.replaceChildren(
-    h("header", { class: "top" }, h("span", { class: "brand" }, "Gateway console"), h("nav", { "aria-label": "Sections" }, ...links), h("button", { type: "button", class: "link", onclick: () => shell.signedOut("Signed out.") }, "Sign out")),
+    h("header", { class: "top" }, h("span", { class: "brand" }, "Gateway console"), h("nav", { "aria-label": "Sections" }, ...links), who, h("button", { type: "button", class: "link", onclick: () => shell.signedOut("Signed out.") }, "Sign out")),
     main,
+  );
+  void shell.client.whoAmI({}).then(
+    (me) => {
+      who.textContent = me.name !== "" ? `Signed in as ${me.name}` : "Signed in with the gateway's token";
+      who.title = `Changes are recorded as made by ${me.actor}`;
+    },
+    () => undefined, // the screen's own call says what is wrong
   );
   async function route(): Promise<void> {
     const screen = screenOf(location.hash);

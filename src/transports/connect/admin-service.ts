@@ -222,6 +222,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           });
           return { account: accountMessage(account), secret };
         }),
+        whoAmI: guarded((_req, ctx) => ({ name: ctx.values.get(adminNameKey), actor: actor(ctx), address: ctx.values.get(clientIpKey) })),
         listAccounts: guarded(async (req) => {
           const status = req.status === AccountStatus.ACTIVE ? "active" : req.status === AccountStatus.STOPPED ? "stopped" : undefined;
           if (status === undefined && req.status !== AccountStatus.UNSPECIFIED) throw new AccountPageError(`status ${req.status} is not ACTIVE, STOPPED or unspecified`);

@@ -12,6 +12,50 @@ import type { ErrorCode } from "../../catalogue/v1/status_pb.js";
 export declare const file_gateway_admin_v1_admin: GenFile;
 
 /**
+ * @generated from message gateway.admin.v1.WhoAmIRequest
+ */
+export declare type WhoAmIRequest = Message<"gateway.admin.v1.WhoAmIRequest"> & {
+};
+
+/**
+ * Describes the message gateway.admin.v1.WhoAmIRequest.
+ * Use `create(WhoAmIRequestSchema)` to create a new message.
+ */
+export declare const WhoAmIRequestSchema: GenMessage<WhoAmIRequest>;
+
+/**
+ * @generated from message gateway.admin.v1.WhoAmIResponse
+ */
+export declare type WhoAmIResponse = Message<"gateway.admin.v1.WhoAmIResponse"> & {
+  /**
+   * The named admin's name; empty for the gateway's own token.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * How an account's history records this caller's changes, e.g. `admin-api ops@10.0.0.7`.
+   *
+   * @generated from field: string actor = 2;
+   */
+  actor: string;
+
+  /**
+   * The caller's address as the gateway sees it (behind trusted proxies, the forwarded one).
+   *
+   * @generated from field: string address = 3;
+   */
+  address: string;
+};
+
+/**
+ * Describes the message gateway.admin.v1.WhoAmIResponse.
+ * Use `create(WhoAmIResponseSchema)` to create a new message.
+ */
+export declare const WhoAmIResponseSchema: GenMessage<WhoAmIResponse>;
+
+/**
  * @generated from message gateway.admin.v1.Account
  */
 export declare type Account = Message<"gateway.admin.v1.Account"> & {
@@ -1598,6 +1642,18 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof QueryUsageRequestSchema;
     output: typeof QueryUsageResponseSchema;
+  },
+  /**
+   * Who the token sent is: a named admin (`gateway admins add NAME`) or the
+   * gateway's own (GATEWAY_ADMIN_TOKEN), and how the changes it makes are
+   * recorded. The console shows it, and signs in with it.
+   *
+   * @generated from rpc gateway.admin.v1.AdminService.WhoAmI
+   */
+  whoAmI: {
+    methodKind: "unary";
+    input: typeof WhoAmIRequestSchema;
+    output: typeof WhoAmIResponseSchema;
   },
 }>;
 
