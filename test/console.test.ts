@@ -331,6 +331,15 @@ describe("the console", () => {
     expect(await caption.textContent()).toBe("105 of 105 matching accounts");
     await page.getByLabel("Status").selectOption("stopped");
     await expect.poll(() => caption.textContent()).toBe("1 of 1 matching accounts");
+    // The explorer's and the usage page's account choosers offer a page of accounts too, and find the rest.
+    for (const screen of ["Explorer", "Usage"]) {
+      await page.getByRole("link", { name: screen }).click();
+      const chooser = page.getByLabel("Account", { exact: true });
+      await expect.poll(() => page.getByText(/^100 of \d+ accounts offered: search to find others\.$/).count()).toBe(1);
+      expect(await chooser.locator("option", { hasText: "bulk-104" }).count()).toBe(0);
+      await page.getByLabel("Find by name or key").fill("BULK-104");
+      await expect.poll(() => chooser.locator("option").allTextContents()).toEqual([...(screen === "Usage" ? ["All accounts"] : []), expect.stringMatching(/^bulk-104 · \w+ \(stopped\)$/)]);
+    }
     await page.close();
   });
 

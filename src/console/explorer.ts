@@ -6,7 +6,7 @@
 import { create, toJson, toJsonString, type DescMessage, type DescMethod, type DescService, type Message } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-web";
-import type { Account } from "../gen/gateway/admin/v1/admin_pb.js";
+import { accountPicker } from "./account-picker.ts";
 import { RetailService } from "../gen/gateway/catalogue/v1/retail_pb.js";
 import { StatusBlockSchema } from "../gen/gateway/catalogue/v1/status_pb.js";
 import { WholesaleService } from "../gen/gateway/catalogue/v1/wholesale_pb.js";
@@ -60,9 +60,9 @@ interface CallReport {
 }
 
 export async function explorerView(main: HTMLElement, shell: Shell): Promise<void> {
-  const accounts: Account[] = (await shell.client.listAccounts({})).accounts;
+  const picker = await accountPicker(shell, { name: "account", required: true });
+  const account = picker.select;
   const opSelect = h("select", { name: "operation" }, ...shell.operations.map((op) => h("option", { value: op.id }, op.id)));
-  const account = h("select", { name: "account", required: true }, ...accounts.map((a) => h("option", { value: a.key }, `${a.name || "(no name)"} · ${a.key}${a.status === 2 ? " (stopped)" : ""}`)));
   const transport = h(
     "select",
     { name: "transport" },
@@ -181,7 +181,7 @@ export async function explorerView(main: HTMLElement, shell: Shell): Promise<voi
         );
       },
     },
-    h("div", { class: "grid" }, field("Operation", opSelect), field("Transport", transport), field("Account", account), field("cache", cache), field("lang", lang)),
+    h("div", { class: "grid" }, field("Operation", opSelect), field("Transport", transport), ...picker.fields, field("cache", cache), field("lang", lang)),
     argBox,
     h("button", { type: "submit" }, "Send"),
   );

@@ -7,6 +7,7 @@ import { Charge, type QueryUsageResponse } from "../gen/gateway/admin/v1/admin_p
 import { fourDigits, inWords, isUnauthenticated } from "./api.ts";
 import { field, h, notice } from "./dom.ts";
 import type { Shell } from "./main.ts";
+import { accountPicker } from "./account-picker.ts";
 
 const chargeNames: Record<number, string> = { [Charge.CHARGED]: "charged", [Charge.UNCHARGED]: "uncharged", [Charge.IGNORED]: "ignored" };
 const palette = ["#1f5fbf", "#d97706", "#15803d", "#b42318", "#7c3aed", "#0e7490"];
@@ -78,10 +79,10 @@ function table(caption: string, head: string[], rows: (string | Node)[][], numer
 }
 
 export async function usageView(main: HTMLElement, shell: Shell, preset: { account?: string } = {}): Promise<void> {
-  const accounts = (await shell.client.listAccounts({})).accounts;
+  const picker = await accountPicker(shell, { name: "account", all: "All accounts", preset: preset.account });
   // Days are each account's own (its zone's midnight), which may be a day ahead of this browser's: the range ends tomorrow.
   const last = new Date(Date.now() + 86_400_000);
-  const account = h("select", { name: "account" }, h("option", { value: "" }, "All accounts"), ...accounts.map((a) => h("option", { value: a.key, selected: a.key === preset.account }, `${a.name || "(no name)"} · ${a.key}`)));
+  const account = picker.select;
   const from = h("input", { type: "date", name: "from", value: isoDay(new Date(last.getTime() - 14 * 86_400_000)), required: true });
   const to = h("input", { type: "date", name: "to", value: isoDay(last), required: true });
   const out = h("div", { "aria-live": "polite" });
@@ -155,7 +156,7 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
         void show();
       },
     },
-    field("Account", account),
+    ...picker.fields,
     field("From", from, "in each account's own days"),
     field("To", to),
     h("button", { type: "submit" }, "Show usage"),
