@@ -77,7 +77,8 @@ export class SqliteAccountStore implements AccountStore {
       if (ask.text !== "") filter.push("(instr(gw_lower(a.key), :text) > 0 OR instr(gw_lower(a.name), :text) > 0)");
       if (ask.status !== undefined) filter.push("a.status = :status");
       const where = filter.join(" AND ");
-      const after = ask.after !== undefined ? " AND (a.created_at > :createdAt OR (a.created_at = :createdAt AND a.key > :key))" : "";
+      // A row value, which the index on (created_at, key) answers from where the last page ended.
+      const after = ask.after !== undefined ? " AND (a.created_at, a.key) > (:createdAt, :key)" : "";
       sql = {
         rows: this.db.prepare(`SELECT a.*, b.micros AS balance FROM accounts a LEFT JOIN balances b ON b.account = a.key WHERE ${where}${after} ORDER BY a.created_at, a.key${ask.limit > 0 ? " LIMIT :limit" : ""}`),
         count: this.db.prepare(`SELECT count(*) AS n FROM accounts a WHERE ${where}`),

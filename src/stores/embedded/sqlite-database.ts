@@ -155,6 +155,8 @@ export const migrations: readonly string[] = [
   ) STRICT;`,
   // 13: an account's rate limit (JSON: calls, seconds, burst), or none.
   `ALTER TABLE accounts ADD COLUMN rate TEXT;`,
+  // 14: accounts in the order ListAccounts pages them (made, then key), so a page is read from where the last ended.
+  `CREATE INDEX accounts_in_order ON accounts (created_at, key);`,
 ];
 
 /**

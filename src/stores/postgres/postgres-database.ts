@@ -354,6 +354,9 @@ export const migrations: readonly string[] = [
                                            p_holder text, p_now bigint, p_lease_ms bigint) RETURNS text[] LANGUAGE sql AS $$
     SELECT gw_admit_many(p_leases, p_account, p_day, p_prices, p_daily_max, p_concurrency, p_holder, p_now, p_lease_ms, 0::bigint, 0::bigint)
   $$;`,
+  // 12: accounts in the order ListAccounts pages them (made, then key by code unit), so a page is read from where
+  // the last ended.
+  `CREATE INDEX accounts_in_order ON accounts (created_at, key COLLATE "C");`,
 ];
 
 /** What a call is told when the shared database does not answer. */
