@@ -11,10 +11,12 @@ export async function maintenanceView(main: HTMLElement, shell: Shell): Promise<
 
   const switchTo = (operation: string, maintenance: boolean) => async () => {
     if (maintenance && !confirm(`Put ${operation} under maintenance? Every account's calls of it answer 4009 until it is ended.`)) return;
+    // What the last switch said goes, and this one's is said once the table shows it: a notice is never ahead of the page.
+    news.replaceChildren();
     try {
       await shell.client.setMaintenance({ operation, maintenance });
-      news.replaceChildren(notice("ok", `${operation}: ${maintenance ? "under maintenance" : "serving again"}.`));
       await draw();
+      news.replaceChildren(notice("ok", `${operation}: ${maintenance ? "under maintenance" : "serving again"}.`));
     } catch (err) {
       if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
       news.replaceChildren(notice("error", inWords(err)));
