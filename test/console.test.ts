@@ -144,6 +144,18 @@ describe("the console", () => {
     await plan.getByRole("button", { name: "Set plan" }).click();
     await page.getByText("Set plan: done.").waitFor();
     expect((await gw.runtime.admin.get(key)).rate).toBeUndefined();
+    // The addresses the key works from (this browser's among them), a list the gateway refuses, then anywhere again.
+    await plan.getByLabel("Calls from").fill("127.0.0.1, 10.0.0.0/8");
+    await plan.getByRole("button", { name: "Set plan" }).click();
+    await page.getByText("Set plan: done.").waitFor();
+    expect((await gw.runtime.admin.get(key)).allowedFrom).toEqual(["127.0.0.1", "10.0.0.0/8"]);
+    await plan.getByLabel("Calls from").fill("10.0.0.0/40");
+    await plan.getByRole("button", { name: "Set plan" }).click();
+    await expect.poll(() => detail.getByRole("alert").textContent()).toContain("a network's prefix is 0 to 32");
+    await plan.getByLabel("Calls from").fill("any");
+    await plan.getByRole("button", { name: "Set plan" }).click();
+    await page.getByText("Set plan: done.").waitFor();
+    expect((await gw.runtime.admin.get(key)).allowedFrom).toBeUndefined();
 
     const topUp = page.getByRole("form", { name: `Top up ${key}` });
     await topUp.getByLabel("Amount").fill("2.5");
@@ -177,20 +189,20 @@ describe("the console", () => {
     // Everything above, in the account's history, newest first; it stays open while the detail is drawn again.
     const history = detail.locator("details.history");
     await history.locator("summary").click();
-    await expect.poll(() => history.locator("tbody tr").count()).toBe(12);
+    await expect.poll(() => history.locator("tbody tr").count()).toBe(14);
     const whats = await history.locator("tbody tr td:nth-child(2)").allTextContents();
-    expect(whats).toEqual(["secret", "secret", "top-up", "plan", "plan", "plan", "operation", "operation", "status", "status", "opening", "created"]);
+    expect(whats).toEqual(["secret", "secret", "top-up", "plan", "plan", "plan", "plan", "plan", "operation", "operation", "status", "status", "opening", "created"]);
     const bys = await history.locator("tbody tr td:nth-child(3)").allTextContents();
-    expect(bys).toEqual([...Array(10).fill("admin-api ops@127.0.0.1"), "gateway", "gateway"]);
+    expect(bys).toEqual([...Array(12).fill("admin-api ops@127.0.0.1"), "gateway", "gateway"]);
     const text = (await history.textContent())!;
-    for (const moved of ["dailyMax: 10000 → 77", "concurrency: 20 → 3", "rate: (none) → 2/min", "rate: 2/min → 2/min, burst 5", "rate: 2/min, burst 5 → (none)", "balance: 1 → 3.5", "operations[retail/item_get]: enabled → stopped", "status: active → stopped", "secret: rotated"]) {
+    for (const moved of ["dailyMax: 10000 → 77", "concurrency: 20 → 3", "rate: (none) → 2/min", "rate: 2/min → 2/min, burst 5", "rate: 2/min, burst 5 → (none)", "allowedFrom: (any) → 127.0.0.1, 10.0.0.0/8", "allowedFrom: 127.0.0.1, 10.0.0.0/8 → (any)", "balance: 1 → 3.5", "operations[retail/item_get]: enabled → stopped", "status: active → stopped", "secret: rotated"]) {
       expect(text).toContain(moved);
     }
     expect(text).not.toContain(secret);
     await page.screenshot({ path: join(shots, "4b-account-history.png"), fullPage: true });
     await detail.getByRole("button", { name: "Stop account" }).click();
     await page.getByText("Stop: done.").waitFor();
-    await expect.poll(() => detail.locator("details.history tbody tr").count()).toBe(13);
+    await expect.poll(() => detail.locator("details.history tbody tr").count()).toBe(15);
     await page.close();
   });
 
@@ -314,6 +326,9 @@ describe("the console", () => {
 
   it("lists accounts a page at a time, searched and filtered by the gateway, with more on asking", async () => {
     for (let i = 0; i < 105; i++) await gw.newAccount({ name: `bulk-${String(i).padStart(3, "0")}` });
+    // Made after all of them (a moment later: accounts made in the same millisecond are in key order).
+    await new Promise((r) => setTimeout(r, 5));
+    await gw.newAccount({ name: "late-one" });
     const { page } = await signedIn();
     const caption = page.locator("table.accounts > caption");
     await page.getByLabel("Search accounts").fill("BULK-");
@@ -336,9 +351,9 @@ describe("the console", () => {
       await page.getByRole("link", { name: screen }).click();
       const chooser = page.getByLabel("Account", { exact: true });
       await expect.poll(() => page.getByText(/^100 of \d+ accounts offered: search to find others\.$/).count()).toBe(1);
-      expect(await chooser.locator("option", { hasText: "bulk-104" }).count()).toBe(0);
-      await page.getByLabel("Find by name or key").fill("BULK-104");
-      await expect.poll(() => chooser.locator("option").allTextContents()).toEqual([...(screen === "Usage" ? ["All accounts"] : []), expect.stringMatching(/^bulk-104 · \w+ \(stopped\)$/)]);
+      expect(await chooser.locator("option", { hasText: "late-one" }).count()).toBe(0);
+      await page.getByLabel("Find by name or key").fill("LATE-ONE");
+      await expect.poll(() => chooser.locator("option").allTextContents()).toEqual([...(screen === "Usage" ? ["All accounts"] : []), expect.stringMatching(/^late-one · \w+$/)]);
     }
     await page.close();
   });

@@ -26,7 +26,7 @@ beforeAll(async () => {
   // An embedded gateway with some history: a prepaid account that paid for calls, a refusal, a switch.
   const gw = await startGateway({ dataDir });
   try {
-    const paying = await gw.newAccount({ name: "paying", balance: 5_000_000n, prices: new Map([["retail/item_get", 250_000n]]), rate: { calls: 600, seconds: 60, burst: 50 } });
+    const paying = await gw.newAccount({ name: "paying", balance: 5_000_000n, prices: new Map([["retail/item_get", 250_000n]]), rate: { calls: 600, seconds: 60, burst: 50 }, allowedFrom: ["127.0.0.1", "2001:db8::/32"] });
     for (let i = 0; i < 4; i++) await legacyGet(gw.base, "/retail/item_get/", { key: paying.key, secret: paying.secret, num_iid: demo.retailNumIid });
     await legacyGet(gw.base, "/retail/item_get/", { key: paying.key, secret: "wrong", num_iid: demo.retailNumIid });
     await legacyGet(gw.base, "/nowhere/at_all/", {});
@@ -69,6 +69,7 @@ describe("gateway migrate --to postgres://…", () => {
     expect(account.previous_secret.secretHash).toMatch(/^[0-9a-f]{64}$/);
     expect(account.previous_secret.until).toBeGreaterThan(Date.now());
     expect(account.rate).toEqual({ calls: 600, seconds: 60, burst: 50 });
+    expect(account.allowed_from).toEqual(["127.0.0.1", "2001:db8::/32"]);
     // The balance's record comes with it, and the next change recorded there follows it.
     const changes = (await pool.query("SELECT id::int AS id, kind, amount::text AS amount, balance::text AS balance FROM balance_changes WHERE account = $1 ORDER BY id", [embedded.paying!.key])).rows;
     expect(changes.map(({ kind, amount, balance }) => ({ kind, amount, balance }))).toEqual([{ kind: "opening", amount: "5000000", balance: "5000000" }]);

@@ -83,6 +83,12 @@ describe("accounts", () => {
     expect(seenAfter.previousSecret).toMatchObject({ secretHash: account.secretHash, legacySigningKey: account.legacySigningKey, hmacKey: account.hmacKey });
     await one.admin.rotateSecret(account.key);
     await waitFor(async () => (await two.accounts.find(account.key))!.previousSecret, undefined);
+
+    // The addresses the key works from, set on one replica, are the other's within a second; and removed.
+    await one.admin.setPlan(account.key, { allowedFrom: ["10.0.0.0/8", "2001:db8::/32"] });
+    await waitFor(async () => (await two.accounts.find(account.key))!.allowedFrom?.join(" "), "10.0.0.0/8 2001:db8::/32");
+    await one.admin.setPlan(account.key, { allowedFrom: null });
+    await waitFor(async () => (await two.accounts.find(account.key))!.allowedFrom, undefined);
   });
 });
 

@@ -5,6 +5,7 @@ import type { Account } from "../core/accounts.ts";
 import { formatDateTime } from "../core/clock.ts";
 import { formatMoney, parseMoney, type Micros } from "../core/money.ts";
 import { formatRate, parseRate, type CallRate } from "../core/call-rate.ts";
+import { formatAllowedAddresses } from "../core/allowed-addresses.ts";
 import { openRuntime, type Runtime } from "../runtime.ts";
 import { cliActor } from "./cli-actor.ts";
 
@@ -18,6 +19,7 @@ export function describeAccount(a: Account) {
     max: a.dailyMax,
     concurrency: a.concurrency,
     rate: formatRate(a.rate),
+    allowedFrom: formatAllowedAddresses(a.allowedFrom),
     balance: a.balance === undefined ? null : formatMoney(a.balance),
     prices: Object.fromEntries([...a.prices].map(([op, p]) => [op, formatMoney(p)])),
     expires: a.expires,
@@ -94,9 +96,16 @@ const planFlags = {
   concurrency: { type: "string" },
   rate: { type: "string" },
   burst: { type: "string" },
+  "allow-from": { type: "string" },
   expires: { type: "string" },
   zone: { type: "string" },
 } as const;
+
+/** `--allow-from 10.0.0.0/8,203.0.113.7|any` as a list (null: anywhere); undefined when not given. */
+function allowFromFlag(value: string | undefined): readonly string[] | null | undefined {
+  if (value === undefined) return undefined;
+  return value.trim() === "any" ? null : value.split(/[\s,]+/).filter((s) => s !== "");
+}
 
 export async function accountsCommand(config: GatewayConfig, argv: string[]): Promise<number> {
   const [sub, ...rest] = argv;
@@ -126,6 +135,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         const rate = rateFlags(values.rate, burst);
         const { account, secret } = await admin.create({
           ...(rate ? { rate } : {}),
+          ...(values["allow-from"] !== undefined ? { allowedFrom: allowFromFlag(values["allow-from"]) ?? undefined } : {}),
           ...(values.name !== undefined ? { name: values.name } : {}),
           ...(max !== undefined ? { dailyMax: max } : {}),
           ...(concurrency !== undefined ? { concurrency } : {}),
@@ -175,7 +185,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
       case "set-plan": {
         const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: planFlags });
         const [key] = positionals;
-        if (key === undefined) throw new AccountAdminError("usage: gateway accounts set-plan KEY [--max N] [--concurrency N] [--rate N/s|N/min|N/h|none] [--burst N] [--expires YYYY-MM-DD] [--zone Z]");
+        if (key === undefined) throw new AccountAdminError("usage: gateway accounts set-plan KEY [--max N] [--concurrency N] [--rate N/s|N/min|N/h|none] [--burst N] [--allow-from ADDRESSES|any] [--expires YYYY-MM-DD] [--zone Z]");
         const max = wholeNumber("max", values.max);
         const concurrency = wholeNumber("concurrency", values.concurrency);
         const burst = wholeNumber("burst", values.burst);
@@ -183,6 +193,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         print(
           await admin.setPlan(key, {
             ...(rate !== undefined ? { rate } : burst !== undefined ? { burst } : {}),
+            ...(values["allow-from"] !== undefined ? { allowedFrom: allowFromFlag(values["allow-from"]) ?? null } : {}),
             ...(max !== undefined ? { dailyMax: max } : {}),
             ...(concurrency !== undefined ? { concurrency } : {}),
             ...(values.expires !== undefined ? { expires: values.expires } : {}),

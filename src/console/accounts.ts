@@ -9,6 +9,9 @@ import { inWords, isUnauthenticated } from "./api.ts";
 import { field, formValues, h, notice } from "./dom.ts";
 import type { Shell } from "./main.ts";
 
+/** How the history shows a setting that is not set: no rate limit is "(none)", no list of addresses "(any)" (anywhere). */
+const unset = (field: string) => (field === "allowedFrom" ? "(any)" : "(none)");
+
 const stateNames: Record<number, string> = { [OperationState.ENABLED]: "enabled", [OperationState.STOPPED]: "stopped" };
 
 /** A secret shown once, with a copy button; it is not kept anywhere after the panel is closed. */
@@ -139,7 +142,7 @@ function historySection(shell: Shell, key: string): HTMLElement {
       const rows = [...events].reverse().map((e) => {
         const created = e.kind === AccountEventKind.CREATED;
         const moves = e.changes.map((c) =>
-          h("li", {}, h("code", {}, c.field), created || c.field === "secret" ? `: ${c.after}` : `: ${c.before || "(none)"} → ${c.after || "(none)"}`),
+          h("li", {}, h("code", {}, c.field), created || c.field === "secret" ? `: ${c.after}` : `: ${c.before || unset(c.field)} → ${c.after || unset(c.field)}`),
         );
         return h("tr", {}, h("td", {}, new Date(Number(e.atMs)).toLocaleString()), h("td", {}, kindName(e.kind)), h("td", {}, e.by || "(not recorded)"), h("td", {}, h("ul", {}, ...moves)));
       });
@@ -208,6 +211,8 @@ function accountDetail(shell: Shell, account: Account, refresh: (message?: strin
             ...(v.dailyMax ? { dailyMax: BigInt(v.dailyMax) } : {}),
             ...(v.concurrency ? { concurrency: Number(v.concurrency) } : {}),
             ...rateRequest(v.rate, v.burst, true),
+            // As listed (none, or any: anywhere); the gateway checks each and records only a change.
+            allowedFrom: { addresses: v.allowedFrom === "any" ? [] : (v.allowedFrom ?? "").split(/[\s,]+/).filter((s) => s !== "") },
             ...(v.expires ? { expires: v.expires } : {}),
             ...(v.zone ? { zone: v.zone } : {}),
           }),
@@ -218,6 +223,7 @@ function accountDetail(shell: Shell, account: Account, refresh: (message?: strin
     field("Calls at once", h("input", { name: "concurrency", inputmode: "numeric", value: String(account.concurrency) })),
     field("Rate limit", h("input", { name: "rate", value: account.rate ? formatRate({ ...account.rate, burst: account.rate.calls }) : "none" }), "10/s, 600/min, 5000/h or none"),
     field("Burst", h("input", { name: "burst", inputmode: "numeric", value: account.rate ? String(account.rate.burst) : "" })),
+    field("Calls from", h("input", { name: "allowedFrom", value: account.allowedFrom ? account.allowedFrom.addresses.join(", ") : "any" }), "any, or addresses and networks: 203.0.113.7, 10.0.0.0/8"),
     field("Last day", h("input", { name: "expires", type: "date", value: account.expires })),
     field("Time zone", h("input", { name: "zone", value: account.zone })),
     h("button", { type: "submit" }, "Set plan"),

@@ -8,6 +8,7 @@ import { assertTimeZone, dayOf, type Clock } from "./clock.ts";
 import { formatMoney, type Micros } from "./money.ts";
 import { checkRate, type CallRate } from "./call-rate.ts";
 import { accountPage, type AccountPage, type AccountPageRequest } from "./account-pages.ts";
+import { parseAllowedAddresses } from "./allowed-addresses.ts";
 
 /** What a new account gets unless told otherwise. */
 export interface AccountPlan {
@@ -18,6 +19,8 @@ export interface AccountPlan {
   concurrency: number;
   /** The rate limit; undefined: none. */
   rate: CallRate | undefined;
+  /** The addresses and networks the key works from (allowed-addresses.ts); undefined: anywhere. */
+  allowedFrom: readonly string[] | undefined;
   /** Opening prepaid balance; undefined: not billed by balance. */
   balance: Micros | undefined;
   /** Price of a charged call, per operation. */
@@ -35,6 +38,7 @@ export const defaultPlan: Omit<AccountPlan, "operations"> = {
   dailyMax: 10000,
   concurrency: 20,
   rate: undefined,
+  allowedFrom: undefined,
   balance: undefined,
   prices: new Map(),
   expires: "",
@@ -42,6 +46,15 @@ export const defaultPlan: Omit<AccountPlan, "operations"> = {
 };
 
 const isoDay = /^\d{4}-\d{2}-\d{2}$/;
+
+/** A list of addresses checked and written in one form (`any` or none: anywhere), or refused in words. */
+function allowedAddresses(list: readonly string[]): readonly string[] | undefined {
+  try {
+    return parseAllowedAddresses(list);
+  } catch (e) {
+    throw new AccountAdminError(`allowed addresses: ${(e as Error).message}`);
+  }
+}
 
 /** An account's balance accounted for (`AccountAdmin.balanceStatement`). */
 export interface BalanceStatement {
@@ -151,6 +164,7 @@ export class AccountAdmin {
   async create(plan: Partial<AccountPlan> = {}): Promise<{ account: Account; secret: string }> {
     const p: AccountPlan = { ...defaultPlan, operations: this.operations.map((op) => op.id), ...plan };
     checkLimits(p);
+    const allowedFrom = p.allowedFrom === undefined ? undefined : allowedAddresses(p.allowedFrom);
     let expires = p.expires;
     if (expires === "") {
       const d = new Date(`${dayOf(this.clock.now(), p.zone)}T00:00:00Z`);
@@ -170,6 +184,7 @@ export class AccountAdmin {
       dailyMax: p.dailyMax,
       concurrency: p.concurrency,
       ...(p.rate !== undefined ? { rate: p.rate } : {}),
+      ...(allowedFrom !== undefined ? { allowedFrom } : {}),
       balance: p.balance,
       prices,
       expires,
@@ -214,9 +229,10 @@ export class AccountAdmin {
 
   /**
    * Changes the daily maximum, concurrency, rate limit (null: none), the
-   * rate's burst alone, expiry or zone; what is not given stays.
+   * rate's burst alone, the addresses the key works from (null: anywhere),
+   * expiry or zone; what is not given stays.
    */
-  async setPlan(key: string, plan: Partial<Pick<AccountPlan, "dailyMax" | "concurrency" | "expires" | "zone"> & { rate: CallRate | null; burst: number }>): Promise<Account> {
+  async setPlan(key: string, plan: Partial<Pick<AccountPlan, "dailyMax" | "concurrency" | "expires" | "zone"> & { rate: CallRate | null; burst: number; allowedFrom: readonly string[] | null }>): Promise<Account> {
     return this.edit(key, "plan", (account) => {
       let rate = plan.rate === null ? undefined : (plan.rate ?? account.rate);
       if (plan.burst !== undefined) {
@@ -229,6 +245,7 @@ export class AccountAdmin {
         expires: plan.expires ?? account.expires,
         zone: plan.zone ?? account.zone,
         rate,
+        allowedFrom: plan.allowedFrom === null ? undefined : plan.allowedFrom === undefined ? account.allowedFrom : allowedAddresses(plan.allowedFrom),
       };
       checkLimits(next);
       return next;

@@ -1,6 +1,7 @@
 import type { Account } from "./accounts.ts";
 import { formatMoney } from "./money.ts";
 import { formatRate } from "./call-rate.ts";
+import { formatAllowedAddresses } from "./allowed-addresses.ts";
 
 /** What an operator did to an account; balance moves are the meter's (`BalanceChange`) and are recorded there. */
 export type AccountChangeKind = "created" | "status" | "plan" | "operation" | "price" | "secret";
@@ -45,6 +46,8 @@ function settings(a: Account): Map<string, string> {
     ["concurrency", String(a.concurrency)],
     // Only where one is set: an account without a rate limit says nothing of it (and its older history stays as it was).
     ...(a.rate === undefined ? [] : [["rate", formatRate(a.rate)] as [string, string]]),
+    // The same: an account that may call from anywhere says nothing of it.
+    ...(a.allowedFrom === undefined ? [] : [["allowedFrom", formatAllowedAddresses(a.allowedFrom)] as [string, string]]),
     ["expires", a.expires],
     ["zone", a.zone],
   ]);

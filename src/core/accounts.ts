@@ -34,6 +34,8 @@ export interface Account {
   readonly concurrency: number;
   /** Calls a second, minute or hour, with their burst; one past it answers 4008. Undefined: no rate limit. */
   readonly rate?: CallRate | undefined;
+  /** The addresses and networks the key works from (allowed-addresses.ts); a call from elsewhere answers 4005. Undefined: anywhere. */
+  readonly allowedFrom?: readonly string[] | undefined;
   /**
    * Prepaid balance, or undefined for an account that is not billed by
    * balance. Charged calls deduct their operation's price; a call the

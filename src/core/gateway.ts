@@ -230,7 +230,7 @@ export class Gateway {
       if (input.malformed !== undefined) throw new GatewayError(ErrorCode.PARAM_ERROR, input.malformed);
       const identified = this.authenticator.identify(operation, input.credentials, now);
       account = identified instanceof Promise ? await identified : identified;
-      this.authenticator.authorize(account, operation, now);
+      this.authenticator.authorize(account, operation, now, input.clientIp);
       if (input.rejection !== undefined) throw new GatewayError(ErrorCode.PARAM_ERROR, input.rejection);
       const args = checkArgs(operation, input.args);
       options = checkOptions(input);

@@ -27,13 +27,15 @@ export interface AccountRow {
   readonly previous_secret: string | PreviousSecret | null;
   /** The rate limit as JSON (`CallRate`), or null for none. */
   readonly rate: string | CallRate | null;
+  /** The addresses the key works from, as a JSON list, or null for anywhere. */
+  readonly allowed_from?: string | string[] | null;
   readonly created_at: number | bigint | string;
   readonly balance: bigint | string | null;
 }
 
 /** The columns an account is written with (the balance is the meter's), in the order the PostgreSQL store binds them (`created_at` last). */
 export const accountColumns = [
-  "key", "name", "secret_hash", "secret_salt", "legacy_signing_key", "hmac_key", "status", "operations", "daily_max", "concurrency", "prices", "expires", "zone", "previous_secret", "rate", "created_at",
+  "key", "name", "secret_hash", "secret_salt", "legacy_signing_key", "hmac_key", "status", "operations", "daily_max", "concurrency", "prices", "expires", "zone", "previous_secret", "rate", "allowed_from", "created_at",
 ] as const;
 
 const json = <T>(v: string | T): T => (typeof v === "string" ? (JSON.parse(v) as T) : v);
@@ -52,6 +54,7 @@ export function accountFromRow(r: AccountRow): Account {
     dailyMax: Number(r.daily_max),
     concurrency: Number(r.concurrency),
     rate: r.rate === null || r.rate === undefined ? undefined : json<CallRate>(r.rate),
+    allowedFrom: r.allowed_from === null || r.allowed_from === undefined ? undefined : json<string[]>(r.allowed_from),
     balance: r.balance === null ? undefined : BigInt(r.balance),
     prices: new Map(Object.entries(json<Record<string, string>>(r.prices)).map(([op, micros]) => [op as OperationId, BigInt(micros)])),
     expires: r.expires,
@@ -78,6 +81,7 @@ export function accountToRow(a: Omit<Account, "balance">): Record<(typeof accoun
     zone: a.zone,
     previous_secret: a.previousSecret === undefined ? null : JSON.stringify(a.previousSecret),
     rate: a.rate === undefined ? null : JSON.stringify({ calls: a.rate.calls, seconds: a.rate.seconds, burst: a.rate.burst }),
+    allowed_from: a.allowedFrom === undefined ? null : JSON.stringify(a.allowedFrom),
     created_at: a.createdAt,
   };
 }
@@ -97,6 +101,7 @@ const fieldColumns: Record<keyof Required<AccountFields>, Column> = {
   dailyMax: "daily_max",
   concurrency: "concurrency",
   rate: "rate",
+  allowedFrom: "allowed_from",
   prices: "prices",
   expires: "expires",
   zone: "zone",

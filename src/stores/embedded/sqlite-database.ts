@@ -157,6 +157,8 @@ export const migrations: readonly string[] = [
   `ALTER TABLE accounts ADD COLUMN rate TEXT;`,
   // 14: accounts in the order ListAccounts pages them (made, then key), so a page is read from where the last ended.
   `CREATE INDEX accounts_in_order ON accounts (created_at, key);`,
+  // 15: the addresses and networks an account's key works from (JSON list), or anywhere.
+  `ALTER TABLE accounts ADD COLUMN allowed_from TEXT;`,
 ];
 
 /**

@@ -357,6 +357,8 @@ export const migrations: readonly string[] = [
   // 12: accounts in the order ListAccounts pages them (made, then key by code unit), so a page is read from where
   // the last ended.
   `CREATE INDEX accounts_in_order ON accounts (created_at, key COLLATE "C");`,
+  // 13: the addresses and networks an account's key works from (a JSON list), or anywhere.
+  `ALTER TABLE accounts ADD COLUMN allowed_from jsonb;`,
 ];
 
 /** What a call is told when the shared database does not answer. */

@@ -22,6 +22,7 @@ import {
   AdminService,
   BalanceChangeKind,
   BalanceChangeSchema,
+  AllowedFromSchema,
   CallRateSchema,
   Charge,
   MaintenanceChangeSchema,
@@ -64,6 +65,7 @@ function accountMessage(a: Account): AccountMessage {
     createdAtMs: BigInt(a.createdAt),
     ...(a.previousSecret !== undefined && a.previousSecret.until > Date.now() ? { oldSecretUntilMs: BigInt(a.previousSecret.until) } : {}),
     ...(a.rate !== undefined ? { rate: create(CallRateSchema, a.rate) } : {}),
+    ...(a.allowedFrom !== undefined ? { allowedFrom: create(AllowedFromSchema, { addresses: [...a.allowedFrom] }) } : {}),
   });
 }
 
@@ -219,6 +221,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
             ...(req.operations.length > 0 ? { operations: req.operations.map((op) => admin.operation(op)) } : {}),
             prices: priceMap(req.prices),
             rate: rateOf(req.rate, false) ?? undefined,
+            ...(req.allowedFrom !== undefined && req.allowedFrom.addresses.length > 0 ? { allowedFrom: req.allowedFrom.addresses } : {}),
           });
           return { account: accountMessage(account), secret };
         }),
@@ -240,6 +243,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
               ...(req.expires !== undefined ? { expires: req.expires } : {}),
               ...(req.zone !== undefined ? { zone: req.zone } : {}),
               ...(req.rate !== undefined ? { rate: rateOf(req.rate, true)! } : {}),
+              ...(req.allowedFrom !== undefined ? { allowedFrom: req.allowedFrom.addresses.length > 0 ? req.allowedFrom.addresses : null } : {}),
               ...(req.burst !== undefined ? { burst: req.burst } : {}),
             }),
           ),

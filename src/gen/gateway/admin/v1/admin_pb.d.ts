@@ -137,6 +137,13 @@ export declare type Account = Message<"gateway.admin.v1.Account"> & {
    * @generated from field: gateway.admin.v1.CallRate rate = 13;
    */
   rate?: CallRate | undefined;
+
+  /**
+   * Unset: the key works from anywhere.
+   *
+   * @generated from field: gateway.admin.v1.AllowedFrom allowed_from = 14;
+   */
+  allowedFrom?: AllowedFrom | undefined;
 };
 
 /**
@@ -144,6 +151,28 @@ export declare type Account = Message<"gateway.admin.v1.Account"> & {
  * Use `create(AccountSchema)` to create a new message.
  */
 export declare const AccountSchema: GenMessage<Account>;
+
+/**
+ * The addresses and networks an account's key works from: a call from
+ * anywhere else answers 4005, even with the right secret.
+ *
+ * @generated from message gateway.admin.v1.AllowedFrom
+ */
+export declare type AllowedFrom = Message<"gateway.admin.v1.AllowedFrom"> & {
+  /**
+   * `203.0.113.7`, `10.0.0.0/8`, `2001:db8::/32`; at most 64. Empty in a
+   * SetPlanRequest: from anywhere again.
+   *
+   * @generated from field: repeated string addresses = 1;
+   */
+  addresses: string[];
+};
+
+/**
+ * Describes the message gateway.admin.v1.AllowedFrom.
+ * Use `create(AllowedFromSchema)` to create a new message.
+ */
+export declare const AllowedFromSchema: GenMessage<AllowedFrom>;
 
 /**
  * An account's rate limit: on average at most `calls` every `seconds`, and at
@@ -232,6 +261,13 @@ export declare type CreateAccountRequest = Message<"gateway.admin.v1.CreateAccou
    * @generated from field: gateway.admin.v1.CallRate rate = 9;
    */
   rate?: CallRate | undefined;
+
+  /**
+   * Unset or empty: anywhere.
+   *
+   * @generated from field: gateway.admin.v1.AllowedFrom allowed_from = 10;
+   */
+  allowedFrom?: AllowedFrom | undefined;
 };
 
 /**
@@ -472,6 +508,13 @@ export declare type SetPlanRequest = Message<"gateway.admin.v1.SetPlanRequest"> 
    * @generated from field: optional int32 burst = 7;
    */
   burst?: number | undefined;
+
+  /**
+   * Set: the addresses the key works from from now on (none listed: anywhere); unset: as they are.
+   *
+   * @generated from field: gateway.admin.v1.AllowedFrom allowed_from = 8;
+   */
+  allowedFrom?: AllowedFrom | undefined;
 };
 
 /**
