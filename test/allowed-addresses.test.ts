@@ -62,8 +62,11 @@ describe("behind the app, each call from the address its proxy forwards", () => 
     expect(await rpc(a, "198.51.100.7", false)).toBe("ResourceExhausted 4008");
     expect(await legacy(a, "203.0.113.9")).toBe("0000");
     const rows = (await gw.runtime.meter.query({ account: a.key, rows: 10 })).rows;
-    // The account's ledger has both refusals, not charged.
+    // The account's ledger has both refusals, not charged; the operator's metrics tell them from wrong secrets.
     expect(rows.filter((r) => r.code === 4005).map((r) => r.charge)).toEqual(["ignored", "ignored"]);
+    const failures = (await gw.runtime.metrics.registry.getSingleMetric("gateway_auth_failures_total")!.get()) as { values: { labels: Record<string, string>; value: number }[] };
+    expect(Object.fromEntries(failures.values.map((v) => [v.labels.reason, v.value]))).toMatchObject({ address_not_allowed: 2, address_locked: 1 });
+    expect(failures.values.find((v) => v.labels.reason === "bad_credentials")).toBeUndefined();
   });
 
   it("is set, changed and removed with the plan (the AdminService, the CLI), recorded in the account's history", async () => {

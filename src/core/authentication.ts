@@ -1,5 +1,5 @@
 import { signatureScheme } from "../contract/browser-signature.ts";
-import { addressAllowed } from "./allowed-addresses.ts";
+import { AddressNotAllowed, addressAllowed } from "./allowed-addresses.ts";
 import type { OperationContract as Operation } from "../contract/operations.ts";
 import { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 import type { AccountStore } from "./account-store.ts";
@@ -119,7 +119,7 @@ export class Authenticator {
   /** Whether an identified account may call the operation now: 4007, expired 4005, 4012, 4006. */
   authorize(account: Account, operation: Operation, now: number, clientIp: string): void {
     // Before anything else of the account's: a caller elsewhere learns nothing of it but that its key does not work there.
-    if (!addressAllowed(account.allowedFrom, clientIp)) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, `this key does not work from ${clientIp}: its account allows calls only from the addresses it names`);
+    if (!addressAllowed(account.allowedFrom, clientIp)) throw new AddressNotAllowed(clientIp);
     if (account.status === "stopped") throw new GatewayError(ErrorCode.ACCOUNT_STOPPED, "this account is stopped");
     if (dayOf(now, account.zone) > account.expires) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, `the key expired on ${account.expires}`);
     const state = account.operations.get(operation.id);

@@ -12,6 +12,7 @@ import type { TranslationReport } from "./translation.ts";
 import type { Found, NotFound } from "./catalogue-source.ts";
 import { dayOf, formatDateTime, nextDayStarts, previousDay, systemClock, type Clock } from "./clock.ts";
 import { GatewayError, type Limit } from "./gateway-error.ts";
+import { AddressNotAllowed } from "./allowed-addresses.ts";
 import type { Args, Operation } from "./operation.ts";
 import { createRequestIdGenerator } from "./request-id.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
@@ -218,6 +219,7 @@ export class Gateway {
     let memo: EntryMemo | undefined;
     let translation: TranslationReport | undefined;
     let refusedBy: LimitRefusal | undefined;
+    let notAllowedHere = false;
     // Each step awaits only a promise: a port that answers at once is not waited for (MaybeAsync).
     try {
       try {
@@ -259,6 +261,7 @@ export class Gateway {
       if (e instanceof GatewayError) {
         code = e.code;
         reason = e.message;
+        notAllowedHere = e instanceof AddressNotAllowed;
         if (e.limit !== undefined) {
           // The daily maximum admits again when the account's day ends, which only the core knows (it names the day).
           const retryAfterMs = e.limit === "daily_max" && account !== undefined ? Math.max(1, nextDayStarts(dayOf(now, account.zone), account.zone) - now) : e.retryAfterMs;
@@ -275,7 +278,7 @@ export class Gateway {
 
     // A failed authentication counts against the caller's address, and is answered more slowly as they pile up.
     if (code === ErrorCode.ACCOUNT_NOT_FOUND || code === ErrorCode.INVALID_CREDENTIALS) {
-      this.telemetry.authFailed(code === ErrorCode.ACCOUNT_NOT_FOUND ? "unknown_key" : "bad_credentials");
+      this.telemetry.authFailed(code === ErrorCode.ACCOUNT_NOT_FOUND ? "unknown_key" : notAllowedHere ? "address_not_allowed" : "bad_credentials");
       const hold = await this.lockout.failed(input.clientIp, now).catch(() => 0);
       if (hold > 0) await new Promise((r) => setTimeout(r, hold));
     }

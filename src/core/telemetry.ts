@@ -12,7 +12,7 @@ export type StoppedWaiting = "deadline" | "hung_up";
 export type AbandonStage = "before_source" | "before_answer";
 
 /** Why an authentication failed; never the key or secret itself. */
-export type AuthFailure = "missing_key" | "unknown_key" | "bad_credentials" | "address_locked" | "admin_token";
+export type AuthFailure = "missing_key" | "unknown_key" | "bad_credentials" | "address_not_allowed" | "address_locked" | "admin_token";
 
 /**
  * What the core and its adapters tell an operator's metrics. Each method is

@@ -169,7 +169,7 @@ export class PrometheusTelemetry implements Telemetry {
   private readonly circuit = new Gauge({ name: "gateway_circuit_open", help: "1 while the upstream circuit breaker of a catalogue is open (calls answered 4002 at once).", labelNames: ["catalogue"], registers: [this.registry] });
   private readonly commitSeconds = new Histogram({ name: "gateway_ledger_commit_seconds", help: "Time of each group commit of the usage ledger.", buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1], registers: [this.registry] });
   private readonly batchRows = new Histogram({ name: "gateway_ledger_batch_rows", help: "Ledger rows written by each group commit.", buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], registers: [this.registry] });
-  private readonly authFailures = new Counter({ name: "gateway_auth_failures_total", help: "Failed authentications: missing_key, unknown_key, bad_credentials, address_locked, admin_token.", labelNames: ["reason"], registers: [this.registry] });
+  private readonly authFailures = new Counter({ name: "gateway_auth_failures_total", help: "Failed authentications: missing_key, unknown_key, bad_credentials, address_not_allowed (a right secret from an address its account does not list), address_locked, admin_token.", labelNames: ["reason"], registers: [this.registry] });
   private inflightNow = 0;
   private cacheBytesNow: () => number = () => 0;
 
