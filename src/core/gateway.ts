@@ -264,8 +264,9 @@ export class Gateway {
         notAllowedHere = e instanceof AddressNotAllowed;
         if (e.limit !== undefined) {
           // The daily maximum admits again when the account's day ends, which only the core knows (it names the day).
-          const retryAfterMs = e.limit === "daily_max" && account !== undefined ? Math.max(1, nextDayStarts(dayOf(now, account.zone), account.zone) - now) : e.retryAfterMs;
-          refusedBy = { limit: e.limit, retryAfterMs };
+          // Whole ms, at least 1, here once: every transport says it as it is.
+          const wait = e.limit === "daily_max" && account !== undefined ? nextDayStarts(dayOf(now, account.zone), account.zone) - now : e.retryAfterMs;
+          refusedBy = { limit: e.limit, retryAfterMs: wait === undefined ? undefined : Math.max(1, Math.ceil(wait)) };
           this.telemetry.callLimited(operation.id, e.limit);
         }
         if (code === ErrorCode.SERVER_INTERNAL_ERROR) this.ports.log?.error({ err: e.cause ?? e, requestId }, e.message);

@@ -18,12 +18,12 @@ import type { LimitRefusal } from "../core/gateway.ts";
  */
 export function retryAfterSeconds(refusal: LimitRefusal | undefined): string | undefined {
   const ms = refusal?.retryAfterMs;
-  return ms === undefined ? undefined : String(Math.max(1, Math.ceil(ms / 1000)));
+  return ms === undefined ? undefined : String(Math.ceil(ms / 1000));
 }
 
 /** `grpc-retry-pushback-ms` for a refusal (retryAfterSeconds above says when). */
 export function grpcPushbackMs(refusal: LimitRefusal | undefined): string | undefined {
   if (refusal === undefined) return undefined;
   if (refusal.limit === "balance") return "-1";
-  return refusal.retryAfterMs === undefined ? undefined : String(Math.max(1, Math.ceil(refusal.retryAfterMs)));
+  return refusal.retryAfterMs === undefined ? undefined : String(refusal.retryAfterMs);
 }

@@ -61,8 +61,7 @@ export function refusalError(message: string, code: Code, refusal: LimitRefusal 
   if (hint !== undefined) metadata.set(transport === "connect" ? "retry-after" : "grpc-retry-pushback-ms", hint);
   const ms = refusal.retryAfterMs;
   if (ms === undefined) return new ConnectError(message, code, metadata, details);
-  const whole = Math.max(1, Math.ceil(ms));
-  const retryDelay = create(DurationSchema, { seconds: BigInt(Math.floor(whole / 1000)), nanos: (whole % 1000) * 1_000_000 });
+  const retryDelay = create(DurationSchema, { seconds: BigInt(Math.floor(ms / 1000)), nanos: (ms % 1000) * 1_000_000 });
   return new ConnectError(message, code, metadata, [...details, { desc: RetryInfoSchema, value: { retryDelay } }]);
 }
 
