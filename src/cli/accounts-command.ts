@@ -101,12 +101,6 @@ const planFlags = {
   zone: { type: "string" },
 } as const;
 
-/** `--allow-from 10.0.0.0/8,203.0.113.7|any` as a list (null: anywhere); undefined when not given. */
-function allowFromFlag(value: string | undefined): readonly string[] | null | undefined {
-  if (value === undefined) return undefined;
-  return value.trim() === "any" ? null : value.split(/[\s,]+/).filter((s) => s !== "");
-}
-
 export async function accountsCommand(config: GatewayConfig, argv: string[]): Promise<number> {
   const [sub, ...rest] = argv;
   const runtime = await openRuntime(config);
@@ -135,7 +129,8 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         const rate = rateFlags(values.rate, burst);
         const { account, secret } = await admin.create({
           ...(rate ? { rate } : {}),
-          ...(values["allow-from"] !== undefined ? { allowedFrom: allowFromFlag(values["allow-from"]) ?? undefined } : {}),
+          // `--allow-from 10.0.0.0/8,203.0.113.7` or `any`, read as the AdminService reads its list.
+          ...(values["allow-from"] !== undefined ? { allowedFrom: [values["allow-from"]] } : {}),
           ...(values.name !== undefined ? { name: values.name } : {}),
           ...(max !== undefined ? { dailyMax: max } : {}),
           ...(concurrency !== undefined ? { concurrency } : {}),
@@ -193,7 +188,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         print(
           await admin.setPlan(key, {
             ...(rate !== undefined ? { rate } : burst !== undefined ? { burst } : {}),
-            ...(values["allow-from"] !== undefined ? { allowedFrom: allowFromFlag(values["allow-from"]) ?? null } : {}),
+            ...(values["allow-from"] !== undefined ? { allowedFrom: [values["allow-from"]] } : {}),
             ...(max !== undefined ? { dailyMax: max } : {}),
             ...(concurrency !== undefined ? { concurrency } : {}),
             ...(values.expires !== undefined ? { expires: values.expires } : {}),

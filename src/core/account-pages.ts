@@ -1,4 +1,4 @@
-import type { AccountListing } from "./account-store.ts";
+import type { AccountStore } from "./account-store.ts";
 import type { Account } from "./accounts.ts";
 
 /** The most accounts one page holds; a larger page size is taken as this (AIP-158). */
@@ -58,7 +58,7 @@ function decode(token: string): Cursor {
  * token is good only for the query and status it was made under (AIP-158):
  * another is refused, not answered wrongly.
  */
-export async function accountPage(listing: (ask: AccountListing) => Promise<{ readonly accounts: Account[]; readonly total: number }>, request: AccountPageRequest): Promise<AccountPage> {
+export async function accountPage(listing: AccountStore["listing"], request: AccountPageRequest): Promise<AccountPage> {
   const size = request.pageSize ?? 0;
   if (!Number.isInteger(size) || size < 0) throw new AccountPageError("the page size must be a whole number, 0 (every account) or more");
   const text = (request.query ?? "").trim().toLowerCase();

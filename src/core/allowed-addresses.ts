@@ -43,12 +43,12 @@ function entry(text: string): string {
 }
 
 /**
- * A list as text (comma or space separated) or as entries, checked and
- * written in one form, each once, in its order; `any` (or nothing) is
- * undefined: anywhere.
+ * A list as text or as entries, each of which may itself hold several
+ * (comma or space separated), checked and written in one form, each once,
+ * in its order; `any` (or nothing) is undefined: anywhere.
  */
 export function parseAllowedAddresses(list: string | readonly string[]): string[] | undefined {
-  const items = (typeof list === "string" ? list.split(/[\s,]+/) : list).map((s) => s.trim()).filter((s) => s !== "");
+  const items = (typeof list === "string" ? [list] : list).flatMap((s) => s.split(/[\s,]+/)).filter((s) => s !== "");
   if (items.length === 0 || (items.length === 1 && items[0] === "any")) return undefined;
   const entries = [...new Set(items.map(entry))];
   if (entries.length > maxAllowedAddresses) throw new AllowedAddressesError(`at most ${maxAllowedAddresses} addresses or networks, not ${entries.length}`);
