@@ -272,7 +272,20 @@ describe("the console", () => {
     expect(await latest.getByRole("cell", { name: "4003", exact: true }).count()).toBe(1);
     const hits = Number(await page.getByTestId("figure-cache-hit-share").textContent().then((t) => t!.replace("%", "")));
     expect(hits).toBeGreaterThan(0);
+    // Where they came from: this browser, on loopback; narrowed to a network, to that address, and a filter that is not one.
+    const byAddress = page.getByRole("table", { name: "Calls by address" });
+    expect(await byAddress.locator("tbody tr").first().locator("td").allTextContents()).toEqual(["127.0.0.1", "6", "5", key]);
+    expect(await latest.getByRole("cell", { name: "127.0.0.1", exact: true }).count()).toBe(6);
     await page.screenshot({ path: join(shots, "7-usage.png"), fullPage: true });
+    await page.getByLabel("From address").fill("10.0.0.0/8");
+    await page.getByRole("button", { name: "Show usage" }).click();
+    await expect.poll(() => page.getByTestId("figure-calls").textContent()).toBe("0");
+    await page.getByLabel("From address").fill("127.0.0.0/8");
+    await page.getByRole("button", { name: "Show usage" }).click();
+    await expect.poll(() => page.getByTestId("figure-calls").textContent()).toBe("6");
+    await page.getByLabel("From address").fill("127.0.0.0/40");
+    await page.getByRole("button", { name: "Show usage" }).click();
+    await page.getByText(`the calls' address: "127.0.0.0/40": a network's prefix is 0 to 32`).waitFor();
     const rows = (await gw.runtime.meter.query({ account: key, rows: 10 })).rows;
     expect(rows.map((r) => r.transport).sort()).toEqual(["connect", "connect", "connect", "grpc-web", "legacy", "legacy"]);
 

@@ -93,6 +93,8 @@ describe("gateway migrate --to postgres://…", () => {
     const rows = (await pool.query("SELECT error_code, charge, price::text AS price, cache_hit FROM ledger WHERE account = $1 ORDER BY request_id", [embedded.paying!.key])).rows;
     expect(rows.filter((x) => x.charge === "charged").map((x) => x.price)).toEqual(["250000", "250000", "250000", "250000"]);
     expect(rows).toHaveLength(4);
+    // Each with the address it came from.
+    expect((await pool.query("SELECT DISTINCT client_ip FROM ledger WHERE account = $1", [embedded.paying!.key])).rows).toEqual([{ client_ip: "127.0.0.1" }]);
     expect((await pool.query("SELECT sum(calls)::int AS n FROM refusals WHERE error_code = 4005")).rows[0].n).toBeGreaterThan(0);
     expect((await pool.query("SELECT charged::text AS c FROM usage_daily WHERE account = $1", [embedded.paying!.key])).rows[0].c).toBe("4");
     expect(await count("refusals")).toBeGreaterThan(0);

@@ -1,7 +1,7 @@
 import { parseArgs } from "node:util";
 import type { GatewayConfig } from "../config.ts";
 import { fourDigits } from "../contract/error-codes.ts";
-import { AccountAdminError } from "../core/account-admin.ts";
+import { AccountAdminError, usageAddress } from "../core/account-admin.ts";
 import { formatMoney } from "../core/money.ts";
 import type { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 import { openRuntime } from "../runtime.ts";
@@ -45,9 +45,12 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
       operation: { type: "string" },
       code: { type: "string" },
       rows: { type: "string" },
+      address: { type: "string" },
+      "by-address": { type: "boolean", default: false },
       json: { type: "boolean", default: false },
     },
   });
+  const address = values.address === undefined ? undefined : usageAddress(values.address);
   if (values.code !== undefined && !/^\d{4}$/.test(values.code)) throw new AccountAdminError("--code takes a four-digit code such as 0000 or 4013");
   if (values.rows !== undefined && !/^\d{1,5}$/.test(values.rows)) throw new AccountAdminError("--rows takes a number up to 99999");
   const runtime = await openRuntime(config);
@@ -59,14 +62,18 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
       operation: values.operation === undefined ? undefined : runtime.admin.operation(values.operation),
       code: values.code === undefined ? undefined : (Number(values.code) as ErrorCode),
       rows: values.rows === undefined ? 0 : Number(values.rows),
+      address,
+      byAddress: values["by-address"],
     });
     const totals = report.totals.map((t) => ({ ...t, code: fourDigits(t.code), amount: formatMoney(t.amount) }));
     const rows = report.rows.map((r) => ({ ...r, code: fourDigits(r.code), price: formatMoney(r.price) }));
     if (values.json) {
       console.log(JSON.stringify({ totals, rows }));
     } else {
-      for (const t of totals) console.log(`${t.day}  ${t.account ?? "-"}  ${t.operation ?? "-"}  ${t.code}  ${t.charge.padEnd(9)}  ${t.calls} calls  ${t.amount}`);
-      for (const r of rows) console.log(`${r.requestId}  ${new Date(r.at).toISOString()}  ${r.account ?? "-"}  ${r.operation ?? "-"}  ${r.code}  ${r.charge}  ${r.price}  ${r.transport}`);
+      // An address is empty where the ledger kept none (calls from before it did, days folded past retention).
+      const from = (ip: string | undefined) => (ip === undefined ? "" : `  from ${ip || "(not kept)"}`);
+      for (const t of totals) console.log(`${t.day}  ${t.account ?? "-"}  ${t.operation ?? "-"}  ${t.code}  ${t.charge.padEnd(9)}  ${t.calls} calls  ${t.amount}${from(t.clientIp)}`);
+      for (const r of rows) console.log(`${r.requestId}  ${new Date(r.at).toISOString()}  ${r.account ?? "-"}  ${r.operation ?? "-"}  ${r.code}  ${r.charge}  ${r.price}  ${r.transport}  ${r.clientIp ?? "-"}`);
     }
     return 0;
   } finally {

@@ -1,6 +1,7 @@
-// Usage: per account or overall, over a range of days: calls per day by
-// operation and by charge class, the amount spent and the cache-hit share,
-// as charts (uPlot) with the tables beneath. Every figure is QueryUsage's.
+// Usage: per account or overall, over a range of days (and, if asked, from
+// one address or network): calls per day by operation and by charge class,
+// the amount spent and the cache-hit share, as charts (uPlot) with the tables
+// beneath, and where the calls came from. Every figure is QueryUsage's.
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import { Charge, type QueryUsageResponse } from "../gen/gateway/admin/v1/admin_pb.js";
@@ -85,6 +86,7 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
   const account = picker.select;
   const from = h("input", { type: "date", name: "from", value: isoDay(new Date(last.getTime() - 14 * 86_400_000)), required: true });
   const to = h("input", { type: "date", name: "to", value: isoDay(last), required: true });
+  const address = h("input", { type: "text", name: "client_ip", placeholder: "any", autocomplete: "off", spellcheck: false, size: 18 });
   const out = h("div", { "aria-live": "polite" });
   // Each reading is numbered: only the last one asked for is shown, whatever order the answers come in
   // (the first reading, of all accounts, answered after a later one asked for one account, showed all).
@@ -96,7 +98,7 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
     out.replaceChildren(notice("ok", "Reading usage…"));
     let report: QueryUsageResponse;
     try {
-      report = await shell.client.queryUsage({ account: account.value, from: from.value, to: to.value, rows: 50 });
+      report = await shell.client.queryUsage({ account: account.value, from: from.value, to: to.value, rows: 50, clientIp: address.value.trim(), byAddress: true });
     } catch (err) {
       if (reading !== asked) return;
       if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
@@ -111,6 +113,16 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
     const hits = perDay(days, report, () => "hits", (t) => Number(t.cacheHits)).get("hits");
     const share = new Map<string, (number | null)[]>();
     if (calls !== undefined) share.set("cache-hit share %", calls.map((c, i) => (c === 0 ? null : Math.round((1000 * (hits?.[i] ?? 0)) / c) / 10)));
+    // Per address: the totals come per day, account, operation, code and address; summed here over the rest.
+    const byAddress = new Map<string, { calls: bigint; charged: bigint; accounts: Set<string> }>();
+    for (const t of report.totals) {
+      const a = byAddress.get(t.clientIp) ?? { calls: 0n, charged: 0n, accounts: new Set<string>() };
+      a.calls += t.calls;
+      if (t.charge === Charge.CHARGED) a.charged += t.calls;
+      if (t.account !== "") a.accounts.add(t.account);
+      byAddress.set(t.clientIp, a);
+    }
+    const addresses = [...byAddress].sort(([x, a], [y, b]) => (a.calls === b.calls ? (x < y ? -1 : 1) : a.calls > b.calls ? -1 : 1));
     const hitShare = report.calls === 0n ? "—" : `${((100 * Number(report.cacheHits)) / Number(report.calls)).toFixed(1)}%`;
     out.replaceChildren(
       h(
@@ -132,16 +144,22 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
         chart("Cache-hit share per day", days, share, "%"),
       ),
       table(
-        "Totals by day, account, operation and code",
-        ["Day", "Account", "Operation", "Code", "Charge", "Calls", "Cache hits", "Amount"],
-        report.totals.map((t) => [t.day, t.account || "(none)", t.operation || "(none)", fourDigits(t.errorCode), chargeNames[t.charge] ?? "", String(t.calls), String(t.cacheHits), t.amount]),
-        [5, 6, 7],
+        "Calls by address",
+        ["Address", "Calls", "Charged calls", "Accounts"],
+        addresses.map(([ip, a]) => [ip === "" ? "(not kept)" : ip, String(a.calls), String(a.charged), a.accounts.size === 0 ? "(none)" : [...a.accounts].sort().join(", ")]),
+        [1, 2],
+      ),
+      table(
+        "Totals by day, account, operation, code and address",
+        ["Day", "Account", "Operation", "Code", "Charge", "Address", "Calls", "Cache hits", "Amount"],
+        report.totals.map((t) => [t.day, t.account || "(none)", t.operation || "(none)", fourDigits(t.errorCode), chargeNames[t.charge] ?? "", t.clientIp || "(not kept)", String(t.calls), String(t.cacheHits), t.amount]),
+        [6, 7, 8],
       ),
       table(
         "Latest calls",
-        ["Time", "Request id", "Account", "Operation", "Code", "Transport", "Cache", "Latency ms", "Price"],
-        report.rows.map((r) => [new Date(Number(r.atMs)).toISOString().replace("T", " ").slice(0, 19), h("code", {}, r.requestId), r.account || "(none)", r.operation, fourDigits(r.errorCode), r.transport, r.cacheHit ? "hit" : "", (Number(r.latencyUs) / 1000).toFixed(1), r.price]),
-        [7, 8],
+        ["Time", "Request id", "Account", "Operation", "Code", "Transport", "Address", "Cache", "Latency ms", "Price"],
+        report.rows.map((r) => [new Date(Number(r.atMs)).toISOString().replace("T", " ").slice(0, 19), h("code", {}, r.requestId), r.account || "(none)", r.operation, fourDigits(r.errorCode), r.transport, r.clientIp || "(not kept)", r.cacheHit ? "hit" : "", (Number(r.latencyUs) / 1000).toFixed(1), r.price]),
+        [8, 9],
       ),
     );
   };
@@ -159,6 +177,7 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
     ...picker.fields,
     field("From", from, "in each account's own days"),
     field("To", to),
+    field("From address", address, "an address or network, e.g. 10.0.0.0/8"),
     h("button", { type: "submit" }, "Show usage"),
   );
   main.replaceChildren(h("h1", {}, "Usage"), form, out);

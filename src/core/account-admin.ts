@@ -8,7 +8,7 @@ import { assertTimeZone, dayOf, type Clock } from "./clock.ts";
 import { formatMoney, type Micros } from "./money.ts";
 import { checkRate, type CallRate } from "./call-rate.ts";
 import { accountPage, type AccountPage, type AccountPageRequest } from "./account-pages.ts";
-import { parseAllowedAddresses } from "./allowed-addresses.ts";
+import { parseAllowedAddresses, usageAddressFilter } from "./allowed-addresses.ts";
 
 /** What a new account gets unless told otherwise. */
 export interface AccountPlan {
@@ -53,6 +53,15 @@ function allowedAddresses(list: readonly string[]): readonly string[] | undefine
     return parseAllowedAddresses(list);
   } catch (e) {
     throw new AccountAdminError(`allowed addresses: ${(e as Error).message}`);
+  }
+}
+
+/** The address or network a usage query is narrowed to, checked and written in one form, or refused in words. */
+export function usageAddress(text: string): string {
+  try {
+    return usageAddressFilter(text);
+  } catch (e) {
+    throw new AccountAdminError(`the calls' address: ${(e as Error).message}`);
   }
 }
 

@@ -43,6 +43,20 @@ function entry(text: string): string {
 }
 
 /**
+ * What a usage query is narrowed to: one address or network, in its written
+ * form, or thrown why not.
+ */
+export function usageAddressFilter(text: string): string {
+  return entry(text);
+}
+
+/** Of the addresses the ledger holds, those in a filter's address or network (`usageAddressFilter`'s form). */
+export function addressesIn(filter: string, addresses: Iterable<string>): string[] {
+  const list = [filter];
+  return [...addresses].filter((ip) => ip !== "" && addressAllowed(list, ip));
+}
+
+/**
  * A list as text or as entries, each of which may itself hold several
  * (comma or space separated), checked and written in one form, each once,
  * in its order; `any` (or nothing) is undefined: anywhere.

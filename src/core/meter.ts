@@ -24,7 +24,12 @@ export interface LedgerRow {
   readonly cacheHit: boolean;
   readonly latencyMicros: number;
   readonly transport: Transport;
-  /** The caller's address: kept only for calls with no account, which are counted per address rather than stored. */
+  /**
+   * The caller's address, as its status block's `client_ip` shows it (behind
+   * trusted proxies, the forwarded one). Kept in the call's row; calls with no
+   * account are counted per address instead. Undefined for rows written
+   * before the ledger kept it.
+   */
   readonly clientIp?: string | undefined;
 }
 
@@ -90,6 +95,14 @@ export interface UsageQuery {
   readonly code?: ErrorCode | undefined;
   /** Also return the rows themselves, newest first, at most this many. */
   readonly rows?: number | undefined;
+  /**
+   * Only calls from this address or network (`usageAddressFilter`'s form):
+   * rows, and totals of the days still kept row by row (totals folded past
+   * retention keep no address, so none of them matches).
+   */
+  readonly address?: string | undefined;
+  /** Totals per caller's address as well (`UsageTotal.clientIp`). */
+  readonly byAddress?: boolean | undefined;
 }
 
 export interface UsageTotal {
@@ -102,6 +115,12 @@ export interface UsageTotal {
   readonly amount: Micros;
   /** Of those calls, how many were answered from the response cache. */
   readonly cacheHits: number;
+  /**
+   * With `byAddress`, the callers' address: empty where none is kept (rows
+   * from before the ledger kept addresses, totals folded past retention),
+   * `other` for calls with no account past the day's distinct addresses.
+   */
+  readonly clientIp?: string | undefined;
 }
 
 export interface UsageReport {

@@ -7,6 +7,7 @@ import { statfsSync } from "node:fs";
 import { errorCodeInfo } from "../../contract/error-codes.ts";
 import { previousDay } from "../../core/clock.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
+import { addressesIn } from "../../core/allowed-addresses.ts";
 import { rateTake } from "../../core/call-rate.ts";
 import { balanceShort, concurrencyReached, dailyMaxReached, rateReached } from "../../core/limit-refusals.ts";
 import type { Micros } from "../../core/money.ts";
@@ -62,9 +63,9 @@ interface RefusalCount {
 /** Distinct refusal keys held while the store cannot be written; past it, counts are dropped (and said so). */
 const maxHeldRefusals = 100_000;
 
-/** Ledger rows written by one insert statement at most (11 values each). */
+/** Ledger rows written by one insert statement at most (12 values each). */
 const maxRowsPerInsert = 32;
-const ledgerColumns = "request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport";
+const ledgerColumns = "request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip";
 
 interface Queued {
   readonly row: LedgerRow;
@@ -283,7 +284,7 @@ export class SqliteMeter implements Meter {
   private insertRows(n: number): StatementSync {
     let statement = this.inserts[n];
     if (statement === undefined) {
-      const tuple = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+      const tuple = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
       statement = this.db.prepare(`INSERT INTO ledger (${ledgerColumns}) VALUES ${Array.from({ length: n }, () => tuple).join(", ")}`);
       this.inserts[n] = statement;
     }
@@ -364,7 +365,7 @@ export class SqliteMeter implements Meter {
           const values: SQLInputValue[] = [];
           for (let j = i; j < i + n; j++) {
             const row = rows[j]!.row;
-            values.push(row.requestId, row.at, row.day, row.account ?? null, row.operation ?? null, row.code, row.charge, row.price, row.cacheHit ? 1 : 0, row.latencyMicros, row.transport);
+            values.push(row.requestId, row.at, row.day, row.account ?? null, row.operation ?? null, row.code, row.charge, row.price, row.cacheHit ? 1 : 0, row.latencyMicros, row.transport, row.clientIp ?? null);
           }
           this.insertRows(n).run(...values);
         }
@@ -445,15 +446,27 @@ export class SqliteMeter implements Meter {
     const accountWhere = q.account !== undefined ? [...where, "account = :account"] : where;
     if (q.account !== undefined) params.account = q.account;
     const filter = (w: string[]) => (w.length > 0 ? `WHERE ${w.join(" AND ")}` : "");
+    const refusals = q.account === undefined;
+    if (q.address !== undefined) {
+      // The addresses held are matched here (a network, an IPv4 caller written as IPv6), then asked for by name.
+      const held = this.db.prepare(
+        `SELECT DISTINCT client_ip FROM ledger ${filter([...accountWhere, "client_ip IS NOT NULL"])}${refusals ? ` UNION SELECT client_ip FROM refusals ${filter(where)}` : ""}`,
+      );
+      params.addresses = JSON.stringify(addressesIn(q.address, (held.all(params) as { client_ip: string }[]).map((r) => r.client_ip)));
+      where.push("client_ip IN (SELECT value FROM json_each(:addresses))");
+      if (accountWhere !== where) accountWhere.push("client_ip IN (SELECT value FROM json_each(:addresses))");
+    }
+    const address = (column: string) => (q.byAddress ? column : "''");
     const parts = [
-      `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, count(*) AS calls, sum(price) AS amount,
-       sum(cache_hit) AS cache_hits FROM ledger ${filter(accountWhere)} GROUP BY 1, 2, 3, 4, 5`,
-      `SELECT account, day, operation, error_code, charge, calls, amount, cache_hits FROM ledger_daily_totals ${filter(accountWhere)}`,
-      ...(q.account === undefined ? [`SELECT '' AS account, day, operation, error_code, charge, calls, 0 AS amount, 0 AS cache_hits FROM refusals ${filter(where)}`] : []),
+      `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, ${address("coalesce(client_ip, '')")} AS client_ip,
+       count(*) AS calls, sum(price) AS amount, sum(cache_hit) AS cache_hits FROM ledger ${filter(accountWhere)} GROUP BY 1, 2, 3, 4, 5, 6`,
+      // Folded past retention, with no address: no address filter matches them.
+      ...(q.address === undefined ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits FROM ledger_daily_totals ${filter(accountWhere)}`] : []),
+      ...(refusals ? [`SELECT '' AS account, day, operation, error_code, charge, ${address("client_ip")} AS client_ip, calls, 0 AS amount, 0 AS cache_hits FROM refusals ${filter(where)}`] : []),
     ];
     const totals = this.db.prepare(
-      `SELECT account, day, operation, error_code, charge, sum(calls) AS calls, sum(amount) AS amount, sum(cache_hits) AS cache_hits FROM (${parts.join(" UNION ALL ")})
-       GROUP BY account, day, operation, error_code, charge ORDER BY day, account, operation, error_code`,
+      `SELECT account, day, operation, error_code, charge, client_ip, sum(calls) AS calls, sum(amount) AS amount, sum(cache_hits) AS cache_hits FROM (${parts.join(" UNION ALL ")})
+       GROUP BY account, day, operation, error_code, charge, client_ip ORDER BY day, account, operation, error_code, charge, client_ip`,
     );
     totals.setReadBigInts(true);
     const rows = this.db.prepare(`SELECT * FROM ledger ${filter(accountWhere)} ORDER BY at DESC, request_id DESC LIMIT :limit`);
@@ -468,6 +481,7 @@ export class SqliteMeter implements Meter {
         calls: Number(t.calls),
         amount: t.amount as bigint,
         cacheHits: Number(t.cache_hits),
+        ...(q.byAddress ? { clientIp: t.client_ip as string } : {}),
       })),
       rows: q.rows ? (rows.all({ ...params, limit: q.rows }) as Record<string, unknown>[]).map(rowFromSql) : [],
     };
@@ -522,5 +536,6 @@ function rowFromSql(r: Record<string, unknown>): LedgerRow {
     cacheHit: Number(r.cache_hit) === 1,
     latencyMicros: Number(r.latency_us),
     transport: r.transport as Transport,
+    clientIp: (r.client_ip as string | null) ?? undefined,
   };
 }

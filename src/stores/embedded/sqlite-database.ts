@@ -159,6 +159,9 @@ export const migrations: readonly string[] = [
   `CREATE INDEX accounts_in_order ON accounts (created_at, key);`,
   // 15: the addresses and networks an account's key works from (JSON list), or anywhere.
   `ALTER TABLE accounts ADD COLUMN allowed_from TEXT;`,
+  // 16: the address each call came from (as its status block's client_ip), so a team can see where its key
+  // was used; none for the rows written before.
+  `ALTER TABLE ledger ADD COLUMN client_ip TEXT;`,
 ];
 
 /**

@@ -92,8 +92,9 @@ const copies: readonly TableCopy[] = [
     columns: [
       ["request_id", "text"], ["at", "bigint"], ["day", "text"], ["account", "text"], ["operation", "text"], ["error_code", "integer"],
       ["charge", "text"], ["price", "bigint"], ["cache_hit", "boolean"], ["latency_us", "bigint"], ["transport", "text"],
+      ["client_ip", "text"],
     ],
-    select: "SELECT request_id, at, day, account, operation, error_code, charge, price, cache_hit != 0, latency_us, transport FROM ledger",
+    select: "SELECT request_id, at, day, account, operation, error_code, charge, price, cache_hit != 0, latency_us, transport, client_ip FROM ledger",
     count: "SELECT count(*) AS n FROM ledger",
     sums: [["ledger amount", "SELECT coalesce(sum(price), 0) AS n FROM ledger", "SELECT coalesce(sum(price), 0) AS n FROM ledger"]],
   },

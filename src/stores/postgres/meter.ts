@@ -7,6 +7,7 @@ import type { Admission, BalanceChange, BalanceRecord, LedgerRow, Meter, Recorde
 import { rateBounds } from "../../core/call-rate.ts";
 import { balanceShort, concurrencyReached, dailyMaxReached, rateReached } from "../../core/limit-refusals.ts";
 import type { Micros } from "../../core/money.ts";
+import { addressesIn } from "../../core/allowed-addresses.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
 import { databaseFault, databaseUnreachable } from "./postgres-database.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
@@ -107,8 +108,8 @@ const admitStatement = "SELECT gw_admit_many($1, $2, $3, $4, $5, $6, $7, $8, $9,
  */
 const commitStatement = `WITH
   ledger_rows AS (
-    INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport)
-    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::text[], $8::bigint[], $9::boolean[], $10::bigint[], $11::text[])),
+    INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip)
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::text[], $8::bigint[], $9::boolean[], $10::bigint[], $11::text[], $25::text[])),
   days AS (
     INSERT INTO usage_daily (account, day, charged) SELECT * FROM unnest($12::text[], $13::text[], $14::bigint[])
     ON CONFLICT (account, day) DO UPDATE SET charged = usage_daily.charged + excluded.charged),
@@ -350,20 +351,33 @@ export class PostgresMeter implements Meter {
     const common = [...where];
     if (q.account !== undefined) add("account = ?", q.account);
     const filter = (w: string[]) => (w.length > 0 ? `WHERE ${w.join(" AND ")}` : "");
+    const refusals = q.account === undefined;
+    if (q.address !== undefined) {
+      // The addresses held are matched here (a network, an IPv4 caller written as IPv6), then asked for by name.
+      const held = await this.pool.query<{ client_ip: string }>(
+        `SELECT DISTINCT client_ip FROM ledger ${filter([...where, "client_ip IS NOT NULL"])}${refusals ? ` UNION SELECT client_ip FROM refusals ${filter(common)}` : ""}`,
+        params,
+      );
+      const n = params.push(addressesIn(q.address, held.rows.map((r) => r.client_ip)));
+      where.push(`client_ip = ANY($${n}::text[])`);
+      common.push(`client_ip = ANY($${n}::text[])`);
+    }
+    const address = (column: string) => (q.byAddress ? column : "''");
     const parts = [
-      `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, count(*) AS calls, sum(price) AS amount,
-         count(*) FILTER (WHERE cache_hit) AS cache_hits FROM ledger ${filter(where)} GROUP BY 1, 2, 3, 4, 5`,
-      `SELECT account, day, operation, error_code, charge, calls, amount, cache_hits FROM ledger_daily_totals ${filter(where)}`,
-      ...(q.account === undefined ? [`SELECT '' AS account, day, operation, error_code, charge, calls, 0 AS amount, 0 AS cache_hits FROM refusals ${filter(common)}`] : []),
+      `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, ${address("coalesce(client_ip, '')")} AS client_ip,
+         count(*) AS calls, sum(price) AS amount, count(*) FILTER (WHERE cache_hit) AS cache_hits FROM ledger ${filter(where)} GROUP BY 1, 2, 3, 4, 5, 6`,
+      // Folded past retention, with no address: no address filter matches them.
+      ...(q.address === undefined ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits FROM ledger_daily_totals ${filter(where)}`] : []),
+      ...(refusals ? [`SELECT '' AS account, day, operation, error_code, charge, ${address("client_ip")} AS client_ip, calls, 0 AS amount, 0 AS cache_hits FROM refusals ${filter(common)}`] : []),
     ];
     const totals = await this.pool.query<Record<string, string>>(
-      `SELECT account, day, operation, error_code, charge, sum(calls)::text AS calls, sum(amount)::text AS amount, sum(cache_hits)::text AS cache_hits FROM (${parts.join(" UNION ALL ")}) t
-        GROUP BY account, day, operation, error_code, charge ORDER BY day, account, operation, error_code`,
+      `SELECT account, day, operation, error_code, charge, client_ip, sum(calls)::text AS calls, sum(amount)::text AS amount, sum(cache_hits)::text AS cache_hits FROM (${parts.join(" UNION ALL ")}) t
+        GROUP BY account, day, operation, error_code, charge, client_ip ORDER BY day, account, operation, error_code, charge, client_ip COLLATE "C"`,
       params,
     );
     const rows = q.rows
       ? await this.pool.query<Record<string, unknown>>(
-          `SELECT request_id, at::text AS at, day, account, operation, error_code, charge, price::text AS price, cache_hit, latency_us::text AS latency_us, transport
+          `SELECT request_id, at::text AS at, day, account, operation, error_code, charge, price::text AS price, cache_hit, latency_us::text AS latency_us, transport, client_ip
              FROM ledger ${filter(where)} ORDER BY at DESC, request_id DESC LIMIT ${Math.max(0, Math.floor(q.rows))}`,
           params,
         )
@@ -378,6 +392,7 @@ export class PostgresMeter implements Meter {
         calls: Number(t.calls),
         amount: BigInt(t.amount!),
         cacheHits: Number(t.cache_hits),
+        ...(q.byAddress ? { clientIp: t.client_ip! } : {}),
       })),
       rows: (rows?.rows ?? []).map((r) => ({
         requestId: r.request_id as string,
@@ -391,6 +406,7 @@ export class PostgresMeter implements Meter {
         cacheHit: r.cache_hit as boolean,
         latencyMicros: Number(r.latency_us),
         transport: r.transport as Transport,
+        clientIp: (r.client_ip as string | null) ?? undefined,
       })),
     };
   }
@@ -475,6 +491,7 @@ export class PostgresMeter implements Meter {
           refused.map((x) => x.day), refused.map((x) => x.operation), refused.map((x) => x.code), refused.map((x) => x.charge), refused.map((x) => x.ip), refused.map((x) => x.transport),
           refused.map((x) => x.calls),
           leases,
+          col((r) => r.clientIp ?? null),
         ],
       });
       this.clearProblem();

@@ -359,6 +359,8 @@ export const migrations: readonly string[] = [
   `CREATE INDEX accounts_in_order ON accounts (created_at, key COLLATE "C");`,
   // 13: the addresses and networks an account's key works from (a JSON list), or anywhere.
   `ALTER TABLE accounts ADD COLUMN allowed_from jsonb;`,
+  // 14: the address each call came from (as the embedded store's step 16); none for the rows written before.
+  `ALTER TABLE ledger ADD COLUMN client_ip text;`,
 ];
 
 /** What a call is told when the shared database does not answer. */

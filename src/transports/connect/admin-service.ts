@@ -3,7 +3,7 @@ import { Code, ConnectError, createContextKey, type ConnectRouter, type HandlerC
 import type { AdminTokens } from "../../core/admin-tokens.ts";
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { OperationId } from "../../contract/operations.ts";
-import { AccountAdminError, AccountNotFoundError, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
+import { AccountAdminError, AccountNotFoundError, usageAddress, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
 import { AccountPageError } from "../../core/account-pages.ts";
 import type { Account } from "../../core/accounts.ts";
 import type { AddressLockout } from "../../core/address-lockout.ts";
@@ -86,6 +86,7 @@ function totalMessage(t: UsageTotal) {
     calls: BigInt(t.calls),
     amount: formatMoney(t.amount),
     cacheHits: BigInt(t.cacheHits),
+    clientIp: t.clientIp ?? "",
   });
 }
 
@@ -102,6 +103,7 @@ function rowMessage(r: LedgerRow) {
     cacheHit: r.cacheHit,
     latencyUs: BigInt(r.latencyMicros),
     transport: r.transport,
+    clientIp: r.clientIp ?? "",
   });
 }
 
@@ -308,6 +310,8 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
             operation: req.operation ? admin.operation(req.operation) : undefined,
             code: req.errorCode,
             rows: Math.max(0, Math.min(req.rows, 10_000)),
+            address: req.clientIp ? usageAddress(req.clientIp) : undefined,
+            byAddress: req.byAddress,
           });
           let calls = 0n;
           let charged = 0n;

@@ -858,6 +858,22 @@ export declare type QueryUsageRequest = Message<"gateway.admin.v1.QueryUsageRequ
    * @generated from field: int32 rows = 6;
    */
   rows: number;
+
+  /**
+   * Only calls from this address or network (203.0.113.7, 10.0.0.0/8, 2001:db8::/32; an IPv4 caller
+   * written as IPv6 is the IPv4 it is): the rows, and the totals of days still kept row by row (totals
+   * folded past retention keep no address, so none of them matches).
+   *
+   * @generated from field: string client_ip = 7;
+   */
+  clientIp: string;
+
+  /**
+   * Totals per caller's address as well (UsageTotal.client_ip).
+   *
+   * @generated from field: bool by_address = 8;
+   */
+  byAddress: boolean;
 };
 
 /**
@@ -911,6 +927,15 @@ export declare type UsageTotal = Message<"gateway.admin.v1.UsageTotal"> & {
    * @generated from field: int64 cache_hits = 8;
    */
   cacheHits: bigint;
+
+  /**
+   * With by_address, the callers' address, as their status blocks' client_ip: empty where none is kept
+   * (calls recorded before the ledger kept addresses, totals folded past retention); "other" for calls
+   * with no account past the day's GATEWAY_REFUSAL_ADDRESSES_PER_DAY distinct addresses.
+   *
+   * @generated from field: string client_ip = 9;
+   */
+  clientIp: string;
 };
 
 /**
@@ -977,6 +1002,14 @@ export declare type UsageRow = Message<"gateway.admin.v1.UsageRow"> & {
    * @generated from field: string transport = 11;
    */
   transport: string;
+
+  /**
+   * The caller's address, as its status block's client_ip (behind trusted proxies, the forwarded one);
+   * empty for calls recorded before the ledger kept addresses.
+   *
+   * @generated from field: string client_ip = 12;
+   */
+  clientIp: string;
 };
 
 /**
