@@ -277,6 +277,7 @@ describe("the console", () => {
     expect(await byAddress.locator("tbody tr").first().locator("td").allTextContents()).toEqual(["127.0.0.1", "6", "5", key]);
     expect(await latest.getByRole("cell", { name: "127.0.0.1", exact: true }).count()).toBe(6);
     await page.screenshot({ path: join(shots, "7-usage.png"), fullPage: true });
+    const refusedId = (await latest.locator("tbody tr").filter({ hasText: "4003" }).locator("code").textContent())!;
     await page.getByLabel("From address").fill("10.0.0.0/8");
     await page.getByRole("button", { name: "Show usage" }).click();
     await expect.poll(() => page.getByTestId("figure-calls").textContent()).toBe("0");
@@ -286,6 +287,14 @@ describe("the console", () => {
     await page.getByLabel("From address").fill("127.0.0.0/40");
     await page.getByRole("button", { name: "Show usage" }).click();
     await page.getByText(`the calls' address: "127.0.0.0/40": a network's prefix is 0 to 32`).waitFor();
+    // One call by the request id its caller quotes (the 4003's, from the table), found whatever the days asked.
+    await page.getByLabel("From address").fill("");
+    await page.getByLabel("Request id").fill(refusedId);
+    await page.getByLabel("From", { exact: true }).fill("2020-01-01");
+    await page.getByLabel("To", { exact: true }).fill("2020-01-02");
+    await page.getByRole("button", { name: "Show usage" }).click();
+    await expect.poll(() => page.getByTestId("figure-calls").textContent()).toBe("1");
+    expect(await page.getByRole("table", { name: "Latest calls" }).locator("tbody tr code").allTextContents()).toEqual([refusedId]);
     const rows = (await gw.runtime.meter.query({ account: key, rows: 10 })).rows;
     expect(rows.map((r) => r.transport).sort()).toEqual(["connect", "connect", "connect", "grpc-web", "legacy", "legacy"]);
 

@@ -38,27 +38,29 @@ function row(account: string | undefined, clientIp: string | undefined, charge: 
   };
 }
 
-async function recordCalls(meter: Meter, a: string, b: string): Promise<void> {
-  await Promise.all([
-    meter.record(row(a, "10.1.2.3"), undefined),
-    meter.record(row(a, "10.1.2.3", "charged", true), undefined),
+async function recordCalls(meter: Meter, a: string, b: string): Promise<LedgerRow[]> {
+  const rows = [
+    row(a, "10.1.2.3"),
+    row(a, "10.1.2.3", "charged", true),
     // An IPv4 caller on a dual-stack socket, as Node reports it.
-    meter.record(row(a, "::ffff:10.9.9.9"), undefined),
-    meter.record(row(a, "2001:db8::7", "ignored"), undefined),
+    row(a, "::ffff:10.9.9.9"),
+    row(a, "2001:db8::7", "ignored"),
     // Written before the ledger kept addresses.
-    meter.record(row(a, undefined), undefined),
-    meter.record(row(b, "10.1.2.3"), undefined),
+    row(a, undefined),
+    row(b, "10.1.2.3"),
     // No account: counted per address, not stored as a row.
-    meter.record(row(undefined, "198.51.100.7", "ignored"), undefined),
-    meter.record(row(undefined, "198.51.100.7", "ignored"), undefined),
-  ]);
+    row(undefined, "198.51.100.7", "ignored"),
+    row(undefined, "198.51.100.7", "ignored"),
+  ];
+  await Promise.all(rows.map((r) => meter.record(r, undefined)));
   await meter.flush();
+  return rows;
 }
 
 /** A report's totals as `account address charge calls amount hits`, in its order. */
 const lines = (r: UsageReport) => r.totals.map((t) => `${t.account ?? "-"} ${t.clientIp ?? "?"} ${t.charge} ${t.calls} ${t.amount} ${t.cacheHits}`);
 
-async function expectAddresses(meter: Meter, a: string, b: string): Promise<void> {
+async function expectAddresses(meter: Meter, a: string, b: string, recorded: LedgerRow[]): Promise<void> {
   const all = await meter.query({ from: day, to: day, byAddress: true, rows: 20 });
   expect(lines(all)).toEqual([
     "- 198.51.100.7 ignored 2 0 0",
@@ -86,18 +88,27 @@ async function expectAddresses(meter: Meter, a: string, b: string): Promise<void
   expect(lines(await meter.query({ address: "198.51.100.7", account: a }))).toEqual([]);
   const none = await meter.query({ address: "192.0.2.1", rows: 5 });
   expect([none.totals.length, none.rows.length]).toEqual([0, 0]);
+
+  // One call by its request id: its row and its total, whatever else is asked; a call with no account has no row to find.
+  const one = await meter.query({ requestId: recorded[2]!.requestId, rows: 5, byAddress: true });
+  expect([lines(one), one.rows.map((r) => `${r.requestId} ${r.clientIp}`)]).toEqual([[`${a} ::ffff:10.9.9.9 charged 1 50000 0`], [`${recorded[2]!.requestId} ::ffff:10.9.9.9`]]);
+  expect((await meter.query({ requestId: recorded[2]!.requestId, account: b, rows: 5 })).rows).toEqual([]);
+  for (const id of [recorded[6]!.requestId, "addr-99999999"]) {
+    const found = await meter.query({ requestId: id, rows: 5 });
+    expect([found.totals, found.rows], id).toEqual([[], []]);
+  }
 }
 
 describe("the embedded store", () => {
   it("keeps each call's address and answers usage by address, also past retention", async () => {
     const db = openDatabase(":memory:");
     const meter = new SqliteMeter(db);
-    await recordCalls(meter, "acct-a", "acct-b");
-    await expectAddresses(meter, "acct-a", "acct-b");
+    await expectAddresses(meter, "acct-a", "acct-b", await recordCalls(meter, "acct-a", "acct-b"));
     // Past retention the rows are folded into totals with no address: per address they are "", and no filter matches them.
     meter.expire("2026-11-25");
     expect(lines(await meter.query({ account: "acct-a", byAddress: true }))).toEqual(["acct-a  charged 4 200000 1", "acct-a  ignored 1 0 0"]);
     expect((await meter.query({ address: "10.0.0.0/8" })).totals).toEqual([]);
+    expect((await meter.query({ requestId: "addr-00000001" })).totals).toEqual([]);
     db.close();
   });
 });
@@ -118,12 +129,12 @@ describe("PostgreSQL", () => {
   it("keeps each call's address and answers usage by address as the embedded store does", async () => {
     const meter = new PostgresMeter(pool, { holder: "addresses" });
     try {
-      await recordCalls(meter, "acct-a", "acct-b");
-      await expectAddresses(meter, "acct-a", "acct-b");
+      await expectAddresses(meter, "acct-a", "acct-b", await recordCalls(meter, "acct-a", "acct-b"));
       // A day folded past retention has no address.
       await pool.query("INSERT INTO ledger_daily_totals (day, account, operation, error_code, charge, calls, amount, cache_hits) VALUES ('2026-01-01', 'acct-a', 'retail/item_get', 0, 'charged', 7, 350000, 0)");
       expect(lines(await meter.query({ account: "acct-a", to: "2026-01-01", byAddress: true }))).toEqual(["acct-a  charged 7 350000 0"]);
       expect((await meter.query({ address: "10.0.0.0/8", to: "2026-01-01" })).totals).toEqual([]);
+      expect((await meter.query({ requestId: "addr-00000001", to: "2026-01-01" })).totals).toEqual([]);
     } finally {
       meter.close();
     }
@@ -186,5 +197,19 @@ describe("behind the app, each call from the address its proxy forwards", () => 
     expect([json.totals.map((t) => t.calls), json.rows.map((r) => `${r.transport} ${r.clientIp}`)]).toEqual([[1], ["grpc 2001:db8::7"]]);
     const bad = await runCli(["usage", "--address", "example.com"], env);
     expect([bad.code, bad.stderr]).toEqual([2, expect.stringContaining(`the calls' address: "example.com" is not an address or a network`)]);
+  });
+
+  it("finds one call by the request id its caller quotes, on the AdminService and the CLI", async () => {
+    const a = await gw.newAccount({ name: "quoting" });
+    const client = createClient(RetailService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }));
+    const res = await client.itemGet({ numIid: demo.retailNumIid }, { headers: { "x-api-key": a.key, "x-api-secret": a.secret, "x-forwarded-for": "10.7.7.7" } });
+    const id = res.status!.requestId;
+    for (let i = 0; i < 3; i++) await legacy(a, "10.7.7.7");
+    const admin = createClient(AdminService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }));
+    const found = await admin.queryUsage({ requestId: id, rows: 10 }, { headers: { authorization: `Bearer ${adminToken}` } });
+    expect([found.calls, found.rows.map((r) => `${r.requestId} ${r.account === a.key} ${r.transport} ${r.clientIp}`)]).toEqual([1n, [`${id} true connect 10.7.7.7`]]);
+    const cli = await runCli(["usage", "--request-id", id, "--json"], { GATEWAY_DATA_DIR: gw.config.dataDir });
+    const json = JSON.parse(cli.stdout) as { totals: { calls: number }[]; rows: { requestId: string; clientIp: string }[] };
+    expect([json.totals.map((t) => t.calls), json.rows.map((r) => `${r.requestId} ${r.clientIp}`)]).toEqual([[1], [`${id} 10.7.7.7`]]);
   });
 });

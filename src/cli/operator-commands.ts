@@ -47,6 +47,7 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
       rows: { type: "string" },
       address: { type: "string" },
       "by-address": { type: "boolean", default: false },
+      "request-id": { type: "string" },
       json: { type: "boolean", default: false },
     },
   });
@@ -61,9 +62,11 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
       to: values.to ?? values.day,
       operation: values.operation === undefined ? undefined : runtime.admin.operation(values.operation),
       code: values.code === undefined ? undefined : (Number(values.code) as ErrorCode),
-      rows: values.rows === undefined ? 0 : Number(values.rows),
+      // One call asked for by its id is shown as its row.
+      rows: values.rows === undefined ? (values["request-id"] === undefined ? 0 : 1) : Number(values.rows),
       address,
       byAddress: values["by-address"],
+      requestId: values["request-id"],
     });
     const totals = report.totals.map((t) => ({ ...t, code: fourDigits(t.code), amount: formatMoney(t.amount) }));
     const rows = report.rows.map((r) => ({ ...r, code: fourDigits(r.code), price: formatMoney(r.price) }));

@@ -1,5 +1,5 @@
 // Usage: per account or overall, over a range of days (and, if asked, from
-// one address or network): calls per day by operation and by charge class,
+// one address or network, or one call by its request id): calls per day by operation and by charge class,
 // the amount spent and the cache-hit share, as charts (uPlot) with the tables
 // beneath, and where the calls came from. Every figure is QueryUsage's.
 import uPlot from "uplot";
@@ -87,6 +87,7 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
   const from = h("input", { type: "date", name: "from", value: isoDay(new Date(last.getTime() - 14 * 86_400_000)), required: true });
   const to = h("input", { type: "date", name: "to", value: isoDay(last), required: true });
   const address = h("input", { type: "text", name: "client_ip", placeholder: "any", autocomplete: "off", spellcheck: false, size: 18 });
+  const requestId = h("input", { type: "text", name: "request_id", placeholder: "any", autocomplete: "off", spellcheck: false, size: 22 });
   const out = h("div", { "aria-live": "polite" });
   // Each reading is numbered: only the last one asked for is shown, whatever order the answers come in
   // (the first reading, of all accounts, answered after a later one asked for one account, showed all).
@@ -98,7 +99,9 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
     out.replaceChildren(notice("ok", "Reading usage…"));
     let report: QueryUsageResponse;
     try {
-      report = await shell.client.queryUsage({ account: account.value, from: from.value, to: to.value, rows: 50, clientIp: address.value.trim(), byAddress: true });
+      // One call asked for by its id is found whatever its day.
+      const one = requestId.value.trim() !== "";
+      report = await shell.client.queryUsage({ account: account.value, from: one ? "" : from.value, to: one ? "" : to.value, rows: 50, clientIp: address.value.trim(), byAddress: true, requestId: requestId.value.trim() });
     } catch (err) {
       if (reading !== asked) return;
       if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
@@ -178,6 +181,7 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
     field("From", from, "in each account's own days"),
     field("To", to),
     field("From address", address, "an address or network, e.g. 10.0.0.0/8"),
+    field("Request id", requestId, "one call, any day, as its status block names it"),
     h("button", { type: "submit" }, "Show usage"),
   );
   main.replaceChildren(h("h1", {}, "Usage"), form, out);

@@ -103,6 +103,12 @@ export interface UsageQuery {
   readonly address?: string | undefined;
   /** Totals per caller's address as well (`UsageTotal.clientIp`). */
   readonly byAddress?: boolean | undefined;
+  /**
+   * Only the call with this request id (its status block's `request_id`, the
+   * id a 4000 asks the caller to quote): its row. Calls with no account,
+   * counted rather than stored, and days folded past retention have none.
+   */
+  readonly requestId?: string | undefined;
 }
 
 export interface UsageTotal {

@@ -443,10 +443,13 @@ export class SqliteMeter implements Meter {
     if (q.to !== undefined) (where.push("day <= :to"), (params.to = q.to));
     if (q.operation !== undefined) (where.push("operation = :operation"), (params.operation = q.operation));
     if (q.code !== undefined) (where.push("error_code = :code"), (params.code = q.code));
+    if (q.requestId !== undefined) (where.push("request_id = :requestId"), (params.requestId = q.requestId));
     const accountWhere = q.account !== undefined ? [...where, "account = :account"] : where;
     if (q.account !== undefined) params.account = q.account;
     const filter = (w: string[]) => (w.length > 0 ? `WHERE ${w.join(" AND ")}` : "");
-    const refusals = q.account === undefined;
+    // Calls with no account are counted, not stored, and folded days keep totals: neither has a request id.
+    const refusals = q.account === undefined && q.requestId === undefined;
+    const folded = q.address === undefined && q.requestId === undefined;
     if (q.address !== undefined) {
       // The addresses held are matched here (a network, an IPv4 caller written as IPv6), then asked for by name.
       const held = this.db.prepare(
@@ -461,7 +464,7 @@ export class SqliteMeter implements Meter {
       `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, ${address("coalesce(client_ip, '')")} AS client_ip,
        count(*) AS calls, sum(price) AS amount, sum(cache_hit) AS cache_hits FROM ledger ${filter(accountWhere)} GROUP BY 1, 2, 3, 4, 5, 6`,
       // Folded past retention, with no address: no address filter matches them.
-      ...(q.address === undefined ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits FROM ledger_daily_totals ${filter(accountWhere)}`] : []),
+      ...(folded ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits FROM ledger_daily_totals ${filter(accountWhere)}`] : []),
       ...(refusals ? [`SELECT '' AS account, day, operation, error_code, charge, ${address("client_ip")} AS client_ip, calls, 0 AS amount, 0 AS cache_hits FROM refusals ${filter(where)}`] : []),
     ];
     const totals = this.db.prepare(

@@ -348,10 +348,13 @@ export class PostgresMeter implements Meter {
     if (q.to !== undefined) add("day <= ?", q.to);
     if (q.operation !== undefined) add("operation = ?", q.operation);
     if (q.code !== undefined) add("error_code = ?", q.code);
+    if (q.requestId !== undefined) add("request_id = ?", q.requestId);
     const common = [...where];
     if (q.account !== undefined) add("account = ?", q.account);
     const filter = (w: string[]) => (w.length > 0 ? `WHERE ${w.join(" AND ")}` : "");
-    const refusals = q.account === undefined;
+    // Calls with no account are counted, not stored, and folded days keep totals: neither has a request id.
+    const refusals = q.account === undefined && q.requestId === undefined;
+    const folded = q.address === undefined && q.requestId === undefined;
     if (q.address !== undefined) {
       // The addresses held are matched here (a network, an IPv4 caller written as IPv6), then asked for by name.
       const held = await this.pool.query<{ client_ip: string }>(
@@ -367,7 +370,7 @@ export class PostgresMeter implements Meter {
       `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, ${address("coalesce(client_ip, '')")} AS client_ip,
          count(*) AS calls, sum(price) AS amount, count(*) FILTER (WHERE cache_hit) AS cache_hits FROM ledger ${filter(where)} GROUP BY 1, 2, 3, 4, 5, 6`,
       // Folded past retention, with no address: no address filter matches them.
-      ...(q.address === undefined ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits FROM ledger_daily_totals ${filter(where)}`] : []),
+      ...(folded ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits FROM ledger_daily_totals ${filter(where)}`] : []),
       ...(refusals ? [`SELECT '' AS account, day, operation, error_code, charge, ${address("client_ip")} AS client_ip, calls, 0 AS amount, 0 AS cache_hits FROM refusals ${filter(common)}`] : []),
     ];
     const totals = await this.pool.query<Record<string, string>>(

@@ -312,6 +312,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
             rows: Math.max(0, Math.min(req.rows, 10_000)),
             address: req.clientIp ? usageAddress(req.clientIp) : undefined,
             byAddress: req.byAddress,
+            requestId: req.requestId || undefined,
           });
           let calls = 0n;
           let charged = 0n;

@@ -874,6 +874,15 @@ export declare type QueryUsageRequest = Message<"gateway.admin.v1.QueryUsageRequ
    * @generated from field: bool by_address = 8;
    */
   byAddress: boolean;
+
+  /**
+   * Only the call with this request id (its status block's request_id, the id a 4000 asks the caller to
+   * quote): its row, with rows > 0, and its total. Calls with no account (counted, not stored) and days
+   * folded past retention have no row to find.
+   *
+   * @generated from field: string request_id = 9;
+   */
+  requestId: string;
 };
 
 /**
