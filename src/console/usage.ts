@@ -4,7 +4,8 @@
 // beneath, and where the calls came from. Every figure is QueryUsage's.
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
-import { Charge, type QueryUsageResponse } from "../gen/gateway/admin/v1/admin_pb.js";
+import type { QueryUsageResponse } from "../gen/gateway/admin/v1/admin_pb.js";
+import { Charge } from "../gen/gateway/catalogue/v1/status_pb.js";
 import { fourDigits, inWords, isUnauthenticated } from "./api.ts";
 import { field, h, notice } from "./dom.ts";
 import type { Shell } from "./main.ts";

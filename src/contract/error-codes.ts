@@ -1,4 +1,4 @@
-import { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
+import { Charge, ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 
 /**
  * How a call with this outcome is billed (spec section 7): `charged` calls
@@ -6,6 +6,9 @@ import { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
  * gateway's or the source's fault; `ignored` are the caller's own mistakes.
  */
 export type ChargeClass = "charged" | "uncharged" | "ignored";
+
+/** Each charge class as the RPC services' `Charge` says it. */
+export const chargeOf: Readonly<Record<ChargeClass, Charge>> = { charged: Charge.CHARGED, uncharged: Charge.UNCHARGED, ignored: Charge.IGNORED };
 
 /** The canonical gRPC status names this contract uses (grpc/status codes, as Connect spells them). */
 export type RpcStatus =

@@ -134,6 +134,21 @@ export interface UsageReport {
   readonly rows: readonly LedgerRow[];
 }
 
+/** The sums over usage totals: every call, the charged ones, what they cost and how many the cache answered. */
+export function usageSums(totals: readonly UsageTotal[]): { readonly calls: bigint; readonly chargedCalls: bigint; readonly amount: Micros; readonly cacheHits: bigint } {
+  let calls = 0n;
+  let chargedCalls = 0n;
+  let amount = 0n;
+  let cacheHits = 0n;
+  for (const t of totals) {
+    calls += BigInt(t.calls);
+    cacheHits += BigInt(t.cacheHits);
+    if (t.charge === "charged") chargedCalls += BigInt(t.calls);
+    amount += t.amount;
+  }
+  return { calls, chargedCalls, amount, cacheHits };
+}
+
 /**
  * Limits and billing. `admit` lets a call through its account's concurrency
  * limit (4008), daily maximum (4013) and balance (4016), reserving a place

@@ -3,6 +3,7 @@ import { Code, ConnectError, createContextKey, type ConnectRouter, type HandlerC
 import type { AdminTokens } from "../../core/admin-tokens.ts";
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { OperationId } from "../../contract/operations.ts";
+import { chargeOf } from "../../contract/error-codes.ts";
 import { AccountAdminError, AccountNotFoundError, usageAddress, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
 import { AccountPageError } from "../../core/account-pages.ts";
 import type { Account } from "../../core/accounts.ts";
@@ -11,7 +12,7 @@ import { noTelemetry, type Telemetry } from "../../core/telemetry.ts";
 import { clientIpKey } from "./context.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
 import { refusalError, rpcTransportOf } from "./status-error.ts";
-import type { LedgerRow, Meter, UsageTotal } from "../../core/meter.ts";
+import { usageSums, type LedgerRow, type Meter, type UsageTotal } from "../../core/meter.ts";
 import type { OperatorSwitches } from "../../core/operator-switches.ts";
 import { formatMoney, MoneyError, parseMoney } from "../../core/money.ts";
 import {
@@ -24,7 +25,6 @@ import {
   BalanceChangeSchema,
   AllowedFromSchema,
   CallRateSchema,
-  Charge,
   MaintenanceChangeSchema,
   OperationState,
   UsageRowSchema,
@@ -35,7 +35,6 @@ import {
 import type { CallRate } from "../../core/call-rate.ts";
 
 const states = { enabled: OperationState.ENABLED, stopped: OperationState.STOPPED } as const;
-const charges = { charged: Charge.CHARGED, uncharged: Charge.UNCHARGED, ignored: Charge.IGNORED } as const;
 const changeKinds = { opening: BalanceChangeKind.OPENING, "top-up": BalanceChangeKind.TOP_UP, carried: BalanceChangeKind.CARRIED, unbilled: BalanceChangeKind.UNBILLED } as const;
 const eventKinds: Record<AccountEvent["kind"], AccountEventKind> = {
   created: AccountEventKind.CREATED,
@@ -82,7 +81,7 @@ function totalMessage(t: UsageTotal) {
     day: t.day,
     operation: t.operation ?? "",
     errorCode: t.code,
-    charge: charges[t.charge],
+    charge: chargeOf[t.charge],
     calls: BigInt(t.calls),
     amount: formatMoney(t.amount),
     cacheHits: BigInt(t.cacheHits),
@@ -98,7 +97,7 @@ function rowMessage(r: LedgerRow) {
     account: r.account ?? "",
     operation: r.operation ?? "",
     errorCode: r.code,
-    charge: charges[r.charge],
+    charge: chargeOf[r.charge],
     price: formatMoney(r.price),
     cacheHit: r.cacheHit,
     latencyUs: BigInt(r.latencyMicros),
@@ -314,17 +313,8 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
             byAddress: req.byAddress,
             requestId: req.requestId || undefined,
           });
-          let calls = 0n;
-          let charged = 0n;
-          let amount = 0n;
-          let cacheHits = 0n;
-          for (const t of report.totals) {
-            calls += BigInt(t.calls);
-            cacheHits += BigInt(t.cacheHits);
-            if (t.charge === "charged") charged += BigInt(t.calls);
-            amount += t.amount;
-          }
-          return { totals: report.totals.map(totalMessage), rows: report.rows.map(rowMessage), calls, chargedCalls: charged, amount: formatMoney(amount), cacheHits };
+          const sums = usageSums(report.totals);
+          return { totals: report.totals.map(totalMessage), rows: report.rows.map(rowMessage), ...sums, amount: formatMoney(sums.amount) };
         }),
       },
       { interceptors: [...(options.interceptors ?? []), requireAdminToken(options.token, options.lockout, options.telemetry, ports.admins)] },

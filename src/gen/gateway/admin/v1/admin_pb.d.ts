@@ -4,7 +4,7 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
-import type { ErrorCode } from "../../catalogue/v1/status_pb.js";
+import type { Charge, ErrorCode } from "../../catalogue/v1/status_pb.js";
 
 /**
  * Describes the file gateway/admin/v1/admin.proto.
@@ -916,7 +916,7 @@ export declare type UsageTotal = Message<"gateway.admin.v1.UsageTotal"> & {
   errorCode: ErrorCode;
 
   /**
-   * @generated from field: gateway.admin.v1.Charge charge = 5;
+   * @generated from field: gateway.catalogue.v1.Charge charge = 5;
    */
   charge: Charge;
 
@@ -988,7 +988,7 @@ export declare type UsageRow = Message<"gateway.admin.v1.UsageRow"> & {
   errorCode: ErrorCode;
 
   /**
-   * @generated from field: gateway.admin.v1.Charge charge = 7;
+   * @generated from field: gateway.catalogue.v1.Charge charge = 7;
    */
   charge: Charge;
 
@@ -1395,44 +1395,6 @@ export enum OperationState {
  * Describes the enum gateway.admin.v1.OperationState.
  */
 export declare const OperationStateSchema: GenEnum<OperationState>;
-
-/**
- * How a call was billed (spec section 7).
- *
- * @generated from enum gateway.admin.v1.Charge
- */
-export enum Charge {
-  /**
-   * @generated from enum value: CHARGE_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * 0000 and 2000: counted and deducted.
-   *
-   * @generated from enum value: CHARGE_CHARGED = 1;
-   */
-  CHARGED = 1,
-
-  /**
-   * The gateway's or the source's fault: not counted, not deducted.
-   *
-   * @generated from enum value: CHARGE_UNCHARGED = 2;
-   */
-  UNCHARGED = 2,
-
-  /**
-   * The caller's own mistake (4003-4016): not counted, not deducted.
-   *
-   * @generated from enum value: CHARGE_IGNORED = 3;
-   */
-  IGNORED = 3,
-}
-
-/**
- * Describes the enum gateway.admin.v1.Charge.
- */
-export declare const ChargeSchema: GenEnum<Charge>;
 
 /**
  * @generated from enum gateway.admin.v1.BalanceChangeKind

@@ -11,8 +11,6 @@ import type { Message } from "@bufbuild/protobuf";
 export declare const file_gateway_catalogue_v1_status: GenFile;
 
 /**
- * Languages of a response (legacy `language` object).
- *
  * @generated from message gateway.catalogue.v1.LanguageInfo
  */
 export declare type LanguageInfo = Message<"gateway.catalogue.v1.LanguageInfo"> & {
@@ -444,4 +442,43 @@ export enum Lang {
  * Describes the enum gateway.catalogue.v1.Lang.
  */
 export declare const LangSchema: GenEnum<Lang>;
+
+/**
+ * Languages of a response (legacy `language` object).
+ * How a call was billed (spec section 7): each error code's billing, for usage reports.
+ *
+ * @generated from enum gateway.catalogue.v1.Charge
+ */
+export enum Charge {
+  /**
+   * @generated from enum value: CHARGE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * 0000 and 2000: counted and deducted.
+   *
+   * @generated from enum value: CHARGE_CHARGED = 1;
+   */
+  CHARGED = 1,
+
+  /**
+   * The gateway's or the source's fault: not counted, not deducted.
+   *
+   * @generated from enum value: CHARGE_UNCHARGED = 2;
+   */
+  UNCHARGED = 2,
+
+  /**
+   * The caller's own mistake (4003-4016): not counted, not deducted.
+   *
+   * @generated from enum value: CHARGE_IGNORED = 3;
+   */
+  IGNORED = 3,
+}
+
+/**
+ * Describes the enum gateway.catalogue.v1.Charge.
+ */
+export declare const ChargeSchema: GenEnum<Charge>;
 
