@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { formatDateTime } from "../src/core/clock.ts";
 import { legacySign, legacySigningKey } from "../src/core/legacy-signature.ts";
 import { WholesaleService } from "../src/gen/gateway/catalogue/v1/wholesale_pb.js";
+import { AccountService } from "../src/gen/gateway/account/v1/account_pb.js";
 import { root, runCli } from "./support/cli.ts";
 import { FakeUpstream } from "./support/fake-upstream.ts";
 import { demo } from "./support/gateway-fixture.ts";
@@ -184,6 +185,17 @@ describe("three replicas in shared mode", () => {
     const codes = (await spread(30, a)).map((r) => r.code);
     expect(codes.filter((c) => c === "0000")).toHaveLength(3);
     expect((await one("SELECT micros::text AS m FROM balances WHERE account = $1", [a.key])).m).toBe("100000");
+    // The team reads the same from any replica with its own key (the AccountService): its balance, its day, its totals.
+    // The day's count is api_info's, which a replica rereads at most once a second: another replica's calls show within it.
+    await new Promise((r) => setTimeout(r, 1100));
+    for (const r of replicas) {
+      const self = createClient(AccountService, createGrpcTransport({ baseUrl: r.base }));
+      const headers = { "x-api-key": a.key, "x-api-secret": a.secret };
+      const me = await self.getMyAccount({}, { headers });
+      expect([me.balance, me.today, me.remainingToday]).toEqual(["0.1", 3n, 9997n]);
+      const usage = await self.queryMyUsage({}, { headers });
+      expect([usage.chargedCalls, usage.amount, usage.calls]).toEqual([3n, "0.9", 30n]);
+    }
   });
 
   it("refuse on every replica a sign used on one", async () => {

@@ -89,9 +89,11 @@ export class Authenticator {
    * The account whose credentials these are: 4014 without a key, 4004 for
    * an unknown one, 4005 when they do not prove it. At once (a refusal
    * thrown) when the store answers at once and the credentials are a
-   * secret; a signed call waits for its replay check (MaybeAsync).
+   * secret; a signed call waits for its replay check (MaybeAsync). Without
+   * an operation (a read of the caller's own account), a legacy `sign`,
+   * which signs an operation's parameters, proves nothing.
    */
-  identify(operation: Operation, credentials: Credentials, now: number): MaybeAsync<Account> {
+  identify(operation: Operation | undefined, credentials: Credentials, now: number): MaybeAsync<Account> {
     if (credentials.kind === "unsupported") {
       throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, `the Authorization scheme ${credentials.scheme.slice(0, 32)} is not supported; send the key alone, Bearer <key>, Gateway-Key <key> or ${signatureScheme}`);
     }
@@ -102,10 +104,11 @@ export class Authenticator {
   }
 
   /** The account found for the key, once the credentials prove it. */
-  private proven(account: Account | undefined, credentials: Exclude<Credentials, { kind: "unsupported" }>, operation: Operation, now: number): MaybeAsync<Account> {
+  private proven(account: Account | undefined, credentials: Exclude<Credentials, { kind: "unsupported" }>, operation: Operation | undefined, now: number): MaybeAsync<Account> {
     if (account === undefined) throw new GatewayError(ErrorCode.ACCOUNT_NOT_FOUND, "no account has this key");
     switch (credentials.kind) {
       case "legacy-signed":
+        if (operation === undefined) throw new GatewayError(ErrorCode.INVALID_CREDENTIALS, "a legacy sign signs a catalogue call; send the secret or an HMAC signature of this method");
         return this.checkLegacySigned(account, credentials, operation, now).then(() => account);
       case "hmac":
         return this.checkHmac(account, credentials, now).then(() => account);

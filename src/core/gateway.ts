@@ -12,11 +12,12 @@ import type { TranslationReport } from "./translation.ts";
 import type { Found, NotFound } from "./catalogue-source.ts";
 import { dayOf, formatDateTime, nextDayStarts, previousDay, systemClock, type Clock } from "./clock.ts";
 import { GatewayError, type Limit } from "./gateway-error.ts";
-import { AddressNotAllowed } from "./allowed-addresses.ts";
+import { AddressNotAllowed, addressAllowed } from "./allowed-addresses.ts";
 import type { Args, Operation } from "./operation.ts";
 import { createRequestIdGenerator } from "./request-id.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
-import type { Admission, Meter, Transport, UsageSummary } from "./meter.ts";
+import type { Admission, Meter, Transport, UsageQuery, UsageReport, UsageSummary } from "./meter.ts";
+import type { Micros } from "./money.ts";
 import type { OperatorSwitches } from "./operator-switches.ts";
 import type { EntryMemo } from "./response-cache.ts";
 import { noTelemetry, type AbandonStage, type StoppedWaiting, type Telemetry } from "./telemetry.ts";
@@ -99,6 +100,19 @@ export type Outcome =
       /** The limit that refused the call, if one did: transports tell the caller when to come back. */
       readonly refusedBy?: LimitRefusal | undefined;
     };
+
+/** A caller asking about its own account (Gateway.identifyCaller): who it says it is, from where. */
+export interface CallerInput {
+  readonly credentials: Credentials;
+  readonly transport: Transport;
+  readonly clientIp: string;
+  readonly requestId?: string | undefined;
+}
+
+/** The account a caller proved is its own, or its refusal with the status block a call's would carry. */
+export type CallerIdentity =
+  | { readonly kind: "account"; readonly account: Account; readonly requestId: string; readonly now: number }
+  | { readonly kind: "refused"; readonly status: StatusBlock; readonly unauthenticated: boolean; readonly refusedBy: LimitRefusal | undefined };
 
 export interface GatewayOptions {
   /** IANA zone of `server_time` and `secache_date`. */
@@ -222,13 +236,8 @@ export class Gateway {
     let notAllowedHere = false;
     // Each step awaits only a promise: a port that answers at once is not waited for (MaybeAsync).
     try {
-      try {
-        const locked = this.lockout.check(input.clientIp, now);
-        if (locked instanceof Promise) await locked;
-      } catch (e) {
-        this.telemetry.authFailed("address_locked");
-        throw e;
-      }
+      const locked = this.lockedOut(input.clientIp, now);
+      if (locked instanceof Promise) await locked;
       if (input.malformed !== undefined) throw new GatewayError(ErrorCode.PARAM_ERROR, input.malformed);
       const identified = this.authenticator.identify(operation, input.credentials, now);
       account = identified instanceof Promise ? await identified : identified;
@@ -262,13 +271,8 @@ export class Gateway {
         code = e.code;
         reason = e.message;
         notAllowedHere = e instanceof AddressNotAllowed;
-        if (e.limit !== undefined) {
-          // The daily maximum admits again when the account's day ends, which only the core knows (it names the day).
-          // Whole ms, at least 1, here once: every transport says it as it is.
-          const wait = e.limit === "daily_max" && account !== undefined ? nextDayStarts(dayOf(now, account.zone), account.zone) - now : e.retryAfterMs;
-          refusedBy = { limit: e.limit, retryAfterMs: wait === undefined ? undefined : Math.max(1, Math.ceil(wait)) };
-          this.telemetry.callLimited(operation.id, e.limit);
-        }
+        refusedBy = this.refusalOf(e, account, now);
+        if (refusedBy !== undefined) this.telemetry.callLimited(operation.id, refusedBy.limit);
         if (code === ErrorCode.SERVER_INTERNAL_ERROR) this.ports.log?.error({ err: e.cause ?? e, requestId }, e.message);
       } else {
         this.ports.log?.error({ err: e, requestId }, "call failed inside the gateway");
@@ -277,12 +281,9 @@ export class Gateway {
       }
     }
 
-    // A failed authentication counts against the caller's address, and is answered more slowly as they pile up.
-    if (code === ErrorCode.ACCOUNT_NOT_FOUND || code === ErrorCode.INVALID_CREDENTIALS) {
-      this.telemetry.authFailed(code === ErrorCode.ACCOUNT_NOT_FOUND ? "unknown_key" : notAllowedHere ? "address_not_allowed" : "bad_credentials");
-      const hold = await this.lockout.failed(input.clientIp, now).catch(() => 0);
-      if (hold > 0) await new Promise((r) => setTimeout(r, hold));
-    }
+    // Awaited only when there is something to wait for: a call's path to its row takes no turn it does not need.
+    const failed = this.authenticationFailed(code, notAllowedHere, input.clientIp, now);
+    if (failed !== undefined) await failed;
 
     // The response waits for its ledger row: nothing charged goes unrecorded.
     const charge = errorCodeInfo(code).charge;
@@ -344,6 +345,92 @@ export class Gateway {
     status.secacheDate = formatDateTime(answer.storedAt * 1000, this.options.timeZone);
     status.lastId = operation.lastId(answer.value);
     return { kind: "success", operation, status, item: answer.value, memo };
+  }
+
+  /**
+   * Who a caller is, for a read of its own account (the AccountService):
+   * its credentials checked as a call's are, with the lockout of its
+   * address before them and the addresses its account lists after them, and
+   * a failure counted against the address as a call's is. A stopped or
+   * expired account is still its own to read. Nothing is charged, counted
+   * against a limit or written to the ledger.
+   */
+  async identifyCaller(input: CallerInput): Promise<CallerIdentity> {
+    const now = this.options.clock.now();
+    const requestId = input.requestId ?? this.nextRequestId();
+    let account: Account | undefined;
+    try {
+      const locked = this.lockedOut(input.clientIp, now);
+      if (locked instanceof Promise) await locked;
+      const identified = this.authenticator.identify(undefined, input.credentials, now);
+      account = identified instanceof Promise ? await identified : identified;
+      if (!addressAllowed(account.allowedFrom, input.clientIp)) throw new AddressNotAllowed(input.clientIp);
+      return { kind: "account", account, requestId, now };
+    } catch (e) {
+      let code = ErrorCode.SERVER_INTERNAL_ERROR;
+      let reason = `internal error; quote request id ${requestId}`;
+      if (e instanceof GatewayError) {
+        code = e.code;
+        reason = e.message;
+        if (code === ErrorCode.SERVER_INTERNAL_ERROR) this.ports.log?.error({ err: e.cause ?? e, requestId }, e.message);
+      } else {
+        this.ports.log?.error({ err: e, requestId }, "reading the caller's account failed inside the gateway");
+      }
+      await this.authenticationFailed(code, e instanceof AddressNotAllowed, input.clientIp, now);
+      const unauthenticated = code === ErrorCode.MISSING_URL_PARAM && account === undefined;
+      if (unauthenticated) this.telemetry.authFailed("missing_key");
+      const status = this.statusBlock(code, reason, now, requestId, "account", input.clientIp);
+      return { kind: "refused", status, unauthenticated, refusedBy: e instanceof GatewayError ? this.refusalOf(e, account, now) : undefined };
+    }
+  }
+
+  /** Where a caller's own account stands now (the AccountService): its day, the day's counts and its balance, as the meter has them. */
+  async ownStanding(account: Account, now: number): Promise<{ readonly day: string; readonly usage: UsageSummary; readonly balance: Micros | undefined }> {
+    const day = dayOf(now, account.zone);
+    const [usage, record] = await Promise.all([this.ports.meter.usage(account.key, day, previousDay(day)), this.ports.meter.balanceRecord(account.key)]);
+    return { day, usage, balance: record.balance };
+  }
+
+  /** The ledger's totals of a caller's own calls (the AccountService): narrowed to its account whatever else is asked, and no rows. */
+  ownUsage(account: Account, query: Pick<UsageQuery, "from" | "to" | "operation" | "byAddress">): Promise<UsageReport> {
+    return this.ports.meter.query({ from: query.from, to: query.to, operation: query.operation, byAddress: query.byAddress, account: account.key });
+  }
+
+  /** Refuses (4008) a caller whose address is locked out for failed authentications, and counts it; at once where the lockout answers at once. */
+  private lockedOut(clientIp: string, now: number): MaybeAsync<void> {
+    const counted = (e: unknown): never => {
+      this.telemetry.authFailed("address_locked");
+      throw e;
+    };
+    try {
+      const locked = this.lockout.check(clientIp, now);
+      return locked instanceof Promise ? locked.catch(counted) : locked;
+    } catch (e) {
+      return counted(e);
+    }
+  }
+
+  /** A refusal's limit and, in whole ms (at least 1), when it admits a call again, where that is known. */
+  private refusalOf(e: GatewayError, account: Account | undefined, now: number): LimitRefusal | undefined {
+    if (e.limit === undefined) return undefined;
+    // The daily maximum admits again when the account's day ends, which only the core knows (it names the day).
+    // Whole ms, at least 1, here once: every transport says it as it is.
+    const wait = e.limit === "daily_max" && account !== undefined ? nextDayStarts(dayOf(now, account.zone), account.zone) - now : e.retryAfterMs;
+    return { limit: e.limit, retryAfterMs: wait === undefined ? undefined : Math.max(1, Math.ceil(wait)) };
+  }
+
+  /**
+   * A failed authentication counts against the caller's address, and is
+   * answered more slowly as they pile up: the wait, or undefined for
+   * anything else.
+   */
+  private authenticationFailed(code: ErrorCode, notAllowedHere: boolean, clientIp: string, now: number): Promise<void> | undefined {
+    if (code !== ErrorCode.ACCOUNT_NOT_FOUND && code !== ErrorCode.INVALID_CREDENTIALS) return undefined;
+    this.telemetry.authFailed(code === ErrorCode.ACCOUNT_NOT_FOUND ? "unknown_key" : notAllowedHere ? "address_not_allowed" : "bad_credentials");
+    return this.lockout.failed(clientIp, now).then(
+      (hold) => (hold > 0 ? new Promise<void>((r) => setTimeout(r, hold)) : undefined),
+      () => undefined,
+    );
   }
 
   /**

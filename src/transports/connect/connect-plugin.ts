@@ -8,6 +8,7 @@ import type { Readiness } from "../../core/health.ts";
 import type { Telemetry } from "../../core/telemetry.ts";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { operations } from "../../operations/index.ts";
+import { accountRoutes } from "./account-service.ts";
 import { adminRoutes, type AdminPorts } from "./admin-service.ts";
 import { catalogueRoutes } from "./catalogue-services.ts";
 import { clientIpKey, requestIdKey } from "./context.ts";
@@ -42,7 +43,7 @@ export interface ConnectOptions {
 
 /**
  * The Connect, gRPC-Web and gRPC services on the app: the catalogue services,
- * the AdminService, gRPC health and server reflection (v1 and v1alpha), every
+ * the AccountService (a team's own account), the AdminService, gRPC health and server reflection (v1 and v1alpha), every
  * handler wrapped so an undecodable request is `invalid_argument` and a
  * catalogue request connect-node refuses carries its status block, internal
  * errors logged once, and each call told the caller's address and the
@@ -61,6 +62,7 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
     interceptors: [logInternal],
     routes: (router) => {
       // Service interceptors replace the router's, so the admin service is given the logger again.
+      accountRoutes(options.gateway)(router);
       if (options.admin) adminRoutes(options.admin.ports, { token: options.admin.token, lockout: options.lockout, interceptors: [logInternal], ...(options.telemetry ? { telemetry: options.telemetry } : {}) })(router);
       // Every service on the port, these two included, is named by health and listed by reflection.
       const services = [...catalogue.handlers, ...router.handlers].map((h) => [h.service.typeName, h.service] as const);

@@ -1,0 +1,110 @@
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
+import type { Gateway } from "../../core/gateway.ts";
+import { formatRate } from "../../core/call-rate.ts";
+import { usageSums, type UsageTotal } from "../../core/meter.ts";
+import { formatMoney } from "../../core/money.ts";
+import { operations as allOperations } from "../../operations/index.ts";
+import { chargeOf } from "../../contract/error-codes.ts";
+import {
+  AccountService,
+  AccountStatus,
+  GetMyAccountResponseSchema,
+  OperationState,
+  QueryMyUsageResponseSchema,
+  UsageTotalSchema,
+} from "../../gen/gateway/account/v1/account_pb.js";
+import { credentialFields, readCredentials } from "../credentials.ts";
+import { clientIpKey, requestIdKey } from "./context.ts";
+import { rpcTransportOf, statusError } from "./status-error.ts";
+
+const day = /^\d{4}-\d{2}-\d{2}$/;
+
+/**
+ * The AccountService: a team reads its own account with its own key
+ * (proto/gateway/account/v1/account.proto). Who the caller is, is decided
+ * by the core as for a catalogue call (Gateway.identifyCaller); a refusal is
+ * an error with the status block as detail, as a catalogue call's.
+ */
+export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void {
+  /** The caller's account, or the refusal thrown; `params` are what a signature of the call covers. */
+  const caller = async (ctx: HandlerContext, params: Record<string, string | undefined>) => {
+    const transport = rpcTransportOf(ctx.requestHeader.get("content-type"));
+    const who = await gateway.identifyCaller({
+      credentials: readCredentials({
+        field: (name) => ctx.requestHeader.get(credentialFields[name].header) ?? undefined,
+        authorization: ctx.requestHeader.get("authorization") ?? undefined,
+        method: "RPC",
+        path: `/${ctx.service.typeName}/${ctx.method.name}`,
+        params: () => params,
+      }),
+      transport,
+      clientIp: ctx.values.get(clientIpKey),
+      requestId: ctx.values.get(requestIdKey) || undefined,
+    });
+    if (who.kind === "refused") throw statusError(who.status, { unauthenticated: who.unauthenticated, refusedBy: who.refusedBy, transport });
+    return who;
+  };
+
+  return (router) =>
+    router.service(AccountService, {
+      async getMyAccount(_req, ctx) {
+        const { account: a, requestId, now } = await caller(ctx, {});
+        const { day: today, usage, balance } = await gateway.ownStanding(a, now);
+        return create(GetMyAccountResponseSchema, {
+          key: a.key,
+          name: a.name,
+          status: a.status === "stopped" ? AccountStatus.STOPPED : today > a.expires ? AccountStatus.EXPIRED : AccountStatus.ACTIVE,
+          expires: a.expires,
+          zone: a.zone,
+          day: today,
+          today: BigInt(usage.today),
+          dailyMax: BigInt(a.dailyMax),
+          remainingToday: BigInt(Math.max(0, a.dailyMax - usage.today)),
+          yesterday: BigInt(usage.yesterday),
+          before: BigInt(usage.before),
+          concurrency: a.concurrency,
+          rate: a.rate === undefined ? "" : formatRate(a.rate),
+          ...(balance !== undefined ? { balance: formatMoney(balance) } : {}),
+          prices: Object.fromEntries([...a.prices].map(([op, price]) => [op, formatMoney(price)])),
+          operations: Object.fromEntries([...a.operations].map(([op, state]) => [op, state === "enabled" ? OperationState.ENABLED : OperationState.STOPPED])),
+          allowedFrom: [...(a.allowedFrom ?? [])],
+          ...(a.previousSecret !== undefined && a.previousSecret.until > now ? { oldSecretUntilMs: BigInt(a.previousSecret.until) } : {}),
+          clientIp: ctx.values.get(clientIpKey),
+          requestId,
+        });
+      },
+
+      async queryMyUsage(req, ctx) {
+        // A signature covers what the call asks, under the request's field names, each that is sent.
+        const params: Record<string, string | undefined> = {};
+        if (req.from !== "") params.from = req.from;
+        if (req.to !== "") params.to = req.to;
+        if (req.operation !== "") params.operation = req.operation;
+        if (req.byAddress) params.by_address = "true";
+        const { account: a } = await caller(ctx, params);
+        for (const [name, value] of [["from", req.from], ["to", req.to]] as const) {
+          if (value !== "" && !day.test(value)) throw new ConnectError(`${name}: a day is YYYY-MM-DD, not ${JSON.stringify(value.slice(0, 32))}`, Code.InvalidArgument);
+        }
+        if (req.operation !== "" && !allOperations.some((op) => op.id === req.operation)) {
+          throw new ConnectError(`operation: ${JSON.stringify(req.operation.slice(0, 64))} is not an operation of this gateway (${allOperations.map((op) => op.id).join(", ")})`, Code.InvalidArgument);
+        }
+        const report = await gateway.ownUsage(a, { from: req.from || undefined, to: req.to || undefined, operation: req.operation || undefined, byAddress: req.byAddress });
+        const sums = usageSums(report.totals);
+        return create(QueryMyUsageResponseSchema, { totals: report.totals.map(totalMessage), ...sums, amount: formatMoney(sums.amount) });
+      },
+    });
+}
+
+function totalMessage(t: UsageTotal) {
+  return create(UsageTotalSchema, {
+    day: t.day,
+    operation: t.operation ?? "",
+    errorCode: t.code,
+    charge: chargeOf[t.charge],
+    calls: BigInt(t.calls),
+    amount: formatMoney(t.amount),
+    cacheHits: BigInt(t.cacheHits),
+    clientIp: t.clientIp ?? "",
+  });
+}
