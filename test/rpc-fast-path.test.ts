@@ -16,8 +16,11 @@ import { parseRate } from "../src/core/call-rate.ts";
 import { operations } from "../src/operations/index.ts";
 import { readBody } from "../src/transports/connect/unary-fast-path.ts";
 import { fastifyHandlers } from "./support/fastify-handlers.ts";
-import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { adminToken, demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 import { grpcFrame } from "./support/grpc-frame.ts";
+import { GetMyAccountRequestSchema, GetMyAccountResponseSchema } from "../src/gen/gateway/account/v1/account_pb.js";
+import { GetAccountRequestSchema, GetAccountResponseSchema } from "../src/gen/gateway/admin/v1/admin_pb.js";
+import { HealthCheckRequestSchema, HealthCheckResponseSchema } from "../src/gen/grpc/health/v1/health_pb.js";
 
 let fast: GatewayFixture;
 let slow: GatewayFixture;
@@ -303,6 +306,57 @@ describe.each(operations.map((op) => [op.id, op] as const))("%s over gRPC (HTTP/
     expect(a.trailersOnly).toBe(a.body.length === 0);
     if (c.auth === "over-rate") expect([a.trailersOnly, a.headers["grpc-status"], a.headers["grpc-retry-pushback-ms"]]).toEqual([true, "8", expect.stringMatching(/^3[56]\d{5}$/)]);
     expect(decodedGrpc(op.method.output, a)).toEqual(decodedGrpc(op.method.output, b));
+  });
+});
+
+describe("the other services' gRPC unary calls, served on the stream path by their own handlers", () => {
+  // Against the gateway without the fast paths, where connect-fastify answers them: the same answers, but an error
+  // Trailers-Only (a retry policy may retry nothing else), where connect-fastify sends its headers first.
+  const me = (gw: GatewayFixture) => ({ "x-api-key": gw.account.key, "x-api-secret": gw.account.secret });
+  const account = { input: GetMyAccountRequestSchema, output: GetMyAccountResponseSchema, path: "/gateway.account.v1.AccountService/GetMyAccount" };
+  const admin = { input: GetAccountRequestSchema, output: GetAccountResponseSchema, path: "/gateway.admin.v1.AdminService/GetAccount" };
+  const health = { input: HealthCheckRequestSchema, output: HealthCheckResponseSchema, path: "/grpc.health.v1.Health/Check" };
+  type Method = typeof account | typeof admin | typeof health;
+  const empty = () => grpcFrame(new Uint8Array(0));
+  const cases: { name: string; method: Method; headers: (gw: GatewayFixture) => Record<string, string>; body: (gw: GatewayFixture) => Uint8Array }[] = [
+    { name: "GetMyAccount", method: account, headers: me, body: empty },
+    { name: "GetMyAccount, application/grpc+json", method: account, headers: (gw) => ({ ...me(gw), "content-type": "application/grpc+json" }), body: () => grpcFrame(Buffer.from("{}")) },
+    { name: "GetMyAccount with grpc-timeout", method: account, headers: (gw) => ({ ...me(gw), "grpc-timeout": "5S" }), body: empty },
+    { name: "GetMyAccount, gzip-compressed request", method: account, headers: (gw) => ({ ...me(gw), "grpc-encoding": "gzip" }), body: () => grpcFrame(Buffer.from(gzipSync(new Uint8Array(0))), 1) },
+    { name: "GetMyAccount with an Origin (not taken)", method: account, headers: (gw) => ({ ...me(gw), origin: "https://app.example" }), body: empty },
+    { name: "GetMyAccount, wrong secret (4005)", method: account, headers: (gw) => ({ ...me(gw), "x-api-secret": "wrong" }), body: empty },
+    { name: "GetMyAccount, no key (4014)", method: account, headers: () => ({}), body: empty },
+    { name: "GetMyAccount, malformed message", method: account, headers: me, body: () => grpcFrame(Buffer.from([0x0a, 0xff, 0xff, 0xff])) },
+    { name: "GetMyAccount, two messages", method: account, headers: me, body: () => Buffer.concat([empty(), empty()]) },
+    { name: "GetMyAccount, oversized message", method: account, headers: me, body: () => grpcFrame(Buffer.concat([Buffer.from([0xfa, 0x3f]), Buffer.from([0x80, 0x40]), Buffer.alloc(8192)])) },
+    { name: "GetAccount without an admin token", method: admin, headers: () => ({}), body: (gw) => grpcFrame(toBinary(GetAccountRequestSchema, create(GetAccountRequestSchema, { key: gw.account.key }))) },
+    { name: "GetAccount", method: admin, headers: () => ({ authorization: `Bearer ${adminToken}` }), body: (gw) => grpcFrame(toBinary(GetAccountRequestSchema, create(GetAccountRequestSchema, { key: gw.account.key }))) },
+    { name: "health of the AccountService", method: health, headers: () => ({}), body: () => grpcFrame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema, { service: "gateway.account.v1.AccountService" }))) },
+    { name: "health of no such service", method: health, headers: () => ({}), body: () => grpcFrame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema, { service: "no.such.Service" }))) },
+  ];
+
+  /** The answer with what differs between two gateways by nature left out: the account's key and times, the request id. */
+  const steady = (method: Method, res: Awaited<ReturnType<typeof grpcRaw>>) => {
+    const messages: unknown[] = [];
+    for (let at = 0; at + 5 <= res.body.length; at += 5 + res.body.readUInt32BE(at + 1)) {
+      const data = res.body.subarray(at + 5, at + 5 + res.body.readUInt32BE(at + 1));
+      const message = (res.headers["content-type"] === "application/grpc+json" ? JSON.parse(data.toString()) : fromBinary(method.output, data)) as Record<string, unknown>;
+      const inner = (message.account ?? message) as Record<string, unknown>;
+      for (const k of ["key", "requestId", "createdAtMs"]) if (k in inner) inner[k] = "";
+      messages.push({ flags: res.body[at], message });
+    }
+    // Headers and trailers as decodedGrpc reads them (a Trailers-Only status from the headers), the messages apart.
+    const decoded = decodedGrpc(method.output, { ...res, body: Buffer.alloc(0) }) as { trailersOnly?: boolean; trailers: Record<string, unknown> };
+    delete decoded.trailersOnly;
+    return { ...decoded, trailers: Object.fromEntries(Object.entries(decoded.trailers)), messages };
+  };
+
+  it.each(cases.map((c) => [c.name, c] as const))("%s", async (_name, c) => {
+    const send = (gw: GatewayFixture) => grpcRaw(gw.port, c.method.path, { "content-type": "application/grpc", ...c.headers(gw) }, c.body(gw));
+    const a = await send(fast);
+    const b = await send(slow);
+    expect(a.trailersOnly).toBe(a.body.length === 0);
+    expect(steady(c.method, a)).toEqual(steady(c.method, b));
   });
 });
 

@@ -58,6 +58,8 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
   // The catalogue services have routes of their own (catalogueConnectRoutes), with a fast path for their hottest shape.
   const catalogue = createConnectRouter({ interceptors: [logInternal], readMaxBytes: options.readMaxBytes, acceptCompression });
   catalogueRoutes(options.gateway, operations)(catalogue);
+  // The services connect-fastify mounts, as it mounts them: their gRPC unary calls are also served on the stream path.
+  let mountedHandlers: readonly UniversalHandler[] = [];
   await app.register(fastifyConnectPlugin, {
     interceptors: [logInternal],
     routes: (router) => {
@@ -72,6 +74,7 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
       reflectionRoutes(new DescriptorIndex(mounted))(router);
       const handlers = router.handlers as UniversalHandler[];
       handlers.forEach((h, i) => (handlers[i] = refusedRequests(h)));
+      mountedHandlers = handlers;
     },
     readMaxBytes: options.readMaxBytes,
     contextValues,
@@ -82,7 +85,7 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
     const operation = operations.find((op) => `/${op.service.typeName}/${op.method.name}` === h.requestPath);
     return operation === undefined ? [] : [{ operation, handler: refusedRequests(h, unreadRequestRefusal(options.gateway, operation)) }];
   });
-  const paths = { gateway: options.gateway, routes, readMaxBytes: options.readMaxBytes, log: app.log, clientAddress: options.clientAddress, answerHeaders: options.answerHeaders, contextValues: context };
+  const paths = { gateway: options.gateway, routes, readMaxBytes: options.readMaxBytes, log: app.log, clientAddress: options.clientAddress, answerHeaders: options.answerHeaders, contextValues: context, services: mountedHandlers };
   return { http2Stream: grpcStreamPath(paths), http1Request: connectRequestPath(paths) };
 }
 

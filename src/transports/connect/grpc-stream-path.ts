@@ -1,12 +1,12 @@
 import type { ConnectError } from "@connectrpc/connect";
-import { compressionNegotiate, type UniversalServerResponse } from "@connectrpc/connect/protocol";
+import { compressionNegotiate, type UniversalHandler, type UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerHttp2Stream } from "node:http2";
 import type { Http2StreamClaim } from "../server/one-port-server.ts";
 import { accessLog, type AccessLog } from "../server/access-log.ts";
 import { goneOf } from "../server/caller-gone.ts";
 import { headerReader, type CallSource } from "./catalogue-services.ts";
-import { trailersOnlyOr } from "./grpc-trailers-only.ts";
+import { isGrpcAnswer, trailersOnlyOr } from "./grpc-trailers-only.ts";
 import { acceptCompression, compressMinBytes, fastRoutes, headerValue, once, oneBlock, readBody, type FastPathOptions, type FastResult, type FastRoute } from "./unary-fast-path.ts";
 
 /**
@@ -34,10 +34,21 @@ import { acceptCompression, compressMinBytes, fastRoutes, headerValue, once, one
 export function grpcStreamPath(settings: FastPathOptions): Http2StreamClaim {
   const options = { ...settings, accessLog: accessLog(settings.log) };
   const routes = fastRoutes(options);
+  const others = new Map((settings.services ?? []).filter((h) => h.method.methodKind === "unary").map((h) => [h.requestPath, h] as const));
   return (stream, headers) => {
     const path = headers[":path"];
     const route = path === undefined ? undefined : routes.get(path);
-    if (route === undefined || headers[":method"] !== "POST" || headers.origin !== undefined) return false;
+    if (route === undefined) {
+      // Another service's unary method over gRPC: connect-node's own handler, its answer written as writeUniversal writes it.
+      const other = path === undefined ? undefined : others.get(path);
+      if (other === undefined || headers[":method"] !== "POST" || headers.origin !== undefined || !isGrpcAnswer(headers["content-type"])) return false;
+      serveOther(options, other, stream, headers, path!).catch((e: unknown) => {
+        options.log.error({ err: e }, "a gRPC call on the stream path failed");
+        stream.destroy();
+      });
+      return true;
+    }
+    if (headers[":method"] !== "POST" || headers.origin !== undefined) return false;
     const contentType = headers["content-type"];
     if (contentType !== "application/grpc" && contentType !== "application/grpc+proto") return false;
     if (headers["grpc-timeout"] !== undefined || (headers["grpc-encoding"] !== undefined && headers["grpc-encoding"] !== "identity")) return false;
@@ -49,25 +60,63 @@ export function grpcStreamPath(settings: FastPathOptions): Http2StreamClaim {
   };
 }
 
-async function serve(options: FastPathOptions & { readonly accessLog: AccessLog }, route: FastRoute, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, path: string): Promise<void> {
+/** A stream taken: its request id, its caller's address and its access log lines, as Fastify would give them. */
+function opened(options: FastPathOptions & { readonly accessLog: AccessLog }, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, path: string): { readonly requestId: string; readonly clientIp: string } {
   // A reset or a broken connection ends the stream; the answer then has nowhere to go, and no listener would crash the process.
   stream.on("error", () => {});
   const requestId = options.gateway.newRequestId();
   const clientIp = options.clientAddress(stream.session?.socket?.remoteAddress ?? "", headers);
   const completed = options.accessLog(requestId, "POST", path, clientIp);
   if (completed !== undefined) stream.once("close", () => completed(Number(stream.sentHeaders?.[":status"] ?? 200)));
+  return { requestId, clientIp };
+}
+
+/** The call handed to connect-node's handler with its body, and its answer written to the stream (Trailers-Only for an error). */
+async function handOver(
+  options: FastPathOptions,
+  handler: UniversalHandler,
+  stream: ServerHttp2Stream,
+  headers: IncomingHttpHeaders,
+  path: string,
+  caller: { readonly requestId: string; readonly clientIp: string },
+  body: AsyncIterable<Uint8Array>,
+): Promise<void> {
+  const abort = new AbortController();
+  stream.once("close", () => abort.abort());
+  const header = new Headers();
+  for (const [k, v] of Object.entries(headers)) {
+    if (k.startsWith(":") || v === undefined) continue;
+    for (const one of Array.isArray(v) ? v : [String(v)]) header.append(k, one);
+  }
+  const url = `${headers[":scheme"] ?? "http"}://${headers[":authority"] ?? headers.host ?? ""}${path}`;
+  const response = await handler({ httpVersion: "2.0", method: "POST", url, header, body, signal: abort.signal, contextValues: options.contextValues(caller.clientIp, caller.requestId) });
+  await writeUniversal(stream, response, options.answerHeaders);
+}
+
+/**
+ * A unary call of another service (the AccountService, the AdminService,
+ * health) over gRPC: its body read, then connect-node's handler for it,
+ * which checks everything (its interceptors, a deadline, a compression) as
+ * on Fastify's route; only the answer is written here, so that an error
+ * goes out Trailers-Only, as a catalogue call's does, and a client's retry
+ * policy may retry it.
+ */
+async function serveOther(options: FastPathOptions & { readonly accessLog: AccessLog }, handler: UniversalHandler, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, path: string): Promise<void> {
+  const caller = opened(options, stream, headers, path);
+  let body: Awaited<ReturnType<typeof readBody>>;
+  try {
+    body = await readBody(stream, options.readMaxBytes + 5);
+  } catch {
+    return; // the caller reset the stream
+  }
+  await handOver(options, handler, stream, headers, path, caller, "over" in body ? body.over : once(body.bytes));
+}
+
+async function serve(options: FastPathOptions & { readonly accessLog: AccessLog }, route: FastRoute, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, path: string): Promise<void> {
+  const caller = opened(options, stream, headers, path);
+  const { requestId, clientIp } = caller;
   const procedure = `${headers[":scheme"] ?? "http"}://${headers[":authority"] ?? headers.host ?? ""}${path}`;
-  const decline = async (body: AsyncIterable<Uint8Array>) => {
-    const abort = new AbortController();
-    stream.once("close", () => abort.abort());
-    const header = new Headers();
-    for (const [k, v] of Object.entries(headers)) {
-      if (k.startsWith(":") || v === undefined) continue;
-      for (const one of Array.isArray(v) ? v : [String(v)]) header.append(k, one);
-    }
-    const response = await route.handler({ httpVersion: "2.0", method: "POST", url: procedure, header, body, signal: abort.signal, contextValues: options.contextValues(clientIp, requestId) });
-    await writeUniversal(stream, response, options.answerHeaders);
-  };
+  const decline = (body: AsyncIterable<Uint8Array>) => handOver(options, route.handler, stream, headers, path, caller, body);
 
   // One length-prefixed message: 5 bytes of prefix, then at most readMaxBytes.
   let body: Awaited<ReturnType<typeof readBody>>;

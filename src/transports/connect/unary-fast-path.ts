@@ -370,6 +370,12 @@ export interface FastPathOptions {
   readonly answerHeaders: Readonly<Record<string, string>>;
   /** The handler context values connect-node's path gives a call. */
   readonly contextValues: (clientIp: string, requestId: string) => ContextValues;
+  /**
+   * The other services' handlers (AccountService, AdminService, health,
+   * reflection): their unary methods are served over gRPC on the stream
+   * path by these handlers themselves, so that an error is Trailers-Only.
+   */
+  readonly services?: readonly UniversalHandler[] | undefined;
 }
 
 /** An operation's method as a fast path serves it: its fast answer, and connect-node's handler for what it declines. */
