@@ -56,7 +56,7 @@ afterAll(async () => {
 });
 
 describe("the README's browser example", () => {
-  it("signs at its own back end, calls over Connect-Web from another origin, and reads 0000, then 4007, from the status block", async () => {
+  it("signs at its own back end, calls over Connect-Web from another origin, and reads 0000, then 4007, from the status block, and the team's standing", async () => {
     const blocks = readmeBlocks();
     expect([...blocks.keys()].sort()).toEqual(["app.ts", "index.html", "shell 1", "shell 2", "signer.mjs"]);
     const account = await gw.newAccount({ name: "browser-example" });
@@ -91,12 +91,14 @@ describe("the README's browser example", () => {
     await page.goto(pageUrl);
     await page.getByRole("button", { name: "Show" }).click();
     await expect.poll(() => page.locator("#out").textContent(), { timeout: 10_000 }).toMatch(/^0000 \S/);
+    await expect.poll(() => page.locator("#quota").textContent(), { timeout: 10_000 }).toBe("1 of 10000 calls today");
     const rows = (await gw.runtime.meter.query({ account: account.key, rows: 1 })).rows;
     expect(rows[0]).toMatchObject({ code: 0, transport: "connect" });
 
     await gw.runtime.admin.setStatus(account.key, "stopped");
     await page.getByRole("button", { name: "Show" }).click();
     await expect.poll(() => page.locator("#out").textContent(), { timeout: 10_000 }).toBe("4007 this account is stopped");
+    await expect.poll(() => page.locator("#quota").textContent(), { timeout: 10_000 }).toBe("1 of 10000 calls today (stopped)");
     await page.screenshot({ path: join(dir, "stopped.png") });
 
     // The page talked to its own origin (page, bundle, /sign) and to the gateway; it never saw the secret.
