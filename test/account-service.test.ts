@@ -8,6 +8,7 @@ import { legacySign, legacySigningKey } from "../src/core/legacy-signature.ts";
 import { AccountService, AccountStatus, OperationState } from "../src/gen/gateway/account/v1/account_pb.js";
 import { Charge, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { HealthCheckResponse_ServingStatus, Health } from "../src/gen/grpc/health/v1/health_pb.js";
+import { OwnReads } from "../src/core/own-reads.ts";
 import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
 let gw: GatewayFixture;
@@ -34,6 +35,21 @@ async function refusal(p: Promise<unknown>): Promise<string> {
   const status = e.findDetails(StatusBlockSchema)[0];
   return `${Code[e.code]} ${status === undefined ? "-" : String(status.errorCode).padStart(4, "0")}`;
 }
+
+describe("the bound on an account's reads of itself", () => {
+  it("admits 20 at once, then one every 50 ms, each account apart", () => {
+    const reads = new OwnReads();
+    const t = 1_800_000_000_000;
+    for (let i = 0; i < 20; i++) reads.take("a", t);
+    expect(() => reads.take("a", t)).toThrow(/the next read is admitted in 50 ms$/);
+    expect(() => reads.take("a", t + 49)).toThrow(/admitted in 1 ms$/);
+    reads.take("a", t + 50);
+    expect(() => reads.take("a", t + 50)).toThrow();
+    reads.take("b", t);
+    // A second on, the whole burst again.
+    for (let i = 0; i < 20; i++) reads.take("a", t + 1050);
+  });
+});
 
 describe("GetMyAccount", () => {
   it("tells a team its plan, its day's calls as api_info counts them, what it may still call today, and its balance, on every transport", async () => {
@@ -136,6 +152,21 @@ describe("QueryMyUsage", () => {
     // Its one call of the day is still there to make.
     expect((await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
     expect((await service().getMyAccount({}, plain(a))).balance).toBe("0");
+  });
+
+  it("bounds how often one account reads itself (20 a second, 20 at once), with when to come back, and no other account with it", async () => {
+    const a = await gw.newAccount({ name: "reads-a-lot" });
+    const b = await gw.newAccount({ name: "reads-little" });
+    // At once: however slowly a busy machine lets them arrive, well over the burst come within the second.
+    const answers = await Promise.all(Array.from({ length: 60 }, () => service().getMyAccount({}, plain(a)).then(() => "answered", (e: unknown) => ConnectError.from(e))));
+    const refused = answers.filter((x): x is ConnectError => x !== "answered");
+    expect(60 - refused.length).toBeGreaterThanOrEqual(20);
+    expect(refused.length).toBeGreaterThan(0);
+    expect(refused[0]!.rawMessage).toMatch(/^4008 an account may read its own state at most 20\/s; the next read is admitted in \d+ ms$/);
+    expect([Code[refused[0]!.code], refused[0]!.metadata.get("retry-after")]).toEqual(["ResourceExhausted", "1"]);
+    expect((await service().getMyAccount({}, plain(b))).key).toBe(b.key);
+    // Its calls are not the reads': the catalogue answers it.
+    expect((await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
   });
 
   it("is a service gRPC health names, as the others are", async () => {

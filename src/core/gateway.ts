@@ -15,6 +15,7 @@ import { GatewayError, type Limit } from "./gateway-error.ts";
 import { AddressNotAllowed, addressAllowed } from "./allowed-addresses.ts";
 import type { Args, Operation } from "./operation.ts";
 import { createRequestIdGenerator } from "./request-id.ts";
+import { OwnReads } from "./own-reads.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
 import type { Admission, Meter, Transport, UsageQuery, UsageReport, UsageSummary } from "./meter.ts";
 import type { Micros } from "./money.ts";
@@ -194,6 +195,7 @@ export class Gateway {
   private readonly telemetry: Telemetry;
   private readonly authenticator: Authenticator;
   private readonly lockout: AddressLockout;
+  private readonly ownReads = new OwnReads();
   private memory = { at: 0, text: "" };
 
   constructor(ports: GatewayPorts, options: Partial<GatewayOptions> = {}) {
@@ -353,7 +355,8 @@ export class Gateway {
    * address before them and the addresses its account lists after them, and
    * a failure counted against the address as a call's is. A stopped or
    * expired account is still its own to read. Nothing is charged, counted
-   * against a limit or written to the ledger.
+   * against the plan's limits or written to the ledger; the reads have a
+   * bound of their own (own-reads.ts).
    */
   async identifyCaller(input: CallerInput): Promise<CallerIdentity> {
     const now = this.options.clock.now();
@@ -365,6 +368,7 @@ export class Gateway {
       const identified = this.authenticator.identify(undefined, input.credentials, now);
       account = identified instanceof Promise ? await identified : identified;
       if (!addressAllowed(account.allowedFrom, input.clientIp)) throw new AddressNotAllowed(input.clientIp);
+      this.ownReads.take(account.key, now);
       return { kind: "account", account, requestId, now };
     } catch (e) {
       let code = ErrorCode.SERVER_INTERNAL_ERROR;

@@ -28,6 +28,12 @@ export function rateReached(rate: CallRate, waitMs: number): GatewayError {
   return new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `this account's rate limit of ${formatRate(rate)} is reached; the next call is admitted in ${ms} ms`, { limit: "rate", retryAfterMs: ms });
 }
 
+/** 4008: an account read its own state (the AccountService) faster than `rate` allows. */
+export function ownReadsReached(rate: CallRate, waitMs: number): GatewayError {
+  const ms = Math.max(1, Math.ceil(waitMs));
+  return new GatewayError(ErrorCode.RATE_LIMIT_EXCEEDED, `an account may read its own state at most ${formatRate(rate)}; the next read is admitted in ${ms} ms`, { limit: "rate", retryAfterMs: ms });
+}
+
 /** 4008: the caller's address is locked out for failed authentications, for `ms` more. */
 export function lockedOut(ms: number): GatewayError {
   const left = Math.max(1, Math.ceil(ms));
