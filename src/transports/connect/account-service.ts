@@ -5,7 +5,7 @@ import { formatRate } from "../../core/call-rate.ts";
 import { usageSums, type UsageTotal } from "../../core/meter.ts";
 import { formatMoney } from "../../core/money.ts";
 import { operations as allOperations } from "../../operations/index.ts";
-import { chargeOf } from "../../contract/error-codes.ts";
+import { usageTotalFields } from "./usage-fields.ts";
 import {
   AccountService,
   AccountStatus,
@@ -97,14 +97,5 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
 }
 
 function totalMessage(t: UsageTotal) {
-  return create(UsageTotalSchema, {
-    day: t.day,
-    operation: t.operation ?? "",
-    errorCode: t.code,
-    charge: chargeOf[t.charge],
-    calls: BigInt(t.calls),
-    amount: formatMoney(t.amount),
-    cacheHits: BigInt(t.cacheHits),
-    clientIp: t.clientIp ?? "",
-  });
+  return create(UsageTotalSchema, usageTotalFields(t));
 }

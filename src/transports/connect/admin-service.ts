@@ -4,6 +4,7 @@ import type { AdminTokens } from "../../core/admin-tokens.ts";
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { OperationId } from "../../contract/operations.ts";
 import { chargeOf } from "../../contract/error-codes.ts";
+import { usageTotalFields } from "./usage-fields.ts";
 import { AccountAdminError, AccountNotFoundError, usageAddress, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
 import { AccountPageError } from "../../core/account-pages.ts";
 import type { Account } from "../../core/accounts.ts";
@@ -76,17 +77,7 @@ function rateOf(message: CallRateMessage | undefined, none: boolean): CallRate |
 }
 
 function totalMessage(t: UsageTotal) {
-  return create(UsageTotalSchema, {
-    account: t.account ?? "",
-    day: t.day,
-    operation: t.operation ?? "",
-    errorCode: t.code,
-    charge: chargeOf[t.charge],
-    calls: BigInt(t.calls),
-    amount: formatMoney(t.amount),
-    cacheHits: BigInt(t.cacheHits),
-    clientIp: t.clientIp ?? "",
-  });
+  return create(UsageTotalSchema, { account: t.account ?? "", ...usageTotalFields(t) });
 }
 
 function rowMessage(r: LedgerRow) {
