@@ -1,7 +1,7 @@
 // The console in a real browser: Debian's Chromium, headless, driving the
 // page the gateway serves, which talks to it only through Connect-Web.
 // Screenshots of each screen go to test-results/console/ (not committed).
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -277,6 +277,19 @@ describe("the console", () => {
     expect(await byAddress.locator("tbody tr").first().locator("td").allTextContents()).toEqual(["127.0.0.1", "6", "5", key]);
     expect(await latest.getByRole("cell", { name: "127.0.0.1", exact: true }).count()).toBe(6);
     await page.screenshot({ path: join(shots, "7-usage.png"), fullPage: true });
+    // The tables as CSV files, made in the page from the figures shown.
+    const saved = async (label: string) => {
+      const [file] = await Promise.all([page.waitForEvent("download"), page.getByRole("link", { name: label }).click()]);
+      return { name: file.suggestedFilename(), text: readFileSync((await file.path())!, "utf8") };
+    };
+    const calls = await saved("Download these calls (CSV)");
+    const lines = calls.text.split("\r\n");
+    expect(calls.name).toMatch(/^usage-calls-\d{4}-\d{2}-\d{2}-\d{4}-\d{2}-\d{2}\.csv$/);
+    expect(lines[0]).toBe("request_id,time,day,account,operation,code,charge,price,cache_hit,latency_us,transport,client_ip");
+    expect(lines.filter((l) => l.includes(`,${key},`))).toHaveLength(6);
+    expect(lines.filter((l) => l.includes(",4003,ignored,0,false,"))).toHaveLength(1);
+    const totals = await saved("Download the totals (CSV)");
+    expect(totals.text.split("\r\n")[0]).toBe("day,account,operation,code,charge,client_ip,calls,cache_hits,amount");
     const refusedId = (await latest.locator("tbody tr").filter({ hasText: "4003" }).locator("code").textContent())!;
     await page.getByLabel("From address").fill("10.0.0.0/8");
     await page.getByRole("button", { name: "Show usage" }).click();

@@ -16,6 +16,7 @@ import { migrateSchema, openPostgres } from "../src/stores/postgres/postgres-dat
 import { runCli } from "./support/cli.ts";
 import { adminToken, demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 import { freshDatabase } from "./support/postgres.ts";
+import { readCsv } from "./support/csv.ts";
 
 describe("an address filter", () => {
   it("is one address or network in one written form, and matches the addresses of either family it holds", () => {
@@ -195,6 +196,15 @@ describe("behind the app, each call from the address its proxy forwards", () => 
     const rows = await runCli(["usage", "--address", "2001:db8::/32", "--rows", "5", "--json"], env);
     const json = JSON.parse(rows.stdout) as { totals: { calls: number }[]; rows: { clientIp: string; transport: string }[] };
     expect([json.totals.map((t) => t.calls), json.rows.map((r) => `${r.transport} ${r.clientIp}`)]).toEqual([[1], ["grpc 2001:db8::7"]]);
+    // As CSV for a spreadsheet or a billing system: the totals per address, and the rows when they are asked for.
+    const csv = await runCli(["usage", "--account", a.key, "--by-address", "--csv"], env);
+    const table = readCsv(csv.stdout);
+    expect(table[0]).toEqual(["day", "account", "operation", "code", "charge", "calls", "amount", "cache_hits", "client_ip"]);
+    expect(table.slice(1).map((r) => `${r[1] === a.key} ${r[3]} ${r[5]} ${r[8]}`).sort()).toEqual(["true 0000 1 127.0.0.1", "true 0000 1 2001:db8::7", "true 0000 2 10.1.2.3"]);
+    const csvRows = readCsv((await runCli(["usage", "--address", "10.0.0.0/8", "--rows", "10", "--csv"], env)).stdout);
+    expect(csvRows[0]).toEqual(["request_id", "time", "day", "account", "operation", "code", "charge", "price", "cache_hit", "latency_us", "transport", "client_ip"]);
+    expect(csvRows.slice(1).map((r) => `${r[10]} ${r[11]}`)).toEqual(["legacy 10.200.0.1", "connect 10.1.2.3", "legacy 10.1.2.3"]);
+    expect((await runCli(["usage", "--csv", "--json"], env)).stderr).toContain("--csv and --json: one or the other");
     const bad = await runCli(["usage", "--address", "example.com"], env);
     expect([bad.code, bad.stderr]).toEqual([2, expect.stringContaining(`the calls' address: "example.com" is not an address or a network`)]);
   });

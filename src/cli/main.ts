@@ -31,7 +31,7 @@ commands:
   admins add NAME | list | revoke NAME [--json]
                                      named admins, each with an admin token of its own (shown once)
   usage [--account K] [--day D | --from D --to D] [--operation OP] [--code NNNN] [--rows N] [--json]
-        [--address IP|NET] [--by-address] [--request-id ID]
+        [--address IP|NET] [--by-address] [--request-id ID] [--csv]
                                      the ledger's totals (and rows): from one address or network, per address, one call
   import FILE.ndjson [--json]        load item records into the embedded catalogue
   migrate --to postgres://… [--json] copy the embedded data directory into an empty PostgreSQL database

@@ -2,6 +2,7 @@ import { parseArgs } from "node:util";
 import type { GatewayConfig } from "../config.ts";
 import { fourDigits } from "../contract/error-codes.ts";
 import { AccountAdminError, usageAddress } from "../core/account-admin.ts";
+import { csvText } from "../render/csv.ts";
 import { formatMoney } from "../core/money.ts";
 import type { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 import { openRuntime } from "../runtime.ts";
@@ -48,10 +49,12 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
       address: { type: "string" },
       "by-address": { type: "boolean", default: false },
       "request-id": { type: "string" },
+      csv: { type: "boolean", default: false },
       json: { type: "boolean", default: false },
     },
   });
   const address = values.address === undefined ? undefined : usageAddress(values.address);
+  if (values.csv && values.json) throw new AccountAdminError("--csv and --json: one or the other");
   if (values.code !== undefined && !/^\d{4}$/.test(values.code)) throw new AccountAdminError("--code takes a four-digit code such as 0000 or 4013");
   if (values.rows !== undefined && !/^\d{1,5}$/.test(values.rows)) throw new AccountAdminError("--rows takes a number up to 99999");
   const runtime = await openRuntime(config);
@@ -72,6 +75,20 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
     const rows = report.rows.map((r) => ({ ...r, code: fourDigits(r.code), price: formatMoney(r.price) }));
     if (values.json) {
       console.log(JSON.stringify({ totals, rows }));
+    } else if (values.csv) {
+      // The rows when they are asked for, else the totals: one table a file, for a spreadsheet or a billing system.
+      const by = values["by-address"];
+      process.stdout.write(
+        (values.rows !== undefined && Number(values.rows) > 0) || values["request-id"] !== undefined
+          ? csvText(
+              ["request_id", "time", "day", "account", "operation", "code", "charge", "price", "cache_hit", "latency_us", "transport", "client_ip"],
+              rows.map((r) => [r.requestId, new Date(r.at).toISOString(), r.day, r.account ?? "", r.operation ?? "", r.code, r.charge, r.price, r.cacheHit, r.latencyMicros, r.transport, r.clientIp ?? ""]),
+            )
+          : csvText(
+              ["day", "account", "operation", "code", "charge", "calls", "amount", "cache_hits", ...(by ? ["client_ip"] : [])],
+              totals.map((t) => [t.day, t.account ?? "", t.operation ?? "", t.code, t.charge, t.calls, t.amount, t.cacheHits, ...(by ? [t.clientIp ?? ""] : [])]),
+            ),
+      );
     } else {
       // An address is empty where the ledger kept none (calls from before it did, days folded past retention).
       const from = (ip: string | undefined) => (ip === undefined ? "" : `  from ${ip || "(not kept)"}`);

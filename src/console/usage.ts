@@ -10,6 +10,7 @@ import { fourDigits, inWords, isUnauthenticated } from "./api.ts";
 import { field, h, notice } from "./dom.ts";
 import type { Shell } from "./main.ts";
 import { accountPicker } from "./account-picker.ts";
+import { csvText } from "../render/csv.ts";
 
 const chargeNames: Record<number, string> = { [Charge.CHARGED]: "charged", [Charge.UNCHARGED]: "uncharged", [Charge.IGNORED]: "ignored" };
 const palette = ["#1f5fbf", "#d97706", "#15803d", "#b42318", "#7c3aed", "#0e7490"];
@@ -66,10 +67,21 @@ function chart(title: string, days: string[], series: Map<string, (number | null
   return box;
 }
 
-function table(caption: string, head: string[], rows: (string | Node)[][], numeric: number[] = []): HTMLElement {
+/** The files the page holds for its download links: let go when the figures they hold are replaced. */
+let held: string[] = [];
+
+/** A link that saves `csv` as a file named `name` (made in the page: nothing is asked of the gateway again). */
+function download(label: string, name: string, csv: string): HTMLElement {
+  const url = URL.createObjectURL(new Blob([csv], { type: "text/csv;charset=utf-8" }));
+  held.push(url);
+  return h("a", { class: "download", href: url, download: name }, label);
+}
+
+function table(caption: string, head: string[], rows: (string | Node)[][], numeric: number[] = [], extra?: HTMLElement): HTMLElement {
   return h(
     "div",
     { class: "list" },
+    extra,
     h(
       "table",
       {},
@@ -109,6 +121,8 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
       return out.replaceChildren(notice("error", inWords(err)));
     }
     if (reading !== asked) return;
+    for (const url of held) URL.revokeObjectURL(url);
+    held = [];
     const days = daysBetween(from.value, to.value);
     const byOperation = perDay(days, report, (t) => t.operation || "(no operation)", (t) => Number(t.calls));
     const byCharge = perDay(days, report, (t) => chargeNames[t.charge] ?? "other", (t) => Number(t.calls));
@@ -158,12 +172,28 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
         ["Day", "Account", "Operation", "Code", "Charge", "Address", "Calls", "Cache hits", "Amount"],
         report.totals.map((t) => [t.day, t.account || "(none)", t.operation || "(none)", fourDigits(t.errorCode), chargeNames[t.charge] ?? "", t.clientIp || "(not kept)", String(t.calls), String(t.cacheHits), t.amount]),
         [6, 7, 8],
+        download(
+          "Download the totals (CSV)",
+          `usage-totals-${from.value}-${to.value}.csv`,
+          csvText(
+            ["day", "account", "operation", "code", "charge", "client_ip", "calls", "cache_hits", "amount"],
+            report.totals.map((t) => [t.day, t.account, t.operation, fourDigits(t.errorCode), chargeNames[t.charge] ?? "", t.clientIp, t.calls, t.cacheHits, t.amount]),
+          ),
+        ),
       ),
       table(
         "Latest calls",
         ["Time", "Request id", "Account", "Operation", "Code", "Transport", "Address", "Cache", "Latency ms", "Price"],
         report.rows.map((r) => [new Date(Number(r.atMs)).toISOString().replace("T", " ").slice(0, 19), h("code", {}, r.requestId), r.account || "(none)", r.operation, fourDigits(r.errorCode), r.transport, r.clientIp || "(not kept)", r.cacheHit ? "hit" : "", (Number(r.latencyUs) / 1000).toFixed(1), r.price]),
         [8, 9],
+        download(
+          "Download these calls (CSV)",
+          `usage-calls-${from.value}-${to.value}.csv`,
+          csvText(
+            ["request_id", "time", "day", "account", "operation", "code", "charge", "price", "cache_hit", "latency_us", "transport", "client_ip"],
+            report.rows.map((r) => [r.requestId, new Date(Number(r.atMs)).toISOString(), r.day, r.account, r.operation, fourDigits(r.errorCode), chargeNames[r.charge] ?? "", r.price, r.cacheHit, r.latencyUs, r.transport, r.clientIp]),
+          ),
+        ),
       ),
     );
   };
