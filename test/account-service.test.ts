@@ -137,8 +137,8 @@ describe("QueryMyUsage", () => {
     expect((await service().queryMyUsage({ to: "2000-01-01" }, plain(a))).totals).toEqual([]);
     const theirs = await service().queryMyUsage({}, plain(b));
     expect([theirs.calls, theirs.totals.map((t) => t.clientIp)]).toEqual([1n, [""]]);
-    expect(await refusal(service().queryMyUsage({ from: "yesterday" }, plain(a)))).toBe("InvalidArgument -");
-    expect(await refusal(service().queryMyUsage({ operation: "item_get" }, plain(a)))).toBe("InvalidArgument -");
+    expect(await refusal(service().queryMyUsage({ from: "yesterday" }, plain(a)))).toBe("InvalidArgument 4003");
+    expect(await refusal(service("grpc").queryMyUsage({ operation: "item_get" }, plain(a)))).toBe("InvalidArgument 4003");
   });
 
   it("writes nothing to the ledger and charges nothing: the reads are not calls", async () => {

@@ -388,6 +388,11 @@ export class Gateway {
     }
   }
 
+  /** The status block of a read of its own account that asks for what cannot be (a day out of form): a refusal as a call's. */
+  ownRefusal(code: ErrorCode, reason: string, identity: { readonly requestId: string; readonly now: number }, clientIp: string): StatusBlock {
+    return this.statusBlock(code, reason, identity.now, identity.requestId, "account", clientIp);
+  }
+
   /** Where a caller's own account stands now (the AccountService): its day, the day's counts and its balance, as the meter has them. */
   async ownStanding(account: Account, now: number): Promise<{ readonly day: string; readonly usage: UsageSummary; readonly balance: Micros | undefined }> {
     const day = dayOf(now, account.zone);
