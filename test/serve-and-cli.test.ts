@@ -60,6 +60,15 @@ describe("npm start", () => {
     }
   });
 
+  it("prints the AccountService's read of the demo account, working as printed", async () => {
+    const printed = /curl -H 'content-type: application\/json' -H '(x-api-key): (\S+)' -H '(x-api-secret): (\S+)' \\\n\s+-d '(\{\})' (http\S+\/gateway\.account\.v1\.AccountService\/GetMyAccount)/.exec(output);
+    expect(printed, output).not.toBeNull();
+    const [, keyHeader, key, secretHeader, secret, body, url] = printed!;
+    const res = await fetch(url!, { method: "POST", headers: { "content-type": "application/json", [keyHeader!]: key!, [secretHeader!]: secret! }, body: body! });
+    const me = (await res.json()) as { key: string; name: string; status: string; dailyMax: string };
+    expect([res.status, me.key, me.name, me.status, me.dailyMax]).toEqual([200, demoKey, "demo", "ACCOUNT_STATUS_ACTIVE", "10000"]);
+  });
+
   it("never writes a secret or a key into its logs", async () => {
     await fetch(`${base}/retail/item_get/?key=${demoKey}&secret=${demoSecret}&num_iid=1`);
     await waitFor(() => output.includes("request completed"), "a request log line");

@@ -40,6 +40,10 @@ function banner(base: string, tls: boolean, demo: { key: string; secret: string 
     "Connect (JSON over HTTP/1.1):",
     ...examples.flatMap(({ op, args }) => [`  curl -H 'content-type: application/json' ${headers} \\`, `    -d '${jsonBody(op, args)}' ${rpcPath(op)}`]),
     "",
+    "The account's own standing (its day's calls, balance, plan; QueryMyUsage for its usage), read with its key, not charged:",
+    `  curl -H 'content-type: application/json' ${headers} \\`,
+    `    -d '{}' ${base}/gateway.account.v1.AccountService/GetMyAccount`,
+    "",
     ...(first === undefined
       ? []
       : [
