@@ -396,8 +396,8 @@ export class Gateway {
   /** Where a caller's own account stands now (the AccountService): its day, the day's counts and its balance, as the meter has them. */
   async ownStanding(account: Account, now: number): Promise<{ readonly day: string; readonly usage: UsageSummary; readonly balance: Micros | undefined }> {
     const day = dayOf(now, account.zone);
-    const [usage, record] = await Promise.all([this.ports.meter.usage(account.key, day, previousDay(day)), this.ports.meter.balanceRecord(account.key)]);
-    return { day, usage, balance: record.balance };
+    const [usage, balance] = await Promise.all([this.ports.meter.usage(account.key, day, previousDay(day)), this.ports.meter.balance(account.key)]);
+    return { day, usage, balance };
   }
 
   /** The ledger's totals of a caller's own calls (the AccountService): narrowed to its account whatever else is asked, and no rows. */

@@ -195,6 +195,8 @@ export interface Meter {
    * since, even just after a top-up made elsewhere.
    */
   balanceRecord(account: string): Promise<BalanceRecord>;
+  /** The account's balance now, as the last commit left it, read from the store (undefined: not billed by balance); without its record. */
+  balance(account: string): Promise<Micros | undefined>;
   /** Commits every queued row now; for shutdown. */
   flush(): void | Promise<void>;
 }

@@ -211,6 +211,10 @@ export class SqliteMeter implements Meter {
     this.options.onBalancesChanged(new Set([account]));
   }
 
+  async balance(account: string): Promise<Micros | undefined> {
+    return (this.sql.balanceOf.get(account) as { micros: bigint } | undefined)?.micros;
+  }
+
   async balanceRecord(account: string): Promise<BalanceRecord> {
     return readTransaction(this.db, () => ({
       balance: (this.sql.balanceOf.get(account) as { micros: bigint } | undefined)?.micros,

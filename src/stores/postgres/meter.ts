@@ -290,6 +290,11 @@ export class PostgresMeter implements Meter {
     this.options.onBalancesChanged(new Set([account]));
   }
 
+  async balance(account: string): Promise<Micros | undefined> {
+    const r = await this.pool.query<{ micros: string }>("SELECT micros::text AS micros FROM balances WHERE account = $1", [account]);
+    return r.rows[0] === undefined ? undefined : BigInt(r.rows[0].micros);
+  }
+
   async balanceRecord(account: string): Promise<BalanceRecord> {
     // One statement, so one snapshot: the balance and its changes as one moment left them.
     type Change = { at: string; kind: RecordedBalanceChange["kind"]; amount: string; balance: string | null; actor: string | null };
