@@ -269,17 +269,11 @@ export class Gateway {
       code = answer.found ? ErrorCode.SUCCESS : ErrorCode.NO_RESULT;
       if (!answer.found) reason = answer.reason;
     } catch (e) {
+      ({ code, reason } = this.failureOf(e, requestId, "call failed inside the gateway"));
       if (e instanceof GatewayError) {
-        code = e.code;
-        reason = e.message;
         notAllowedHere = e instanceof AddressNotAllowed;
         refusedBy = this.refusalOf(e, account, now);
         if (refusedBy !== undefined) this.telemetry.callLimited(operation.id, refusedBy.limit);
-        if (code === ErrorCode.SERVER_INTERNAL_ERROR) this.ports.log?.error({ err: e.cause ?? e, requestId }, e.message);
-      } else {
-        this.ports.log?.error({ err: e, requestId }, "call failed inside the gateway");
-        code = ErrorCode.SERVER_INTERNAL_ERROR;
-        reason = `internal error; quote request id ${requestId}`;
       }
     }
 
@@ -371,15 +365,7 @@ export class Gateway {
       this.ownReads.take(account.key, now);
       return { kind: "account", account, requestId, now };
     } catch (e) {
-      let code = ErrorCode.SERVER_INTERNAL_ERROR;
-      let reason = `internal error; quote request id ${requestId}`;
-      if (e instanceof GatewayError) {
-        code = e.code;
-        reason = e.message;
-        if (code === ErrorCode.SERVER_INTERNAL_ERROR) this.ports.log?.error({ err: e.cause ?? e, requestId }, e.message);
-      } else {
-        this.ports.log?.error({ err: e, requestId }, "reading the caller's account failed inside the gateway");
-      }
+      const { code, reason } = this.failureOf(e, requestId, "reading the caller's account failed inside the gateway");
       await this.authenticationFailed(code, e instanceof AddressNotAllowed, input.clientIp, now);
       const unauthenticated = code === ErrorCode.MISSING_URL_PARAM && account === undefined;
       if (unauthenticated) this.telemetry.authFailed("missing_key");
@@ -417,6 +403,20 @@ export class Gateway {
     } catch (e) {
       return counted(e);
     }
+  }
+
+  /**
+   * What a caller is told of a step that threw: a GatewayError's code and
+   * words (a 4000 logged with its cause), anything else an internal error,
+   * logged as `what`, that the caller is asked to quote.
+   */
+  private failureOf(e: unknown, requestId: string, what: string): { readonly code: ErrorCode; readonly reason: string } {
+    if (e instanceof GatewayError) {
+      if (e.code === ErrorCode.SERVER_INTERNAL_ERROR) this.ports.log?.error({ err: e.cause ?? e, requestId }, e.message);
+      return { code: e.code, reason: e.message };
+    }
+    this.ports.log?.error({ err: e, requestId }, what);
+    return { code: ErrorCode.SERVER_INTERNAL_ERROR, reason: `internal error; quote request id ${requestId}` };
   }
 
   /** A refusal's limit and, in whole ms (at least 1), when it admits a call again, where that is known. */

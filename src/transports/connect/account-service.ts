@@ -44,7 +44,7 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
       requestId: ctx.values.get(requestIdKey) || undefined,
     });
     if (who.kind === "refused") throw statusError(who.status, { unauthenticated: who.unauthenticated, refusedBy: who.refusedBy, transport });
-    return who;
+    return { ...who, transport };
   };
 
   return (router) =>
@@ -87,7 +87,7 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
         const a = who.account;
         // What cannot be asked is a 4003 with its status block, as a catalogue call's argument out of form.
         const refuse = (reason: string) =>
-          statusError(gateway.ownRefusal(ErrorCode.PARAM_ERROR, reason, who, ctx.values.get(clientIpKey)), { transport: rpcTransportOf(ctx.requestHeader.get("content-type")) });
+          statusError(gateway.ownRefusal(ErrorCode.PARAM_ERROR, reason, who, ctx.values.get(clientIpKey)), { transport: who.transport });
         for (const [name, value] of [["from", req.from], ["to", req.to]] as const) {
           if (value !== "" && !day.test(value)) throw refuse(`${name}: a day is YYYY-MM-DD, not ${JSON.stringify(value.slice(0, 32))}`);
         }

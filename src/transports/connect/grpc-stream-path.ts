@@ -60,15 +60,21 @@ export function grpcStreamPath(settings: FastPathOptions): Http2StreamClaim {
   };
 }
 
-/** A stream taken: its request id, its caller's address and its access log lines, as Fastify would give them. */
-function opened(options: FastPathOptions & { readonly accessLog: AccessLog }, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, path: string): { readonly requestId: string; readonly clientIp: string } {
+/** A stream taken: its request id, its caller's address, the URL connect-node names the call by, and its access log lines, as Fastify would give them. */
+interface Opened {
+  readonly requestId: string;
+  readonly clientIp: string;
+  readonly procedure: string;
+}
+
+function opened(options: FastPathOptions & { readonly accessLog: AccessLog }, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, path: string): Opened {
   // A reset or a broken connection ends the stream; the answer then has nowhere to go, and no listener would crash the process.
   stream.on("error", () => {});
   const requestId = options.gateway.newRequestId();
   const clientIp = options.clientAddress(stream.session?.socket?.remoteAddress ?? "", headers);
   const completed = options.accessLog(requestId, "POST", path, clientIp);
   if (completed !== undefined) stream.once("close", () => completed(Number(stream.sentHeaders?.[":status"] ?? 200)));
-  return { requestId, clientIp };
+  return { requestId, clientIp, procedure: `${headers[":scheme"] ?? "http"}://${headers[":authority"] ?? headers.host ?? ""}${path}` };
 }
 
 /** The call handed to connect-node's handler with its body, and its answer written to the stream (Trailers-Only for an error). */
@@ -77,8 +83,7 @@ async function handOver(
   handler: UniversalHandler,
   stream: ServerHttp2Stream,
   headers: IncomingHttpHeaders,
-  path: string,
-  caller: { readonly requestId: string; readonly clientIp: string },
+  caller: Opened,
   body: AsyncIterable<Uint8Array>,
 ): Promise<void> {
   const abort = new AbortController();
@@ -88,8 +93,7 @@ async function handOver(
     if (k.startsWith(":") || v === undefined) continue;
     for (const one of Array.isArray(v) ? v : [String(v)]) header.append(k, one);
   }
-  const url = `${headers[":scheme"] ?? "http"}://${headers[":authority"] ?? headers.host ?? ""}${path}`;
-  const response = await handler({ httpVersion: "2.0", method: "POST", url, header, body, signal: abort.signal, contextValues: options.contextValues(caller.clientIp, caller.requestId) });
+  const response = await handler({ httpVersion: "2.0", method: "POST", url: caller.procedure, header, body, signal: abort.signal, contextValues: options.contextValues(caller.clientIp, caller.requestId) });
   await writeUniversal(stream, response, options.answerHeaders);
 }
 
@@ -109,14 +113,13 @@ async function serveOther(options: FastPathOptions & { readonly accessLog: Acces
   } catch {
     return; // the caller reset the stream
   }
-  await handOver(options, handler, stream, headers, path, caller, "over" in body ? body.over : once(body.bytes));
+  await handOver(options, handler, stream, headers, caller, "over" in body ? body.over : once(body.bytes));
 }
 
 async function serve(options: FastPathOptions & { readonly accessLog: AccessLog }, route: FastRoute, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, path: string): Promise<void> {
   const caller = opened(options, stream, headers, path);
-  const { requestId, clientIp } = caller;
-  const procedure = `${headers[":scheme"] ?? "http"}://${headers[":authority"] ?? headers.host ?? ""}${path}`;
-  const decline = (body: AsyncIterable<Uint8Array>) => handOver(options, route.handler, stream, headers, path, caller, body);
+  const { requestId, clientIp, procedure } = caller;
+  const decline = (body: AsyncIterable<Uint8Array>) => handOver(options, route.handler, stream, headers, caller, body);
 
   // One length-prefixed message: 5 bytes of prefix, then at most readMaxBytes.
   let body: Awaited<ReturnType<typeof readBody>>;
