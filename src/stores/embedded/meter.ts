@@ -448,27 +448,26 @@ export class SqliteMeter implements Meter {
     if (q.operation !== undefined) (where.push("operation = :operation"), (params.operation = q.operation));
     if (q.code !== undefined) (where.push("error_code = :code"), (params.code = q.code));
     if (q.requestId !== undefined) (where.push("request_id = :requestId"), (params.requestId = q.requestId));
-    const accountWhere = q.account !== undefined ? [...where, "account = :account"] : where;
-    if (q.account !== undefined) params.account = q.account;
+    if (q.account !== undefined) (where.push("account = :account"), (params.account = q.account));
     const filter = (w: string[]) => (w.length > 0 ? `WHERE ${w.join(" AND ")}` : "");
     // Calls with no account are counted, not stored, and folded days keep totals: neither has a request id.
+    // (So the refusals are read only when no account is asked for, and one filter serves every part.)
     const refusals = q.account === undefined && q.requestId === undefined;
     const folded = q.address === undefined && q.requestId === undefined;
     if (q.address !== undefined) {
       // The addresses held are matched here (a network, an IPv4 caller written as IPv6), then asked for by name.
       const held = this.db.prepare(
-        `SELECT DISTINCT client_ip FROM ledger ${filter([...accountWhere, "client_ip IS NOT NULL"])}${refusals ? ` UNION SELECT client_ip FROM refusals ${filter(where)}` : ""}`,
+        `SELECT DISTINCT client_ip FROM ledger ${filter([...where, "client_ip IS NOT NULL"])}${refusals ? ` UNION SELECT client_ip FROM refusals ${filter(where)}` : ""}`,
       );
       params.addresses = JSON.stringify(addressesIn(q.address, (held.all(params) as { client_ip: string }[]).map((r) => r.client_ip)));
       where.push("client_ip IN (SELECT value FROM json_each(:addresses))");
-      if (accountWhere !== where) accountWhere.push("client_ip IN (SELECT value FROM json_each(:addresses))");
     }
     const address = (column: string) => (q.byAddress ? column : "''");
     const parts = [
       `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, ${address("coalesce(client_ip, '')")} AS client_ip,
-       count(*) AS calls, sum(price) AS amount, sum(cache_hit) AS cache_hits FROM ledger ${filter(accountWhere)} GROUP BY 1, 2, 3, 4, 5, 6`,
+       count(*) AS calls, sum(price) AS amount, sum(cache_hit) AS cache_hits FROM ledger ${filter(where)} GROUP BY 1, 2, 3, 4, 5, 6`,
       // Folded past retention, with no address: no address filter matches them.
-      ...(folded ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits FROM ledger_daily_totals ${filter(accountWhere)}`] : []),
+      ...(folded ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits FROM ledger_daily_totals ${filter(where)}`] : []),
       ...(refusals ? [`SELECT '' AS account, day, operation, error_code, charge, ${address("client_ip")} AS client_ip, calls, 0 AS amount, 0 AS cache_hits FROM refusals ${filter(where)}`] : []),
     ];
     const totals = this.db.prepare(
@@ -476,7 +475,7 @@ export class SqliteMeter implements Meter {
        GROUP BY account, day, operation, error_code, charge, client_ip ORDER BY day, account, operation, error_code, charge, client_ip`,
     );
     totals.setReadBigInts(true);
-    const rows = this.db.prepare(`SELECT * FROM ledger ${filter(accountWhere)} ORDER BY at DESC, request_id DESC LIMIT :limit`);
+    const rows = this.db.prepare(`SELECT * FROM ledger ${filter(where)} ORDER BY at DESC, request_id DESC LIMIT :limit`);
     rows.setReadBigInts(true);
     return {
       totals: (totals.all(params) as Record<string, unknown>[]).map((t) => ({

@@ -354,21 +354,20 @@ export class PostgresMeter implements Meter {
     if (q.operation !== undefined) add("operation = ?", q.operation);
     if (q.code !== undefined) add("error_code = ?", q.code);
     if (q.requestId !== undefined) add("request_id = ?", q.requestId);
-    const common = [...where];
     if (q.account !== undefined) add("account = ?", q.account);
     const filter = (w: string[]) => (w.length > 0 ? `WHERE ${w.join(" AND ")}` : "");
     // Calls with no account are counted, not stored, and folded days keep totals: neither has a request id.
+    // (So the refusals are read only when no account is asked for, and one filter serves every part.)
     const refusals = q.account === undefined && q.requestId === undefined;
     const folded = q.address === undefined && q.requestId === undefined;
     if (q.address !== undefined) {
       // The addresses held are matched here (a network, an IPv4 caller written as IPv6), then asked for by name.
       const held = await this.pool.query<{ client_ip: string }>(
-        `SELECT DISTINCT client_ip FROM ledger ${filter([...where, "client_ip IS NOT NULL"])}${refusals ? ` UNION SELECT client_ip FROM refusals ${filter(common)}` : ""}`,
+        `SELECT DISTINCT client_ip FROM ledger ${filter([...where, "client_ip IS NOT NULL"])}${refusals ? ` UNION SELECT client_ip FROM refusals ${filter(where)}` : ""}`,
         params,
       );
       const n = params.push(addressesIn(q.address, held.rows.map((r) => r.client_ip)));
       where.push(`client_ip = ANY($${n}::text[])`);
-      common.push(`client_ip = ANY($${n}::text[])`);
     }
     const address = (column: string) => (q.byAddress ? column : "''");
     const parts = [
@@ -376,7 +375,7 @@ export class PostgresMeter implements Meter {
          count(*) AS calls, sum(price) AS amount, count(*) FILTER (WHERE cache_hit) AS cache_hits FROM ledger ${filter(where)} GROUP BY 1, 2, 3, 4, 5, 6`,
       // Folded past retention, with no address: no address filter matches them.
       ...(folded ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits FROM ledger_daily_totals ${filter(where)}`] : []),
-      ...(refusals ? [`SELECT '' AS account, day, operation, error_code, charge, ${address("client_ip")} AS client_ip, calls, 0 AS amount, 0 AS cache_hits FROM refusals ${filter(common)}`] : []),
+      ...(refusals ? [`SELECT '' AS account, day, operation, error_code, charge, ${address("client_ip")} AS client_ip, calls, 0 AS amount, 0 AS cache_hits FROM refusals ${filter(where)}`] : []),
     ];
     const totals = await this.pool.query<Record<string, string>>(
       `SELECT account, day, operation, error_code, charge, client_ip, sum(calls)::text AS calls, sum(amount)::text AS amount, sum(cache_hits)::text AS cache_hits FROM (${parts.join(" UNION ALL ")}) t
