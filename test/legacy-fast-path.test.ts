@@ -13,6 +13,7 @@ import { legacySign, legacySigningKey } from "../src/core/legacy-signature.ts";
 import { operations } from "../src/operations/index.ts";
 import { fastifyHandlers } from "./support/fastify-handlers.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { steadyQuota } from "./support/quota-headers.ts";
 
 /** A GET with exactly these headers (fetch would add its own): status, raw headers in order, body as sent. */
 function get(port: number, path: string, headers: Record<string, string> = {}, method = "GET", body?: string): Promise<{ status: number; head: string[]; body: Buffer }> {
@@ -62,7 +63,8 @@ function headBlock(res: { head: string[] }): string[] {
   for (let i = 0; i < res.head.length; i += 2) {
     const name = res.head[i]!;
     if (name === "Date") continue;
-    out.push(name.toLowerCase() === "content-length" ? name : `${name}: ${res.head[i + 1]}`);
+    const value = name.toLowerCase() === "ratelimit" ? steadyQuota(res.head[i + 1]!) : res.head[i + 1];
+    out.push(name.toLowerCase() === "content-length" ? name : `${name}: ${value}`);
   }
   return out;
 }

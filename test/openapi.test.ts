@@ -42,6 +42,8 @@ describe("GET /openapi.json", () => {
       // What a refused caller's software reads besides the body (test/rate-limit.test.ts sends it).
       const answer = (doc.paths[op.path] as unknown as { get: { responses: Record<string, { headers?: Record<string, { schema: unknown }> }> } }).get.responses["200"]!;
       expect(answer.headers?.["Retry-After"]?.schema).toEqual({ type: "integer", minimum: 1 });
+      // And on every answer to an identified account (test/quota-headers.test.ts).
+      expect(Object.keys(answer.headers ?? {})).toEqual(["Retry-After", "RateLimit", "RateLimit-Policy"]);
     }
     expect((doc.components.schemas.ErrorCode as { enum: string[] }).enum).toEqual(expect.arrayContaining(["0000", "2000", "4004", "4010", "4017"]));
   });

@@ -138,10 +138,24 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     const free = await account();
     expect(await call(replicas[2]!, free)).toBe(0);
     expect(await count("SELECT count(*)::text AS n FROM rate_arrivals WHERE account = $1", [free.key])).toBe(0);
-    // Replicas of the previous version call step 5's signature: the same body decides for them, without a rate.
+    // An admission says what the limits counted once it was let through (schema step 15), for the RateLimit fields:
+    // the day's calls, charged and in flight, this one included, and the rate's arrival time, whichever replica.
+    const told = { ...(await account({ dailyMax: 5 })), rate: { calls: 1, seconds: 60, burst: 3 } };
+    const first = await replicas[0]!.admit(told, "retail/item_get", "2026-11-22");
+    const second = await replicas[1]!.admit(told, "retail/item_get", "2026-11-22");
+    expect([first.dayCount, second.dayCount]).toEqual([1, 2]);
+    expect([first.rate, second.rate]).toEqual([
+      { tat: BigInt(now + 60_000) * 1_000_000n, at: now },
+      { tat: BigInt(now + 120_000) * 1_000_000n, at: now },
+    ]);
+    await Promise.all([replicas[0]!.record(row(told, "charged", 0n), first), replicas[1]!.record(row(told, "charged", 0n), second)]);
+    expect((await replicas[2]!.admit(told, "retail/item_get", "2026-11-22")).dayCount).toBe(3);
+    // Replicas of the previous version call step 5's signature: the same body decides for them, without a rate. Its
+    // verdicts now say the day's count after "ok"; a replica of the previous version reads any verdict that names no
+    // limit as admitted.
     const leases = ["old-replica-1", "old-replica-2"];
     const old = await admin.query<{ v: string[] }>("SELECT gw_admit_many($1, $2, $3, $4, $5, $6, $7, $8, $9) AS v", [leases, free.key, "2026-11-22", ["0", "0"], 10_000, 1, "old", now, 30_000]);
-    expect(old.rows[0]!.v).toEqual(["ok", "concurrency 1"]);
+    expect(old.rows[0]!.v).toEqual(["ok 2", "concurrency 1"]);
     await admin.query("DELETE FROM admissions WHERE lease = ANY($1)", [leases]);
   });
 

@@ -1,7 +1,7 @@
 // Issue 13: three gateway processes in shared mode on one PostgreSQL and one Redis, called over
 // legacy, Connect and gRPC at once. The Redis is this file's own (a private redis-server on a free
 // port), so it can be flushed and stopped without touching any other test.
-import { createClient } from "@connectrpc/connect";
+import { ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { spawn, type ChildProcess } from "node:child_process";
 import { createServer } from "node:net";
@@ -11,6 +11,7 @@ import { formatDateTime } from "../src/core/clock.ts";
 import { legacySign, legacySigningKey } from "../src/core/legacy-signature.ts";
 import { WholesaleService } from "../src/gen/gateway/catalogue/v1/wholesale_pb.js";
 import { AccountService } from "../src/gen/gateway/account/v1/account_pb.js";
+import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { root, runCli } from "./support/cli.ts";
 import { FakeUpstream } from "./support/fake-upstream.ts";
 import { demo } from "./support/gateway-fixture.ts";
@@ -134,8 +135,6 @@ const rpc =
       const r = await client.itemGet({ numIid: demo.wholesaleNumIid }, { headers: { "x-api-key": a.key, "x-api-secret": a.secret } });
       return { code: "0000", requestId: r.status!.requestId };
     } catch (e) {
-      const { ConnectError } = await import("@connectrpc/connect");
-      const { StatusBlockSchema } = await import("../src/gen/gateway/catalogue/v1/status_pb.js");
       const status = ConnectError.from(e).findDetails(StatusBlockSchema)[0];
       return { code: String(status?.errorCode ?? "none").padStart(4, "0"), requestId: status?.requestId ?? "" };
     }
@@ -178,6 +177,41 @@ describe("three replicas in shared mode", () => {
     expect(codes.filter((c) => c === "0000")).toHaveLength(25);
     expect(new Set(codes.filter((c) => c !== "0000"))).toEqual(new Set(["4008"]));
     expect((await one("SELECT count(*)::int AS n FROM ledger WHERE account = $1 AND error_code = 4008 AND charge = 'ignored'", [a.key])).n).toBe(75);
+  });
+
+  it("tell each caller exactly what its day and its rate still admit (RateLimit), whichever replica answered it", async () => {
+    // The figures are the limits' own, decided in PostgreSQL's one statement (schema step 15), not api_info's, which
+    // a replica rereads at most once a second: one call after another, round the replicas and the transports.
+    const a = await createAccount("--max", "6", "--rate", "1/min", "--burst", "10", "--concurrency", "1000");
+    const told: { code: string; policy: string | null; current: string | null }[] = [];
+    for (let i = 0; i < 7; i++) {
+      const base = replicas[i % 3]!.base;
+      const headers = { "x-api-key": a.key, "x-api-secret": a.secret };
+      if (i % 3 === 0) {
+        const res = await fetch(`${base}/wholesale/item_get/?${new URLSearchParams({ key: a.key, secret: a.secret, num_iid: demo.wholesaleNumIid })}`);
+        told.push({ code: ((await res.json()) as { error_code: string }).error_code, policy: res.headers.get("ratelimit-policy"), current: res.headers.get("ratelimit") });
+        continue;
+      }
+      const transport = i % 3 === 2 ? createGrpcTransport({ baseUrl: base }) : createConnectTransport({ baseUrl: base, httpVersion: "1.1" });
+      let head: Headers | undefined;
+      try {
+        await createClient(WholesaleService, transport).itemGet({ numIid: demo.wholesaleNumIid }, { headers, onHeader: (h) => (head = h) });
+        told.push({ code: "0000", policy: head!.get("ratelimit-policy"), current: head!.get("ratelimit") });
+      } catch (e) {
+        const m = ConnectError.from(e).metadata;
+        told.push({ code: String(ConnectError.from(e).findDetails(StatusBlockSchema)[0]?.errorCode).padStart(4, "0"), policy: m.get("ratelimit-policy"), current: m.get("ratelimit") });
+      }
+    }
+    expect(told.map((t) => t.code)).toEqual(["0000", "0000", "0000", "0000", "0000", "0000", "4013"]);
+    expect(new Set(told.map((t) => t.policy))).toEqual(new Set(['"daily";q=6;w=86400, "rate";q=1;w=60']));
+    const figures = told.map((t) => /^"daily";r=(\d+);t=(\d+)(?:, "rate";r=(\d+);t=(\d+))?$/.exec(t.current ?? "")!.slice(1).map((n) => (n === undefined ? undefined : Number(n))));
+    expect(figures.map(([dailyLeft, , rateLeft]) => [dailyLeft, rateLeft])).toEqual([[5, 9], [4, 8], [3, 7], [2, 6], [1, 5], [0, 4], [0, undefined]]);
+    // The burst is whole again a minute per call taken (the calls take well under a second), and the day ends once.
+    figures.slice(0, 6).forEach(([, , , rateReset], i) => expect(rateReset, `call ${i + 1}`).toBeGreaterThanOrEqual(60 * (i + 1) - 1));
+    figures.slice(0, 6).forEach(([, , , rateReset], i) => expect(rateReset, `call ${i + 1}`).toBeLessThanOrEqual(60 * (i + 1)));
+    const dayResets = figures.map(([, dayReset]) => dayReset!);
+    expect(Math.max(...dayResets) - Math.min(...dayResets)).toBeLessThanOrEqual(2);
+    expect(Math.min(...dayResets)).toBeGreaterThan(0);
   });
 
   it("never take a prepaid balance below zero", async () => {

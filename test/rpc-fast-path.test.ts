@@ -21,6 +21,7 @@ import { grpcFrame } from "./support/grpc-frame.ts";
 import { GetMyAccountRequestSchema, GetMyAccountResponseSchema } from "../src/gen/gateway/account/v1/account_pb.js";
 import { GetAccountRequestSchema, GetAccountResponseSchema } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import { HealthCheckRequestSchema, HealthCheckResponseSchema } from "../src/gen/grpc/health/v1/health_pb.js";
+import { steadyQuota } from "./support/quota-headers.ts";
 
 let fast: GatewayFixture;
 let slow: GatewayFixture;
@@ -111,7 +112,8 @@ function raw(port: number, path: string, headers: Record<string, string>, body: 
         const order: string[] = [];
         for (let i = 0; i < res.rawHeaders.length; i += 2) {
           const name = res.rawHeaders[i]!;
-          if (name !== "Date") order.push(name.toLowerCase() === "content-length" ? name : `${name}: ${res.rawHeaders[i + 1]}`);
+          const value = name.toLowerCase() === "ratelimit" ? steadyQuota(res.rawHeaders[i + 1]!) : res.rawHeaders[i + 1];
+          if (name !== "Date") order.push(name.toLowerCase() === "content-length" ? name : `${name}: ${value}`);
         }
         resolve({ status: res.statusCode!, headers: h, body: Buffer.concat(chunks), order });
       });
@@ -256,6 +258,7 @@ function decodedGrpc(output: DescMessage, res: { headers: Record<string, unknown
     trailers["grpc-status-details-bin"] = Buffer.from(toBinary(StatusSchema, status)).toString("base64");
   }
   const headers = Object.fromEntries(Object.entries(res.headers).filter(([k]) => k !== "date" && !(k in fromHead)));
+  for (const fields of [headers, trailers]) if (typeof fields.ratelimit === "string") fields.ratelimit = steadyQuota(fields.ratelimit);
   return { trailersOnly: res.trailersOnly, headers, messages, trailers };
 }
 

@@ -95,3 +95,18 @@ export function checkRate(rate: CallRate): CallRate {
   if (!whole(rate.burst)) throw new CallRateError(`a burst must be a whole number from 1 to ${maxCalls}`);
   return rate;
 }
+
+/**
+ * Where the rate leaves an account once a call was admitted, given the
+ * theoretical arrival time that call left (ns) and the clock it was decided
+ * at (ms): how many more calls it would admit at once (`left`, at most
+ * `burst − 1` right after a quiet spell), and in how many ms the burst is
+ * whole again (`resetMs`).
+ */
+export function rateStanding(tat: bigint, atMs: number, rate: CallRate): { readonly left: number; readonly resetMs: number } {
+  const ahead = tat - BigInt(atMs) * nsPerMs;
+  if (ahead <= 0n) return { left: rate.burst, resetMs: 0 };
+  const { interval, tolerance } = rateBounds(rate);
+  const left = ahead > tolerance ? 0 : Number((tolerance - ahead) / interval) + 1;
+  return { left: Math.min(left, rate.burst), resetMs: Number(ahead) / 1e6 };
+}

@@ -22,12 +22,15 @@ import type { Micros } from "./money.ts";
 import type { OperatorSwitches } from "./operator-switches.ts";
 import type { EntryMemo } from "./response-cache.ts";
 import { noTelemetry, type AbandonStage, type StoppedWaiting, type Telemetry } from "./telemetry.ts";
+import { quotaStanding, type QuotaStanding } from "./quota-standing.ts";
 
 export type { Transport } from "./meter.ts";
 
 export type { Credentials } from "./authentication.ts";
 
 export type { Limit } from "./gateway-error.ts";
+
+export type { QuotaStanding } from "./quota-standing.ts";
 
 /**
  * A call a limit refused, and how long until that limit admits a call
@@ -91,11 +94,21 @@ export interface CallInput {
  * entry's scratch space for renderers.
  */
 export type Outcome =
-  | { readonly kind: "success"; readonly operation: Operation; readonly status: StatusBlock; readonly item: unknown; readonly memo?: EntryMemo | undefined }
+  | {
+      readonly kind: "success";
+      readonly operation: Operation;
+      readonly status: StatusBlock;
+      readonly item: unknown;
+      readonly memo?: EntryMemo | undefined;
+      /** Where the call left its account's daily maximum and rate. */
+      readonly quota?: QuotaStanding | undefined;
+    }
   | {
       readonly kind: "error";
       readonly operation: Operation | undefined;
       readonly status: StatusBlock;
+      /** Where the call left its account's daily maximum and rate; undefined where no account was identified. */
+      readonly quota?: QuotaStanding | undefined;
       /** The call said nothing of who the caller is (no key): RPC callers see `unauthenticated`. */
       readonly unauthenticated?: boolean;
       /** The limit that refused the call, if one did: transports tell the caller when to come back. */
@@ -197,6 +210,7 @@ export class Gateway {
   private readonly lockout: AddressLockout;
   private readonly ownReads = new OwnReads();
   private memory = { at: 0, text: "" };
+  private readonly dayEnds = new Map<string, { readonly day: string; readonly at: number }>();
 
   constructor(ports: GatewayPorts, options: Partial<GatewayOptions> = {}) {
     this.ports = ports;
@@ -311,11 +325,15 @@ export class Gateway {
         answer = undefined;
       }
     }
-    let apiInfo = account === undefined ? "" : this.apiInfo(account, day);
-    if (apiInfo instanceof Promise) apiInfo = await apiInfo;
+    let usage = account === undefined ? undefined : this.usageNow(account, day);
+    if (usage instanceof Promise) usage = await usage;
+    const quota =
+      account === undefined
+        ? undefined
+        : quotaStanding(account, { admission, refusedBy, usage, charged: charge === "charged" && code !== ErrorCode.SERVER_INTERNAL_ERROR, dayEndsInMs: this.dayEndsAt(day, account.zone) - now });
 
     const status = this.statusBlock(code, reason, now, requestId, operation.catalogue, input.clientIp);
-    status.apiInfo = apiInfo;
+    if (account !== undefined && usage !== undefined) status.apiInfo = apiInfoText(account, usage);
     status.callArgs = echoArgs(operation, input.args);
     // The text is in the target language unless its translation failed (then it stays Chinese).
     if (options.lang !== "cn") status.translateLanguage = options.lang;
@@ -333,14 +351,14 @@ export class Gateway {
     if (answer === undefined || !answer.found) {
       const unauthenticated = code === ErrorCode.MISSING_URL_PARAM && account === undefined;
       if (unauthenticated) this.telemetry.authFailed("missing_key");
-      return { kind: "error", operation, status, unauthenticated, refusedBy };
+      return { kind: "error", operation, status, unauthenticated, refusedBy, quota };
     }
     status.ddf = this.ports.catalogue.source(operation)!.label;
     status.secache = answer.token;
     status.secacheTime = BigInt(answer.storedAt);
     status.secacheDate = formatDateTime(answer.storedAt * 1000, this.options.timeZone);
     status.lastId = operation.lastId(answer.value);
-    return { kind: "success", operation, status, item: answer.value, memo };
+    return { kind: "success", operation, status, item: answer.value, memo, quota };
   }
 
   /**
@@ -424,7 +442,7 @@ export class Gateway {
     if (e.limit === undefined) return undefined;
     // The daily maximum admits again when the account's day ends, which only the core knows (it names the day).
     // Whole ms, at least 1, here once: every transport says it as it is.
-    const wait = e.limit === "daily_max" && account !== undefined ? nextDayStarts(dayOf(now, account.zone), account.zone) - now : e.retryAfterMs;
+    const wait = e.limit === "daily_max" && account !== undefined ? this.dayEndsAt(dayOf(now, account.zone), account.zone) - now : e.retryAfterMs;
     return { limit: e.limit, retryAfterMs: wait === undefined ? undefined : Math.max(1, Math.ceil(wait)) };
   }
 
@@ -493,23 +511,28 @@ export class Gateway {
     return status;
   }
 
-  /** `api_info`: the account's counters as the meter has them now, at once where it answers at once (MaybeAsync). */
-  private apiInfo(account: Account, today: string): MaybeAsync<string> {
+  /** The account's counters for `api_info`, as the meter has them now, at once where it answers at once (MaybeAsync); undefined where they cannot be read. */
+  private usageNow(account: Account, today: string): MaybeAsync<UsageSummary | undefined> {
     // The call is answered and recorded; only its counters cannot be read back now.
-    const unread = (e: unknown): string => {
+    const unread = (e: unknown): undefined => {
       this.ports.log?.error({ err: e }, "the account's usage cannot be read for api_info");
-      return "";
-    };
-    const text = (u: UsageSummary): string => {
-      const all = u.today + u.yesterday + u.before;
-      return `today:${u.today} max:${account.dailyMax} all[${all}=${u.today}+${u.yesterday}+${u.before}];expires:${account.expires}`;
+      return undefined;
     };
     try {
       const usage = this.ports.meter.usage(account.key, today, previousDay(today));
-      return usage instanceof Promise ? usage.then(text, unread) : text(usage);
+      return usage instanceof Promise ? usage.catch(unread) : usage;
     } catch (e) {
       return unread(e);
     }
+  }
+
+  /** When a day ends in a zone (Unix ms): worked out once per zone and day, not a call. */
+  private dayEndsAt(day: string, zone: string): number {
+    const known = this.dayEnds.get(zone);
+    if (known !== undefined && known.day === day) return known.at;
+    const at = nextDayStarts(day, zone);
+    this.dayEnds.set(zone, { day, at });
+    return at;
   }
 
   /** Heap in use, sampled at most every 100 ms: reading it is not free. */
@@ -519,6 +542,12 @@ export class Gateway {
     }
     return this.memory.text;
   }
+}
+
+/** `api_info`: the day's count and maximum, the charged calls of every day, and the key's expiry. */
+function apiInfoText(account: Account, u: UsageSummary): string {
+  const all = u.today + u.yesterday + u.before;
+  return `today:${u.today} max:${account.dailyMax} all[${all}=${u.today}+${u.yesterday}+${u.before}];expires:${account.expires}`;
 }
 
 function checkArgs(operation: Operation, given: Readonly<Record<string, string | undefined>>): Args {

@@ -40,6 +40,19 @@ export interface Admission {
   readonly price: Micros;
   /** The store's name for the reservation, where it keeps one (a shared store's lease). */
   readonly lease?: string;
+  /**
+   * The account's calls of the day as the daily maximum counted them when
+   * it admitted this one: charged, and reserved by calls in flight, this one
+   * included. Exact across replicas (the shared store decides in one
+   * statement); undefined where a store does not say.
+   */
+  readonly dayCount?: number | undefined;
+  /**
+   * The rate's theoretical arrival time once this call was admitted (ns,
+   * call-rate.ts) and the meter's clock when it decided (ms); undefined for
+   * an account with no rate.
+   */
+  readonly rate?: { readonly tat: bigint; readonly at: number } | undefined;
 }
 
 /**

@@ -248,16 +248,18 @@ export class SqliteMeter implements Meter {
       }
     }
     const rate = account.rate;
+    let arrival: Admission["rate"];
     if (rate !== undefined) {
       const now = this.options.now();
       const taken = rateTake(this.arrivals.get(key), now, rate);
       if ("waitMs" in taken) throw rateReached(rate, taken.waitMs);
       this.arrivals.set(key, taken.next);
+      arrival = { tat: taken.next, at: now };
     }
     this.inFlight.set(key, inFlight + 1);
     this.pendingCalls.set(dayKey(key, day), pending + 1);
     this.pendingAmount.set(key, (this.pendingAmount.get(key) ?? 0n) + price);
-    return { account: key, day, price };
+    return { account: key, day, price, dayCount: committed + pending + 1, rate: arrival };
   }
 
   record(row: LedgerRow, admission: Admission | undefined): Promise<void> {

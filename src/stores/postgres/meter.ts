@@ -51,7 +51,8 @@ export const defaultPostgresMeterOptions: PostgresMeterOptions = {
 interface Waiting {
   readonly lease: string;
   readonly price: bigint;
-  resolve(verdict: string): void;
+  /** The statement's verdict for this call, and the `now` (ms) it decided at. */
+  resolve(verdict: { readonly text: string; readonly at: number }): void;
   reject(e: unknown): void;
 }
 
@@ -191,7 +192,7 @@ export class PostgresMeter implements Meter {
   async admit(account: Account, operation: OperationId, day: string): Promise<Admission> {
     const price = account.prices.get(operation) ?? 0n;
     const lease = `${this.leasePrefix}${(this.leases++).toString(36)}`;
-    const verdict = await new Promise<string>((resolve, reject) => {
+    const verdict = await new Promise<{ readonly text: string; readonly at: number }>((resolve, reject) => {
       const k = `${account.key}\u0000${day}`;
       let group = this.admitting.get(k);
       if (group === undefined) {
@@ -202,13 +203,16 @@ export class PostgresMeter implements Meter {
       group.waiting.push({ lease, price, resolve, reject });
       if (!decidingNow(group)) this.scheduleDecision();
     });
-    const [what, n] = verdict.split(" ");
+    const [what, n, tat] = verdict.text.split(" ");
     if (what === "concurrency") throw concurrencyReached(n ?? "");
     if (what === "daily") throw dailyMaxReached(account);
     if (what === "balance") throw balanceShort(BigInt(n ?? "0"), price, operation);
     if (what === "rate" && account.rate !== undefined) throw rateReached(account.rate, Number(n) / 1e6);
     this.held.add(lease);
-    return { account: account.key, day, price, lease };
+    // `ok <the day's calls> [<the rate's arrival time>]` (schema step 15), decided at the `now` the statement was given.
+    const dayCount = n === undefined ? undefined : Number(n);
+    const rate = tat === undefined ? undefined : { tat: BigInt(tat), at: verdict.at };
+    return { account: account.key, day, price, lease, dayCount, rate };
   }
 
   /**
@@ -240,13 +244,14 @@ export class PostgresMeter implements Meter {
     try {
       // The rate limit's interval and tolerance in ns (0: none), decided in the same statement (schema step 11).
       const bounds = account.rate === undefined ? { interval: 0n, tolerance: 0n } : rateBounds(account.rate);
+      const at = this.options.now();
       const r = await this.pool.query<{ v: string[] }>({ name: "gw_admit_many_rated", text: admitStatement, values: [
         waiting.map((w) => w.lease), account.key, day, waiting.map((w) => w.price.toString()), account.dailyMax, account.concurrency,
-        this.options.holder, this.options.now(), this.options.leaseMs,
+        this.options.holder, at, this.options.leaseMs,
         bounds.interval.toString(), bounds.tolerance.toString(),
       ] });
       this.clearProblem();
-      waiting.forEach((w, i) => w.resolve(r.rows[0]!.v[i]!));
+      waiting.forEach((w, i) => w.resolve({ text: r.rows[0]!.v[i]!, at }));
     } catch (e) {
       this.setProblem();
       for (const w of waiting) w.reject(databaseFault(e));

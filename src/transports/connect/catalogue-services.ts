@@ -8,6 +8,7 @@ import { CacheMode, Lang } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { credentialFields, readCredentials } from "../credentials.ts";
 import { callReachedKey, clientIpKey, requestIdKey } from "./context.ts";
 import { rpcTransportOf, statusError } from "./status-error.ts";
+import { quotaHeaderPairs } from "../quota-headers.ts";
 
 /** What a catalogue handler reads of a call besides its message: the same whichever path the call took. */
 export interface CallSource {
@@ -143,7 +144,7 @@ export function catalogueRoutes(gateway: Gateway, operations: readonly Operation
       const call = operationCall(gateway, operation);
       router.rpc(operation.method as DescMethodUnary<DescMessage, DescMessage>, (req, ctx) => {
         ctx.values.set(callReachedKey, true);
-        return call(req, sourceOfContext(ctx)) as never;
+        return call(req, sourceOfContext(ctx), ctx.responseHeader) as never;
       });
     }
   };
@@ -155,21 +156,23 @@ export function operationAnswer(gateway: Gateway, operation: Operation): (req: M
   const read = requestReader(operation);
   return async (req, src) => {
     const outcome = await gateway.call(operation, read(req, src));
-    if (outcome.kind !== "success") throw statusError(outcome.status, { unauthenticated: outcome.unauthenticated, refusedBy: outcome.refusedBy, transport: src.transport });
+    if (outcome.kind !== "success") throw statusError(outcome.status, { unauthenticated: outcome.unauthenticated, refusedBy: outcome.refusedBy, transport: src.transport, quota: outcome.quota });
     return outcome;
   };
 }
 
 /**
  * One call of an operation as an RPC: the request message and what else the
- * call says (CallSource) in, the response message out, or a ConnectError
- * with the status block as detail.
+ * call says (CallSource) in, the response message out (and its headers:
+ * RateLimit, src/transports/quota-headers.ts), or a ConnectError with the
+ * status block as detail.
  */
-export function operationCall(gateway: Gateway, operation: Operation): (req: Message, src: CallSource) => Promise<Message> {
+export function operationCall(gateway: Gateway, operation: Operation): (req: Message, src: CallSource, responseHeader: Headers) => Promise<Message> {
   const answer = operationAnswer(gateway, operation);
   const output = operation.method.output;
-  return async (req, src) => {
+  return async (req, src, responseHeader) => {
     const outcome = await answer(req, src);
+    for (const [name, value] of quotaHeaderPairs(outcome.quota)) responseHeader.set(name, value);
     const fields = src.binary ? itemFields(operation, outcome) : undefined;
     if (fields === undefined) return create(output, { item: outcome.item, status: outcome.status } as never) as Message;
     const message = create(output, { status: outcome.status } as never) as Message;

@@ -166,6 +166,8 @@ async function respondGrpc(stream: ServerHttp2Stream, headers: IncomingHttpHeade
   const compression = compressionNegotiate(acceptCompression, null, headerValue(headers["grpc-accept-encoding"]), "grpc-accept-encoding").response;
   const head: OutgoingHttpHeaders = { ":status": 200, ...answerHeaders, "content-type": "application/grpc+proto" };
   if (compression !== null) head["grpc-encoding"] = compression.name;
+  // A success's headers as connect-node's handler sets them (RateLimit); an error's metadata joins its trailers.
+  if ("parts" in result) for (const [name, value] of result.header) head[name] = value;
   // The frame: its 5-byte prefix with the first part, then the second part as it is kept (no copy of the item).
   let frame: [Buffer, Uint8Array] | undefined;
   if ("parts" in result) {

@@ -2,10 +2,11 @@ import { create } from "@bufbuild/protobuf";
 import { DurationSchema } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { errorCodeInfo, fourDigits, type RpcStatus } from "../../contract/error-codes.ts";
-import type { LimitRefusal, Transport } from "../../core/gateway.ts";
+import type { LimitRefusal, QuotaStanding, Transport } from "../../core/gateway.ts";
 import { RetryInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { StatusBlockSchema, type StatusBlock } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { grpcPushbackMs, retryAfterSeconds } from "../retry-hints.ts";
+import { quotaHeaderPairs } from "../quota-headers.ts";
 
 /** The contract's gRPC status names as connect-es codes: the one place the contract meets the library. */
 const connectCodes: Readonly<Record<Exclude<RpcStatus, "ok">, Code>> = {
@@ -29,6 +30,8 @@ export interface StatusErrorOptions {
   readonly refusedBy?: LimitRefusal | undefined;
   /** The call's protocol: a Connect error's metadata travels as HTTP headers, a gRPC or gRPC-Web one's as trailers. */
   readonly transport?: Transport | undefined;
+  /** Where the call left its account's limits: `RateLimit` and `RateLimit-Policy` as metadata (src/transports/quota-headers.ts). */
+  readonly quota?: QuotaStanding | undefined;
 }
 
 /**
@@ -37,13 +40,15 @@ export interface StatusErrorOptions {
  * `unauthenticated` whatever its four digits (4014 for a missing key). A
  * call a limit refused with a known wait also carries a
  * `google.rpc.RetryInfo` detail, and `Retry-After` (Connect) or
- * `grpc-retry-pushback-ms` (gRPC, gRPC-Web) as metadata.
+ * `grpc-retry-pushback-ms` (gRPC, gRPC-Web) as metadata. A call whose
+ * account was identified carries `RateLimit` and `RateLimit-Policy` as
+ * metadata too.
  */
 export function statusError(status: StatusBlock, options: StatusErrorOptions = {}): ConnectError {
   const rpcStatus = errorCodeInfo(status.errorCode).rpcStatus;
   const code = options.unauthenticated === true ? Code.Unauthenticated : rpcStatus === "ok" ? Code.Internal : connectCodes[rpcStatus];
   const message = `${fourDigits(status.errorCode)} ${status.reason}`;
-  return refusalError(message, code, options.refusedBy, options.transport, [{ desc: StatusBlockSchema, value: status }]);
+  return refusalError(message, code, options.refusedBy, options.transport, [{ desc: StatusBlockSchema, value: status }], quotaHeaderPairs(options.quota));
 }
 
 type ErrorDetails = NonNullable<ConstructorParameters<typeof ConnectError>[3]>;
@@ -54,9 +59,17 @@ type ErrorDetails = NonNullable<ConstructorParameters<typeof ConnectError>[3]>;
  * `Retry-After` (Connect: HTTP headers) or `grpc-retry-pushback-ms` (gRPC,
  * gRPC-Web: trailers) as metadata (src/transports/retry-hints.ts).
  */
-export function refusalError(message: string, code: Code, refusal: LimitRefusal | undefined, transport: Transport | undefined, details: ErrorDetails = []): ConnectError {
-  if (refusal === undefined) return new ConnectError(message, code, undefined, details);
-  const metadata = new Headers();
+export function refusalError(
+  message: string,
+  code: Code,
+  refusal: LimitRefusal | undefined,
+  transport: Transport | undefined,
+  details: ErrorDetails = [],
+  extra: readonly (readonly [string, string])[] = [],
+): ConnectError {
+  if (refusal === undefined && extra.length === 0) return new ConnectError(message, code, undefined, details);
+  const metadata = new Headers(extra as [string, string][]);
+  if (refusal === undefined) return new ConnectError(message, code, metadata, details);
   const hint = transport === "connect" ? retryAfterSeconds(refusal) : grpcPushbackMs(refusal);
   if (hint !== undefined) metadata.set(transport === "connect" ? "retry-after" : "grpc-retry-pushback-ms", hint);
   const ms = refusal.retryAfterMs;

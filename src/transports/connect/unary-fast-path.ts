@@ -24,6 +24,7 @@ import { headerReader, operationAnswer, type CallSource } from "./catalogue-serv
 import { callerError } from "./internal-errors.ts";
 import { trailersOnlyOr } from "./grpc-trailers-only.ts";
 import { fastMessageField } from "./fast-binary.ts";
+import { quotaHeaderPairs } from "../quota-headers.ts";
 
 const itemBinaryMemo = "rpc-item-binary";
 const itemJsonMemo = "rpc-item-json";
@@ -146,8 +147,13 @@ export const once = (bytes: Uint8Array): AsyncIterable<Uint8Array> => (async fun
   yield bytes;
 })();
 
-/** What the fast path answers a call with: the message in two parts (successParts), or the error connect-node's path would end it with. */
-export type FastResult = { readonly parts: [Uint8Array, Uint8Array] } | { readonly error: ConnectError };
+/**
+ * What the fast path answers a call with: the message in two parts
+ * (successParts) and the headers connect-node's handler would set beside it
+ * (RateLimit, in their names' order), or the error connect-node's path would
+ * end it with.
+ */
+export type FastResult = { readonly parts: [Uint8Array, Uint8Array]; readonly header: readonly (readonly [string, string])[] } | { readonly error: ConnectError };
 
 /** One operation as the fast paths serve it: its request parser and its answer. */
 export interface FastAnswer {
@@ -172,7 +178,8 @@ export function fastAnswer(gateway: Gateway, operation: Operation, options: { re
     },
     async call(input, src, procedure) {
       try {
-        return { parts: successParts(output, statusField, await answer(input, src), src.binary) };
+        const outcome = await answer(input, src);
+        return { parts: successParts(output, statusField, outcome, src.binary), header: quotaHeaderPairs(outcome.quota) };
       } catch (e) {
         // As the logInternalErrors interceptor does on connect-node's path.
         return { error: callerError(e, src.requestId, procedure, options.log) };
@@ -227,7 +234,7 @@ async function connectAnswer(result: FastResult, binary: boolean, acceptEncoding
   }
   let size = parts.reduce((n, p) => n + p.byteLength, 0);
   const compression = compressionNegotiate(acceptCompression, null, headerValue(acceptEncoding), "accept-encoding").response;
-  const headers: [string, string][] = [];
+  const headers: (readonly [string, string])[] = [];
   if (compression !== null && size >= compressMinBytes) {
     const compressed = await compression.compress(oneBlock(parts));
     parts = [compressed];
@@ -235,9 +242,11 @@ async function connectAnswer(result: FastResult, binary: boolean, acceptEncoding
     headers.push(["content-encoding", compression.name]);
   }
   headers.push(["content-length", String(size)], ["content-type", contentType]);
-  // An error's metadata (a refusal's Retry-After) joins the headers as connect-node merges it, in a fetch
-  // Headers' order: by name.
-  if ("error" in result && [...result.error.metadata.keys()].length > 0) {
+  // A success's headers (RateLimit), or an error's metadata (a refusal's Retry-After, RateLimit), join the
+  // headers as connect-node merges them, in a fetch Headers' order: by name. The answer's own sort after
+  // content-type.
+  if ("parts" in result) headers.push(...result.header);
+  else if ([...result.error.metadata.keys()].length > 0) {
     result.error.metadata.forEach((value, name) => headers.push([name, value]));
     headers.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
   }

@@ -48,6 +48,7 @@ export function legacyFastPath(gateway: Gateway, options: LegacyFastPathOptions)
     const headers: Record<string, string> = { ...answerHeaders, "content-type": answer.contentType, vary: "accept-encoding" };
     if (answer.encoding !== undefined) headers["content-encoding"] = answer.encoding;
     if (answer.retryAfter !== undefined) headers["retry-after"] = answer.retryAfter;
+    for (const [name, value] of answer.quota) headers[name] = value;
     const body = answer.body;
     headers["content-length"] = String(bodyByteLength(body));
     res.writeHead(200, headers);

@@ -8,6 +8,7 @@ import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { bodyByteLength, bodyParts, isLegacyFormat, isSpliced, joinedBody, legacyFormats, renderOutcome, type LegacyBody, type LegacyFormatName } from "../../render/legacy-formats.ts";
 import { goneOf } from "../server/caller-gone.ts";
 import { retryAfterSeconds } from "../retry-hints.ts";
+import { quotaHeaderPairs } from "../quota-headers.ts";
 import { endInParts } from "../server/end-in-parts.ts";
 import { credentialFields, readCredentials } from "../credentials.ts";
 import { compress, negotiateEncoding } from "./legacy-compression.ts";
@@ -46,6 +47,8 @@ export interface LegacyAnswer {
   readonly body: LegacyBody;
   /** `Retry-After`, in seconds, for a call a limit refused with a known wait (src/transports/retry-hints.ts). */
   readonly retryAfter: string | undefined;
+  /** `RateLimit` and `RateLimit-Policy`, for a call whose account was identified (src/transports/quota-headers.ts). */
+  readonly quota: readonly (readonly [string, string])[];
 }
 
 /**
@@ -59,8 +62,9 @@ export function legacyAnswer(outcome: Outcome, format: LegacyFormatName, method:
   const body = renderOutcome(format, outcome);
   const encoding = method === "HEAD" ? undefined : negotiateEncoding(acceptEncoding);
   const retryAfter = outcome.kind === "error" ? retryAfterSeconds(outcome.refusedBy) : undefined;
-  if (encoding === undefined) return { contentType, encoding, body, retryAfter };
-  return { contentType, encoding, body: compress(encoding, joinedBody(body)), retryAfter };
+  const quota = quotaHeaderPairs(outcome.quota);
+  if (encoding === undefined) return { contentType, encoding, body, retryAfter, quota };
+  return { contentType, encoding, body: compress(encoding, joinedBody(body)), retryAfter, quota };
 }
 
 /**
@@ -74,6 +78,7 @@ export function sendLegacy(reply: FastifyReply, outcome: Outcome, format: Legacy
   reply.code(200).header("content-type", answer.contentType).header("vary", "accept-encoding");
   if (answer.encoding !== undefined) reply.header("content-encoding", answer.encoding);
   if (answer.retryAfter !== undefined) reply.header("retry-after", answer.retryAfter);
+  for (const [name, value] of answer.quota) reply.header(name, value);
   const body = answer.body;
   if (!isSpliced(body)) return reply.send(body);
   // A cached item's kept bytes, written as they are between the call's text, as the path before

@@ -184,6 +184,15 @@ export function legacyOpenApi(operations: readonly Operation[], version: string)
               description: "on a call a limit refused with a known wait (the account's rate or daily maximum, or an address locked out for failed authentications): whole seconds until it admits a call again",
               schema: { type: "integer", minimum: 1 },
             },
+            RateLimit: {
+              description:
+                'on every answer to a call whose account was identified: what its limits still admit, as draft-ietf-httpapi-ratelimit-headers-10 writes it, e.g. `"daily";r=9998;t=30137, "rate";r=9;t=1`: `r` calls the daily maximum (`"daily"`) or the rate (`"rate"`) still admits, `t` whole seconds until the day ends or the rate\'s burst is whole again; a limit the call did not reach is left out',
+              schema: { type: "string" },
+            },
+            "RateLimit-Policy": {
+              description: 'with RateLimit: the account\'s limits, e.g. `"daily";q=10000;w=86400, "rate";q=10;w=1`: `q` calls every `w` seconds',
+              schema: { type: "string" },
+            },
           },
           content,
         },

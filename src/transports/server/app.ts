@@ -100,7 +100,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const tls = options.tls;
   const limits = { ...defaultAppSettings.limits, ...options.limits };
   // Retry-After is not a header a page may read unless exposed: a refused call's (src/transports/retry-hints.ts).
-  const cors = corsSettings(options.corsOrigins ?? defaultAppSettings.corsOrigins, [...connectCors.exposedHeaders, "Retry-After"]);
+  const cors = corsSettings(options.corsOrigins ?? defaultAppSettings.corsOrigins, [...connectCors.exposedHeaders, "Retry-After", "RateLimit", "RateLimit-Policy"]);
   // The fast paths take their requests before Fastify (gRPC streams, Connect and legacy HTTP/1.1 requests); they exist once the routes do.
   let rpcRequests: RequestClaims = {};
   let legacyRequests: Http1RequestClaim | undefined;
