@@ -125,4 +125,34 @@ describe("the ledger through crashes", () => {
     for (const { requestId } of [...after.received, ...drain.received]) expect(final.rows.get(requestId), requestId).toHaveLength(1);
     expect(final.counted).toBe(final.charged);
   });
+
+  it("keeps an account's rate through a SIGKILL and a restart: no fresh burst", async () => {
+    const rated = JSON.parse((await runCli(["accounts", "create", "--json", "--rate", "1/h", "--burst", "2"], env)).stdout) as { key: string; secret: string };
+    const call = async (base: string) => {
+      const res = await fetch(`${base}/retail/item_get/?${new URLSearchParams({ key: rated.key, secret: rated.secret, num_iid: demo.retailNumIid })}`);
+      const json = (await res.json()) as { error_code: string; reason: string };
+      return { code: json.error_code, reason: json.reason, left: res.headers.get("ratelimit") };
+    };
+    const waitOf = (reason: string) => Number(/admitted in (\d+) ms$/.exec(reason)?.[1]);
+    const server = await startServer();
+    expect([(await call(server.base)).code, (await call(server.base)).code]).toEqual(["0000", "0000"]);
+    const refused = await call(server.base);
+    expect(refused.code).toBe("4008");
+    server.child.kill("SIGKILL");
+    await server.exited;
+    // Before, a restart forgot the rate: this call was 0000, and so was the next.
+    const again = await startServer();
+    const after = await call(again.base);
+    expect([after.code, after.left]).toEqual(["4008", expect.stringContaining('"rate";r=0;')]);
+    // The same place as before the crash, less the time between the two calls.
+    expect(waitOf(after.reason)).toBeLessThanOrEqual(waitOf(refused.reason));
+    expect(waitOf(after.reason)).toBeGreaterThan(waitOf(refused.reason) - 60_000);
+    // And through an ordinary stop and start.
+    again.child.kill("SIGTERM");
+    expect(await again.exited).toBe(0);
+    const third = await startServer();
+    expect((await call(third.base)).code).toBe("4008");
+    third.child.kill("SIGTERM");
+    expect(await third.exited).toBe(0);
+  });
 });

@@ -58,7 +58,7 @@ describe("gateway migrate --to postgres://…", () => {
     expect(r.code).toBe(0);
     const report = JSON.parse(r.stdout) as { tables: { table: string; embedded: number; postgres: number }[] };
     for (const t of report.tables) expect(t.postgres, t.table).toBe(t.embedded);
-    expect(report.tables.map((t) => t.table)).toEqual(["accounts", "balances", "balance_changes", "account_changes", "admin_tokens", "maintenance", "maintenance_changes", "usage_daily", "ledger", "ledger_daily_totals", "refusals", "catalogue_records"]);
+    expect(report.tables.map((t) => t.table)).toEqual(["accounts", "balances", "rate_arrivals", "balance_changes", "account_changes", "admin_tokens", "maintenance", "maintenance_changes", "usage_daily", "ledger", "ledger_daily_totals", "refusals", "catalogue_records"]);
 
     // Secrets stay hashed; the balance, prices and operations arrive as they were.
     const account = (await pool.query("SELECT a.*, b.micros::text AS balance FROM accounts a LEFT JOIN balances b ON b.account = a.key WHERE a.key = $1", [embedded.paying!.key])).rows[0];
@@ -69,6 +69,10 @@ describe("gateway migrate --to postgres://…", () => {
     expect(account.previous_secret.secretHash).toMatch(/^[0-9a-f]{64}$/);
     expect(account.previous_secret.until).toBeGreaterThan(Date.now());
     expect(account.rate).toEqual({ calls: 600, seconds: 60, burst: 50 });
+    // And its place under the rate, so the first calls on the shared store are held to it (four calls, 100 ms each).
+    const arrivals = (await pool.query("SELECT tat::text AS tat FROM rate_arrivals WHERE account = $1", [embedded.paying!.key])).rows;
+    expect(arrivals).toHaveLength(1);
+    expect(BigInt(arrivals[0].tat)).toBeGreaterThan(BigInt(Date.now() - 60_000) * 1_000_000n);
     expect(account.allowed_from).toEqual(["127.0.0.1", "2001:db8::/32"]);
     // The balance's record comes with it, and the next change recorded there follows it.
     const changes = (await pool.query("SELECT id::int AS id, kind, amount::text AS amount, balance::text AS balance FROM balance_changes WHERE account = $1 ORDER BY id", [embedded.paying!.key])).rows;

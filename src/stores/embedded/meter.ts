@@ -99,8 +99,11 @@ export class SqliteMeter implements Meter {
   private readonly pendingAmount = new Map<string, bigint>();
   /**
    * Each rated account's theoretical arrival time (src/core/call-rate.ts):
-   * this process is the only one that admits calls, so it is kept here, and
-   * a restart starts every account with its full burst.
+   * this process is the only one that admits calls, so it decides from here.
+   * Each commit writes the times of the accounts whose calls it holds
+   * (rate_arrivals), and a start reads them back: a restart, or a crash,
+   * hands no account a fresh burst. A call the process admitted and never
+   * recorded (it died first) was never answered; its place is given back.
    */
   private readonly arrivals = new Map<string, bigint>();
   private queue: Queued[] = [];
@@ -111,7 +114,7 @@ export class SqliteMeter implements Meter {
    */
   private readonly summaries = new Map<string, { day: string; summary: { today: number; yesterday: number; before: number } }>();
   private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
-  private readonly sql: Record<"count" | "deduct" | "topUp" | "unbilled" | "balanceChange" | "balanceChanges" | "balanceOf" | "sums" | "refusal" | "refusalAddresses", StatementSync>;
+  private readonly sql: Record<"count" | "deduct" | "topUp" | "unbilled" | "balanceChange" | "balanceChanges" | "balanceOf" | "sums" | "refusal" | "refusalAddresses" | "arrival", StatementSync>;
   /** The ledger inserts by number of rows (insertRows). */
   private readonly inserts: StatementSync[] = [];
   private readonly refusals = new Map<string, RefusalCount>();
@@ -147,7 +150,13 @@ export class SqliteMeter implements Meter {
          ON CONFLICT (day, operation, error_code, client_ip, transport) DO UPDATE SET calls = calls + excluded.calls`,
       ),
       refusalAddresses: db.prepare("SELECT DISTINCT client_ip FROM refusals WHERE day = ? AND client_ip != 'other'"),
+      // Never moved back: a later time is what the rate decided.
+      arrival: db.prepare("INSERT INTO rate_arrivals (account, tat) VALUES (?, ?) ON CONFLICT (account) DO UPDATE SET tat = max(tat, excluded.tat)"),
     };
+    // The rate's state as the last commit left it; a time already past is no different from none.
+    const arrivals = db.prepare("SELECT account, tat FROM rate_arrivals WHERE tat > ?");
+    arrivals.setReadBigInts(true);
+    for (const r of arrivals.all(BigInt(this.options.now()) * 1_000_000n) as { account: string; tat: bigint }[]) this.arrivals.set(r.account, r.tat);
     this.sql.unbilled.setReadBigInts(true);
     this.sql.balanceChanges.setReadBigInts(true);
     this.sql.balanceOf.setReadBigInts(true);
@@ -386,6 +395,10 @@ export class SqliteMeter implements Meter {
         }
         for (const c of counts.values()) this.sql.count.run(c.account, c.day, c.calls);
         for (const [account, micros] of deductions) this.sql.deduct.run(micros, account);
+        // The rate's place of every rated call in the batch (charged or not: admission took it), as it stands now.
+        let rated: Map<string, bigint> | undefined;
+        for (const { admission } of rows) if (admission?.rate !== undefined) (rated ??= new Map()).set(admission.account, this.arrivals.get(admission.account) ?? admission.rate.tat);
+        if (rated !== undefined) for (const [account, tat] of rated) this.sql.arrival.run(account, tat);
       });
     const whole = write(batch);
     if (whole !== undefined && batch.length === 1) failures.set(batch[0]!, whole);

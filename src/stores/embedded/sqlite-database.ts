@@ -162,6 +162,9 @@ export const migrations: readonly string[] = [
   // 16: the address each call came from (as its status block's client_ip), so a team can see where its key
   // was used; none for the rows written before.
   `ALTER TABLE ledger ADD COLUMN client_ip TEXT;`,
+  // 17: each rated account's theoretical arrival time (ns, src/core/call-rate.ts), written with the ledger rows of
+  // its calls, so a restart does not hand every account a fresh burst (the shared store's is PostgreSQL step 11).
+  `CREATE TABLE rate_arrivals (account TEXT PRIMARY KEY, tat INTEGER NOT NULL);`,
 ];
 
 /**

@@ -47,6 +47,13 @@ const copies: readonly TableCopy[] = [
     sums: [["balance", "SELECT coalesce(sum(micros), 0) AS n FROM balances", "SELECT coalesce(sum(micros), 0) AS n FROM balances"]],
   },
   {
+    // Each rated account's place under its rate, so the first calls after the move are held to it.
+    table: "rate_arrivals",
+    columns: [["account", "text"], ["tat", "bigint"]],
+    select: "SELECT account, tat FROM rate_arrivals",
+    count: "SELECT count(*) AS n FROM rate_arrivals",
+  },
+  {
     // With their ids: they order an account's changes. The sequence is moved past them after the copy.
     table: "balance_changes",
     columns: [["id", "bigint"], ["account", "text"], ["at", "bigint"], ["kind", "text"], ["amount", "bigint"], ["balance", "bigint"], ["actor", "text"]],
