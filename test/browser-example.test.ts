@@ -111,7 +111,7 @@ describe("the README's browser example", () => {
     expect(demo.retailNumIid).toBe("600000006151"); // the number the printed page starts with
   });
 
-  it("lets a page from another origin read when a refused call may come back: Retry-After is exposed, RetryInfo is in the error", async () => {
+  it("lets a page from another origin read what its limits still admit and when a refused call may come back: RateLimit and Retry-After are exposed, RetryInfo is in the error", async () => {
     // The example's page is still served (the test above started its back end); a page's fetch is what Connect-Web sends.
     const account = await gw.newAccount({ name: "browser-rate", rate: { calls: 1, seconds: 3600, burst: 1 } });
     const page = await browser.newPage();
@@ -125,14 +125,30 @@ describe("the README's browser example", () => {
             body: JSON.stringify({ numIid: "600000006151" }),
           });
           const body = (await res.json()) as { code?: string; details?: { type: string; debug?: unknown }[] };
-          return { status: res.status, retryAfter: res.headers.get("retry-after"), code: body.code ?? "", retryInfo: body.details?.find((d) => d.type === "google.rpc.RetryInfo")?.debug ?? null };
+          return {
+            status: res.status,
+            retryAfter: res.headers.get("retry-after"),
+            rateLimit: res.headers.get("ratelimit"),
+            policy: res.headers.get("ratelimit-policy"),
+            code: body.code ?? "",
+            retryInfo: body.details?.find((d) => d.type === "google.rpc.RetryInfo")?.debug ?? null,
+          };
         };
         return [await call(), await call()];
       },
       { base: gw.base, key: account.key, secret: account.secret },
     );
-    expect(answers[0]).toEqual({ status: 200, retryAfter: null, code: "", retryInfo: null });
-    expect(answers[1]).toMatchObject({ status: 429, retryAfter: "3600", code: "resource_exhausted", retryInfo: { retryDelay: expect.stringMatching(/^359\d\.\d+s$/) } });
+    // The headers a page reads are those the answer exposes (CORS): without them, the browser hands it null.
+    const policy = `"daily";q=10000;w=86400, "rate";q=1;w=3600`;
+    expect(answers[0]).toEqual({ status: 200, retryAfter: null, rateLimit: expect.stringMatching(/^"daily";r=9999;t=\d+, "rate";r=0;t=3600$/), policy, code: "", retryInfo: null });
+    expect(answers[1]).toMatchObject({
+      status: 429,
+      retryAfter: "3600",
+      rateLimit: expect.stringMatching(/^"daily";r=9999;t=\d+, "rate";r=0;t=(3599|3600)$/),
+      policy,
+      code: "resource_exhausted",
+      retryInfo: { retryDelay: expect.stringMatching(/^359\d\.\d+s$/) },
+    });
     await page.close();
   });
 });
