@@ -397,10 +397,10 @@ export class Gateway {
     return this.statusBlock(code, reason, identity.now, identity.requestId, "account", clientIp);
   }
 
-  /** Where a caller's own account stands now (the AccountService): its day, the day's counts and its balance, as the meter has them. */
+  /** Where a caller's own account stands now (the AccountService): its day, the day's counts and its balance, read from the store now (exact across replicas). */
   async ownStanding(account: Account, now: number): Promise<{ readonly day: string; readonly usage: UsageSummary; readonly balance: Micros | undefined }> {
     const day = dayOf(now, account.zone);
-    const [usage, balance] = await Promise.all([this.ports.meter.usage(account.key, day, previousDay(day)), this.ports.meter.balance(account.key)]);
+    const [usage, balance] = await Promise.all([this.ports.meter.usage(account.key, day, previousDay(day), true), this.ports.meter.balance(account.key)]);
     return { day, usage, balance };
   }
 

@@ -181,7 +181,13 @@ export interface Meter {
   /** On every call's path, as `usage`: answered at once where the counters are in this process (MaybeAsync). */
   admit(account: Account, operation: OperationId, day: string): MaybeAsync<Admission>;
   record(row: LedgerRow, admission: Admission | undefined): Promise<void>;
-  usage(account: string, today: string, yesterday: string): MaybeAsync<UsageSummary>;
+  /**
+   * The account's charged calls today, yesterday and before. A shared store
+   * may answer a call's api_info from what it read up to a second ago;
+   * `fresh` asks for the store's count now, exact across replicas (a team's
+   * own read of its standing).
+   */
+  usage(account: string, today: string, yesterday: string, fresh?: boolean): MaybeAsync<UsageSummary>;
   query(query: UsageQuery): Promise<UsageReport>;
   /**
    * Adds to an account's prepaid balance (a top-up), or makes it unbilled by

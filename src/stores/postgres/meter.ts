@@ -319,10 +319,11 @@ export class PostgresMeter implements Meter {
   /**
    * The account's charged calls, for api_info: read at most once a second per
    * account by this replica, with the calls it committed itself since added,
-   * so other replicas' calls show within a second.
+   * so other replicas' calls show within a second. `fresh`: read now.
    */
-  async usage(account: string, today: string, yesterday: string): Promise<UsageSummary> {
+  async usage(account: string, today: string, yesterday: string, fresh = false): Promise<UsageSummary> {
     const now = this.options.now();
+    if (fresh) return { ...(await this.sum(account, today, yesterday, now)) };
     const known = this.summaries.get(account);
     if (known !== undefined && known.today === today && now - known.at < 1000) return { ...known.summary };
     // One query per account and day at a time: the calls that find the summary stale together share its reread.
@@ -346,7 +347,9 @@ export class PostgresMeter implements Meter {
     const s = r.rows[0]!;
     const summary = { today: Number(s.today), yesterday: Number(s.yesterday), before: Number(s.before) };
     if (this.summaries.size >= 100_000) this.summaries.clear();
-    this.summaries.set(account, { today, summary, at: now });
+    // A read that started before the one kept does not replace it.
+    const kept = this.summaries.get(account);
+    if (kept === undefined || kept.today !== today || kept.at <= now) this.summaries.set(account, { today, summary, at: now });
     return summary;
   }
 
