@@ -8,6 +8,7 @@ import { EntryMemo, entryBytes, type CacheEntry, type ResponseCache } from "./re
 import { thenMaybe, type MaybeAsync } from "./maybe-async.ts";
 import { noTelemetry, type Telemetry } from "./telemetry.ts";
 import type { TargetLanguage, TranslationReport, Translator } from "./translation.ts";
+import type { TraceContext } from "./trace-context.ts";
 
 export interface CachePolicy {
   /** How long a found answer is fresh, per operation, in seconds, where it is not the operation's own `ttlSeconds`. */
@@ -83,24 +84,33 @@ export class CachedCatalogue {
    * and stored under its language, unless its translation failed. A fresh
    * entry in a cache that answers at once is answered at once (MaybeAsync).
    */
-  answer(operation: Operation, args: Args, lang: string, useCache: boolean, signal: AbortSignal): MaybeAsync<Answered> {
-    if (lang === "cn") return this.sourceAnswer(operation, args, useCache, signal);
+  answer(operation: Operation, args: Args, lang: string, useCache: boolean, signal: AbortSignal, trace?: TraceContext): MaybeAsync<Answered> {
+    if (lang === "cn") return this.sourceAnswer(operation, args, useCache, signal, trace);
     const key = this.key(operation, args, lang);
-    return thenMaybe(this.cache?.get(key), (stored) => this.translatedAnswer(key, stored, operation, args, lang as TargetLanguage, useCache, signal));
+    return thenMaybe(this.cache?.get(key), (stored) => this.translatedAnswer(key, stored, operation, args, lang as TargetLanguage, useCache, signal, trace));
   }
 
   /** The stored translation when it is fresh, or a new one. */
-  private translatedAnswer(key: string, stored: CacheEntry | undefined, operation: Operation, args: Args, lang: TargetLanguage, useCache: boolean, signal: AbortSignal): MaybeAsync<Answered> {
+  private translatedAnswer(
+    key: string,
+    stored: CacheEntry | undefined,
+    operation: Operation,
+    args: Args,
+    lang: TargetLanguage,
+    useCache: boolean,
+    signal: AbortSignal,
+    trace: TraceContext | undefined,
+  ): MaybeAsync<Answered> {
     if (useCache && stored !== undefined && stored.freshUntil > this.now() && stored.translation !== undefined) {
       this.telemetry.cacheEvent(operation.id, "hit");
       return { ...this.fromEntry(stored, true), translation: { ...stored.translation, seconds: 0 } };
     }
-    return this.translated(key, operation, args, lang, useCache, signal);
+    return this.translated(key, operation, args, lang, useCache, signal, trace);
   }
 
   /** The source-language answer translated, and stored under its language unless its translation failed. */
-  private async translated(key: string, operation: Operation, args: Args, lang: TargetLanguage, useCache: boolean, signal: AbortSignal): Promise<Answered> {
-    const base = await this.sourceAnswer(operation, args, useCache, signal);
+  private async translated(key: string, operation: Operation, args: Args, lang: TargetLanguage, useCache: boolean, signal: AbortSignal, trace: TraceContext | undefined): Promise<Answered> {
+    const base = await this.sourceAnswer(operation, args, useCache, signal, trace);
     if (!base.answer.found) return base;
     const source = base.answer.value;
     const translated =
@@ -129,29 +139,45 @@ export class CachedCatalogue {
     return [operation.id, ...operation.args.map((a) => args[a.name] ?? ""), lang].join("\u0000");
   }
 
-  private sourceAnswer(operation: Operation, args: Args, useCache: boolean, signal: AbortSignal): MaybeAsync<Answered> {
+  private sourceAnswer(operation: Operation, args: Args, useCache: boolean, signal: AbortSignal, trace: TraceContext | undefined): MaybeAsync<Answered> {
     const source = this.sources.get(operation.catalogue)!;
     if (this.cache === undefined) {
       this.telemetry.cacheEvent(operation.id, "miss");
-      return source.fetch(operation, args, signal).then((answer) => ({ answer, fromCache: false, memo: undefined }));
+      return source.fetch(operation, args, signal, trace).then((answer) => ({ answer, fromCache: false, memo: undefined }));
     }
     const key = this.key(operation, args, "cn");
-    return thenMaybe(this.cache.get(key), (stored) => this.storedOrFetched(key, stored, operation, source, args, useCache));
+    return thenMaybe(this.cache.get(key), (stored) => this.storedOrFetched(key, stored, operation, source, args, useCache, trace));
   }
 
   /** The stored answer when it is fresh, or the source's. */
-  private storedOrFetched(key: string, stored: CacheEntry | undefined, operation: Operation, source: CatalogueSource, args: Args, useCache: boolean): MaybeAsync<Answered> {
+  private storedOrFetched(
+    key: string,
+    stored: CacheEntry | undefined,
+    operation: Operation,
+    source: CatalogueSource,
+    args: Args,
+    useCache: boolean,
+    trace: TraceContext | undefined,
+  ): MaybeAsync<Answered> {
     if (useCache && stored !== undefined && stored.freshUntil > this.now()) {
       this.telemetry.cacheEvent(operation.id, "hit");
       return this.fromEntry(stored, true);
     }
-    return this.fetched(key, operation, source, args, useCache, stored);
+    return this.fetched(key, operation, source, args, useCache, stored, trace);
   }
 
   /** The source's answer (one call per key at a time), or, when the source fails, the stored one if it may stand in. */
-  private async fetched(key: string, operation: Operation, source: CatalogueSource, args: Args, useCache: boolean, stored: CacheEntry | undefined): Promise<Answered> {
+  private async fetched(
+    key: string,
+    operation: Operation,
+    source: CatalogueSource,
+    args: Args,
+    useCache: boolean,
+    stored: CacheEntry | undefined,
+    trace: TraceContext | undefined,
+  ): Promise<Answered> {
     try {
-      const { entry, kept } = await this.fetchOnce(key, operation, source, args, useCache);
+      const { entry, kept } = await this.fetchOnce(key, operation, source, args, useCache, trace);
       return this.fromEntry(entry, false, kept);
     } catch (e) {
       // Stale-if-error: a fault of the source, and an answer young enough to stand in.
@@ -170,7 +196,7 @@ export class CachedCatalogue {
    * source themselves, so a replica that died holding the claim costs a wait,
    * never an answer). A `cache=no` refresh always asks the source itself.
    */
-  private fetchOnce(key: string, operation: Operation, source: CatalogueSource, args: Args, useCache: boolean): Promise<Fetched> {
+  private fetchOnce(key: string, operation: Operation, source: CatalogueSource, args: Args, useCache: boolean, trace: TraceContext | undefined): Promise<Fetched> {
     const running = this.inFlight.get(key);
     if (running !== undefined) {
       this.telemetry.cacheEvent(operation.id, "coalesced");
@@ -189,8 +215,9 @@ export class CachedCatalogue {
       }
       this.telemetry.cacheEvent(operation.id, "miss");
       try {
-        // The shared call is not tied to the first caller's connection: others wait on it too.
-        const answer = await source.fetch(operation, args, new AbortController().signal);
+        // The shared call is not tied to the first caller's connection: others wait on it too. It carries the
+        // trace of the call that started it.
+        const answer = await source.fetch(operation, args, new AbortController().signal, trace);
         // A local source's answer is kept from the second request for its key on (doorkeeper.ts).
         const keep = source.local !== true || this.doorkeeper.seenBefore(key);
         if (answer.found) {

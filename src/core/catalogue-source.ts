@@ -1,4 +1,5 @@
 import type { Args, Operation } from "./operation.ts";
+import type { TraceContext } from "./trace-context.ts";
 
 /** A record as a source holds it, with when it was stored. */
 export interface Found<T = unknown> {
@@ -32,5 +33,6 @@ export interface CatalogueSource {
    * provider) is kept from the first: nothing is bought twice.
    */
   readonly local?: boolean;
-  fetch(operation: Operation, args: Args, signal?: AbortSignal): Promise<Found | NotFound>;
+  /** `trace`: the context of the call that asked (TraceContext), for a source that calls another service. */
+  fetch(operation: Operation, args: Args, signal?: AbortSignal, trace?: TraceContext): Promise<Found | NotFound>;
 }

@@ -23,6 +23,7 @@ import type { OperatorSwitches } from "./operator-switches.ts";
 import type { EntryMemo } from "./response-cache.ts";
 import { noTelemetry, type AbandonStage, type StoppedWaiting, type Telemetry } from "./telemetry.ts";
 import { quotaStanding, type QuotaStanding } from "./quota-standing.ts";
+import type { TraceContext } from "./trace-context.ts";
 
 export type { Transport } from "./meter.ts";
 
@@ -85,6 +86,8 @@ export interface CallInput {
   readonly gone?: (() => StoppedWaiting | undefined) | undefined;
   /** The transport's id of the request (its log lines carry it); the core makes one when absent. */
   readonly requestId?: string | undefined;
+  /** The caller's trace context, handed on to the upstream provider when the call buys its item (trace-context.ts). */
+  readonly trace?: TraceContext | undefined;
 }
 
 /**
@@ -272,7 +275,7 @@ export class Gateway {
       const admitted = this.ports.meter.admit(account, operation.id, dayOf(now, account.zone));
       admission = admitted instanceof Promise ? await admitted : admitted;
       stoppedWaiting(operation, input, started, "before_source", this.telemetry);
-      const answering = this.ports.catalogue.answer(operation, args, options.lang, options.useCache, input.signal ?? neverAborted);
+      const answering = this.ports.catalogue.answer(operation, args, options.lang, options.useCache, input.signal ?? neverAborted, input.trace);
       const answered = answering instanceof Promise ? await answering : answering;
       // A caller that has stopped waiting (its deadline passed: it sees deadline_exceeded; or it hung up) gets nothing,
       // so the call is not charged. Its purchase (shared with any other caller of the item, and kept for the next) was

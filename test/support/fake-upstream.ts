@@ -15,6 +15,7 @@ export type Behaviour =
 export interface UpstreamRequest {
   readonly path: string;
   readonly query: URLSearchParams;
+  readonly headers: http.IncomingHttpHeaders;
 }
 
 /**
@@ -83,7 +84,7 @@ export class FakeUpstream {
 
   private answer(req: http.IncomingMessage, res: http.ServerResponse): void {
     const url = new URL(req.url ?? "/", "http://upstream");
-    const request = { path: url.pathname, query: url.searchParams };
+    const request = { path: url.pathname, query: url.searchParams, headers: req.headers };
     this.requests.push(request);
     const b = this.script(request);
     const json = (body: unknown) => {

@@ -14,6 +14,7 @@ import { Pool, type Dispatcher } from "undici";
 import { isObject, readLegacyMessage } from "../../catalogue/legacy-message.ts";
 import type { CatalogueSource, Found, NotFound } from "../../core/catalogue-source.ts";
 import type { Args, Operation } from "../../core/operation.ts";
+import type { TraceContext } from "../../core/trace-context.ts";
 import { formatDateTime } from "../../core/clock.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
 import { legacySign, legacySigningKey } from "../../core/legacy-signature.ts";
@@ -153,13 +154,15 @@ export class UpstreamSource implements CatalogueSource {
   /**
    * Asks the provider for one call of an operation: its api name and the
    * arguments its descriptor sends, and the answer's `item` read against
-   * the operation's contract (one record, or a non-empty list).
+   * the operation's contract (one record, or a non-empty list). The
+   * caller's trace context goes with each attempt (`traceparent`,
+   * `tracestate`), so the provider's work joins the caller's trace.
    */
-  async fetch(operation: Operation, args: Args): Promise<Found | NotFound> {
+  async fetch(operation: Operation, args: Args, _signal?: AbortSignal, trace?: TraceContext): Promise<Found | NotFound> {
     const started = performance.now();
     let outcome = "error";
     try {
-      const answer = await this.read(operation, args);
+      const answer = await this.read(operation, args, trace);
       outcome = answer.found ? "ok" : "not_found";
       return answer;
     } catch (e) {
@@ -171,8 +174,8 @@ export class UpstreamSource implements CatalogueSource {
     }
   }
 
-  private async read(operation: Operation, args: Args): Promise<Found | NotFound> {
-    const body = await this.call(operation.apiName, operation.upstreamArgs(args));
+  private async read(operation: Operation, args: Args, trace: TraceContext | undefined): Promise<Found | NotFound> {
+    const body = await this.call(operation.apiName, operation.upstreamArgs(args), trace);
     if (body === "not-found") return { found: false, reason: operation.notFound(args) };
     const { message, list } = operation.item;
     const item = body.item;
@@ -197,11 +200,16 @@ export class UpstreamSource implements CatalogueSource {
   }
 
   /** One upstream call under the deadline, retry and breaker policies. */
-  private async call(apiName: string, args: Record<string, string>): Promise<Record<string, unknown> | "not-found"> {
+  private async call(apiName: string, args: Record<string, string>, trace: TraceContext | undefined): Promise<Record<string, unknown> | "not-found"> {
     this.budget.earn();
     const deadline = AbortSignal.timeout(this.options.deadlineMs);
+    const headers: Record<string, string> = { "accept-encoding": "identity" };
+    if (trace !== undefined) {
+      headers.traceparent = trace.traceparent;
+      if (trace.tracestate !== undefined) headers.tracestate = trace.tracestate;
+    }
     try {
-      return await this.policy.execute(() => this.attempt(apiName, args, deadline), deadline);
+      return await this.policy.execute(() => this.attempt(apiName, args, deadline, headers), deadline);
     } catch (e) {
       if (e instanceof GatewayError) throw e;
       if (e instanceof BrokenCircuitError) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, circuitOpen);
@@ -222,12 +230,12 @@ export class UpstreamSource implements CatalogueSource {
     return `${path}?${new URLSearchParams(params)}`;
   }
 
-  private async attempt(apiName: string, args: Record<string, string>, deadline: AbortSignal): Promise<Record<string, unknown> | "not-found"> {
+  private async attempt(apiName: string, args: Record<string, string>, deadline: AbortSignal, headers: Record<string, string>): Promise<Record<string, unknown> | "not-found"> {
     const signal = AbortSignal.any([deadline, AbortSignal.timeout(this.options.attemptTimeoutMs)]);
     let status: number;
     let text: string;
     try {
-      const res = await this.pool.request({ method: "GET", path: this.url(apiName, args), signal, headers: { "accept-encoding": "identity" } });
+      const res = await this.pool.request({ method: "GET", path: this.url(apiName, args), signal, headers });
       status = res.statusCode;
       text = await this.readBody(res.body);
     } catch (e) {

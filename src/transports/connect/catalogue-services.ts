@@ -9,6 +9,7 @@ import { credentialFields, readCredentials } from "../credentials.ts";
 import { callReachedKey, clientIpKey, requestIdKey } from "./context.ts";
 import { rpcTransportOf, statusError } from "./status-error.ts";
 import { quotaHeaderPairs } from "../quota-headers.ts";
+import { traceContextOf } from "../../core/trace-context.ts";
 
 /** What a catalogue handler reads of a call besides its message: the same whichever path the call took. */
 export interface CallSource {
@@ -93,6 +94,7 @@ function requestReader(operation: Operation): (req: Message, src: CallSource) =>
       signal: src.signal,
       deadline: src.deadline,
       gone: src.gone,
+      trace: traceContextOf(src.header("traceparent"), src.header("tracestate")),
     };
   };
 }

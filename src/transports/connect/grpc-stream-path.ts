@@ -72,7 +72,7 @@ function opened(options: FastPathOptions & { readonly accessLog: AccessLog }, st
   stream.on("error", () => {});
   const requestId = options.gateway.newRequestId();
   const clientIp = options.clientAddress(stream.session?.socket?.remoteAddress ?? "", headers);
-  const completed = options.accessLog(requestId, "POST", path, clientIp);
+  const completed = options.accessLog(requestId, "POST", path, clientIp, headers.traceparent);
   if (completed !== undefined) stream.once("close", () => completed(Number(stream.sentHeaders?.[":status"] ?? 200)));
   return { requestId, clientIp, procedure: `${headers[":scheme"] ?? "http"}://${headers[":authority"] ?? headers.host ?? ""}${path}` };
 }

@@ -424,7 +424,7 @@ export function connectRequestPath(options: FastPathOptions): Http1RequestClaim 
     const url = req.url!;
     const requestId = options.gateway.newRequestId();
     const clientIp = options.clientAddress(req.socket.remoteAddress ?? "", req.headers);
-    const completed = log(requestId, "POST", url, clientIp);
+    const completed = log(requestId, "POST", url, clientIp, req.headers.traceparent);
     if (completed !== undefined) res.once("finish", () => completed(res.statusCode));
     const procedure = `${(req.socket as TLSSocket).encrypted ? "https" : "http"}://${req.headers.host ?? ""}${url}`;
     const answer = await fastConnectCall(route.fast, options.readMaxBytes, binary, { raw: req, res, clientIp, requestId, procedure });

@@ -11,6 +11,7 @@ import { goneOf } from "../server/caller-gone.ts";
 import { endInParts } from "../server/end-in-parts.ts";
 import { bodyByteLength, bodyParts } from "../../render/legacy-formats.ts";
 import { legacyParams } from "./legacy-params.ts";
+import { traceContextOfHeaders } from "../../core/trace-context.ts";
 import { legacyAnswer, legacyCall, legacyPathsOf, type LegacyAnswer } from "./legacy-shim.ts";
 
 export interface LegacyFastPathOptions {
@@ -59,10 +60,17 @@ export function legacyFastPath(gateway: Gateway, options: LegacyFastPathOptions)
     const url = req.url!;
     const requestId = gateway.newRequestId();
     const clientIp = clientAddress(req.socket.remoteAddress ?? "", req.headers);
-    const completed = log(requestId, "GET", url, clientIp);
+    const completed = log(requestId, "GET", url, clientIp, req.headers.traceparent);
     if (completed !== undefined) res.once("finish", () => completed(res.statusCode));
     try {
-      const { input, format } = legacyCall(operation, legacyParams(url), { method: "GET", authorization: req.headers.authorization, clientIp, requestId, gone: goneOf(res) });
+      const { input, format } = legacyCall(operation, legacyParams(url), {
+        method: "GET",
+        authorization: req.headers.authorization,
+        clientIp,
+        requestId,
+        gone: goneOf(res),
+        trace: traceContextOfHeaders(req.headers),
+      });
       write(res, legacyAnswer(await gateway.call(operation, input), format, "GET", req.headers["accept-encoding"]));
     } catch (e) {
       // As the app's error handler answers a fault inside a route.

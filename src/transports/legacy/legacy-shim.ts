@@ -8,6 +8,7 @@ import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { bodyByteLength, bodyParts, isLegacyFormat, isSpliced, joinedBody, legacyFormats, renderOutcome, type LegacyBody, type LegacyFormatName } from "../../render/legacy-formats.ts";
 import { goneOf } from "../server/caller-gone.ts";
 import { retryAfterSeconds } from "../retry-hints.ts";
+import { traceContextOfHeaders } from "../../core/trace-context.ts";
 import { quotaHeaderPairs } from "../quota-headers.ts";
 import { endInParts } from "../server/end-in-parts.ts";
 import { credentialFields, readCredentials } from "../credentials.ts";
@@ -100,6 +101,8 @@ export interface LegacyRequest {
   readonly requestId: string;
   /** Whether the caller has gone (CallInput.gone). */
   readonly gone: CallInput["gone"];
+  /** The caller's trace context (CallInput.trace). */
+  readonly trace: CallInput["trace"];
 }
 
 /**
@@ -126,6 +129,7 @@ export function legacyCall(operation: Operation, params: LegacyParams, req: Lega
     clientIp: req.clientIp,
     requestId: req.requestId,
     gone: req.gone,
+    trace: req.trace,
     malformed: params.problem,
     rejection,
   };
@@ -187,6 +191,7 @@ export function installLegacyShim(root: FastifyInstance, gateway: Gateway): void
         clientIp: req.clientIp,
         requestId: req.id,
         gone: goneOf(reply.raw),
+        trace: traceContextOfHeaders(req.headers),
       });
       return sendLegacy(reply, await gateway.call(operation, input), format);
     };

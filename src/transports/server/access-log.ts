@@ -1,7 +1,10 @@
 import type { FastifyBaseLogger } from "fastify";
 
-/** Writes a request's first access line and returns the writer of its last, or undefined when info lines are off. */
-export type AccessLog = (requestId: string, method: string, url: string, clientIp: string) => ((statusCode: number) => void) | undefined;
+/**
+ * Writes a request's first access line and returns the writer of its last, or undefined when info lines are off.
+ * `traceparent`: the request's header, whose trace id the line names (logger.ts).
+ */
+export type AccessLog = (requestId: string, method: string, url: string, clientIp: string, traceparent: string | string[] | undefined) => ((statusCode: number) => void) | undefined;
 
 /** Whether the logger writes info lines (Fastify's no-op logger, with logging off, cannot say, and writes nothing). */
 function infoEnabled(log: FastifyBaseLogger): boolean {
@@ -17,10 +20,10 @@ function infoEnabled(log: FastifyBaseLogger): boolean {
  */
 export function accessLog(log: FastifyBaseLogger): AccessLog {
   if (!infoEnabled(log)) return () => undefined;
-  return (requestId, method, url, clientIp) => {
+  return (requestId, method, url, clientIp, traceparent) => {
     const started = performance.now();
     const child = log.child({ requestId });
-    child.info({ req: { method, url, clientIp } }, "incoming request");
+    child.info({ req: { method, url, clientIp, headers: { traceparent } } }, "incoming request");
     return (statusCode) => child.info({ res: { statusCode }, responseTime: performance.now() - started }, "request completed");
   };
 }
