@@ -330,10 +330,9 @@ export class Gateway {
     }
     let usage = account === undefined ? undefined : this.usageNow(account, day);
     if (usage instanceof Promise) usage = await usage;
-    const quota =
-      account === undefined
-        ? undefined
-        : quotaStanding(account, { admission, refusedBy, usage, charged: charge === "charged" && code !== ErrorCode.SERVER_INTERNAL_ERROR, dayEndsInMs: this.dayEndsAt(day, account.zone) - now });
+    // Charged as the call ends (a row the ledger could not take made it an uncharged 4000): else its day's place went back.
+    const charged = errorCodeInfo(code).charge === "charged";
+    const quota = account === undefined ? undefined : quotaStanding(account, { admission, refusedBy, usage, charged, dayEndsInMs: this.dayEndsAt(day, account.zone) - now });
 
     const status = this.statusBlock(code, reason, now, requestId, operation.catalogue, input.clientIp);
     if (account !== undefined && usage !== undefined) status.apiInfo = apiInfoText(account, usage);

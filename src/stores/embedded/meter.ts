@@ -102,8 +102,9 @@ export class SqliteMeter implements Meter {
    * this process is the only one that admits calls, so it decides from here.
    * Each commit writes the times of the accounts whose calls it holds
    * (rate_arrivals), and a start reads them back: a restart, or a crash,
-   * hands no account a fresh burst. A call the process admitted and never
-   * recorded (it died first) was never answered; its place is given back.
+   * hands no account a fresh burst. Calls admitted after the last commit
+   * and never recorded (the process died first) were never answered; their
+   * places are given back.
    */
   private readonly arrivals = new Map<string, bigint>();
   private queue: Queued[] = [];

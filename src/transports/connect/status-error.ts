@@ -57,7 +57,8 @@ type ErrorDetails = NonNullable<ConstructorParameters<typeof ConnectError>[3]>;
  * An RPC error with `details`, and for a call a limit refused, when it may
  * come back: a `google.rpc.RetryInfo` detail where the wait is known, and
  * `Retry-After` (Connect: HTTP headers) or `grpc-retry-pushback-ms` (gRPC,
- * gRPC-Web: trailers) as metadata (src/transports/retry-hints.ts).
+ * gRPC-Web: trailers) as metadata (src/transports/retry-hints.ts). `extra`:
+ * more metadata the error carries whatever refused it (RateLimit).
  */
 export function refusalError(
   message: string,
