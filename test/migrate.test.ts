@@ -19,6 +19,7 @@ const dataDir = mkdtempSync(join(tmpdir(), "gateway-migrate-"));
 let target: Awaited<ReturnType<typeof freshDatabase>>;
 let pool: pg.Pool;
 const embedded: { paying?: { key: string; secret: string }; balance?: bigint; charged?: number; adminToken?: string } = {};
+let keyedRequestId = "";
 
 beforeAll(async () => {
   target = await freshDatabase("migrate");
@@ -27,8 +28,11 @@ beforeAll(async () => {
   const gw = await startGateway({ dataDir });
   try {
     const paying = await gw.newAccount({ name: "paying", balance: 5_000_000n, prices: new Map([["retail/item_get", 250_000n]]), rate: { calls: 600, seconds: 60, burst: 50 }, allowedFrom: ["127.0.0.1", "2001:db8::/32"] });
-    for (let i = 0; i < 4; i++) await legacyGet(gw.base, "/retail/item_get/", { key: paying.key, secret: paying.secret, num_iid: demo.retailNumIid });
+    for (let i = 0; i < 3; i++) await legacyGet(gw.base, "/retail/item_get/", { key: paying.key, secret: paying.secret, num_iid: demo.retailNumIid });
     await legacyGet(gw.base, "/retail/item_get/", { key: paying.key, secret: "wrong", num_iid: demo.retailNumIid });
+    // A fourth call, named by an Idempotency-Key: its key is kept with its charge.
+    const keyed = await fetch(`${gw.base}/retail/item_get/?${new URLSearchParams({ key: paying.key, secret: paying.secret, num_iid: demo.retailNumIid })}`, { headers: { "idempotency-key": "migrated-1" } });
+    keyedRequestId = ((await keyed.json()) as { request_id: string }).request_id;
     await legacyGet(gw.base, "/nowhere/at_all/", {});
     await gw.runtime.switches.setMaintenance("wholesale/item_get", true, { at: 1_800_000_000_000, by: "cli ops@host" });
     // A rotation still keeping the old secret: the grace moves with the account.
@@ -58,7 +62,7 @@ describe("gateway migrate --to postgres://…", () => {
     expect(r.code).toBe(0);
     const report = JSON.parse(r.stdout) as { tables: { table: string; embedded: number; postgres: number }[] };
     for (const t of report.tables) expect(t.postgres, t.table).toBe(t.embedded);
-    expect(report.tables.map((t) => t.table)).toEqual(["accounts", "balances", "rate_arrivals", "balance_changes", "account_changes", "admin_tokens", "maintenance", "maintenance_changes", "usage_daily", "ledger", "ledger_daily_totals", "refusals", "catalogue_records"]);
+    expect(report.tables.map((t) => t.table)).toEqual(["accounts", "balances", "rate_arrivals", "idempotency_keys", "balance_changes", "account_changes", "admin_tokens", "maintenance", "maintenance_changes", "usage_daily", "ledger", "ledger_daily_totals", "refusals", "catalogue_records"]);
 
     // Secrets stay hashed; the balance, prices and operations arrive as they were.
     const account = (await pool.query("SELECT a.*, b.micros::text AS balance FROM accounts a LEFT JOIN balances b ON b.account = a.key WHERE a.key = $1", [embedded.paying!.key])).rows[0];
@@ -74,6 +78,8 @@ describe("gateway migrate --to postgres://…", () => {
     expect(arrivals).toHaveLength(1);
     expect(BigInt(arrivals[0].tat)).toBeGreaterThan(BigInt(Date.now() - 60_000) * 1_000_000n);
     expect(account.allowed_from).toEqual(["127.0.0.1", "2001:db8::/32"]);
+    // The charged call's idempotency key, so a retry after the move is still answered again, not charged.
+    expect((await pool.query("SELECT request_id, token FROM idempotency_keys WHERE account = $1 AND key = 'migrated-1'", [embedded.paying!.key])).rows).toEqual([{ request_id: keyedRequestId, token: null }]);
     // The balance's record comes with it, and the next change recorded there follows it.
     const changes = (await pool.query("SELECT id::int AS id, kind, amount::text AS amount, balance::text AS balance FROM balance_changes WHERE account = $1 ORDER BY id", [embedded.paying!.key])).rows;
     expect(changes.map(({ kind, amount, balance }) => ({ kind, amount, balance }))).toEqual([{ kind: "opening", amount: "5000000", balance: "5000000" }]);

@@ -39,11 +39,15 @@ describe("GET /openapi.json", () => {
         else expect(p.schema.enum).toEqual([...arg.accepts]);
       }
       expect(params.find((x) => x.name === "result_type")!.schema.enum).toEqual(["json", "jsonu", "xml", "serialize", "var_export"]);
+      // The Idempotency-Key header, on GET and POST (test/idempotency-keys.test.ts sends it).
+      for (const method of ["get", "post"] as const) {
+        expect((doc.paths[op.path] as unknown as Record<string, { parameters: { name: string; in: string }[] }>)[method]!.parameters.find((x) => x.name === "Idempotency-Key")?.in).toBe("header");
+      }
       // What a refused caller's software reads besides the body (test/rate-limit.test.ts sends it).
       const answer = (doc.paths[op.path] as unknown as { get: { responses: Record<string, { headers?: Record<string, { schema: unknown }> }> } }).get.responses["200"]!;
       expect(answer.headers?.["Retry-After"]?.schema).toEqual({ type: "integer", minimum: 1 });
       // And on every answer to an identified account (test/quota-headers.test.ts).
-      expect(Object.keys(answer.headers ?? {})).toEqual(["Retry-After", "RateLimit", "RateLimit-Policy"]);
+      expect(Object.keys(answer.headers ?? {})).toEqual(["Retry-After", "RateLimit", "RateLimit-Policy", "Idempotent-Replayed", "Original-Request-Id"]);
     }
     expect((doc.components.schemas.ErrorCode as { enum: string[] }).enum).toEqual(expect.arrayContaining(["0000", "2000", "4004", "4010", "4017"]));
   });

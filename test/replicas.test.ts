@@ -282,6 +282,44 @@ describe("three replicas in shared mode", () => {
     expect(code).toBe("0000");
   });
 
+  it("charge once a call whose copies carry one Idempotency-Key, sent at once to every replica over every transport", async () => {
+    // A retry after a lost answer, or gRPC hedging: the same call, named by one key, reaching any replica.
+    const a = await createAccount("--balance", "10", "--price", "wholesale/item_get=0.5", "--concurrency", "1000");
+    type Told = { code: string; requestId: string; original: string | null };
+    const copy = async (i: number): Promise<Told> => {
+      const base = replicas[replicaOf(i)]!.base;
+      if (i % 3 === 0) {
+        const res = await fetch(`${base}/wholesale/item_get/?${new URLSearchParams({ key: a.key, secret: a.secret, num_iid: demo.wholesaleNumIid })}`, { headers: { "idempotency-key": "order-7" } });
+        const j = (await res.json()) as { error_code: string; request_id: string };
+        return { code: j.error_code, requestId: j.request_id, original: res.headers.get("original-request-id") };
+      }
+      const transport = i % 3 === 2 ? createGrpcTransport({ baseUrl: base }) : createConnectTransport({ baseUrl: base, httpVersion: "1.1" });
+      let head: Headers | undefined;
+      try {
+        const r = await createClient(WholesaleService, transport).itemGet(
+          { numIid: demo.wholesaleNumIid },
+          { headers: { "x-api-key": a.key, "x-api-secret": a.secret, "idempotency-key": "order-7" }, onHeader: (h) => (head = h) },
+        );
+        return { code: "0000", requestId: r.status!.requestId, original: head!.get("original-request-id") };
+      } catch (e) {
+        const error = ConnectError.from(e);
+        return { code: String(error.findDetails(StatusBlockSchema)[0]?.errorCode).padStart(4, "0"), requestId: "", original: error.metadata.get("original-request-id") };
+      }
+    };
+    const atOnce = await Promise.all(Array.from({ length: 18 }, (_, i) => copy(i)));
+    const charged = atOnce.filter((t) => t.code === "0000" && t.original === null);
+    console.log(`replicas: 18 copies of one keyed call at once: ${atOnce.filter((t) => t.code === "4008").length} in flight (4008), ${atOnce.filter((t) => t.original !== null).length} replays, ${charged.length} charged`);
+    expect(charged).toHaveLength(1);
+    // The others: refused while it ran (4008), or answered again once it was charged.
+    for (const t of atOnce) if (t !== charged[0]) expect(t.code === "4008" || (t.code === "0000" && t.original === charged[0]!.requestId), JSON.stringify(t)).toBe(true);
+    // Afterwards every replica, on every transport, answers it again.
+    for (let i = 0; i < 9; i++) expect(await copy(i)).toMatchObject({ code: "0000", original: charged[0]!.requestId });
+    expect((await one("SELECT count(*)::int AS n FROM ledger WHERE account = $1 AND charge = 'charged'", [a.key])).n).toBe(1);
+    expect((await one("SELECT charged::int AS n FROM usage_daily WHERE account = $1", [a.key])).n).toBe(1);
+    expect((await one("SELECT micros::text AS m FROM balances WHERE account = $1", [a.key])).m).toBe("9500000");
+    expect((await one("SELECT request_id FROM idempotency_keys WHERE account = $1 AND key = 'order-7'", [a.key])).request_id).toBe(charged[0]!.requestId);
+  });
+
   it("lose no answered call's ledger row when a replica is SIGKILLed mid-load", async () => {
     const a = await createAccount("--concurrency", "1000");
     const victim = replicas[2]!;

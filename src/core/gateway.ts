@@ -24,6 +24,7 @@ import type { EntryMemo } from "./response-cache.ts";
 import { noTelemetry, type AbandonStage, type StoppedWaiting, type Telemetry } from "./telemetry.ts";
 import { quotaStanding, type QuotaStanding } from "./quota-standing.ts";
 import type { TraceContext } from "./trace-context.ts";
+import { idempotencyKey, idempotencyKeyOf, keyForOtherRequest, keyInFlight, type TakenKey } from "./idempotency.ts";
 
 export type { Transport } from "./meter.ts";
 
@@ -88,6 +89,8 @@ export interface CallInput {
   readonly requestId?: string | undefined;
   /** The caller's trace context, handed on to the upstream provider when the call buys its item (trace-context.ts). */
   readonly trace?: TraceContext | undefined;
+  /** The request's `Idempotency-Key` as sent (a repeated one joined with ", "); read once the caller is authenticated (idempotency.ts). */
+  readonly idempotencyKey?: string | undefined;
 }
 
 /**
@@ -105,6 +108,8 @@ export type Outcome =
       readonly memo?: EntryMemo | undefined;
       /** Where the call left its account's daily maximum and rate. */
       readonly quota?: QuotaStanding | undefined;
+      /** The request id of the charged call this one answered again for its idempotency key, not charging it (idempotency.ts). */
+      readonly replayOf?: string | undefined;
     }
   | {
       readonly kind: "error";
@@ -116,6 +121,8 @@ export type Outcome =
       readonly unauthenticated?: boolean;
       /** The limit that refused the call, if one did: transports tell the caller when to come back. */
       readonly refusedBy?: LimitRefusal | undefined;
+      /** As a success's: a replay whose answer is not a success (a 2000, or the source failing while the item is bought again). */
+      readonly replayOf?: string | undefined;
     };
 
 /** A caller asking about its own account (Gateway.identifyCaller): who it says it is, from where. */
@@ -253,6 +260,8 @@ export class Gateway {
     let translation: TranslationReport | undefined;
     let refusedBy: LimitRefusal | undefined;
     let notAllowedHere = false;
+    let key: TakenKey | undefined;
+    let replayOf: string | undefined;
     // Each step awaits only a promise: a port that answers at once is not waited for (MaybeAsync).
     try {
       const locked = this.lockedOut(input.clientIp, now);
@@ -262,6 +271,7 @@ export class Gateway {
       account = identified instanceof Promise ? await identified : identified;
       this.authenticator.authorize(account, operation, now, input.clientIp);
       if (input.rejection !== undefined) throw new GatewayError(ErrorCode.PARAM_ERROR, input.rejection);
+      const keyText = idempotencyKeyOf(input.idempotencyKey);
       const args = checkArgs(operation, input.args);
       options = checkOptions(input);
       const source = this.ports.catalogue.source(operation);
@@ -272,10 +282,24 @@ export class Gateway {
       // Nothing is bought that could not be recorded: refusals keep their own codes, a call that would be served waits for the ledger.
       const unavailable = this.ports.meter.unavailable(now);
       if (unavailable !== undefined) throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, unavailable);
-      const admitted = this.ports.meter.admit(account, operation.id, dayOf(now, account.zone));
-      admission = admitted instanceof Promise ? await admitted : admitted;
+      if (keyText !== undefined) {
+        // The key first: a copy of a call in flight, or of one charged, must not take a place under the limits.
+        const claimed = this.ports.meter.claim(account.key, idempotencyKey(keyText, operation, args, options), now);
+        const claim = claimed instanceof Promise ? await claimed : claimed;
+        this.telemetry.idempotencyKey(operation.id, claim.kind === "replay" ? "replayed" : claim.kind);
+        if (claim.kind === "in_flight") throw keyInFlight();
+        if (claim.kind === "other_request") throw keyForOtherRequest();
+        if (claim.kind === "replay") replayOf = claim.requestId;
+        else key = claim;
+      }
+      if (replayOf === undefined) {
+        const admitted = this.ports.meter.admit(account, operation.id, dayOf(now, account.zone));
+        admission = admitted instanceof Promise ? await admitted : admitted;
+      }
       stoppedWaiting(operation, input, started, "before_source", this.telemetry);
-      const answering = this.ports.catalogue.answer(operation, args, options.lang, options.useCache, input.signal ?? neverAborted, input.trace);
+      // A replay is answered from the cache, where the charged call's answer was kept (bought again only if it was evicted).
+      const useCache = options.useCache || replayOf !== undefined;
+      const answering = this.ports.catalogue.answer(operation, args, options.lang, useCache, input.signal ?? neverAborted, input.trace);
       const answered = answering instanceof Promise ? await answering : answering;
       // A caller that has stopped waiting (its deadline passed: it sees deadline_exceeded; or it hung up) gets nothing,
       // so the call is not charged. Its purchase (shared with any other caller of the item, and kept for the next) was
@@ -298,8 +322,8 @@ export class Gateway {
     const failed = this.authenticationFailed(code, notAllowedHere, input.clientIp, now);
     if (failed !== undefined) await failed;
 
-    // The response waits for its ledger row: nothing charged goes unrecorded.
-    const charge = errorCodeInfo(code).charge;
+    // The response waits for its ledger row: nothing charged goes unrecorded. A replay is charged nothing (its row says uncharged).
+    const charge = replayOf !== undefined && errorCodeInfo(code).charge === "charged" ? "uncharged" : errorCodeInfo(code).charge;
     const day = dayOf(now, account?.zone ?? this.options.timeZone);
     try {
       await this.ports.meter.record(
@@ -318,6 +342,7 @@ export class Gateway {
           clientIp: input.clientIp,
         },
         admission,
+        key,
       );
     } catch (e) {
       // A call that would be charged is not answered unrecorded; a refusal keeps its own code.
@@ -330,8 +355,8 @@ export class Gateway {
     }
     let usage = account === undefined ? undefined : this.usageNow(account, day);
     if (usage instanceof Promise) usage = await usage;
-    // Charged as the call ends (a row the ledger could not take made it an uncharged 4000): else its day's place went back.
-    const charged = errorCodeInfo(code).charge === "charged";
+    // Charged as the call ends (a row the ledger could not take made it an uncharged 4000, a replay is not): else its day's place went back.
+    const charged = replayOf === undefined && errorCodeInfo(code).charge === "charged";
     const quota = account === undefined ? undefined : quotaStanding(account, { admission, refusedBy, usage, charged, dayEndsInMs: this.dayEndsAt(day, account.zone) - now });
 
     const status = this.statusBlock(code, reason, now, requestId, operation.catalogue, input.clientIp);
@@ -353,14 +378,14 @@ export class Gateway {
     if (answer === undefined || !answer.found) {
       const unauthenticated = code === ErrorCode.MISSING_URL_PARAM && account === undefined;
       if (unauthenticated) this.telemetry.authFailed("missing_key");
-      return { kind: "error", operation, status, unauthenticated, refusedBy, quota };
+      return { kind: "error", operation, status, unauthenticated, refusedBy, quota, replayOf };
     }
     status.ddf = this.ports.catalogue.source(operation)!.label;
     status.secache = answer.token;
     status.secacheTime = BigInt(answer.storedAt);
     status.secacheDate = formatDateTime(answer.storedAt * 1000, this.options.timeZone);
     status.lastId = operation.lastId(answer.value);
-    return { kind: "success", operation, status, item: answer.value, memo, quota };
+    return { kind: "success", operation, status, item: answer.value, memo, quota, replayOf };
   }
 
   /**

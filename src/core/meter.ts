@@ -4,6 +4,7 @@ import type { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 import type { Account } from "./accounts.ts";
 import type { Micros } from "./money.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
+import type { IdempotencyKey, KeyClaim, TakenKey } from "./idempotency.ts";
 
 /** Where a call arrived. */
 export type Transport = "legacy" | "connect" | "grpc" | "grpc-web";
@@ -180,7 +181,19 @@ export interface Meter {
   health(now: number): string | undefined;
   /** On every call's path, as `usage`: answered at once where the counters are in this process (MaybeAsync). */
   admit(account: Account, operation: OperationId, day: string): MaybeAsync<Admission>;
-  record(row: LedgerRow, admission: Admission | undefined): Promise<void>;
+  /**
+   * Takes a caller's idempotency key for a call, in one atomic step across
+   * every replica (src/core/idempotency.ts), before the call meets the
+   * limits: no two calls can take the same key, and a key kept for a
+   * charged call (for `keptMs`) is answered as a replay of it.
+   */
+  claim(account: string, key: IdempotencyKey, now: number): MaybeAsync<KeyClaim>;
+  /**
+   * `key`: the idempotency key the call took, if it took one: kept with the
+   * row, in the same commit, where the row is charged; given back otherwise,
+   * and when the commit fails.
+   */
+  record(row: LedgerRow, admission: Admission | undefined, key?: TakenKey): Promise<void>;
   /**
    * The account's charged calls today, yesterday and before. A shared store
    * may answer a call's api_info from what it read up to a second ago;

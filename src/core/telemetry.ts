@@ -11,6 +11,9 @@ export type StoppedWaiting = "deadline" | "hung_up";
 /** Where a call was when its caller stopped waiting: before it reached its source (nothing bought), or before its answer was ready. */
 export type AbandonStage = "before_source" | "before_answer";
 
+/** What the store said of a call's idempotency key (src/core/idempotency.ts): taken for it, a replay of a charged call, held by a copy in flight, kept for another request. */
+export type KeyOutcome = "taken" | "replayed" | "in_flight" | "other_request";
+
 /** Why an authentication failed; never the key or secret itself. */
 export type AuthFailure = "missing_key" | "unknown_key" | "bad_credentials" | "address_not_allowed" | "address_locked" | "admin_token";
 
@@ -29,6 +32,8 @@ export interface Telemetry {
   /** A call a limit refused (4008, 4013 or 4016): which one. */
   callLimited(operation: string, limit: Limit): void;
   cacheEvent(operation: string, result: CacheResult): void;
+  /** A call that sent an idempotency key: what became of the key. */
+  idempotencyKey(operation: string, outcome: KeyOutcome): void;
   /** One call to the upstream provider, retries included; outcome `ok`, `not_found`, `timeout`, `circuit_open` or `error`. */
   upstreamRequest(operation: string, outcome: string, seconds: number): void;
   circuitChanged(catalogue: string, open: boolean): void;
@@ -44,6 +49,7 @@ export const noTelemetry: Telemetry = {
   callAbandoned() {},
   callLimited() {},
   cacheEvent() {},
+  idempotencyKey() {},
   upstreamRequest() {},
   circuitChanged() {},
   ledgerCommitted() {},

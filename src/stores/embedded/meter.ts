@@ -13,6 +13,7 @@ import { balanceShort, concurrencyReached, dailyMaxReached, rateReached } from "
 import type { Micros } from "../../core/money.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { readTransaction, writeTransaction } from "./sqlite-database.ts";
+import { keptMs, type IdempotencyKey, type KeyClaim, type TakenKey } from "../../core/idempotency.ts";
 
 export interface SqliteMeterOptions {
   /** Rows wait at most this long for the group commit. */
@@ -70,8 +71,24 @@ const ledgerColumns = "request_id, at, day, account, operation, error_code, char
 interface Queued {
   readonly row: LedgerRow;
   readonly admission: Admission | undefined;
+  /** The idempotency key the call took, kept with its row where the row is charged. */
+  readonly key: TakenKey | undefined;
   readonly done: { resolve(): void; reject(e: unknown): void };
 }
+
+/**
+ * An idempotency key a call of this process holds, from its taking until
+ * its row's commit: the store then keeps it (the call was charged), or it
+ * is free again. A copy meanwhile is in flight, so a replay is answered only
+ * once the charge it repeats is durable.
+ */
+interface HeldKey {
+  readonly fingerprint: string;
+  readonly token: string;
+}
+
+/** How often kept idempotency keys older than `keptMs` are deleted. */
+const keyPruneEveryMs = 60_000;
 
 const dayKey = (account: string, day: string) => `${account}\u0000${day}`;
 
@@ -107,6 +124,10 @@ export class SqliteMeter implements Meter {
    * places are given back.
    */
   private readonly arrivals = new Map<string, bigint>();
+  /** Idempotency keys held by this process's calls until their rows commit (HeldKey), by account and key. */
+  private readonly keys = new Map<string, HeldKey>();
+  private keyTokens = 0;
+  private nextKeyPrune = 0;
   private queue: Queued[] = [];
   /**
    * Committed counts per account for its current day, kept in step with each
@@ -115,7 +136,7 @@ export class SqliteMeter implements Meter {
    */
   private readonly summaries = new Map<string, { day: string; summary: { today: number; yesterday: number; before: number } }>();
   private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
-  private readonly sql: Record<"count" | "deduct" | "topUp" | "unbilled" | "balanceChange" | "balanceChanges" | "balanceOf" | "sums" | "refusal" | "refusalAddresses" | "arrival", StatementSync>;
+  private readonly sql: Record<"count" | "deduct" | "topUp" | "unbilled" | "balanceChange" | "balanceChanges" | "balanceOf" | "sums" | "refusal" | "refusalAddresses" | "arrival" | "keptKey" | "keepKey" | "pruneKeys", StatementSync>;
   /** The ledger inserts by number of rows (insertRows). */
   private readonly inserts: StatementSync[] = [];
   private readonly refusals = new Map<string, RefusalCount>();
@@ -153,6 +174,13 @@ export class SqliteMeter implements Meter {
       refusalAddresses: db.prepare("SELECT DISTINCT client_ip FROM refusals WHERE day = ? AND client_ip != 'other'"),
       // Never moved back: a later time is what the rate decided.
       arrival: db.prepare("INSERT INTO rate_arrivals (account, tat) VALUES (?, ?) ON CONFLICT (account) DO UPDATE SET tat = max(tat, excluded.tat)"),
+      keptKey: db.prepare("SELECT fingerprint, request_id FROM idempotency_keys WHERE account = ? AND key = ? AND at > ?"),
+      // A key kept longer than keptMs is free to be taken again: its new call replaces it.
+      keepKey: db.prepare(
+        `INSERT INTO idempotency_keys (account, key, fingerprint, request_id, at) VALUES (?, ?, ?, ?, ?)
+         ON CONFLICT (account, key) DO UPDATE SET fingerprint = excluded.fingerprint, request_id = excluded.request_id, at = excluded.at`,
+      ),
+      pruneKeys: db.prepare("DELETE FROM idempotency_keys WHERE at <= ?"),
     };
     // The rate's state as the last commit left it; a time already past is no different from none.
     const arrivals = db.prepare("SELECT account, tat FROM rate_arrivals WHERE tat > ?");
@@ -272,10 +300,22 @@ export class SqliteMeter implements Meter {
     return { account: key, day, price, dayCount: committed + pending + 1, rate: arrival };
   }
 
-  record(row: LedgerRow, admission: Admission | undefined): Promise<void> {
+  /** The key's check and its taking in one synchronous step: nothing else runs between them. */
+  claim(account: string, key: IdempotencyKey, now: number): KeyClaim {
+    const k = `${account}\u0000${key.key}`;
+    const held = this.keys.get(k);
+    if (held !== undefined) return held.fingerprint !== key.fingerprint ? { kind: "other_request" } : { kind: "in_flight" };
+    const kept = this.sql.keptKey.get(account, key.key, now - keptMs) as { fingerprint: string; request_id: string } | undefined;
+    if (kept !== undefined) return kept.fingerprint !== key.fingerprint ? { kind: "other_request" } : { kind: "replay", requestId: kept.request_id };
+    const token = (this.keyTokens++).toString(36);
+    this.keys.set(k, { fingerprint: key.fingerprint, token });
+    return { kind: "taken", key, token };
+  }
+
+  record(row: LedgerRow, admission: Admission | undefined, key?: TakenKey): Promise<void> {
     if (row.account === undefined && admission === undefined) return this.count(row);
     return new Promise((resolve, reject) => {
-      this.queue.push({ row, admission, done: { resolve, reject } });
+      this.queue.push({ row, admission, key, done: { resolve, reject } });
       if (this.queue.length >= this.options.maxBatch) this.flush();
       else this.schedule();
     });
@@ -371,6 +411,10 @@ export class SqliteMeter implements Meter {
     // One transaction for the batch; if it fails, each row in its own, so one
     // bad row (say, an id written before) does not cost the others theirs.
     const failures = new Map<Queued, unknown>();
+    // Keys kept longer than keptMs go with a commit, at most once a minute: no transaction of their own.
+    const now = this.options.now();
+    const prune = now >= this.nextKeyPrune;
+    if (prune) this.nextKeyPrune = now + keyPruneEveryMs;
     // A row each; the day counts and balance deductions once per account and day of the batch, in the same transaction.
     const write = (rows: Queued[]) =>
       this.transaction(() => {
@@ -400,6 +444,11 @@ export class SqliteMeter implements Meter {
         let rated: Map<string, bigint> | undefined;
         for (const { admission } of rows) if (admission?.rate !== undefined) (rated ??= new Map()).set(admission.account, this.arrivals.get(admission.account) ?? admission.rate.tat);
         if (rated !== undefined) for (const [account, tat] of rated) this.sql.arrival.run(account, tat);
+        // The keys of the charged calls, in the commit that charges them: a crash after it cannot lose one.
+        for (const { row, key } of rows) {
+          if (key !== undefined && row.charge === "charged" && row.account !== undefined) this.sql.keepKey.run(row.account, key.key.key, key.key.fingerprint, row.requestId, row.at);
+        }
+        if (prune) this.sql.pruneKeys.run(now - keptMs);
       });
     const whole = write(batch);
     if (whole !== undefined && batch.length === 1) failures.set(batch[0]!, whole);
@@ -423,8 +472,13 @@ export class SqliteMeter implements Meter {
       else this.summaries.delete(row.account);
     }
     if (balances.size > 0) this.options.onBalancesChanged(balances);
-    // Committed (or given up): the admissions' places are no longer pending.
+    // Committed (or given up): the admissions' places are no longer pending, and the store has the keys (or they are given back).
     for (const { admission } of batch) if (admission !== undefined) this.settle(admission);
+    for (const { row, key } of batch) {
+      if (key === undefined || row.account === undefined) continue;
+      const k = `${row.account}\u0000${key.key.key}`;
+      if (this.keys.get(k)?.token === key.token) this.keys.delete(k);
+    }
     for (const queued of batch) {
       const e = failures.get(queued);
       if (e === undefined) queued.done.resolve();

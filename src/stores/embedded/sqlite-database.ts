@@ -165,6 +165,17 @@ export const migrations: readonly string[] = [
   // 17: each rated account's theoretical arrival time (ns, src/core/call-rate.ts), written with the ledger rows of
   // its calls, so a restart does not hand every account a fresh burst (the shared store's is PostgreSQL step 11).
   `CREATE TABLE rate_arrivals (account TEXT PRIMARY KEY, tat INTEGER NOT NULL);`,
+  // 18: the idempotency key of each charged call that sent one (src/core/idempotency.ts), written with its ledger
+  // row and kept a day: a retry with the same key is answered again, not charged (the shared store's is PostgreSQL step 16).
+  `CREATE TABLE idempotency_keys (
+    account TEXT NOT NULL,
+    key TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    PRIMARY KEY (account, key)
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX idempotency_keys_at ON idempotency_keys (at);`,
 ];
 
 /**

@@ -54,6 +54,13 @@ const copies: readonly TableCopy[] = [
     count: "SELECT count(*) AS n FROM rate_arrivals",
   },
   {
+    // The charged calls' idempotency keys, so a retry after the move is still answered again, not charged.
+    table: "idempotency_keys",
+    columns: [["account", "text"], ["key", "text"], ["fingerprint", "text"], ["request_id", "text"], ["at", "bigint"]],
+    select: "SELECT account, key, fingerprint, request_id, at FROM idempotency_keys",
+    count: "SELECT count(*) AS n FROM idempotency_keys",
+  },
+  {
     // With their ids: they order an account's changes. The sequence is moved past them after the copy.
     table: "balance_changes",
     columns: [["id", "bigint"], ["account", "text"], ["at", "bigint"], ["kind", "text"], ["amount", "bigint"], ["balance", "bigint"], ["actor", "text"]],

@@ -11,6 +11,7 @@ import { addressesIn } from "../../core/allowed-addresses.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
 import { databaseFault, databaseUnreachable } from "./postgres-database.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
+import { keptMs, type IdempotencyKey, type KeyClaim, type TakenKey } from "../../core/idempotency.ts";
 
 export interface PostgresMeterOptions {
   /** This replica's name on its leases. */
@@ -78,8 +79,13 @@ function decidingNow(group: AdmissionGroup): boolean {
 interface Queued {
   readonly row: LedgerRow;
   readonly admission: Admission | undefined;
+  /** The idempotency key the call took: kept by the commit where the row is charged, given back by it otherwise. */
+  readonly key: TakenKey | undefined;
   readonly done: { resolve(): void; reject(e: unknown): void };
 }
+
+/** How often a replica deletes the idempotency keys kept longer than `keptMs`, and holds that lapsed. */
+const keyPruneEveryMs = 60_000;
 
 
 /**
@@ -121,7 +127,14 @@ const commitStatement = `WITH
     SELECT * FROM unnest($17::text[], $18::text[], $19::integer[], $20::text[], $21::text[], $22::text[], $23::bigint[])
     ON CONFLICT (day, operation, error_code, client_ip, transport) DO UPDATE SET calls = refusals.calls + excluded.calls),
   settled AS (
-    DELETE FROM admissions WHERE lease = ANY($24::text[]))
+    DELETE FROM admissions WHERE lease = ANY($24::text[])),
+  kept AS (
+    UPDATE idempotency_keys k SET request_id = d.request_id, token = NULL, expires_at = NULL, at = d.at
+    FROM unnest($26::text[], $27::text[], $28::text[], $29::text[], $30::bigint[]) AS d (account, key, token, request_id, at)
+    WHERE k.account = d.account AND k.key = d.key AND k.token = d.token),
+  released AS (
+    DELETE FROM idempotency_keys k USING unnest($31::text[], $32::text[], $33::text[]) AS d (account, key, token)
+    WHERE k.account = d.account AND k.key = d.key AND k.token = d.token)
 SELECT 1`;
 
 /**
@@ -130,8 +143,8 @@ SELECT 1`;
  * a per-account lock in PostgreSQL; the reservation is a lease that this
  * replica renews while the call runs and that the commit writing the call's
  * ledger row deletes, in the same transaction that counts the call against
- * its day and deducts its price. Rows are group-committed: one multi-row
- * write per batch. A store that cannot be reached refuses new calls (4000)
+ * its day and deducts its price (and keeps its idempotency key, where it
+ * took one). Rows are group-committed: one multi-row write per batch. A store that cannot be reached refuses new calls (4000)
  * instead of guessing.
  */
 export class PostgresMeter implements Meter {
@@ -141,6 +154,9 @@ export class PostgresMeter implements Meter {
   private committing: Promise<void> | undefined;
   private timer: { cancel(): void } | undefined;
   private readonly held = new Set<string>();
+  /** The tokens of the idempotency keys this replica's calls in flight hold: renewed with the leases. */
+  private readonly heldKeys = new Set<string>();
+  private nextKeyPrune = 0;
   private readonly renewal: NodeJS.Timeout;
   private readonly unstick: NodeJS.Timeout;
   /** When a statement last failed to reach the database (Unix ms), or undefined. */
@@ -268,9 +284,33 @@ export class PostgresMeter implements Meter {
     setImmediate(() => this.decide());
   }
 
-  record(row: LedgerRow, admission: Admission | undefined): Promise<void> {
+  /** One statement (gw_claim_key, schema step 16): the key's check and its taking under its row's lock. */
+  async claim(account: string, key: IdempotencyKey, now: number): Promise<KeyClaim> {
+    const token = `${this.leasePrefix}k${(this.leases++).toString(36)}`;
+    let verdict: string;
+    try {
+      const r = await this.pool.query<{ v: string }>({
+        name: "gw_claim_key",
+        text: "SELECT gw_claim_key($1, $2, $3, $4, $5, $6, $7) AS v",
+        values: [account, key.key, key.fingerprint, token, now, this.options.leaseMs, keptMs],
+      });
+      this.clearProblem();
+      verdict = r.rows[0]!.v;
+    } catch (e) {
+      this.setProblem();
+      throw databaseFault(e);
+    }
+    if (verdict === "taken") {
+      this.heldKeys.add(token);
+      return { kind: "taken", key, token };
+    }
+    if (verdict.startsWith("replay ")) return { kind: "replay", requestId: verdict.slice(7) };
+    return verdict === "other" ? { kind: "other_request" } : { kind: "in_flight" };
+  }
+
+  record(row: LedgerRow, admission: Admission | undefined, key?: TakenKey): Promise<void> {
     return new Promise((resolve, reject) => {
-      this.queue.push({ row, admission, done: { resolve, reject } });
+      this.queue.push({ row, admission, key, done: { resolve, reject } });
       if (this.queue.length >= this.options.maxBatch) void this.flush();
       else this.schedule();
     });
@@ -491,6 +531,10 @@ export class PostgresMeter implements Meter {
       if (r.price > 0n) amounts.set(r.account!, (amounts.get(r.account!) ?? 0n) + r.price);
     }
     const leases = batch.flatMap((q) => (q.admission?.lease !== undefined ? [q.admission.lease] : []));
+    // The keys of the charged calls kept (with the rows that charge them), the others given back.
+    const keyed = batch.filter((q) => q.key !== undefined && q.row.account !== undefined);
+    const kept = keyed.filter((q) => q.row.charge === "charged");
+    const released = keyed.filter((q) => q.row.charge !== "charged");
     const col = <T>(f: (r: LedgerRow) => T) => ledger.map(f);
     const d = [...days.values()];
     const refused = [...refusals.values()];
@@ -507,9 +551,12 @@ export class PostgresMeter implements Meter {
           refused.map((x) => x.calls),
           leases,
           col((r) => r.clientIp ?? null),
+          kept.map((q) => q.row.account!), kept.map((q) => q.key!.key.key), kept.map((q) => q.key!.token), kept.map((q) => q.row.requestId), kept.map((q) => String(q.row.at)),
+          released.map((q) => q.row.account!), released.map((q) => q.key!.key.key), released.map((q) => q.key!.token),
         ],
       });
       this.clearProblem();
+      for (const q of keyed) this.heldKeys.delete(q.key!.token);
       for (const l of leases) this.held.delete(l);
       this.settled(leases.length);
       for (const c of charged) {
@@ -519,7 +566,8 @@ export class PostgresMeter implements Meter {
       for (const q of batch) q.done.resolve();
     } catch (e) {
       this.setProblem();
-      // The leases stay until they expire: their calls answer 4000, uncharged, and free their places then.
+      // The leases and held keys stay until they expire: their calls answer 4000, uncharged, and free their places then.
+      for (const q of keyed) this.heldKeys.delete(q.key!.token);
       for (const l of leases) this.held.delete(l);
       for (const q of batch) q.done.reject(e);
     }
@@ -556,11 +604,21 @@ export class PostgresMeter implements Meter {
       .finally(() => (this.vacuuming = false));
   }
 
-  /** Keeps this replica's leases alive while their calls run. */
+  /**
+   * Keeps this replica's leases and held idempotency keys alive while their
+   * calls run; and, once a minute, deletes the keys kept longer than
+   * `keptMs` and the holds that lapsed (any replica may: the statement is
+   * the same for all).
+   */
   private async renew(): Promise<void> {
-    if (this.held.size === 0) return;
+    const now = this.options.now();
     try {
-      await this.pool.query("UPDATE admissions SET expires_at = $1 WHERE lease = ANY($2::text[])", [this.options.now() + this.options.leaseMs, [...this.held]]);
+      if (this.held.size > 0) await this.pool.query("UPDATE admissions SET expires_at = $1 WHERE lease = ANY($2::text[])", [now + this.options.leaseMs, [...this.held]]);
+      if (this.heldKeys.size > 0) await this.pool.query("UPDATE idempotency_keys SET expires_at = $1 WHERE token = ANY($2::text[])", [now + this.options.leaseMs, [...this.heldKeys]]);
+      if (now >= this.nextKeyPrune) {
+        this.nextKeyPrune = now + keyPruneEveryMs;
+        await this.pool.query("DELETE FROM idempotency_keys WHERE (request_id IS NOT NULL AND at <= $1) OR (request_id IS NULL AND expires_at <= $2)", [now - keptMs, now]);
+      }
     } catch {
       this.setProblem();
     }

@@ -429,6 +429,47 @@ export const migrations: readonly string[] = [
     END IF;
     RETURN verdicts;
   END $$;`,
+  // 16: idempotency keys (src/core/idempotency.ts). A key is held by the call that took it (`token`, until
+  // `expires_at`, renewed with its replica's leases, so a dead replica's hold lapses), and kept once that call is
+  // charged (`request_id`), in the commit that writes its ledger row, for a day. gw_claim_key decides a key in one
+  // statement: taken (a new key, a lapsed hold, or one kept longer than p_kept_ms), `in_flight`, `other` (kept for
+  // another request) or `replay <request id>`. A second call of the same key waits on the first's row lock, so no two
+  // calls take one key.
+  `CREATE TABLE idempotency_keys (
+    account text NOT NULL,
+    key text NOT NULL,
+    fingerprint text NOT NULL,
+    token text,
+    expires_at bigint,
+    request_id text,
+    at bigint NOT NULL,
+    PRIMARY KEY (account, key)
+  );
+  CREATE INDEX idempotency_keys_at ON idempotency_keys (at);
+  CREATE INDEX idempotency_keys_held ON idempotency_keys (token) WHERE token IS NOT NULL;
+  CREATE FUNCTION gw_claim_key(p_account text, p_key text, p_fingerprint text, p_token text, p_now bigint, p_hold_ms bigint, p_kept_ms bigint)
+                               RETURNS text LANGUAGE plpgsql AS $$
+  DECLARE
+    k idempotency_keys;
+  BEGIN
+    -- Twice at most: a hold given back between the insert and the read is taken by the second try.
+    FOR attempt IN 1 .. 2 LOOP
+      INSERT INTO idempotency_keys AS t (account, key, fingerprint, token, expires_at, request_id, at)
+        VALUES (p_account, p_key, p_fingerprint, p_token, p_now + p_hold_ms, NULL, p_now)
+        ON CONFLICT (account, key) DO UPDATE
+          SET fingerprint = excluded.fingerprint, token = excluded.token, expires_at = excluded.expires_at, request_id = NULL, at = excluded.at
+          WHERE (t.request_id IS NULL AND t.expires_at <= p_now) OR (t.request_id IS NOT NULL AND t.at <= p_now - p_kept_ms)
+        RETURNING * INTO k;
+      IF FOUND THEN RETURN 'taken'; END IF;
+      SELECT * INTO k FROM idempotency_keys WHERE account = p_account AND key = p_key;
+      IF FOUND THEN
+        IF k.fingerprint <> p_fingerprint THEN RETURN 'other'; END IF;
+        IF k.request_id IS NULL THEN RETURN 'in_flight'; END IF;
+        RETURN 'replay ' || k.request_id;
+      END IF;
+    END LOOP;
+    RETURN 'in_flight';
+  END $$;`,
 ];
 
 /** What a call is told when the shared database does not answer. */

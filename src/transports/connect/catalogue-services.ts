@@ -8,7 +8,7 @@ import { CacheMode, Lang } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { credentialFields, readCredentials } from "../credentials.ts";
 import { callReachedKey, clientIpKey, requestIdKey } from "./context.ts";
 import { rpcTransportOf, statusError } from "./status-error.ts";
-import { quotaHeaderPairs } from "../quota-headers.ts";
+import { callHeaderPairs } from "../replay-headers.ts";
 import { traceContextOf } from "../../core/trace-context.ts";
 
 /** What a catalogue handler reads of a call besides its message: the same whichever path the call took. */
@@ -95,6 +95,7 @@ function requestReader(operation: Operation): (req: Message, src: CallSource) =>
       deadline: src.deadline,
       gone: src.gone,
       trace: traceContextOf(src.header("traceparent"), src.header("tracestate")),
+      idempotencyKey: src.header("idempotency-key"),
     };
   };
 }
@@ -158,7 +159,7 @@ export function operationAnswer(gateway: Gateway, operation: Operation): (req: M
   const read = requestReader(operation);
   return async (req, src) => {
     const outcome = await gateway.call(operation, read(req, src));
-    if (outcome.kind !== "success") throw statusError(outcome.status, { unauthenticated: outcome.unauthenticated, refusedBy: outcome.refusedBy, transport: src.transport, quota: outcome.quota });
+    if (outcome.kind !== "success") throw statusError(outcome.status, { unauthenticated: outcome.unauthenticated, refusedBy: outcome.refusedBy, transport: src.transport, quota: outcome.quota, replayOf: outcome.replayOf });
     return outcome;
   };
 }
@@ -174,7 +175,7 @@ export function operationCall(gateway: Gateway, operation: Operation): (req: Mes
   const output = operation.method.output;
   return async (req, src, responseHeader) => {
     const outcome = await answer(req, src);
-    for (const [name, value] of quotaHeaderPairs(outcome.quota)) responseHeader.set(name, value);
+    for (const [name, value] of callHeaderPairs(outcome)) responseHeader.set(name, value);
     const fields = src.binary ? itemFields(operation, outcome) : undefined;
     if (fields === undefined) return create(output, { item: outcome.item, status: outcome.status } as never) as Message;
     const message = create(output, { status: outcome.status } as never) as Message;

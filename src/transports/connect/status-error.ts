@@ -6,7 +6,7 @@ import type { LimitRefusal, QuotaStanding, Transport } from "../../core/gateway.
 import { RetryInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { StatusBlockSchema, type StatusBlock } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { grpcPushbackMs, retryAfterSeconds } from "../retry-hints.ts";
-import { quotaHeaderPairs } from "../quota-headers.ts";
+import { callHeaderPairs } from "../replay-headers.ts";
 
 /** The contract's gRPC status names as connect-es codes: the one place the contract meets the library. */
 const connectCodes: Readonly<Record<Exclude<RpcStatus, "ok">, Code>> = {
@@ -32,6 +32,8 @@ export interface StatusErrorOptions {
   readonly transport?: Transport | undefined;
   /** Where the call left its account's limits: `RateLimit` and `RateLimit-Policy` as metadata (src/transports/quota-headers.ts). */
   readonly quota?: QuotaStanding | undefined;
+  /** A replay's original request id: `Idempotent-Replayed` and `Original-Request-Id` as metadata (src/transports/replay-headers.ts). */
+  readonly replayOf?: string | undefined;
 }
 
 /**
@@ -48,7 +50,7 @@ export function statusError(status: StatusBlock, options: StatusErrorOptions = {
   const rpcStatus = errorCodeInfo(status.errorCode).rpcStatus;
   const code = options.unauthenticated === true ? Code.Unauthenticated : rpcStatus === "ok" ? Code.Internal : connectCodes[rpcStatus];
   const message = `${fourDigits(status.errorCode)} ${status.reason}`;
-  return refusalError(message, code, options.refusedBy, options.transport, [{ desc: StatusBlockSchema, value: status }], quotaHeaderPairs(options.quota));
+  return refusalError(message, code, options.refusedBy, options.transport, [{ desc: StatusBlockSchema, value: status }], callHeaderPairs(options));
 }
 
 type ErrorDetails = NonNullable<ConstructorParameters<typeof ConnectError>[3]>;

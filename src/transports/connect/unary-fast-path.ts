@@ -24,7 +24,7 @@ import { headerReader, operationAnswer, type CallSource } from "./catalogue-serv
 import { callerError } from "./internal-errors.ts";
 import { trailersOnlyOr } from "./grpc-trailers-only.ts";
 import { fastMessageField } from "./fast-binary.ts";
-import { quotaHeaderPairs } from "../quota-headers.ts";
+import { callHeaderPairs } from "../replay-headers.ts";
 
 const itemBinaryMemo = "rpc-item-binary";
 const itemJsonMemo = "rpc-item-json";
@@ -179,7 +179,7 @@ export function fastAnswer(gateway: Gateway, operation: Operation, options: { re
     async call(input, src, procedure) {
       try {
         const outcome = await answer(input, src);
-        return { parts: successParts(output, statusField, outcome, src.binary), header: quotaHeaderPairs(outcome.quota) };
+        return { parts: successParts(output, statusField, outcome, src.binary), header: callHeaderPairs(outcome) };
       } catch (e) {
         // As the logInternalErrors interceptor does on connect-node's path.
         return { error: callerError(e, src.requestId, procedure, options.log) };

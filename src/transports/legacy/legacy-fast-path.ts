@@ -12,7 +12,7 @@ import { endInParts } from "../server/end-in-parts.ts";
 import { bodyByteLength, bodyParts } from "../../render/legacy-formats.ts";
 import { legacyParams } from "./legacy-params.ts";
 import { traceContextOfHeaders } from "../../core/trace-context.ts";
-import { legacyAnswer, legacyCall, legacyPathsOf, type LegacyAnswer } from "./legacy-shim.ts";
+import { headerText, legacyAnswer, legacyCall, legacyPathsOf, type LegacyAnswer } from "./legacy-shim.ts";
 
 export interface LegacyFastPathOptions {
   /** The caller's address, as the app's requests have it. */
@@ -70,6 +70,7 @@ export function legacyFastPath(gateway: Gateway, options: LegacyFastPathOptions)
         requestId,
         gone: goneOf(res),
         trace: traceContextOfHeaders(req.headers),
+        idempotencyKey: headerText(req.headers["idempotency-key"]),
       });
       write(res, legacyAnswer(await gateway.call(operation, input), format, "GET", req.headers["accept-encoding"]));
     } catch (e) {

@@ -9,7 +9,7 @@ import { bodyByteLength, bodyParts, isLegacyFormat, isSpliced, joinedBody, legac
 import { goneOf } from "../server/caller-gone.ts";
 import { retryAfterSeconds } from "../retry-hints.ts";
 import { traceContextOfHeaders } from "../../core/trace-context.ts";
-import { quotaHeaderPairs } from "../quota-headers.ts";
+import { callHeaderPairs } from "../replay-headers.ts";
 import { endInParts } from "../server/end-in-parts.ts";
 import { credentialFields, readCredentials } from "../credentials.ts";
 import { compress, negotiateEncoding } from "./legacy-compression.ts";
@@ -63,7 +63,7 @@ export function legacyAnswer(outcome: Outcome, format: LegacyFormatName, method:
   const body = renderOutcome(format, outcome);
   const encoding = method === "HEAD" ? undefined : negotiateEncoding(acceptEncoding);
   const retryAfter = outcome.kind === "error" ? retryAfterSeconds(outcome.refusedBy) : undefined;
-  const quota = quotaHeaderPairs(outcome.quota);
+  const quota = callHeaderPairs(outcome);
   if (encoding === undefined) return { contentType, encoding, body, retryAfter, quota };
   return { contentType, encoding, body: compress(encoding, joinedBody(body)), retryAfter, quota };
 }
@@ -103,6 +103,13 @@ export interface LegacyRequest {
   readonly gone: CallInput["gone"];
   /** The caller's trace context (CallInput.trace). */
   readonly trace: CallInput["trace"];
+  /** Its `Idempotency-Key` header (CallInput.idempotencyKey). */
+  readonly idempotencyKey: string | undefined;
+}
+
+/** A request header as one text: Node joins a repeated header it does not know with ", ", and gives a list only for a few it does. */
+export function headerText(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value.join(", ") : value;
 }
 
 /**
@@ -130,6 +137,7 @@ export function legacyCall(operation: Operation, params: LegacyParams, req: Lega
     requestId: req.requestId,
     gone: req.gone,
     trace: req.trace,
+    idempotencyKey: req.idempotencyKey,
     malformed: params.problem,
     rejection,
   };
@@ -192,6 +200,7 @@ export function installLegacyShim(root: FastifyInstance, gateway: Gateway): void
         requestId: req.id,
         gone: goneOf(reply.raw),
         trace: traceContextOfHeaders(req.headers),
+        idempotencyKey: headerText(req.headers["idempotency-key"]),
       });
       return sendLegacy(reply, await gateway.call(operation, input), format);
     };

@@ -112,6 +112,16 @@ function statusProperties(): Record<string, Schema> {
   };
 }
 
+/** The `Idempotency-Key` request header (src/core/idempotency.ts), on GET and POST alike. */
+const idempotencyKeyParameter: Schema = {
+  name: "Idempotency-Key",
+  in: "header",
+  required: false,
+  description:
+    "names the call, so a copy of it (a retry after a lost answer) is charged once: the same key again within 24 hours, with the same request, is answered again and not charged (`Idempotent-Replayed: true`); while the first call runs, 4008; with another request, 4003. Keys are the account's own: 1 to 255 printable ASCII characters, bare (no comma) or as a quoted string. Only a charged call keeps its key; after any other answer a retry runs for real",
+  schema: { type: "string", maxLength: 257 },
+};
+
 function parameters(op: Operation): Schema[] {
   const args = op.args.map((arg) => ({
     name: arg.name,
@@ -175,7 +185,7 @@ export function legacyOpenApi(operations: readonly Operation[], version: string)
     const operation = {
       operationId: op.id.replace("/", "_"),
       summary: `${op.id} (RPC ${op.service.typeName}/${op.method.name})`,
-      parameters: parameters(op),
+      parameters: [...parameters(op), idempotencyKeyParameter],
       responses: {
         "200": {
           description: "every answer, found or not: `error_code` says which (0000 found, 2000 not found, 4xxx refused)",
@@ -193,6 +203,14 @@ export function legacyOpenApi(operations: readonly Operation[], version: string)
               description: 'with RateLimit: the account\'s limits, e.g. `"daily";q=10000;w=86400, "rate";q=10;w=1`: `q` calls every `w` seconds',
               schema: { type: "string" },
             },
+            "Idempotent-Replayed": {
+              description: "`true` on the answer to a copy of a charged call (its Idempotency-Key): answered again, not charged",
+              schema: { type: "string", enum: ["true"] },
+            },
+            "Original-Request-Id": {
+              description: "with Idempotent-Replayed: the request id of the charged call this answer repeats",
+              schema: { type: "string" },
+            },
           },
           content,
         },
@@ -203,7 +221,7 @@ export function legacyOpenApi(operations: readonly Operation[], version: string)
       post: {
         ...operation,
         operationId: `${operation.operationId}_post`,
-        parameters: [],
+        parameters: [idempotencyKeyParameter],
         requestBody: {
           description: "the same parameters as a JSON object or a form",
           content: {

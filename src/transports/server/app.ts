@@ -100,7 +100,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const tls = options.tls;
   const limits = { ...defaultAppSettings.limits, ...options.limits };
   // Retry-After is not a header a page may read unless exposed: a refused call's (src/transports/retry-hints.ts).
-  const cors = corsSettings(options.corsOrigins ?? defaultAppSettings.corsOrigins, [...connectCors.exposedHeaders, "Retry-After", "RateLimit", "RateLimit-Policy"]);
+  const cors = corsSettings(options.corsOrigins ?? defaultAppSettings.corsOrigins, [...connectCors.exposedHeaders, "Retry-After", "RateLimit", "RateLimit-Policy", "Idempotent-Replayed", "Original-Request-Id"]);
   // The fast paths take their requests before Fastify (gRPC streams, Connect and legacy HTTP/1.1 requests); they exist once the routes do.
   let rpcRequests: RequestClaims = {};
   let legacyRequests: Http1RequestClaim | undefined;
@@ -166,7 +166,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     origin: cors.origin as string | string[] | false,
     exposedHeaders: [...cors.exposedHeaders],
     methods: ["GET", "HEAD", "POST", "OPTIONS"],
-    allowedHeaders: [...connectCors.allowedHeaders, ...Object.values(credentialHeaders), "Authorization"],
+    allowedHeaders: [...connectCors.allowedHeaders, ...Object.values(credentialHeaders), "Authorization", "Idempotency-Key"],
     maxAge: 7200,
     // A plain OPTIONS (no Origin) is answered too, with its Allow header.
     strictPreflight: false,

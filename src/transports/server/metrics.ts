@@ -3,7 +3,7 @@ import { timingSafeEqual } from "node:crypto";
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { Transport } from "../../core/meter.ts";
 import type { Limit } from "../../core/gateway-error.ts";
-import type { AbandonStage, AuthFailure, CacheResult, StoppedWaiting, Telemetry } from "../../core/telemetry.ts";
+import type { AbandonStage, AuthFailure, CacheResult, KeyOutcome, StoppedWaiting, Telemetry } from "../../core/telemetry.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 
 let processMetrics: Registry | undefined;
@@ -164,6 +164,12 @@ export class PrometheusTelemetry implements Telemetry {
     labelNames: ["operation", "limit"],
     registers: [this.registry],
   });
+  private readonly keys = new Counter({
+    name: "gateway_idempotency_keys_total",
+    help: "Calls that sent an Idempotency-Key, by what became of the key: taken (the call ran), replayed (a copy of a charged call, answered again and not charged), in_flight (a copy refused, 4008, while the call that took the key ran), other_request (the key was kept for another request, 4003).",
+    labelNames: ["operation", "outcome"],
+    registers: [this.registry],
+  });
   private readonly upstream = new Counter({ name: "gateway_upstream_requests_total", help: "Calls to the upstream provider, retries included, by outcome: ok, not_found, timeout, circuit_open, error.", labelNames: ["operation", "outcome"], registers: [this.registry] });
   private readonly upstreamSeconds = new Histogram({ name: "gateway_upstream_duration_seconds", help: "Time of each call to the upstream provider, retries included.", labelNames: ["operation"], buckets: latencyBuckets, registers: [this.registry] });
   private readonly circuit = new Gauge({ name: "gateway_circuit_open", help: "1 while the upstream circuit breaker of a catalogue is open (calls answered 4002 at once).", labelNames: ["catalogue"], registers: [this.registry] });
@@ -235,6 +241,10 @@ export class PrometheusTelemetry implements Telemetry {
 
   callLimited(operation: string, limit: Limit): void {
     this.limited.labels(operation, limit).inc();
+  }
+
+  idempotencyKey(operation: string, outcome: KeyOutcome): void {
+    this.keys.labels(operation, outcome).inc();
   }
 
   cacheEvent(operation: string, result: CacheResult): void {

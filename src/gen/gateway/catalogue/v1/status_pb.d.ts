@@ -463,7 +463,8 @@ export enum Charge {
   CHARGED = 1,
 
   /**
-   * The gateway's or the source's fault: not counted, not deducted.
+   * The gateway's or the source's fault: not counted, not deducted. Also a copy
+   * of a charged call answered again for its Idempotency-Key (its 0000 or 2000).
    *
    * @generated from enum value: CHARGE_UNCHARGED = 2;
    */
