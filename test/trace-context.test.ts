@@ -90,3 +90,20 @@ describe("the caller's trace, handed on to the upstream provider", () => {
     expect(lines.join("\n")).not.toContain(parentId);
   });
 });
+
+describe("a page of an allowed origin that traces its calls", () => {
+  let gw: GatewayFixture;
+  beforeAll(async () => {
+    gw = await startGateway({ app: { corsOrigins: ["https://shop.example"] } });
+  });
+  afterAll(() => gw.close());
+
+  it("may send traceparent and tracestate: the preflight allows them (browser tracing adds both to a cross-origin call it is told to trace)", async () => {
+    const preflight = await fetch(`${gw.base}/gateway.catalogue.v1.RetailService/ItemGet`, {
+      method: "OPTIONS",
+      headers: { origin: "https://shop.example", "access-control-request-method": "POST", "access-control-request-headers": "content-type,x-api-key,x-api-secret,traceparent,tracestate" },
+    });
+    expect(preflight.status).toBe(204);
+    expect(preflight.headers.get("access-control-allow-headers")!.toLowerCase().split(/,\s*/)).toEqual(expect.arrayContaining(["traceparent", "tracestate"]));
+  });
+});

@@ -166,7 +166,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     origin: cors.origin as string | string[] | false,
     exposedHeaders: [...cors.exposedHeaders],
     methods: ["GET", "HEAD", "POST", "OPTIONS"],
-    allowedHeaders: [...connectCors.allowedHeaders, ...Object.values(credentialHeaders), "Authorization", "Idempotency-Key"],
+    // A page's own tracing adds traceparent and tracestate to a call it is told to trace (trace-context.ts).
+    allowedHeaders: [...connectCors.allowedHeaders, ...Object.values(credentialHeaders), "Authorization", "Idempotency-Key", "traceparent", "tracestate"],
     maxAge: 7200,
     // A plain OPTIONS (no Origin) is answered too, with its Allow header.
     strictPreflight: false,
