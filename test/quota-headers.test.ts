@@ -16,6 +16,7 @@ import { CachedCatalogue } from "../src/core/cached-catalogue.ts";
 import { Gateway } from "../src/core/gateway.ts";
 import { ItemGetRequestSchema, RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { AccountService } from "../src/gen/gateway/account/v1/account_pb.js";
 import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
 /** A field's members by policy id, each with its parameters, as a client reading RFC 9651 lists sees them. */
@@ -213,6 +214,29 @@ describe("RateLimit and RateLimit-Policy on every answer to an identified accoun
     expect(out.status.errorCode).toBe(4000);
     expect(out.quota?.daily).toEqual({ max: 5, left: 4, resetMs: dayLeft * 1000 - 61_500 });
     expect(members((await legacy(a)).current)).toEqual({ daily: { r: 3, t: dayLeft - 61 } });
+  });
+
+  it("say what GetMyAccount says of the rate between calls: what it admits at once now, and when it is whole again", async () => {
+    const a = await gw.newAccount({ dailyMax: 100, rate: parseRate("2/s", 3) });
+    const me = () => createClient(AccountService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" })).getMyAccount({}, { headers: { "x-api-key": a.key, "x-api-secret": a.secret } });
+    const standing = async () => {
+      const m = await me();
+      return [m.rateRemaining, m.rateResetMs];
+    };
+    expect(await standing()).toEqual([3, 0n]);
+    await legacy(a);
+    const second = await legacy(a);
+    // As the last call's RateLimit said ("rate";r=1;t=1), to the millisecond.
+    expect(members(second.current).rate).toEqual({ r: 1, t: 1 });
+    expect(await standing()).toEqual([1, 1000n]);
+    now += 500;
+    expect(await standing()).toEqual([2, 500n]);
+    now += 10_000;
+    expect(await standing()).toEqual([3, 0n]);
+    // No rate: neither field.
+    const unrated = await gw.newAccount({ dailyMax: 100 });
+    const m = await createClient(AccountService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" })).getMyAccount({}, { headers: { "x-api-key": unrated.key, "x-api-secret": unrated.secret } });
+    expect([m.rateRemaining, m.rateResetMs]).toEqual([undefined, undefined]);
   });
 });
 

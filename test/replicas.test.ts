@@ -212,6 +212,13 @@ describe("three replicas in shared mode", () => {
     const dayResets = figures.map(([, dayReset]) => dayReset!);
     expect(Math.max(...dayResets) - Math.min(...dayResets)).toBeLessThanOrEqual(2);
     expect(Math.min(...dayResets)).toBeGreaterThan(0);
+    // Between calls, GetMyAccount says the same of the rate on every replica: 4 at once, whole in six minutes.
+    for (const r of replicas) {
+      const me = await createClient(AccountService, createGrpcTransport({ baseUrl: r.base })).getMyAccount({}, { headers: { "x-api-key": a.key, "x-api-secret": a.secret } });
+      expect(me.rateRemaining).toBe(4);
+      expect(Number(me.rateResetMs)).toBeGreaterThan(354_000);
+      expect(Number(me.rateResetMs)).toBeLessThanOrEqual(360_000);
+    }
   });
 
   it("never take a prepaid balance below zero", async () => {

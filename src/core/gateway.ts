@@ -23,6 +23,7 @@ import type { OperatorSwitches } from "./operator-switches.ts";
 import type { EntryMemo } from "./response-cache.ts";
 import { noTelemetry, type AbandonStage, type StoppedWaiting, type Telemetry } from "./telemetry.ts";
 import { quotaStanding, type QuotaStanding } from "./quota-standing.ts";
+import { rateStanding } from "./call-rate.ts";
 import type { TraceContext } from "./trace-context.ts";
 import { idempotencyKey, idempotencyKeyOf, keyForOtherRequest, keyInFlight, type TakenKey } from "./idempotency.ts";
 
@@ -424,11 +425,20 @@ export class Gateway {
     return this.statusBlock(code, reason, identity.now, identity.requestId, "account", clientIp);
   }
 
-  /** Where a caller's own account stands now (the AccountService): its day, the day's counts and its balance, read from the store now (exact across replicas). */
-  async ownStanding(account: Account, now: number): Promise<{ readonly day: string; readonly usage: UsageSummary; readonly balance: Micros | undefined }> {
+  /**
+   * Where a caller's own account stands now (the AccountService): its day,
+   * the day's counts, its balance and what its rate admits at once, read
+   * from the store now (exact across replicas).
+   */
+  async ownStanding(
+    account: Account,
+    now: number,
+  ): Promise<{ readonly day: string; readonly usage: UsageSummary; readonly balance: Micros | undefined; readonly rate: { readonly left: number; readonly resetMs: number } | undefined }> {
     const day = dayOf(now, account.zone);
-    const [usage, balance] = await Promise.all([this.ports.meter.usage(account.key, day, previousDay(day), true), this.ports.meter.balance(account.key)]);
-    return { day, usage, balance };
+    const meter = this.ports.meter;
+    const [usage, balance, arrival] = await Promise.all([meter.usage(account.key, day, previousDay(day), true), meter.balance(account.key), account.rate === undefined ? undefined : meter.rateArrival(account.key)]);
+    const rate = account.rate === undefined ? undefined : arrival === undefined ? { left: account.rate.burst, resetMs: 0 } : rateStanding(arrival, now, account.rate);
+    return { day, usage, balance, rate };
   }
 
   /** The ledger's totals of a caller's own calls (the AccountService): narrowed to its account whatever else is asked, and no rows. */

@@ -201,6 +201,13 @@ export interface Meter {
    * own read of its standing).
    */
   usage(account: string, today: string, yesterday: string, fresh?: boolean): MaybeAsync<UsageSummary>;
+  /**
+   * The rate's theoretical arrival time of the account as the meter decides
+   * with it now (ns, call-rate.ts), read from the store where it is shared:
+   * exact across replicas. Undefined: no call of the account is under its
+   * rate now.
+   */
+  rateArrival(account: string): MaybeAsync<bigint | undefined>;
   query(query: UsageQuery): Promise<UsageReport>;
   /**
    * Adds to an account's prepaid balance (a top-up), or makes it unbilled by

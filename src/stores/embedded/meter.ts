@@ -495,6 +495,10 @@ export class SqliteMeter implements Meter {
     else this.pendingAmount.set(a.account, left);
   }
 
+  rateArrival(account: string): bigint | undefined {
+    return this.arrivals.get(account);
+  }
+
   usage(account: string, today: string, yesterday: string): UsageSummary {
     const known = this.summaries.get(account);
     if (known !== undefined && known.day === today) return { ...known.summary };

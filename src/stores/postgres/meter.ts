@@ -376,6 +376,11 @@ export class PostgresMeter implements Meter {
     return { ...(await summing) };
   }
 
+  async rateArrival(account: string): Promise<bigint | undefined> {
+    const r = await this.pool.query<{ tat: string }>("SELECT tat::text AS tat FROM rate_arrivals WHERE account = $1", [account]);
+    return r.rows[0] === undefined ? undefined : BigInt(r.rows[0].tat);
+  }
+
   private async sum(account: string, today: string, yesterday: string, now: number): Promise<UsageSummary> {
     const r = await this.pool.query<{ today: string; yesterday: string; before: string }>(
       `SELECT coalesce(sum(charged) FILTER (WHERE day = $2), 0)::text AS today,

@@ -51,7 +51,7 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
     router.service(AccountService, {
       async getMyAccount(_req, ctx) {
         const { account: a, requestId, now } = await caller(ctx, {});
-        const { day: today, usage, balance } = await gateway.ownStanding(a, now);
+        const { day: today, usage, balance, rate } = await gateway.ownStanding(a, now);
         return create(GetMyAccountResponseSchema, {
           key: a.key,
           name: a.name,
@@ -73,6 +73,7 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
           ...(a.previousSecret !== undefined && a.previousSecret.until > now ? { oldSecretUntilMs: BigInt(a.previousSecret.until) } : {}),
           clientIp: ctx.values.get(clientIpKey),
           requestId,
+          ...(rate !== undefined ? { rateRemaining: rate.left, rateResetMs: BigInt(Math.ceil(rate.resetMs)) } : {}),
         });
       },
 

@@ -154,6 +154,23 @@ export declare type GetMyAccountResponse = Message<"gateway.account.v1.GetMyAcco
    * @generated from field: string request_id = 20;
    */
   requestId: string;
+
+  /**
+   * Calls the rate admits at once now: its burst, less what recent calls took
+   * (a call's RateLimit field says the same after it: "rate";r=…). Unset when
+   * there is no rate.
+   *
+   * @generated from field: optional int32 rate_remaining = 21;
+   */
+  rateRemaining?: number | undefined;
+
+  /**
+   * Milliseconds until the rate's burst is whole again (0 when it is). Unset
+   * when there is no rate.
+   *
+   * @generated from field: optional int64 rate_reset_ms = 22;
+   */
+  rateResetMs?: bigint | undefined;
 };
 
 /**
