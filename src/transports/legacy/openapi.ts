@@ -1,6 +1,6 @@
 import { ScalarType, type DescField, type DescMessage } from "@bufbuild/protobuf";
 import type { FastifyInstance } from "fastify";
-import { readFileSync } from "node:fs";
+import { packageVersion } from "../../package-version.ts";
 import { legacyKeyOfField } from "../../contract/legacy-layout.ts";
 import { errorCodes, fourDigits } from "../../contract/error-codes.ts";
 import type { Operation } from "../../core/operation.ts";
@@ -265,7 +265,6 @@ export function legacyOpenApi(operations: readonly Operation[], version: string)
 
 /** `GET /openapi.json`: the description above, made once. Not a call: neither metered nor ledgered. */
 export function installOpenApi(app: FastifyInstance, operations: readonly Operation[]): void {
-  const { version } = JSON.parse(readFileSync(new URL("../../../package.json", import.meta.url), "utf8")) as { version: string };
-  const body = JSON.stringify(legacyOpenApi(operations, version));
+  const body = JSON.stringify(legacyOpenApi(operations, packageVersion()));
   app.get("/openapi.json", { logLevel: "warn" }, async (_req, reply) => reply.code(200).header("content-type", "application/json; charset=utf-8").header("cache-control", "public, max-age=300").send(body));
 }
