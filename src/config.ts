@@ -88,6 +88,12 @@ export const settings = {
   drainDelayMs: whole("GATEWAY_DRAIN_DELAY_MS", 0, [0, 600_000], "milliseconds", "after SIGTERM, how long `/readyz` and gRPC health answer not-ready while every call is still served, before the port closes (give load balancers time to notice; 5000 or more behind Kubernetes)"),
   trustedProxies: text("GATEWAY_TRUSTED_PROXIES", "", "proxies (addresses or CIDRs, comma-separated, e.g. `10.0.0.0/8,::1`) whose `Forwarded` / `X-Forwarded-For` name the client; from any other peer those headers change nothing", { shown: "empty (trust none)" }),
   console: oneOf("GATEWAY_CONSOLE", "auto", ["auto", "on", "off"], "the web console at `/console/` (accounts, usage, an explorer; it uses the AdminService): `auto` serves it in the demo (`npm start`) and not under `gateway serve`"),
+  otlpTracesUrl: text("GATEWAY_OTLP_TRACES_URL", "", "an OpenTelemetry collector's OTLP/HTTP traces endpoint (e.g. `http://collector:4318/v1/traces`): the gateway's own spans go there, JSON encoded; unset, none are recorded (also read from `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`)", {
+    shown: "unset",
+    aliases: ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"],
+  }),
+  traceSamplePerMille: whole("GATEWAY_TRACE_SAMPLE_PER_MILLE", 0, [0, 1000], "per 1,000 calls", "of the calls that send no `traceparent`, how many are traced, each as a trace of its own; a call whose `traceparent` is sampled is always traced, one whose is not never"),
+  serviceName: text("GATEWAY_SERVICE_NAME", "product-data-gateway", "`service.name` of the spans (also read from `OTEL_SERVICE_NAME`)", { aliases: ["OTEL_SERVICE_NAME"] }),
   metricsToken: text("GATEWAY_METRICS_TOKEN", "", "bearer token `/metrics` requires; unset, anyone who reaches the port can scrape it", { shown: "unset", secret: true }),
   corsOrigins: text("GATEWAY_CORS_ORIGINS", defaultAppSettings.corsOrigins.join(","), "origins browsers may call from, comma-separated (`https://shop.example.com`); `*` any; empty turns CORS off"),
   rpcFastPath: oneOf("GATEWAY_RPC_FAST_PATH", "on", ["on", "off"], "the fast paths of catalogue calls over Connect (HTTP/1.1; before Fastify for a caller without `Origin`) and gRPC (HTTP/2, on the stream before Fastify); `off` sends every RPC through Fastify and connect-node, answering the same bytes more slowly"),
@@ -185,6 +191,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
 function crossChecks(config: GatewayConfig): string[] {
   const problems: string[] = [];
   const where = (k: keyof GatewayConfig) => `${settings[k].env} (${k})`;
+  if (config.otlpTracesUrl !== "" && !/^https?:\/\/[^/]/.test(config.otlpTracesUrl)) problems.push(`${where("otlpTracesUrl")} must be an http or https URL`);
   if (config.upstreamUrl !== "") {
     try {
       const u = new URL(config.upstreamUrl);

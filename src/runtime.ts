@@ -47,6 +47,9 @@ import { RedisResponseCache } from "./stores/redis/response-cache.ts";
 import type { AppOptions } from "./transports/server/app.ts";
 import type { Logger } from "./transports/server/logger.ts";
 import { PrometheusTelemetry } from "./transports/server/metrics.ts";
+import { OtlpTraceExporter } from "./exporters/otlp-traces.ts";
+import { Tracer } from "./core/tracing.ts";
+import { packageVersion } from "./package-version.ts";
 
 /** The gateway's parts, typed by their ports; `openRuntime` wires them to the embedded store under the data directory. */
 export interface Runtime {
@@ -333,8 +336,21 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
     sources.set(name, upstream);
   }
   const answers = new CachedCatalogue(sources, stores.cache, cachePolicy(config), () => clock.now(), new Translator(translationEngine(config)), telemetry);
+  // The gateway's own spans, where a collector is named.
+  const spans =
+    config.otlpTracesUrl === ""
+      ? undefined
+      : new OtlpTraceExporter({
+          url: config.otlpTracesUrl,
+          serviceName: config.serviceName,
+          instanceId: stores.nodeLabel,
+          serviceVersion: packageVersion(),
+          onSpans: (outcome, n) => telemetry.spans(outcome, n),
+          onError: (e) => (log?.warn ?? log?.error)?.call(log, { err: e }, "spans could not be sent to the OTLP collector; they are dropped (gateway_spans_total) and calls go on"),
+        });
+  const tracer = spans === undefined ? undefined : new Tracer(spans, config.traceSamplePerMille / 1000);
   const gateway = new Gateway(
-    { accounts, meter, switches, catalogue: answers, replays: stores.replays, lockout, telemetry, ...(log ? { log } : {}) },
+    { accounts, meter, switches, catalogue: answers, replays: stores.replays, lockout, telemetry, tracer, ...(log ? { log } : {}) },
     {
       timeZone: config.timeZone,
       zoneLabel: config.zoneLabel,
@@ -362,6 +378,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
     close: async () => {
       readiness.drain();
       for (const u of upstreams) void u.close();
+      await spans?.flush();
       await stores.close();
     },
   };

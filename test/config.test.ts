@@ -99,4 +99,12 @@ describe("configuration", () => {
     expect([c.databaseUrl, c.redisUrl, c.nodeLabel]).toEqual(["postgres://postgres@127.0.0.1:5432/gw", "redis://127.0.0.1:6379", "old-name"]);
     expect(loadConfig({ GATEWAY_NODE_ID: "gw-7", GATEWAY_NODE_LABEL: "old-name" }).nodeLabel).toBe("gw-7");
   });
+
+  it("reads OpenTelemetry's own names for the traces endpoint and the service, and refuses an endpoint that is not a URL", () => {
+    const c = loadConfig({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "http://127.0.0.1:4318/v1/traces", OTEL_SERVICE_NAME: "shop-gateway" });
+    expect([c.otlpTracesUrl, c.serviceName, c.traceSamplePerMille]).toEqual(["http://127.0.0.1:4318/v1/traces", "shop-gateway", 0]);
+    expect(loadConfig({ GATEWAY_OTLP_TRACES_URL: "http://a:4318/v1/traces", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "http://b:4318/v1/traces" }).otlpTracesUrl).toBe("http://a:4318/v1/traces");
+    expect(() => loadConfig({ GATEWAY_OTLP_TRACES_URL: "collector:4318" })).toThrow(/otlpTracesUrl.* must be an http or https URL/);
+    expect(() => loadConfig({ GATEWAY_TRACE_SAMPLE_PER_MILLE: "1001" })).toThrow(/GATEWAY_TRACE_SAMPLE_PER_MILLE/);
+  });
 });

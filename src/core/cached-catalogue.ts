@@ -143,7 +143,7 @@ export class CachedCatalogue {
     const source = this.sources.get(operation.catalogue)!;
     if (this.cache === undefined) {
       this.telemetry.cacheEvent(operation.id, "miss");
-      return source.fetch(operation, args, signal, trace).then((answer) => ({ answer, fromCache: false, memo: undefined }));
+      return this.bought(source, operation, args, signal, trace).then((answer) => ({ answer, fromCache: false, memo: undefined }));
     }
     const key = this.key(operation, args, "cn");
     return thenMaybe(this.cache.get(key), (stored) => this.storedOrFetched(key, stored, operation, source, args, useCache, trace));
@@ -217,7 +217,7 @@ export class CachedCatalogue {
       try {
         // The shared call is not tied to the first caller's connection: others wait on it too. It carries the
         // trace of the call that started it.
-        const answer = await source.fetch(operation, args, new AbortController().signal, trace);
+        const answer = await this.bought(source, operation, args, new AbortController().signal, trace);
         // A local source's answer is kept from the second request for its key on (doorkeeper.ts).
         const keep = source.local !== true || this.doorkeeper.seenBefore(key);
         if (answer.found) {
@@ -235,6 +235,26 @@ export class CachedCatalogue {
     const clear = () => this.inFlight.delete(key);
     call.then(clear, clear);
     return call;
+  }
+
+  /**
+   * A source's answer. Where the call is traced (tracing.ts), the purchase is
+   * a client span beneath the call's, and the source hands that span's id
+   * to the provider as its parent.
+   */
+  private bought(source: CatalogueSource, operation: Operation, args: Args, signal: AbortSignal, trace: TraceContext | undefined): Promise<Found | NotFound> {
+    const span = trace?.span?.child(`${source.label} ${operation.id}`, "client");
+    if (span === undefined) return source.fetch(operation, args, signal, trace);
+    return source.fetch(operation, args, signal, span.context).then(
+      (answer) => {
+        span.end({ "gateway.operation": operation.id, "gateway.source": source.label, "gateway.found": answer.found });
+        return answer;
+      },
+      (e: unknown) => {
+        span.end({ "gateway.operation": operation.id, "gateway.source": source.label }, e instanceof Error ? e.message : String(e));
+        throw e;
+      },
+    );
   }
 
   /** The fresh entry another replica is fetching, polled until the claim would have expired. */

@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { errorCodeInfo } from "../contract/error-codes.ts";
+import { errorCodeInfo, fourDigits } from "../contract/error-codes.ts";
 import { ErrorCode, LanguageInfoSchema, type StatusBlock } from "../gen/gateway/catalogue/v1/status_pb.js";
 import { newStatusBlock } from "./status-block.ts";
 import type { AccountStore } from "./account-store.ts";
@@ -25,6 +25,7 @@ import { noTelemetry, type AbandonStage, type StoppedWaiting, type Telemetry } f
 import { quotaStanding, type QuotaStanding } from "./quota-standing.ts";
 import { rateStanding } from "./call-rate.ts";
 import type { TraceContext } from "./trace-context.ts";
+import type { ActiveSpan, SpanAttributes, Tracer } from "./tracing.ts";
 import { idempotencyKey, idempotencyKeyOf, keyForOtherRequest, keyInFlight, type TakenKey } from "./idempotency.ts";
 
 export type { Transport } from "./meter.ts";
@@ -175,6 +176,8 @@ export interface GatewayPorts {
   readonly log?: { error(obj: unknown, msg: string): void };
   /** Where calls, cache events and failed authentications are counted (default: nowhere). */
   readonly telemetry?: Telemetry;
+  /** Where the gateway's own spans go (tracing.ts); none: no span is recorded. */
+  readonly tracer?: Tracer | undefined;
 }
 
 interface CallOptions {
@@ -263,6 +266,8 @@ export class Gateway {
     let notAllowedHere = false;
     let key: TakenKey | undefined;
     let replayOf: string | undefined;
+    // The call's own span, where it is traced; its purchases hang beneath it.
+    const span = this.ports.tracer?.startCall(input.trace, spanName(operation, input.transport));
     // Each step awaits only a promise: a port that answers at once is not waited for (MaybeAsync).
     try {
       const locked = this.lockedOut(input.clientIp, now);
@@ -300,7 +305,7 @@ export class Gateway {
       stoppedWaiting(operation, input, started, "before_source", this.telemetry);
       // A replay is answered from the cache, where the charged call's answer was kept (bought again only if it was evicted).
       const useCache = options.useCache || replayOf !== undefined;
-      const answering = this.ports.catalogue.answer(operation, args, options.lang, useCache, input.signal ?? neverAborted, input.trace);
+      const answering = this.ports.catalogue.answer(operation, args, options.lang, useCache, input.signal ?? neverAborted, span?.context ?? input.trace);
       const answered = answering instanceof Promise ? await answering : answering;
       // A caller that has stopped waiting (its deadline passed: it sees deadline_exceeded; or it hung up) gets nothing,
       // so the call is not charged. Its purchase (shared with any other caller of the item, and kept for the next) was
@@ -376,6 +381,7 @@ export class Gateway {
 
     status.cache = fromCache;
     this.telemetry.callFinished(operation.id, code, input.transport, status.executionTime);
+    if (span !== undefined) endCallSpan(span, operation, input, { code, charged, fromCache, requestId, replayOf, reason });
     if (answer === undefined || !answer.found) {
       const unauthenticated = code === ErrorCode.MISSING_URL_PARAM && account === undefined;
       if (unauthenticated) this.telemetry.authFailed("missing_key");
@@ -579,6 +585,43 @@ export class Gateway {
     }
     return this.memory.text;
   }
+}
+
+/** A call's span name: its legacy route, or its RPC's full method name (OpenTelemetry's HTTP and RPC conventions). */
+function spanName(operation: Operation, transport: Transport): string {
+  return transport === "legacy" ? operation.path : `${operation.service.typeName}/${operation.method.name}`;
+}
+
+const rpcSystem: Record<Transport, string | undefined> = { legacy: undefined, connect: "connect_rpc", grpc: "grpc", "grpc-web": "grpc" };
+
+/**
+ * Ends a call's span with what became of it: its code and billing, the
+ * cache, its request id and the caller's address (never its key or
+ * secret), and the RPC or route it came by. A fault of the gateway or its
+ * source (an uncharged code) is the span's error; a refusal of the
+ * caller's request is not.
+ */
+function endCallSpan(
+  span: ActiveSpan,
+  operation: Operation,
+  input: CallInput,
+  call: { readonly code: ErrorCode; readonly charged: boolean; readonly fromCache: boolean; readonly requestId: string; readonly replayOf: string | undefined; readonly reason: string },
+): void {
+  const billing = errorCodeInfo(call.code).charge;
+  const attributes: SpanAttributes = {
+    "gateway.operation": operation.id,
+    "gateway.transport": input.transport,
+    "gateway.error_code": fourDigits(call.code),
+    "gateway.charge": call.charged ? "charged" : billing === "charged" ? "uncharged" : billing,
+    "gateway.cache_hit": call.fromCache,
+    "gateway.request_id": call.requestId,
+    "client.address": input.clientIp,
+  };
+  if (call.replayOf !== undefined) attributes["gateway.replay_of"] = call.replayOf;
+  const system = rpcSystem[input.transport];
+  if (system === undefined) attributes["http.route"] = operation.path;
+  else Object.assign(attributes, { "rpc.system": system, "rpc.service": operation.service.typeName, "rpc.method": operation.method.name });
+  span.end(attributes, billing === "uncharged" ? call.reason : undefined);
 }
 
 /** `api_info`: the day's count and maximum, the charged calls of every day, and the key's expiry. */

@@ -37,6 +37,8 @@ export interface Telemetry {
   /** One call to the upstream provider, retries included; outcome `ok`, `not_found`, `timeout`, `circuit_open` or `error`. */
   upstreamRequest(operation: string, outcome: string, seconds: number): void;
   circuitChanged(catalogue: string, open: boolean): void;
+  /** Spans of the gateway's own sent to the collector (`exported`), or lost (`dropped`: a full queue, a collector that refused or did not answer). */
+  spans(outcome: "exported" | "dropped", n: number): void;
   /** One group commit of the usage ledger. */
   ledgerCommitted(seconds: number, rows: number): void;
   authFailed(reason: AuthFailure): void;
@@ -52,6 +54,7 @@ export const noTelemetry: Telemetry = {
   idempotencyKey() {},
   upstreamRequest() {},
   circuitChanged() {},
+  spans() {},
   ledgerCommitted() {},
   authFailed() {},
 };

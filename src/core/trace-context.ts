@@ -1,14 +1,18 @@
+import type { ActiveSpan } from "./tracing.ts";
+
 /**
  * A caller's W3C Trace Context (https://www.w3.org/TR/trace-context/): the
  * `traceparent` it sent and its `tracestate`. A call that buys its item from
  * the upstream provider hands them on to the provider, so the provider's
  * work joins the caller's trace; the gateway's log lines carry the trace id.
  *
- * The gateway records and exports no spans of its own, so it forwards the
- * caller's parent id as it came (a participant that adds no span of its
- * own): the provider's span is then the caller's child, with no missing
- * parent between them. One purchase serves every call that waits on it
- * (single-flight), so it carries the context of the call that started it.
+ * Where the gateway records no span of the call (no tracer, or a caller
+ * that did not sample its trace), it forwards the caller's parent id as it
+ * came (a participant that adds no span of its own): the provider's span is
+ * then the caller's child, with no missing parent between them. Where it
+ * does (tracing.ts), the purchase carries the gateway's own span as the
+ * parent. One purchase serves every call that waits on it (single-flight),
+ * so it carries the context of the call that started it.
  */
 export interface TraceContext {
   /** As forwarded: version 00, lowercase. */
@@ -16,6 +20,8 @@ export interface TraceContext {
   /** Forwarded as it came, when it is printable ASCII of at most 512 characters (the spec lets a participant drop a longer one). */
   readonly tracestate: string | undefined;
   readonly traceId: string;
+  /** The gateway's own span whose id `traceparent` carries as the parent, where the gateway records one (tracing.ts). */
+  readonly span?: ActiveSpan | undefined;
 }
 
 const hex = /^[0-9a-f]+$/;

@@ -170,6 +170,12 @@ export class PrometheusTelemetry implements Telemetry {
     labelNames: ["operation", "outcome"],
     registers: [this.registry],
   });
+  private readonly spanCount = new Counter({
+    name: "gateway_spans_total",
+    help: "The gateway's own spans (GATEWAY_OTLP_TRACES_URL): exported to the collector, or dropped (its queue full, or the collector refused a batch or did not answer).",
+    labelNames: ["outcome"],
+    registers: [this.registry],
+  });
   private readonly upstream = new Counter({ name: "gateway_upstream_requests_total", help: "Calls to the upstream provider, retries included, by outcome: ok, not_found, timeout, circuit_open, error.", labelNames: ["operation", "outcome"], registers: [this.registry] });
   private readonly upstreamSeconds = new Histogram({ name: "gateway_upstream_duration_seconds", help: "Time of each call to the upstream provider, retries included.", labelNames: ["operation"], buckets: latencyBuckets, registers: [this.registry] });
   private readonly circuit = new Gauge({ name: "gateway_circuit_open", help: "1 while the upstream circuit breaker of a catalogue is open (calls answered 4002 at once).", labelNames: ["catalogue"], registers: [this.registry] });
@@ -241,6 +247,10 @@ export class PrometheusTelemetry implements Telemetry {
 
   callLimited(operation: string, limit: Limit): void {
     this.limited.labels(operation, limit).inc();
+  }
+
+  spans(outcome: "exported" | "dropped", n: number): void {
+    this.spanCount.labels(outcome).inc(n);
   }
 
   idempotencyKey(operation: string, outcome: KeyOutcome): void {
