@@ -52,12 +52,24 @@ export interface ActiveSpan {
   end(attributes: SpanAttributes, error?: string): void;
 }
 
-const hexBytes = (n: number): string => randomFillSync(Buffer.allocUnsafe(n)).toString("hex");
-
-/** The wall clock in Unix ns, with performance.now()'s resolution. */
-function nowNs(): bigint {
-  return BigInt(Math.round((performance.timeOrigin + performance.now()) * 1000)) * 1000n;
+/**
+ * Random ids, cut from a pool drawn 8 KiB at a time: drawing 8 or 16 bytes
+ * for each id had been the largest cost of recording a span.
+ */
+const pool = Buffer.allocUnsafe(8192);
+let poolAt = pool.length;
+function hexBytes(n: number): string {
+  if (poolAt + n > pool.length) {
+    randomFillSync(pool);
+    poolAt = 0;
+  }
+  poolAt += n;
+  return pool.toString("hex", poolAt - n, poolAt);
 }
+
+/** The wall clock in Unix ns: the monotonic clock, from where the wall clock stood when this module loaded. */
+const epochNs = BigInt(Date.now()) * 1_000_000n - process.hrtime.bigint();
+const nowNs = (): bigint => epochNs + process.hrtime.bigint();
 
 /** The ids and names a span is made with. */
 interface SpanStart {

@@ -31,15 +31,33 @@ export const defaultOtlpTracesOptions: Omit<OtlpTracesOptions, "url" | "serviceN
 
 const kinds = { server: 2, client: 3 } as const;
 
-type AnyValue = { stringValue: string } | { intValue: string } | { doubleValue: number } | { boolValue: boolean };
-
-function value(v: string | number | boolean): AnyValue {
-  if (typeof v === "string") return { stringValue: v };
-  if (typeof v === "boolean") return { boolValue: v };
-  return Number.isInteger(v) ? { intValue: String(v) } : { doubleValue: v };
+/** An attribute's OTLP AnyValue, as JSON. */
+function valueJson(v: string | number | boolean): string {
+  if (typeof v === "string") return `{"stringValue":${JSON.stringify(v)}}`;
+  if (typeof v === "boolean") return `{"boolValue":${v}}`;
+  return Number.isInteger(v) ? `{"intValue":"${v}"}` : `{"doubleValue":${v}}`;
 }
 
-const attributes = (a: Record<string, string | number | boolean>) => Object.entries(a).map(([key, v]) => ({ key, value: value(v) }));
+/** Attributes as OTLP's JSON list of key and value. */
+function attributesJson(a: Record<string, string | number | boolean>): string {
+  let out = "[";
+  for (const key in a) out += `${out.length > 1 ? "," : ""}{"key":${JSON.stringify(key)},"value":${valueJson(a[key]!)}}`;
+  return `${out}]`;
+}
+
+/**
+ * A span in OTLP's JSON encoding (ids as hex, times as decimal strings),
+ * written as text: building the objects for JSON.stringify had cost as much
+ * again.
+ */
+function spanJson(s: SpanData): string {
+  let out = `{"traceId":"${s.traceId}","spanId":"${s.spanId}"`;
+  if (s.parentSpanId !== undefined) out += `,"parentSpanId":"${s.parentSpanId}"`;
+  if (s.traceState !== undefined) out += `,"traceState":${JSON.stringify(s.traceState)}`;
+  out += `,"name":${JSON.stringify(s.name)},"kind":${kinds[s.kind]},"startTimeUnixNano":"${s.startNs}","endTimeUnixNano":"${s.endNs}","attributes":${attributesJson(s.attributes)}`;
+  // ERROR (2) with its message, or UNSET (0): a refusal of the caller's request is not the server's fault.
+  return `${out},"status":${s.error !== undefined ? `{"code":2,"message":${JSON.stringify(s.error)}}` : `{"code":0}`}}`;
+}
 
 /**
  * Spans to an OpenTelemetry collector over OTLP/HTTP, JSON encoded
@@ -54,13 +72,15 @@ export class OtlpTraceExporter implements SpanSink {
   private timer: NodeJS.Timeout | undefined;
   private sending: Promise<void> | undefined;
   private lastError = -Infinity;
-  private readonly resource: { attributes: ReturnType<typeof attributes> };
+  /** The batch's JSON before and after its spans. */
+  private readonly head: string;
+  private readonly tail = "]}]}]}";
 
   constructor(options: Pick<OtlpTracesOptions, "url" | "serviceName" | "instanceId" | "serviceVersion"> & Partial<OtlpTracesOptions>) {
     this.options = { ...defaultOtlpTracesOptions, ...options };
-    this.resource = {
-      attributes: attributes({ "service.name": this.options.serviceName, "service.instance.id": this.options.instanceId, "service.version": this.options.serviceVersion }),
-    };
+    const o = this.options;
+    const resource = attributesJson({ "service.name": o.serviceName, "service.instance.id": o.instanceId, "service.version": o.serviceVersion });
+    this.head = `{"resourceSpans":[{"resource":{"attributes":${resource}},"scopeSpans":[{"scope":{"name":${JSON.stringify(o.serviceName)},"version":${JSON.stringify(o.serviceVersion)}},"spans":[`;
   }
 
   add(span: SpanData): void {
@@ -101,9 +121,7 @@ export class OtlpTraceExporter implements SpanSink {
   }
 
   private async post(batch: SpanData[]): Promise<void> {
-    const body = JSON.stringify({
-      resourceSpans: [{ resource: this.resource, scopeSpans: [{ scope: { name: this.options.serviceName, version: this.options.serviceVersion }, spans: batch.map(otlpSpan) }] }],
-    });
+    const body = this.head + batch.map(spanJson).join(",") + this.tail;
     try {
       const res = await fetch(this.options.url, { method: "POST", headers: { "content-type": "application/json" }, body, signal: AbortSignal.timeout(this.options.timeoutMs) });
       await res.arrayBuffer().catch(() => undefined);
@@ -118,20 +136,4 @@ export class OtlpTraceExporter implements SpanSink {
       }
     }
   }
-}
-
-function otlpSpan(s: SpanData) {
-  return {
-    traceId: s.traceId,
-    spanId: s.spanId,
-    ...(s.parentSpanId !== undefined ? { parentSpanId: s.parentSpanId } : {}),
-    ...(s.traceState !== undefined ? { traceState: s.traceState } : {}),
-    name: s.name,
-    kind: kinds[s.kind],
-    startTimeUnixNano: s.startNs.toString(),
-    endTimeUnixNano: s.endNs.toString(),
-    attributes: attributes(s.attributes),
-    // ERROR (2) with its message, or UNSET (0): a refusal of the caller's request is not the server's fault.
-    status: s.error !== undefined ? { code: 2, message: s.error } : { code: 0 },
-  };
 }
