@@ -187,7 +187,7 @@ describe("the balance's record", () => {
     expect(Math.abs(first!.at - Date.now())).toBeLessThan(60_000);
     // Made unbilled (the meter's own change; no command makes it): the balance dropped is recorded as taken away.
     await gw.runtime.meter.adjustBalance(unbilled.key, { kind: "unbilled", at: 5, by: "cli ops@host" });
-    expect((await gw.runtime.meter.balanceRecord(unbilled.key)).changes.at(-1)).toEqual({ at: 5, kind: "unbilled", amount: -parseMoney("2.5"), balance: undefined, by: "cli ops@host" });
+    expect((await gw.runtime.meter.balanceRecord(unbilled.key)).changes.at(-1)).toEqual({ at: 5, kind: "unbilled", amount: -parseMoney("2.5"), balance: undefined, by: "cli ops@host", reference: "" });
     expect((await gw.runtime.admin.get(unbilled.key)).balance).toBeUndefined();
   });
 });

@@ -208,7 +208,7 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     expect(BigInt(await count("SELECT micros::text AS n FROM balances WHERE account = $1", [a.key]))).toBe(added - charged);
     // Made unbilled: the balance dropped is recorded as taken away, and nothing is left to record a balance of.
     await replicas[0]!.adjustBalance(a.key, { kind: "unbilled", at: 9, by: "admin-api 10.0.0.9" });
-    expect((await replicas[0]!.balanceRecord(a.key)).changes.at(-1)).toEqual({ at: 9, kind: "unbilled", amount: charged - added, balance: undefined, by: "admin-api 10.0.0.9" });
+    expect((await replicas[0]!.balanceRecord(a.key)).changes.at(-1)).toEqual({ at: 9, kind: "unbilled", amount: charged - added, balance: undefined, by: "admin-api 10.0.0.9", reference: "" });
   });
 
   it("gives back the places of calls that were not charged", async () => {

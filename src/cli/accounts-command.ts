@@ -40,6 +40,7 @@ export function describeStatement(s: BalanceStatement) {
       amount: formatMoney(e.amount),
       balance: e.balance === undefined ? null : formatMoney(e.balance),
       takenBefore: formatMoney(e.takenBefore),
+      ...(e.reference !== "" ? { reference: e.reference } : {}),
     })),
     takenSinceLast: formatMoney(s.takenSinceLast),
   };
@@ -227,7 +228,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         for (const [i, e] of statement.entries.entries()) {
           const c = d.changes[i]!;
           if (e.takenBefore !== 0n) console.log(`${"".padEnd(19)}  calls took ${c.takenBefore}`);
-          console.log(`${c.at}  ${c.kind.padEnd(8)} ${signed(e.amount).padStart(14)}  balance ${c.balance ?? "none"}`);
+          console.log(`${c.at}  ${c.kind.padEnd(8)} ${signed(e.amount).padStart(14)}  balance ${c.balance ?? "none"}${e.reference !== "" ? `  ref ${e.reference}` : ""}`);
         }
         if (statement.account.balance !== undefined && d.changes.length > 0) console.log(`${"".padEnd(19)}  calls took ${d.takenSinceLast} since`);
         return 0;
@@ -251,9 +252,12 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         return 0;
       }
       case "top-up": {
-        const [key, amount] = rest;
-        if (key === undefined || amount === undefined) throw new AccountAdminError("usage: gateway accounts top-up KEY AMOUNT");
-        print(await admin.topUp(key, parseMoney(amount)), false);
+        const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { reference: { type: "string" } } });
+        const [key, amount] = positionals;
+        if (key === undefined || amount === undefined) throw new AccountAdminError("usage: gateway accounts top-up KEY AMOUNT [--reference PAYMENT-ID]");
+        const { account, repeated } = await admin.topUp(key, parseMoney(amount), values.reference);
+        if (repeated) console.error(`already topped up by reference ${values.reference}; nothing added`);
+        print(account, false);
         return 0;
       }
       case "set-price": {

@@ -1,7 +1,7 @@
 import type { OperationContract, OperationId } from "../contract/operations.ts";
 import { fieldChanges, type AccountChangeKind, type AccountFields, type FieldChange } from "./account-history.ts";
 import type { AccountStore } from "./account-store.ts";
-import type { Meter, RecordedBalanceChange } from "./meter.ts";
+import { BalanceReferenceConflict, type Meter, type RecordedBalanceChange } from "./meter.ts";
 import { browserSignature, newKey, newNonce, newSecret, sealSecret, type Account, type OperationState } from "./accounts.ts";
 import type { SignedCall } from "../contract/browser-signature.ts";
 import { assertTimeZone, dayOf, type Clock } from "./clock.ts";
@@ -261,13 +261,27 @@ export class AccountAdmin {
     });
   }
 
-  /** Adds a positive amount to the balance (an unbilled account becomes prepaid). */
-  async topUp(key: string, amount: Micros): Promise<Account> {
+  /**
+   * Adds a positive amount to the balance (an unbilled account becomes
+   * prepaid). `reference`: the payment it is for (BalanceChange.reference):
+   * a second top-up with it adds nothing (`repeated`), and one with another
+   * amount is refused.
+   */
+  async topUp(key: string, amount: Micros, reference?: string): Promise<{ readonly account: Account; readonly repeated: boolean }> {
     const account = await this.get(key);
     if (amount <= 0n) throw new AccountAdminError("a top-up must be more than 0");
+    if (reference !== undefined && !/^[\x21-\x7e]{1,128}$/.test(reference)) throw new AccountAdminError("a top-up's reference must be 1 to 128 printable ASCII characters, no spaces");
     if ((account.balance ?? 0n) + amount > maxBalance) throw new AccountAdminError(`a top-up of ${formatMoney(amount)} would take the balance past the largest it can hold, ${formatMoney(maxBalance)}`);
-    await this.balances.adjustBalance(key, { kind: "top-up", amount, at: this.clock.now(), by: this.by });
-    return this.get(key);
+    let outcome: "applied" | "repeated";
+    try {
+      outcome = await this.balances.adjustBalance(key, { kind: "top-up", amount, at: this.clock.now(), by: this.by, reference });
+    } catch (e) {
+      if (e instanceof BalanceReferenceConflict) {
+        throw new AccountAdminError(`the reference ${e.reference} already topped up ${formatMoney(e.amount)}, not ${formatMoney(amount)}: a top-up of another amount needs another reference`);
+      }
+      throw e;
+    }
+    return { account: await this.get(key), repeated: outcome === "repeated" };
   }
 
   /**

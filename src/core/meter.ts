@@ -64,7 +64,19 @@ export interface Admission {
  * the charged calls between two changes took exactly the difference.
  */
 export type BalanceChange = (
-  | { readonly kind: "opening" | "top-up"; readonly amount: Micros; readonly at: number }
+  | {
+      readonly kind: "opening" | "top-up";
+      readonly amount: Micros;
+      readonly at: number;
+      /**
+       * The payment it is for (an invoice or payment id), where its maker
+       * names one: the account's change with this reference is made once,
+       * and a second with the same reference and amount changes nothing
+       * (`adjustBalance` says `repeated`), however many arrive at once on
+       * any replica. Payment systems deliver their events at least once.
+       */
+      readonly reference?: string | undefined;
+    }
   | { readonly kind: "unbilled"; readonly at: number }
 ) & {
   /** Who made it (`AccountChange.by`), recorded with it. */
@@ -84,6 +96,22 @@ export interface RecordedBalanceChange {
   readonly balance: Micros | undefined;
   /** Who made it; empty where no one was recorded (a change from before the record of who, a carried balance). */
   readonly by: string;
+  /** The payment it was for (`BalanceChange.reference`); empty where none was named. */
+  readonly reference: string;
+}
+
+/** A top-up whose reference the account's balance already took, for another amount: refused, nothing changed. */
+export class BalanceReferenceConflict extends Error {
+  override name = "BalanceReferenceConflict";
+  readonly reference: string;
+  /** What the top-up with this reference added. */
+  readonly amount: Micros;
+
+  constructor(reference: string, amount: Micros) {
+    super(`the reference ${reference} was used by a top-up of another amount`);
+    this.reference = reference;
+    this.amount = amount;
+  }
 }
 
 /** An account's balance and its recorded changes, as one moment left them (`Meter.balanceRecord`). */
@@ -225,7 +253,7 @@ export interface Meter {
    * call already bought answered 4000, the ledger was reported unwritable,
    * and in shared mode every call of the same batch failed with it.
    */
-  adjustBalance(account: string, change: BalanceChange): Promise<void>;
+  adjustBalance(account: string, change: BalanceChange): Promise<"applied" | "repeated">;
   /**
    * The account's balance now, and every change of it that was not a call's
    * price, oldest first (`BalanceChange`): read together, as one moment left

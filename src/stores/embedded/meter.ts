@@ -2,7 +2,7 @@ import type { DatabaseSync, SQLInputValue, StatementSync } from "node:sqlite";
 import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
-import type { Admission, BalanceChange, BalanceRecord, LedgerRow, Meter, RecordedBalanceChange, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
+import { BalanceReferenceConflict, type Admission, type BalanceChange, type BalanceRecord, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageQuery, type UsageReport, type UsageSummary } from "../../core/meter.ts";
 import { statfsSync } from "node:fs";
 import { errorCodeInfo } from "../../contract/error-codes.ts";
 import { previousDay } from "../../core/clock.ts";
@@ -136,7 +136,7 @@ export class SqliteMeter implements Meter {
    */
   private readonly summaries = new Map<string, { day: string; summary: { today: number; yesterday: number; before: number } }>();
   private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
-  private readonly sql: Record<"count" | "deduct" | "topUp" | "unbilled" | "balanceChange" | "balanceChanges" | "balanceOf" | "sums" | "refusal" | "refusalAddresses" | "arrival" | "keptKey" | "keepKey" | "pruneKeys", StatementSync>;
+  private readonly sql: Record<"count" | "deduct" | "topUp" | "unbilled" | "balanceChange" | "balanceChanges" | "balanceOf" | "sums" | "refusal" | "refusalAddresses" | "arrival" | "keptKey" | "keepKey" | "pruneKeys" | "referenced", StatementSync>;
   /** The ledger inserts by number of rows (insertRows). */
   private readonly inserts: StatementSync[] = [];
   private readonly refusals = new Map<string, RefusalCount>();
@@ -159,8 +159,9 @@ export class SqliteMeter implements Meter {
       deduct: db.prepare("UPDATE balances SET micros = micros - ?1 WHERE account = ?2 AND micros >= ?1"),
       topUp: db.prepare("INSERT INTO balances (account, micros) VALUES (?, ?) ON CONFLICT (account) DO UPDATE SET micros = micros + excluded.micros"),
       unbilled: db.prepare("DELETE FROM balances WHERE account = ? RETURNING micros"),
-      balanceChange: db.prepare("INSERT INTO balance_changes (account, at, kind, amount, balance, actor) VALUES (?, ?, ?, ?, (SELECT micros FROM balances WHERE account = ?), ?)"),
-      balanceChanges: db.prepare("SELECT at, kind, amount, balance, actor FROM balance_changes WHERE account = ? ORDER BY id"),
+      balanceChange: db.prepare("INSERT INTO balance_changes (account, at, kind, amount, balance, actor, reference) VALUES (?, ?, ?, ?, (SELECT micros FROM balances WHERE account = ?), ?, ?)"),
+      balanceChanges: db.prepare("SELECT at, kind, amount, balance, actor, reference FROM balance_changes WHERE account = ? ORDER BY id"),
+      referenced: db.prepare("SELECT amount FROM balance_changes WHERE account = ? AND reference = ?"),
       balanceOf: db.prepare("SELECT micros FROM balances WHERE account = ?"),
       sums: db.prepare(`SELECT
           coalesce(sum(CASE WHEN day = :today THEN charged END), 0) AS today,
@@ -189,6 +190,7 @@ export class SqliteMeter implements Meter {
     this.sql.unbilled.setReadBigInts(true);
     this.sql.balanceChanges.setReadBigInts(true);
     this.sql.balanceOf.setReadBigInts(true);
+    this.sql.referenced.setReadBigInts(true);
     this.refusalAddresses = new RefusalAddresses(this.options.refusalAddressesPerDay, (day) =>
       (this.sql.refusalAddresses.all(day) as { client_ip: string }[]).map((r) => r.client_ip),
     );
@@ -233,20 +235,29 @@ export class SqliteMeter implements Meter {
     return `the data directory has less than ${Math.round(this.options.minFreeBytes / 1048576)} MB free`;
   }
 
-  async adjustBalance(account: string, change: BalanceChange): Promise<void> {
-    writeTransaction(this.db, () => {
+  async adjustBalance(account: string, change: BalanceChange): Promise<"applied" | "repeated"> {
+    // The reference's check and the change in one write transaction: no other can come between them.
+    const outcome = writeTransaction(this.db, (): "applied" | "repeated" => {
       let amount: bigint;
+      const reference = change.kind === "unbilled" ? undefined : change.reference;
       if (change.kind === "unbilled") {
         const dropped = this.sql.unbilled.get(account) as { micros: bigint } | undefined;
-        if (dropped === undefined) return; // unbilled already: nothing changes
+        if (dropped === undefined) return "applied"; // unbilled already: nothing changes
         amount = -dropped.micros;
       } else {
+        if (reference !== undefined) {
+          const made = this.sql.referenced.get(account, reference) as { amount: bigint } | undefined;
+          if (made !== undefined && made.amount !== change.amount) throw new BalanceReferenceConflict(reference, made.amount);
+          if (made !== undefined) return "repeated";
+        }
         this.sql.topUp.run(account, change.amount);
         amount = change.amount;
       }
-      this.sql.balanceChange.run(account, change.at, change.kind, amount, account, change.by ?? null);
+      this.sql.balanceChange.run(account, change.at, change.kind, amount, account, change.by ?? null, reference ?? null);
+      return "applied";
     });
-    this.options.onBalancesChanged(new Set([account]));
+    if (outcome === "applied") this.options.onBalancesChanged(new Set([account]));
+    return outcome;
   }
 
   async balance(account: string): Promise<Micros | undefined> {
@@ -256,12 +267,13 @@ export class SqliteMeter implements Meter {
   async balanceRecord(account: string): Promise<BalanceRecord> {
     return readTransaction(this.db, () => ({
       balance: (this.sql.balanceOf.get(account) as { micros: bigint } | undefined)?.micros,
-      changes: (this.sql.balanceChanges.all(account) as { at: bigint; kind: RecordedBalanceChange["kind"]; amount: bigint; balance: bigint | null; actor: string | null }[]).map((r) => ({
+      changes: (this.sql.balanceChanges.all(account) as { at: bigint; kind: RecordedBalanceChange["kind"]; amount: bigint; balance: bigint | null; actor: string | null; reference: string | null }[]).map((r) => ({
         at: Number(r.at),
         kind: r.kind,
         amount: r.amount,
         balance: r.balance ?? undefined,
         by: r.actor ?? "",
+        reference: r.reference ?? "",
       })),
     }));
   }

@@ -176,6 +176,10 @@ export const migrations: readonly string[] = [
     PRIMARY KEY (account, key)
   ) STRICT, WITHOUT ROWID;
   CREATE INDEX idempotency_keys_at ON idempotency_keys (at);`,
+  // 19: the payment a top-up is for, where its maker named one: a second top-up of the account with the same
+  // reference adds nothing (the shared store's is PostgreSQL step 17).
+  `ALTER TABLE balance_changes ADD COLUMN reference TEXT;
+  CREATE UNIQUE INDEX balance_changes_reference ON balance_changes (account, reference) WHERE reference IS NOT NULL;`,
 ];
 
 /**

@@ -63,8 +63,8 @@ const copies: readonly TableCopy[] = [
   {
     // With their ids: they order an account's changes. The sequence is moved past them after the copy.
     table: "balance_changes",
-    columns: [["id", "bigint"], ["account", "text"], ["at", "bigint"], ["kind", "text"], ["amount", "bigint"], ["balance", "bigint"], ["actor", "text"]],
-    select: "SELECT id, account, at, kind, amount, balance, actor FROM balance_changes",
+    columns: [["id", "bigint"], ["account", "text"], ["at", "bigint"], ["kind", "text"], ["amount", "bigint"], ["balance", "bigint"], ["actor", "text"], ["reference", "text"]],
+    select: "SELECT id, account, at, kind, amount, balance, actor, reference FROM balance_changes",
     count: "SELECT count(*) AS n FROM balance_changes",
     sums: [["amount added", "SELECT coalesce(sum(amount), 0) AS n FROM balance_changes", "SELECT coalesce(sum(amount), 0) AS n FROM balance_changes"]],
   },

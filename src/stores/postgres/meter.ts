@@ -3,7 +3,7 @@ import type pg from "pg";
 import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
-import type { Admission, BalanceChange, BalanceRecord, LedgerRow, Meter, RecordedBalanceChange, Transport, UsageQuery, UsageReport, UsageSummary } from "../../core/meter.ts";
+import { BalanceReferenceConflict, type Admission, type BalanceChange, type BalanceRecord, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageQuery, type UsageReport, type UsageSummary } from "../../core/meter.ts";
 import { rateBounds } from "../../core/call-rate.ts";
 import { balanceShort, concurrencyReached, dailyMaxReached, rateReached } from "../../core/limit-refusals.ts";
 import type { Micros } from "../../core/money.ts";
@@ -316,7 +316,8 @@ export class PostgresMeter implements Meter {
     });
   }
 
-  async adjustBalance(account: string, change: BalanceChange): Promise<void> {
+  async adjustBalance(account: string, change: BalanceChange): Promise<"applied" | "repeated"> {
+    if (change.kind !== "unbilled" && change.reference !== undefined) return this.referencedTopUp(account, change, change.reference);
     // The change and its record in one statement, so one transaction.
     if (change.kind === "unbilled") {
       await this.pool.query(
@@ -333,6 +334,40 @@ export class PostgresMeter implements Meter {
       );
     }
     this.options.onBalancesChanged(new Set([account]));
+    return "applied";
+  }
+
+  /**
+   * A top-up named by a reference: made once per account and reference.
+   * Copies that arrive at once on any replicas may all find no change with
+   * the reference; the balance's row lock lines their statements up, the
+   * unique index on (account, reference) lets the first one's record in,
+   * and each later one fails there (one statement, so its own addition is
+   * rolled back with it) and reads the first.
+   */
+  private async referencedTopUp(account: string, change: Extract<BalanceChange, { kind: "opening" | "top-up" }>, reference: string): Promise<"applied" | "repeated"> {
+    const made = async (): Promise<"repeated" | undefined> => {
+      const r = await this.pool.query<{ amount: string }>("SELECT amount::text AS amount FROM balance_changes WHERE account = $1 AND reference = $2", [account, reference]);
+      if (r.rows[0] === undefined) return undefined;
+      if (BigInt(r.rows[0].amount) !== change.amount) throw new BalanceReferenceConflict(reference, BigInt(r.rows[0].amount));
+      return "repeated";
+    };
+    if ((await made()) !== undefined) return "repeated";
+    try {
+      await this.pool.query(
+        `WITH added AS (
+           INSERT INTO balances (account, micros) VALUES ($1, $2) ON CONFLICT (account) DO UPDATE SET micros = balances.micros + excluded.micros RETURNING micros)
+         INSERT INTO balance_changes (account, at, kind, amount, balance, actor, reference) SELECT $1, $3, $4, $2, micros, $5, $6 FROM added`,
+        [account, change.amount.toString(), String(change.at), change.kind, change.by ?? null, reference],
+      );
+    } catch (e) {
+      if ((e as { code?: string }).code !== "23505" /* unique_violation: another made it first */) throw e;
+      const repeated = await made();
+      if (repeated === undefined) throw e;
+      return repeated;
+    }
+    this.options.onBalancesChanged(new Set([account]));
+    return "applied";
   }
 
   async balance(account: string): Promise<Micros | undefined> {
@@ -342,17 +377,17 @@ export class PostgresMeter implements Meter {
 
   async balanceRecord(account: string): Promise<BalanceRecord> {
     // One statement, so one snapshot: the balance and its changes as one moment left them.
-    type Change = { at: string; kind: RecordedBalanceChange["kind"]; amount: string; balance: string | null; actor: string | null };
+    type Change = { at: string; kind: RecordedBalanceChange["kind"]; amount: string; balance: string | null; actor: string | null; reference: string | null };
     const r = await this.pool.query<{ balance: string | null; changes: Change[] }>(
       `SELECT (SELECT micros::text FROM balances WHERE account = $1) AS balance,
-         coalesce((SELECT json_agg(json_build_object('at', at::text, 'kind', kind, 'amount', amount::text, 'balance', balance::text, 'actor', actor) ORDER BY id)
+         coalesce((SELECT json_agg(json_build_object('at', at::text, 'kind', kind, 'amount', amount::text, 'balance', balance::text, 'actor', actor, 'reference', reference) ORDER BY id)
            FROM balance_changes WHERE account = $1), '[]'::json) AS changes`,
       [account],
     );
     const row = r.rows[0]!;
     return {
       balance: row.balance === null ? undefined : BigInt(row.balance),
-      changes: row.changes.map((c) => ({ at: Number(c.at), kind: c.kind, amount: BigInt(c.amount), balance: c.balance === null ? undefined : BigInt(c.balance), by: c.actor ?? "" })),
+      changes: row.changes.map((c) => ({ at: Number(c.at), kind: c.kind, amount: BigInt(c.amount), balance: c.balance === null ? undefined : BigInt(c.balance), by: c.actor ?? "", reference: c.reference ?? "" })),
     };
   }
 

@@ -470,6 +470,9 @@ export const migrations: readonly string[] = [
     END LOOP;
     RETURN 'in_flight';
   END $$;`,
+  // 17: the payment a top-up is for (as the embedded store's step 19): one top-up per account and reference.
+  `ALTER TABLE balance_changes ADD COLUMN reference text;
+  CREATE UNIQUE INDEX balance_changes_reference ON balance_changes (account, reference) WHERE reference IS NOT NULL;`,
 ];
 
 /** What a call is told when the shared database does not answer. */

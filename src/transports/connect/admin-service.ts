@@ -250,7 +250,10 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           if (state === undefined) throw new AccountAdminError("state must be ENABLED, STOPPED or REMOVED");
           return { account: accountMessage(await by(ctx).setOperation(req.key, req.operation, state)) };
         }),
-        topUp: guarded(async (req, ctx) => ({ account: accountMessage(await by(ctx).topUp(req.key, parseMoney(req.amount))) })),
+        topUp: guarded(async (req, ctx) => {
+          const { account, repeated } = await by(ctx).topUp(req.key, parseMoney(req.amount), req.reference === "" ? undefined : req.reference);
+          return { account: accountMessage(account), repeated };
+        }),
         setPrice: guarded(async (req, ctx) => ({ account: accountMessage(await by(ctx).setPrice(req.key, req.operation, parseMoney(req.price))) })),
         setMaintenance: guarded(async (req, ctx) => {
           await switches.setMaintenance(admin.operation(req.operation) as OperationId, req.maintenance, { at: Date.now(), by: actor(ctx) });
@@ -279,6 +282,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
                 amount: formatMoney(e.amount),
                 ...(e.balance !== undefined ? { balance: formatMoney(e.balance) } : {}),
                 takenBefore: formatMoney(e.takenBefore),
+                reference: e.reference,
               }),
             ),
             takenSinceLast: formatMoney(statement.takenSinceLast),

@@ -594,6 +594,18 @@ export declare type TopUpRequest = Message<"gateway.admin.v1.TopUpRequest"> & {
    * @generated from field: string amount = 2;
    */
   amount: string;
+
+  /**
+   * The payment this top-up is for (an invoice or payment id), 1 to 128
+   * printable ASCII characters; empty: none. The account takes one top-up per
+   * reference: the same reference and amount again adds nothing (repeated),
+   * with another amount it is refused (INVALID_ARGUMENT). Payment systems
+   * deliver their events at least once: name the payment, and a redelivery
+   * cannot credit it twice.
+   *
+   * @generated from field: string reference = 3;
+   */
+  reference: string;
 };
 
 /**
@@ -610,6 +622,13 @@ export declare type TopUpResponse = Message<"gateway.admin.v1.TopUpResponse"> & 
    * @generated from field: gateway.admin.v1.Account account = 1;
    */
   account?: Account | undefined;
+
+  /**
+   * A top-up with this reference was made before: nothing was added.
+   *
+   * @generated from field: bool repeated = 2;
+   */
+  repeated: boolean;
 };
 
 /**
@@ -1120,6 +1139,13 @@ export declare type BalanceChange = Message<"gateway.admin.v1.BalanceChange"> & 
    * @generated from field: string taken_before = 5;
    */
   takenBefore: string;
+
+  /**
+   * The payment a top-up was for (TopUpRequest.reference); empty: none named.
+   *
+   * @generated from field: string reference = 6;
+   */
+  reference: string;
 };
 
 /**
