@@ -21,14 +21,18 @@ export type SpanKind = "server" | "client";
 
 export type SpanAttributes = Record<string, string | number | boolean>;
 
-/** A finished span, as an exporter sends it. Times are Unix nanoseconds. */
-export interface SpanData {
+/** The ids and names a span is made with. */
+interface SpanStart {
   readonly traceId: string;
   readonly spanId: string;
   readonly parentSpanId: string | undefined;
   readonly traceState: string | undefined;
   readonly name: string;
   readonly kind: SpanKind;
+}
+
+/** A finished span, as an exporter sends it. Times are Unix nanoseconds. */
+export interface SpanData extends SpanStart {
   readonly startNs: bigint;
   readonly endNs: bigint;
   readonly attributes: SpanAttributes;
@@ -70,16 +74,6 @@ function hexBytes(n: number): string {
 /** The wall clock in Unix ns: the monotonic clock, from where the wall clock stood when this module loaded. */
 const epochNs = BigInt(Date.now()) * 1_000_000n - process.hrtime.bigint();
 const nowNs = (): bigint => epochNs + process.hrtime.bigint();
-
-/** The ids and names a span is made with. */
-interface SpanStart {
-  readonly traceId: string;
-  readonly spanId: string;
-  readonly parentSpanId: string | undefined;
-  readonly traceState: string | undefined;
-  readonly name: string;
-  readonly kind: SpanKind;
-}
 
 class RecordingSpan implements ActiveSpan {
   readonly traceId: string;
