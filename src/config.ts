@@ -92,6 +92,12 @@ export const settings = {
     shown: "unset",
     aliases: ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"],
   }),
+  otlpHeaders: text(
+    "GATEWAY_OTLP_HEADERS",
+    "",
+    "header fields every batch of spans is sent with, as OpenTelemetry writes them: `name=value` pairs, comma-separated, percent-encoded (`authorization=Bearer%20TOKEN`; also read from `OTEL_EXPORTER_OTLP_TRACES_HEADERS` and `OTEL_EXPORTER_OTLP_HEADERS`)",
+    { shown: "unset", secret: true, aliases: ["OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"] },
+  ),
   traceSamplePerMille: whole("GATEWAY_TRACE_SAMPLE_PER_MILLE", 0, [0, 1000], "per 1,000 calls", "of the calls that send no `traceparent`, how many are traced, each as a trace of its own; a call whose `traceparent` is sampled is always traced, one whose is not never"),
   serviceName: text("GATEWAY_SERVICE_NAME", "product-data-gateway", "`service.name` of the spans (also read from `OTEL_SERVICE_NAME`)", { aliases: ["OTEL_SERVICE_NAME"] }),
   metricsToken: text("GATEWAY_METRICS_TOKEN", "", "bearer token `/metrics` requires; unset, anyone who reaches the port can scrape it", { shown: "unset", secret: true }),
@@ -192,6 +198,8 @@ function crossChecks(config: GatewayConfig): string[] {
   const problems: string[] = [];
   const where = (k: keyof GatewayConfig) => `${settings[k].env} (${k})`;
   if (config.otlpTracesUrl !== "" && !/^https?:\/\/[^/]/.test(config.otlpTracesUrl)) problems.push(`${where("otlpTracesUrl")} must be an http or https URL`);
+  // Its values are credentials: the problem names the form, never what was sent.
+  if (otlpHeaderList(config) === undefined) problems.push(`${where("otlpHeaders")} must be name=value pairs, comma-separated, percent-encoded`);
   if (config.upstreamUrl !== "") {
     try {
       const u = new URL(config.upstreamUrl);
@@ -269,6 +277,29 @@ export function corsOriginList(config: Pick<GatewayConfig, "corsOrigins">): stri
 }
 
 /** `a=1,b=2` as ordered pairs. */
+/**
+ * `GATEWAY_OTLP_HEADERS` as header fields (OpenTelemetry's form: `name=value`
+ * pairs, comma-separated, each side percent-encoded), or undefined where it
+ * cannot be read as that.
+ */
+export function otlpHeaderList(config: Pick<GatewayConfig, "otlpHeaders">): Record<string, string> | undefined {
+  const out: Record<string, string> = {};
+  for (const part of config.otlpHeaders.split(",")) {
+    if (part.trim() === "") continue;
+    const eq = part.indexOf("=");
+    if (eq <= 0) return undefined;
+    try {
+      const name = decodeURIComponent(part.slice(0, eq).trim()).toLowerCase();
+      const value = decodeURIComponent(part.slice(eq + 1).trim());
+      if (!/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(name) || /[\r\n\0]/.test(value)) return undefined;
+      out[name] = value;
+    } catch {
+      return undefined;
+    }
+  }
+  return out;
+}
+
 export function pairList(text: string): [string, string][] {
   return text
     .split(",")

@@ -3,7 +3,7 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 import { demoRecords } from "./catalogue/demo-dataset.ts";
 import { importRecords } from "./catalogue/catalogue-import.ts";
-import { cacheBound, corsOriginList, pairList, sourceOf, trustedProxyList, type GatewayConfig } from "./config.ts";
+import { cacheBound, corsOriginList, otlpHeaderList, pairList, sourceOf, trustedProxyList, type GatewayConfig } from "./config.ts";
 import { catalogues, operations, operationsNamed } from "./operations/index.ts";
 import { CachedCatalogue, defaultCachePolicy, type CachePolicy } from "./core/cached-catalogue.ts";
 import type { CatalogueSource } from "./core/catalogue-source.ts";
@@ -345,6 +345,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
           serviceName: config.serviceName,
           instanceId: stores.nodeLabel,
           serviceVersion: packageVersion(),
+          headers: otlpHeaderList(config) ?? {},
           onSpans: (outcome, n) => telemetry.spans(outcome, n),
           onError: (e) => (log?.warn ?? log?.error)?.call(log, { err: e }, "spans could not be sent to the OTLP collector; they are dropped (gateway_spans_total) and calls go on"),
         });

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { readFileSync } from "node:fs";
-import { ConfigError, defaultConfig, loadConfig, settings } from "../src/config.ts";
+import { ConfigError, defaultConfig, loadConfig, otlpHeaderList, settings } from "../src/config.ts";
 import { defaultCachePolicy } from "../src/core/cached-catalogue.ts";
 import { defaultUpstreamOptions } from "../src/sources/upstream/upstream-source.ts";
 import { defaultMeterOptions } from "../src/stores/embedded/meter.ts";
@@ -106,5 +106,20 @@ describe("configuration", () => {
     expect(loadConfig({ GATEWAY_OTLP_TRACES_URL: "http://a:4318/v1/traces", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "http://b:4318/v1/traces" }).otlpTracesUrl).toBe("http://a:4318/v1/traces");
     expect(() => loadConfig({ GATEWAY_OTLP_TRACES_URL: "collector:4318" })).toThrow(/otlpTracesUrl.* must be an http or https URL/);
     expect(() => loadConfig({ GATEWAY_TRACE_SAMPLE_PER_MILLE: "1001" })).toThrow(/GATEWAY_TRACE_SAMPLE_PER_MILLE/);
+    // The collector's headers, in OpenTelemetry's form; the signal's own name before the general one.
+    expect(otlpHeaderList(loadConfig({ OTEL_EXPORTER_OTLP_HEADERS: "Authorization=Bearer%20abc,x-a=1%2C2" }))).toEqual({ authorization: "Bearer abc", "x-a": "1,2" });
+    expect(otlpHeaderList(loadConfig({ OTEL_EXPORTER_OTLP_HEADERS: "x-a=general", OTEL_EXPORTER_OTLP_TRACES_HEADERS: "x-a=traces" }))).toEqual({ "x-a": "traces" });
+    expect(otlpHeaderList(loadConfig({}))).toEqual({});
+    // A value that cannot be read is refused without being repeated: it is a credential.
+    for (const bad of ["authorization Bearer hunter2-secret", "=hunter2-secret", "bad name=hunter2-secret", "x=%E0%A4%A-hunter2-secret"]) {
+      let message = "";
+      try {
+        loadConfig({ GATEWAY_OTLP_HEADERS: bad });
+      } catch (e) {
+        message = (e as Error).message;
+      }
+      expect(message, bad).toMatch(/otlpHeaders.* must be name=value pairs/);
+      expect(message).not.toContain("hunter2");
+    }
   });
 });

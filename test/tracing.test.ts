@@ -30,6 +30,7 @@ interface OtlpSpan {
 class Collector {
   readonly spans: (OtlpSpan & { resource: Record<string, unknown> })[] = [];
   readonly contentTypes: string[] = [];
+  readonly headers: http.IncomingHttpHeaders[] = [];
   /** While set, requests are held unanswered. */
   silent = false;
   private readonly server = http.createServer((req, res) => {
@@ -38,6 +39,7 @@ class Collector {
     req.on("end", () => {
       if (this.silent) return;
       this.contentTypes.push(String(req.headers["content-type"]));
+      this.headers.push(req.headers);
       const doc = JSON.parse(body) as { resourceSpans: { resource: { attributes: OtlpSpan["attributes"] }; scopeSpans: { spans: OtlpSpan[] }[] }[] };
       for (const rs of doc.resourceSpans) {
         const resource = Object.fromEntries(rs.resource.attributes.map((a) => [a.key, Object.values(a.value)[0]]));
@@ -84,6 +86,8 @@ describe("the gateway's own spans, to an OTLP collector", () => {
         upstreamKey: "up-key",
         upstreamSecret: "up-secret-0123456789",
         otlpTracesUrl: collector.url,
+        // A hosted collector's token, as OpenTelemetry writes it.
+        otlpHeaders: "authorization=Bearer%20collector-token-123, x-scope-orgid=shop",
         serviceName: "gateway-under-test",
         // Every call with no traceparent is a trace of its own here.
         traceSamplePerMille: 1000,
@@ -129,6 +133,8 @@ describe("the gateway's own spans, to an OTLP collector", () => {
     expect(JSON.stringify(collector.spans)).not.toContain(gw.account.secret);
     expect(JSON.stringify(collector.spans)).not.toContain(gw.account.key);
     expect(new Set(collector.contentTypes)).toEqual(new Set(["application/json"]));
+    // Each batch carries the collector's headers.
+    expect(collector.headers.every((h) => h.authorization === "Bearer collector-token-123" && h["x-scope-orgid"] === "shop")).toBe(true);
   });
 
   it("record nothing for a caller that did not sample its trace, whose context goes on to the provider as it came", async () => {

@@ -7,6 +7,8 @@ export interface OtlpTracesOptions {
   readonly serviceName: string;
   readonly instanceId: string;
   readonly serviceVersion: string;
+  /** Header fields each batch is sent with (a collector's token, say): never logged. */
+  readonly headers: Readonly<Record<string, string>>;
   /** A batch is sent at this many spans, or `intervalMs` after its first. */
   readonly batchSpans: number;
   readonly intervalMs: number;
@@ -21,6 +23,7 @@ export interface OtlpTracesOptions {
 }
 
 export const defaultOtlpTracesOptions: Omit<OtlpTracesOptions, "url" | "serviceName" | "instanceId" | "serviceVersion"> = {
+  headers: {},
   batchSpans: 512,
   intervalMs: 1000,
   maxQueued: 4096,
@@ -123,7 +126,7 @@ export class OtlpTraceExporter implements SpanSink {
   private async post(batch: SpanData[]): Promise<void> {
     const body = this.head + batch.map(spanJson).join(",") + this.tail;
     try {
-      const res = await fetch(this.options.url, { method: "POST", headers: { "content-type": "application/json" }, body, signal: AbortSignal.timeout(this.options.timeoutMs) });
+      const res = await fetch(this.options.url, { method: "POST", headers: { ...this.options.headers, "content-type": "application/json" }, body, signal: AbortSignal.timeout(this.options.timeoutMs) });
       await res.arrayBuffer().catch(() => undefined);
       if (!res.ok) throw new Error(`the collector answered HTTP ${res.status}`);
       this.options.onSpans("exported", batch.length);
