@@ -162,6 +162,17 @@ describe("the console", () => {
     await topUp.getByRole("button", { name: "Top up" }).click();
     await page.getByText("Top up 2.5: done.").waitFor();
     expect((await gw.runtime.admin.get(key)).balance).toBe(3_500_000n);
+    // With the payment's reference: made once; the same again adds nothing, and says so.
+    await topUp.getByLabel("Amount").fill("1");
+    await topUp.getByLabel("Reference").fill("inv-2026-118");
+    await topUp.getByRole("button", { name: "Top up" }).click();
+    await page.getByText("Top up 1: done.").waitFor();
+    await topUp.getByLabel("Amount").fill("1");
+    await topUp.getByLabel("Reference").fill("inv-2026-118");
+    await topUp.getByRole("button", { name: "Top up" }).click();
+    await page.getByText("Top up 1: already made with reference inv-2026-118; nothing added.").waitFor();
+    expect((await gw.runtime.admin.get(key)).balance).toBe(4_500_000n);
+    await topUp.getByLabel("Reference").fill("");
     await topUp.getByLabel("Amount").fill("lots");
     await topUp.getByRole("button", { name: "Top up" }).click();
     await expect.poll(() => detail.getByRole("alert").textContent()).toContain("Not accepted");
@@ -189,12 +200,14 @@ describe("the console", () => {
     // Everything above, in the account's history, newest first; it stays open while the detail is drawn again.
     const history = detail.locator("details.history");
     await history.locator("summary").click();
-    await expect.poll(() => history.locator("tbody tr").count()).toBe(14);
+    await expect.poll(() => history.locator("tbody tr").count()).toBe(15);
     const whats = await history.locator("tbody tr td:nth-child(2)").allTextContents();
-    expect(whats).toEqual(["secret", "secret", "top-up", "plan", "plan", "plan", "plan", "plan", "operation", "operation", "status", "status", "opening", "created"]);
+    // Two top-ups: the one with a reference was made once.
+    expect(whats).toEqual(["secret", "secret", "top-up", "top-up", "plan", "plan", "plan", "plan", "plan", "operation", "operation", "status", "status", "opening", "created"]);
     const bys = await history.locator("tbody tr td:nth-child(3)").allTextContents();
-    expect(bys).toEqual([...Array(12).fill("admin-api ops@127.0.0.1"), "gateway", "gateway"]);
+    expect(bys).toEqual([...Array(13).fill("admin-api ops@127.0.0.1"), "gateway", "gateway"]);
     const text = (await history.textContent())!;
+    expect(text).toContain("inv-2026-118");
     for (const moved of ["dailyMax: 10000 → 77", "concurrency: 20 → 3", "rate: (none) → 2/min", "rate: 2/min → 2/min, burst 5", "rate: 2/min, burst 5 → (none)", "allowedFrom: (any) → 127.0.0.1, 10.0.0.0/8", "allowedFrom: 127.0.0.1, 10.0.0.0/8 → (any)", "balance: 1 → 3.5", "operations[retail/item_get]: enabled → stopped", "status: active → stopped", "secret: rotated"]) {
       expect(text).toContain(moved);
     }
@@ -202,7 +215,7 @@ describe("the console", () => {
     await page.screenshot({ path: join(shots, "4b-account-history.png"), fullPage: true });
     await detail.getByRole("button", { name: "Stop account" }).click();
     await page.getByText("Stop: done.").waitFor();
-    await expect.poll(() => detail.locator("details.history tbody tr").count()).toBe(15);
+    await expect.poll(() => detail.locator("details.history tbody tr").count()).toBe(16);
     await page.close();
   });
 

@@ -2,7 +2,7 @@
 // stop and resume; enable, stop or add an operation; set the plan; top up;
 // rotate the secret; read the account's history. Every action is an
 // AdminService call whose error is shown in words beside it.
-import { AccountEventKind, AccountStatus, OperationState, type Account } from "../gen/gateway/admin/v1/admin_pb.js";
+import { AccountEventKind, AccountStatus, OperationState, type Account, type TopUpResponse } from "../gen/gateway/admin/v1/admin_pb.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { formatRate, parseRate } from "../core/call-rate.ts";
 import { inWords, isUnauthenticated } from "./api.ts";
@@ -175,12 +175,13 @@ function historySection(shell: Shell, key: string): HTMLElement {
  */
 function accountDetail(shell: Shell, account: Account, refresh: (message?: string, secret?: { key: string; secret: string }) => Promise<void>, begun: () => void): HTMLElement {
   const status = h("div", { "aria-live": "polite" });
-  const act = (label: string, run: () => Promise<unknown>, after?: (result: unknown) => { key: string; secret: string } | undefined) => async () => {
+  // `said`: what the action did, where "done" would not say it (a top-up whose reference was used: nothing added).
+  const act = (label: string, run: () => Promise<unknown>, after?: (result: unknown) => { key: string; secret: string } | undefined, said?: (result: unknown) => string | undefined) => async () => {
     begun();
     status.replaceChildren(notice("ok", `${label}…`));
     try {
       const result = await run();
-      await refresh(`${label}: done.`, after?.(result));
+      await refresh(`${label}: ${said?.(result) ?? "done."}`, after?.(result));
     } catch (err) {
       if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
       status.replaceChildren(notice("error", inWords(err)));
@@ -235,11 +236,13 @@ function accountDetail(shell: Shell, account: Account, refresh: (message?: strin
       "aria-label": `Top up ${key}`,
       onsubmit: (e: Event) => {
         e.preventDefault();
-        const amount = formValues(topUp).amount ?? "";
-        void act(`Top up ${amount}`, () => shell.client.topUp({ key, amount }))();
+        const { amount = "", reference = "" } = formValues(topUp);
+        const repeated = (r: unknown) => ((r as TopUpResponse).repeated ? `already made with reference ${reference}; nothing added.` : undefined);
+        void act(`Top up ${amount}`, () => shell.client.topUp({ key, amount, reference: reference.trim() }), undefined, repeated)();
       },
     },
     field("Amount", h("input", { name: "amount", inputmode: "decimal", required: true })),
+    field("Reference", h("input", { name: "reference", autocomplete: "off" }), "the payment it is for (optional): one top-up per reference"),
     h("button", { type: "submit" }, "Top up"),
   );
   // How long a rotation keeps the secret it replaces working (RotateSecret's keepOldSeconds).

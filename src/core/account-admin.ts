@@ -321,7 +321,10 @@ export class AccountAdmin {
       const before = !billed ? "" : formatMoney((c.balance ?? 0n) - c.amount);
       billed = c.balance !== undefined;
       const after = c.balance === undefined ? "" : formatMoney(c.balance);
-      return { at: c.at, kind: c.kind, by: c.by, changes: [{ field: "balance", before: c.kind === "unbilled" ? formatMoney(-c.amount) : before, after }] };
+      const moved = [{ field: "balance", before: c.kind === "unbilled" ? formatMoney(-c.amount) : before, after }];
+      // The payment a top-up was for, where its maker named one.
+      if (c.reference !== "") moved.push({ field: "reference", before: "", after: c.reference });
+      return { at: c.at, kind: c.kind, by: c.by, changes: moved };
     });
     // By time; the sort is stable, so a settings change comes before a balance move of the same millisecond.
     return [...changes, ...moves].sort((a, b) => a.at - b.at);
