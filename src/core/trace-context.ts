@@ -48,12 +48,6 @@ export function traceContextOf(traceparent: string | undefined, tracestate: stri
   return { traceparent: `00-${traceId}-${parentId}-${flags}`, tracestate: state, traceId: traceId! };
 }
 
-/** The context of a request's headers as Node has them (a repeated header as a list, or joined with ", "). */
-export function traceContextOfHeaders(headers: { readonly [name: string]: string | string[] | undefined }): TraceContext | undefined {
-  const one = (v: string | string[] | undefined) => (Array.isArray(v) ? v.join(", ") : v);
-  return traceContextOf(one(headers.traceparent), one(headers.tracestate));
-}
-
 /** The trace id a log line names for a call's `traceparent`, or undefined. */
 export function traceIdOf(traceparent: string | string[] | undefined): string | undefined {
   return typeof traceparent === "string" ? traceContextOf(traceparent, undefined)?.traceId : undefined;

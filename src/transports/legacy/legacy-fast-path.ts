@@ -11,8 +11,7 @@ import { goneOf } from "../server/caller-gone.ts";
 import { endInParts } from "../server/end-in-parts.ts";
 import { bodyByteLength, bodyParts } from "../../render/legacy-formats.ts";
 import { legacyParams } from "./legacy-params.ts";
-import { traceContextOfHeaders } from "../../core/trace-context.ts";
-import { headerText, legacyAnswer, legacyCall, legacyPathsOf, type LegacyAnswer } from "./legacy-shim.ts";
+import { headerText, legacyAnswer, legacyCall, legacyPathsOf, traceContextOfHeaders, type LegacyAnswer } from "./legacy-shim.ts";
 
 export interface LegacyFastPathOptions {
   /** The caller's address, as the app's requests have it. */

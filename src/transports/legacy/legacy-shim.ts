@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import type { OutgoingHttpHeaders } from "node:http";
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from "node:http";
 import { unspecifiedApiNames } from "../../contract/operations.ts";
 import type { Operation } from "../../core/operation.ts";
 import { operations } from "../../operations/index.ts";
@@ -8,7 +8,7 @@ import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { bodyByteLength, bodyParts, isLegacyFormat, isSpliced, joinedBody, legacyFormats, renderOutcome, type LegacyBody, type LegacyFormatName } from "../../render/legacy-formats.ts";
 import { goneOf } from "../server/caller-gone.ts";
 import { retryAfterSeconds } from "../retry-hints.ts";
-import { traceContextOfHeaders } from "../../core/trace-context.ts";
+import { traceContextOf, type TraceContext } from "../../core/trace-context.ts";
 import { callHeaderPairs } from "../replay-headers.ts";
 import { endInParts } from "../server/end-in-parts.ts";
 import { credentialFields, readCredentials } from "../credentials.ts";
@@ -110,6 +110,11 @@ export interface LegacyRequest {
 /** A request header as one text: Node joins a repeated header it does not know with ", ", and gives a list only for a few it does. */
 export function headerText(value: string | string[] | undefined): string | undefined {
   return Array.isArray(value) ? value.join(", ") : value;
+}
+
+/** The caller's trace context from a request's headers as Node has them (trace-context.ts). */
+export function traceContextOfHeaders(headers: IncomingHttpHeaders): TraceContext | undefined {
+  return traceContextOf(headerText(headers.traceparent), headerText(headers.tracestate));
 }
 
 /**
