@@ -90,7 +90,8 @@ interface HeldKey {
 /** How often kept idempotency keys older than `keptMs` are deleted. */
 const keyPruneEveryMs = 60_000;
 
-const dayKey = (account: string, day: string) => `${account}\u0000${day}`;
+/** An account's entry of a map keyed by something of the account's own: a day (pending calls), an idempotency key (held keys). */
+const accountKey = (account: string, part: string) => `${account}\u0000${part}`;
 
 /**
  * The meter of the embedded store. Committed counts and balances live in
@@ -286,7 +287,7 @@ export class SqliteMeter implements Meter {
       throw concurrencyReached(inFlight);
     }
     const committed = this.usage(key, day, previousDay(day)).today;
-    const pending = this.pendingCalls.get(dayKey(key, day)) ?? 0;
+    const pending = this.pendingCalls.get(accountKey(key, day)) ?? 0;
     if (committed + pending >= account.dailyMax) {
       throw dailyMaxReached(account);
     }
@@ -307,14 +308,14 @@ export class SqliteMeter implements Meter {
       arrival = { tat: taken.next, at: now };
     }
     this.inFlight.set(key, inFlight + 1);
-    this.pendingCalls.set(dayKey(key, day), pending + 1);
+    this.pendingCalls.set(accountKey(key, day), pending + 1);
     this.pendingAmount.set(key, (this.pendingAmount.get(key) ?? 0n) + price);
     return { account: key, day, price, dayCount: committed + pending + 1, rate: arrival };
   }
 
   /** The key's check and its taking in one synchronous step: nothing else runs between them. */
   claim(account: string, key: IdempotencyKey, now: number): KeyClaim {
-    const k = `${account}\u0000${key.key}`;
+    const k = accountKey(account, key.key);
     const held = this.keys.get(k);
     if (held !== undefined) return held.fingerprint !== key.fingerprint ? { kind: "other_request" } : { kind: "in_flight" };
     const kept = this.sql.keptKey.get(account, key.key, now - keptMs) as { fingerprint: string; request_id: string } | undefined;
@@ -443,7 +444,7 @@ export class SqliteMeter implements Meter {
         }
         for (const { row } of rows) {
           if (row.charge === "charged" && row.account !== undefined) {
-            const k = dayKey(row.account, row.day);
+            const k = accountKey(row.account, row.day);
             const c = counts.get(k);
             if (c === undefined) counts.set(k, { account: row.account, day: row.day, calls: 1 });
             else c.calls++;
@@ -488,7 +489,7 @@ export class SqliteMeter implements Meter {
     for (const { admission } of batch) if (admission !== undefined) this.settle(admission);
     for (const { row, key } of batch) {
       if (key === undefined || row.account === undefined) continue;
-      const k = `${row.account}\u0000${key.key.key}`;
+      const k = accountKey(row.account, key.key.key);
       if (this.keys.get(k)?.token === key.token) this.keys.delete(k);
     }
     for (const queued of batch) {
@@ -499,7 +500,7 @@ export class SqliteMeter implements Meter {
   }
 
   private settle(a: Admission): void {
-    const k = dayKey(a.account, a.day);
+    const k = accountKey(a.account, a.day);
     decrement(this.inFlight, a.account);
     decrement(this.pendingCalls, k);
     const left = (this.pendingAmount.get(a.account) ?? 0n) - a.price;
