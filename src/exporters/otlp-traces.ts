@@ -92,8 +92,13 @@ export class OtlpTraceExporter implements SpanSink {
       return;
     }
     this.queue.push(span);
+    this.sendOrWait();
+  }
+
+  /** A full batch goes now; spans short of one wait at most `intervalMs` from the first. */
+  private sendOrWait(): void {
     if (this.queue.length >= this.options.batchSpans) this.send();
-    else if (this.timer === undefined) {
+    else if (this.queue.length > 0 && this.timer === undefined) {
       this.timer = setTimeout(() => this.send(), this.options.intervalMs);
       this.timer.unref();
     }
@@ -115,11 +120,7 @@ export class OtlpTraceExporter implements SpanSink {
     const batch = this.queue.splice(0, this.options.batchSpans);
     this.sending = this.post(batch).finally(() => {
       this.sending = undefined;
-      if (this.queue.length >= this.options.batchSpans) this.send();
-      else if (this.queue.length > 0 && this.timer === undefined) {
-        this.timer = setTimeout(() => this.send(), this.options.intervalMs);
-        this.timer.unref();
-      }
+      this.sendOrWait();
     });
   }
 
