@@ -48,6 +48,10 @@ import type { AppOptions } from "./transports/server/app.ts";
 import type { Logger } from "./transports/server/logger.ts";
 import { PrometheusTelemetry } from "./transports/server/metrics.ts";
 import { OtlpTraceExporter } from "./exporters/otlp-traces.ts";
+import { AlertDeliveries } from "./exporters/alert-webhooks.ts";
+import type { AlertOutbox } from "./core/alerts.ts";
+import { SqliteAlertOutbox } from "./stores/embedded/alert-outbox.ts";
+import { PostgresAlertOutbox } from "./stores/postgres/alert-outbox.ts";
 import { Tracer } from "./core/tracing.ts";
 import { packageVersion } from "./package-version.ts";
 
@@ -69,6 +73,8 @@ export interface Runtime {
   readonly readiness: Readiness;
   /** The gateway's metrics, as `/metrics` serves them. */
   readonly metrics: PrometheusTelemetry;
+  /** Usage alerts as the store keeps them (recorded by its triggers; delivered by `serve`, RuntimeOptions.deliverAlerts). */
+  readonly alerts: AlertOutbox;
   /** Commits every queued ledger row, then closes the stores (the embedded store at once, before the promise settles). */
   close(): Promise<void>;
 }
@@ -85,6 +91,11 @@ export interface RuntimeOptions {
   readonly log?: RuntimeLog;
   /** Where calls, the cache, the upstream and the ledger are counted (default: a registry of its own). */
   readonly metrics?: PrometheusTelemetry;
+  /**
+   * Deliver the usage alerts the store records (`serve`, where GATEWAY_ALERTS is on); the CLI's runtimes do not.
+   * `intervalMs` overrides how often due alerts are looked for (tests).
+   */
+  readonly deliverAlerts?: boolean | { readonly intervalMs: number; readonly timeoutMs?: number };
 }
 
 function translationEngine(config: GatewayConfig): TranslationEngine | undefined {
@@ -126,6 +137,8 @@ interface Stores {
   readonly meter: Meter;
   readonly switches: OperatorSwitches;
   readonly replays: ReplayGuard;
+  /** Usage alerts recorded by the store, to be delivered. */
+  readonly alerts: AlertOutbox;
   readonly catalogue: CatalogueStore;
   readonly cache: ResponseCache | undefined;
   /** Failed authentications per address. */
@@ -211,6 +224,7 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
     switches: new SqliteOperatorSwitches(db, watch),
     admins: new SqliteAdminTokens(db, watch),
     replays: new SqliteReplayGuard(db),
+    alerts: new SqliteAlertOutbox(db),
     catalogue: new EmbeddedCatalogue(db),
     cache: cacheBound(config) > 0 ? new MemoryCache(cacheBound(config), () => clock.now()) : undefined,
     lockout: new MemoryAddressLockout(lockoutOptions(config)),
@@ -283,6 +297,7 @@ async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog
     switches: new PostgresOperatorSwitches(pool, () => clock.now()),
     admins: new PostgresAdminTokens(pool, () => clock.now()),
     replays: new PostgresReplayGuard(pool),
+    alerts: new PostgresAlertOutbox(pool),
     catalogue: new PostgresCatalogue(pool),
     cache: cacheBound(config) > 0 ? new RedisResponseCache(connected, { localMaxBytes: Math.min(cacheBound(config), 16 * 1_048_576), now: () => clock.now() }) : undefined,
     lockout,
@@ -362,6 +377,16 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
     },
   );
   const readiness = new Readiness(stores.checks);
+  const deliverAlerts = options.deliverAlerts;
+  const deliveries =
+    deliverAlerts === undefined || deliverAlerts === false
+      ? undefined
+      : new AlertDeliveries(stores.alerts, {
+          ...(typeof deliverAlerts === "object" ? deliverAlerts : {}),
+          onAttempt: (kind, outcome) => telemetry.alertAttempt(kind, outcome),
+          onError: (e) => (log?.warn ?? log?.error)?.call(log, { err: e }, "usage alerts could not be read from the store; they are tried again"),
+        });
+  deliveries?.start();
   const cache = stores.cache;
   if (cache !== undefined) telemetry.watchCache(() => cache.bytes);
   return {
@@ -369,6 +394,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
     lockout,
     readiness,
     metrics: telemetry,
+    alerts: stores.alerts,
     accounts,
     admin: new AccountAdmin(accounts, meter, clock, operations),
     admins: new AdminTokens(stores.admins, clock),
@@ -380,6 +406,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
       readiness.drain();
       for (const u of upstreams) void u.close();
       await spans?.flush();
+      await deliveries?.stop();
       await stores.close();
     },
   };

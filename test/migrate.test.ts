@@ -18,7 +18,14 @@ import { PostgresAdminTokens } from "../src/stores/postgres/admin-tokens.ts";
 const dataDir = mkdtempSync(join(tmpdir(), "gateway-migrate-"));
 let target: Awaited<ReturnType<typeof freshDatabase>>;
 let pool: pg.Pool;
-const embedded: { paying?: { key: string; secret: string }; balance?: bigint; charged?: number; adminToken?: string } = {};
+const embedded: {
+  paying?: { key: string; secret: string };
+  balance?: bigint;
+  charged?: number;
+  adminToken?: string;
+  alerted?: { key: string; alertSecret: string };
+  late?: string;
+} = {};
 let keyedRequestId = "";
 
 beforeAll(async () => {
@@ -38,6 +45,15 @@ beforeAll(async () => {
     // A rotation still keeping the old secret: the grace moves with the account.
     await gw.runtime.admin.rotateSecret(paying.key, 3_600_000);
     embedded.adminToken = (await gw.runtime.admins.add("erin")).token;
+    // Usage alerts: one recorded and not yet delivered (this gateway delivers none); and an account whose alerts were
+    // set after its calls had crossed the line, which has none to tell, on either store.
+    const alerted = await gw.newAccount({ name: "alerted", dailyMax: 4 });
+    const { secret: alertSecret } = await gw.runtime.admin.setAlerts(alerted.key, { url: "https://hooks.example.com/a", usagePercents: [50, 100] });
+    const late = await gw.newAccount({ name: "late", dailyMax: 2 });
+    for (const a of [alerted, alerted, late, late]) await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: demo.retailNumIid });
+    await gw.runtime.admin.setAlerts(late.key, { url: "https://hooks.example.com/b", usagePercents: [50] });
+    embedded.alerted = { key: alerted.key, alertSecret: alertSecret! };
+    embedded.late = late.key;
     embedded.paying = paying;
     embedded.balance = (await gw.runtime.accounts.find(paying.key))!.balance;
     embedded.charged = (await gw.runtime.meter.usage(paying.key, "9999-12-31", "9999-12-30")).before;
@@ -62,7 +78,7 @@ describe("gateway migrate --to postgres://…", () => {
     expect(r.code).toBe(0);
     const report = JSON.parse(r.stdout) as { tables: { table: string; embedded: number; postgres: number }[] };
     for (const t of report.tables) expect(t.postgres, t.table).toBe(t.embedded);
-    expect(report.tables.map((t) => t.table)).toEqual(["accounts", "balances", "rate_arrivals", "idempotency_keys", "balance_changes", "account_changes", "admin_tokens", "maintenance", "maintenance_changes", "usage_daily", "ledger", "ledger_daily_totals", "refusals", "catalogue_records"]);
+    expect(report.tables.map((t) => t.table)).toEqual(["accounts", "balances", "rate_arrivals", "idempotency_keys", "balance_changes", "account_changes", "admin_tokens", "maintenance", "maintenance_changes", "alerts", "usage_daily", "ledger", "ledger_daily_totals", "refusals", "catalogue_records"]);
 
     // Secrets stay hashed; the balance, prices and operations arrive as they were.
     const account = (await pool.query("SELECT a.*, b.micros::text AS balance FROM accounts a LEFT JOIN balances b ON b.account = a.key WHERE a.key = $1", [embedded.paying!.key])).rows[0];
@@ -112,6 +128,19 @@ describe("gateway migrate --to postgres://…", () => {
     expect((await pool.query("SELECT at::text AS at, operation, switched_on, actor FROM maintenance_changes")).rows).toEqual([
       { at: "1800000000000", operation: "wholesale/item_get", switched_on: true, actor: "cli ops@host" },
     ]);
+    // Alerts: the settings and their secret, the one waiting with its id, and none made by the copy itself.
+    const alerted = (await pool.query("SELECT alerts, alert_secret FROM accounts WHERE key = $1", [embedded.alerted!.key])).rows[0];
+    expect(alerted).toEqual({ alerts: { url: "https://hooks.example.com/a", usage: [50, 100] }, alert_secret: embedded.alerted!.alertSecret });
+    const waiting = (await pool.query("SELECT id::int AS id, account, kind, level::int AS level, value::int AS value, attempts, next_at IS NOT NULL AS due FROM alerts")).rows;
+    expect(waiting.map(({ id: _, ...rest }) => rest)).toEqual([{ account: embedded.alerted!.key, kind: "usage", level: 50, value: 2, attempts: 0, due: true }]);
+    expect((await pool.query("SELECT count(*)::int AS n FROM alerts WHERE account = $1", [embedded.late])).rows[0].n).toBe(0);
+    // The triggers are on again after the copy: the next crossing is recorded, after the copied id.
+    await pool.query("UPDATE usage_daily SET charged = charged + 2 WHERE account = $1", [embedded.alerted!.key]);
+    const recorded = (await pool.query("SELECT id::int AS id, level::int AS level FROM alerts WHERE account = $1 ORDER BY id", [embedded.alerted!.key])).rows;
+    expect(recorded.map((x) => x.level)).toEqual([50, 100]);
+    expect(recorded[1].id).toBeGreaterThan(recorded[0].id);
+    await pool.query("UPDATE usage_daily SET charged = charged - 2 WHERE account = $1", [embedded.alerted!.key]);
+    await pool.query("DELETE FROM alerts WHERE account = $1 AND level = 100", [embedded.alerted!.key]);
     // The catalogue: every record, its bytes intact.
     expect(await count("catalogue_records")).toBe(560);
     const record = (await pool.query("SELECT record FROM catalogue_records WHERE catalogue = 'retail' AND kind = 'item_detail' AND key = $1", [demo.retailNumIid])).rows[0];

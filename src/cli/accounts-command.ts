@@ -7,6 +7,7 @@ import { formatMoney, parseMoney, type Micros } from "../core/money.ts";
 import { formatRate, parseRate, type CallRate } from "../core/call-rate.ts";
 import { formatAllowedAddresses } from "../core/allowed-addresses.ts";
 import { openRuntime, type Runtime } from "../runtime.ts";
+import { formatAlertSettings, type AlertRecord, type AlertSettings } from "../core/alerts.ts";
 import { cliActor } from "./cli-actor.ts";
 
 /** An account as the CLI prints it: no secret, amounts as decimal text. */
@@ -20,6 +21,7 @@ export function describeAccount(a: Account) {
     concurrency: a.concurrency,
     rate: formatRate(a.rate),
     allowedFrom: formatAllowedAddresses(a.allowedFrom),
+    alerts: a.alerts === undefined ? null : formatAlertSettings(a.alerts),
     balance: a.balance === undefined ? null : formatMoney(a.balance),
     prices: Object.fromEntries([...a.prices].map(([op, p]) => [op, formatMoney(p)])),
     expires: a.expires,
@@ -52,6 +54,22 @@ export function describeHistory(account: Account, events: readonly AccountEvent[
     key: account.key,
     zone: account.zone,
     events: events.map((e) => ({ at: formatDateTime(e.at, account.zone), kind: e.kind, by: e.by, changes: e.changes })),
+  };
+}
+
+/** An alert as the CLI prints it: times as ISO text. */
+export function describeAlert(a: AlertRecord) {
+  const iso = (ms: number | undefined) => (ms === undefined ? null : new Date(ms).toISOString());
+  return {
+    id: `alert-${a.id}`,
+    type: a.kind === "usage" ? "usage.threshold" : "balance.low",
+    created: new Date(a.at).toISOString(),
+    day: a.day,
+    ...(a.kind === "usage" ? { percent: Number(a.level), calls: Number(a.value), dailyMax: Number(a.limit) } : { balance: formatMoney(a.value), below: formatMoney(a.level) }),
+    attempts: a.attempts,
+    delivered: iso(a.deliveredAt),
+    nextAttempt: iso(a.nextAt),
+    lastError: a.lastError,
   };
 }
 
@@ -260,6 +278,54 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         print(account, false);
         return 0;
       }
+      case "alerts": {
+        const { values, positionals } = parseArgs({
+          args: rest,
+          allowPositionals: true,
+          options: {
+            url: { type: "string" },
+            at: { type: "string" },
+            "balance-below": { type: "string" },
+            "new-secret": { type: "boolean", default: false },
+            off: { type: "boolean", default: false },
+            json: { type: "boolean", default: false },
+          },
+        });
+        const [key] = positionals;
+        const usage = "usage: gateway accounts alerts KEY [--url URL] [--at PERCENT,…|none] [--balance-below AMOUNT|none] [--new-secret] | --off  [--json]";
+        if (key === undefined) throw new AccountAdminError(usage);
+        const changing = values.url !== undefined || values.at !== undefined || values["balance-below"] !== undefined || values["new-secret"];
+        if (values.off && changing) throw new AccountAdminError(`--off takes no other flag; ${usage}`);
+        let secret: string | undefined;
+        let account = await admin.get(key);
+        if (values.off) account = (await admin.setAlerts(key, null)).account;
+        else if (changing) {
+          const current = account.alerts;
+          const url = values.url ?? current?.url;
+          if (url === undefined) throw new AccountAdminError(`this account has no alerts yet: give --url; ${usage}`);
+          const at = values.at ?? (current === undefined ? "80,100" : undefined);
+          const below = values["balance-below"];
+          const settings: AlertSettings = {
+            url,
+            usagePercents: at === undefined ? (current?.usagePercents ?? []) : at === "none" ? [] : at.split(",").map((p) => wholeNumber("at", p.trim().replace(/%$/, "")) ?? 0),
+            ...(below === undefined ? (current?.balanceBelow !== undefined ? { balanceBelow: current.balanceBelow } : {}) : below === "none" ? {} : { balanceBelow: parseMoney(below) }),
+          };
+          ({ account, secret } = await admin.setAlerts(key, settings, { newSecret: values["new-secret"] }));
+        }
+        const recent = await admin.alerts(key, runtime.alerts, 20);
+        if (values.json) {
+          console.log(JSON.stringify({ key, alerts: account.alerts === undefined ? null : formatAlertSettings(account.alerts), ...(secret !== undefined ? { secret } : {}), recent: recent.map(describeAlert) }));
+          return 0;
+        }
+        console.log(`${key}: ${account.alerts === undefined ? "no alerts" : `alerts to ${formatAlertSettings(account.alerts)}`}`);
+        if (secret !== undefined) console.log(`alert secret: ${secret}\n(shown once: the receiver checks each alert's Gateway-Signature with it)`);
+        for (const a of recent.map(describeAlert)) {
+          const what = "percent" in a ? `${a.day} ${a.percent}% reached (${a.calls} of ${a.dailyMax})` : `balance ${a.balance} below ${a.below}`;
+          const state = a.delivered !== null ? `delivered ${a.delivered}` : a.nextAttempt !== null ? `attempt ${a.attempts + 1} at ${a.nextAttempt}${a.lastError ? ` (${a.lastError})` : ""}` : `given up after ${a.attempts} (${a.lastError})`;
+          console.log(`${a.id.padEnd(10)} ${a.created}  ${what}; ${state}`);
+        }
+        return 0;
+      }
       case "set-price": {
         const [key, operation, price] = rest;
         if (key === undefined || operation === undefined || price === undefined) throw new AccountAdminError("usage: gateway accounts set-price KEY OPERATION PRICE");
@@ -267,7 +333,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         return 0;
       }
       default:
-        console.error("usage: gateway accounts create|list|stop|resume|enable-api|disable-api|remove-api|set-plan|top-up|set-price|rotate-secret|statement|history …");
+        console.error("usage: gateway accounts create|list|stop|resume|enable-api|disable-api|remove-api|set-plan|top-up|set-price|rotate-secret|statement|history|alerts …");
         return 2;
     }
   } finally {

@@ -9,6 +9,7 @@ import { formatMoney, type Micros } from "./money.ts";
 import { checkRate, type CallRate } from "./call-rate.ts";
 import { accountPage, type AccountPage, type AccountPageRequest } from "./account-pages.ts";
 import { parseAllowedAddresses, usageAddressFilter } from "./allowed-addresses.ts";
+import { checkAlertSettings, newAlertSecret, type AlertOutbox, type AlertRecord, type AlertSettings } from "./alerts.ts";
 
 /** What a new account gets unless told otherwise. */
 export interface AccountPlan {
@@ -259,6 +260,38 @@ export class AccountAdmin {
       checkLimits(next);
       return next;
     });
+  }
+
+  /**
+   * Sets where and when the account is told of its usage and balance
+   * (alerts.ts), or turns its alerts off (null). The secret its alerts are
+   * signed with is made when alerts are first set, or anew when asked
+   * (`newSecret`), and returned then only; it is dropped with the alerts.
+   */
+  async setAlerts(key: string, alerts: AlertSettings | null, options: { readonly newSecret?: boolean } = {}): Promise<{ readonly account: Account; readonly secret: string | undefined }> {
+    let made: string | undefined;
+    let checked: AlertSettings | undefined;
+    if (alerts !== null) {
+      try {
+        checked = checkAlertSettings(alerts);
+      } catch (e) {
+        throw new AccountAdminError((e as Error).message);
+      }
+    } else if (options.newSecret === true) {
+      throw new AccountAdminError("a new alert secret needs alerts: this request turns them off");
+    }
+    const account = await this.edit(key, "alerts", (current) => {
+      if (checked === undefined) return { alerts: undefined, alertSecret: undefined };
+      made = current.alertSecret === undefined || options.newSecret === true ? newAlertSecret() : undefined;
+      return { alerts: checked, alertSecret: made ?? current.alertSecret };
+    });
+    return { account, secret: made };
+  }
+
+  /** The account's alerts, newest first: what each told, and whether it was delivered. */
+  async alerts(key: string, outbox: AlertOutbox, limit = 50): Promise<AlertRecord[]> {
+    await this.get(key);
+    return outbox.recent(key, limit);
   }
 
   /**

@@ -2,9 +2,10 @@ import type { Account } from "./accounts.ts";
 import { formatMoney } from "./money.ts";
 import { formatRate } from "./call-rate.ts";
 import { formatAllowedAddresses } from "./allowed-addresses.ts";
+import { formatAlertSettings } from "./alerts.ts";
 
 /** What an operator did to an account; balance moves are the meter's (`BalanceChange`) and are recorded there. */
-export type AccountChangeKind = "created" | "status" | "plan" | "operation" | "price" | "secret";
+export type AccountChangeKind = "created" | "status" | "plan" | "operation" | "price" | "secret" | "alerts";
 
 /** One setting as it was and as it became; empty text for "none" (an operation not added, a price not set). */
 export interface FieldChange {
@@ -48,6 +49,8 @@ function settings(a: Account): Map<string, string> {
     ...(a.rate === undefined ? [] : [["rate", formatRate(a.rate)] as [string, string]]),
     // The same: an account that may call from anywhere says nothing of it.
     ...(a.allowedFrom === undefined ? [] : [["allowedFrom", formatAllowedAddresses(a.allowedFrom)] as [string, string]]),
+    // Its URL's origin only: a receiver's URL often holds its token.
+    ...(a.alerts === undefined ? [] : [["alerts", formatAlertSettings(a.alerts)] as [string, string]]),
     ["expires", a.expires],
     ["zone", a.zone],
   ]);
@@ -72,5 +75,6 @@ export function fieldChanges(before: Account | undefined, after: Account): Field
     if (a !== b) changes.push({ field, before: b, after: a });
   }
   if (before !== undefined && before.secretHash !== after.secretHash) changes.push({ field: "secret", before: "", after: "rotated" });
+  if (before?.alertSecret !== after.alertSecret) changes.push({ field: "alertSecret", before: "", after: after.alertSecret === undefined ? "removed" : "made" });
   return changes;
 }

@@ -5,6 +5,7 @@ import { sha256 } from "./sha256.ts";
 import type { OperationId } from "../contract/operations.ts";
 import type { Micros } from "./money.ts";
 import type { CallRate } from "./call-rate.ts";
+import type { AlertSettings } from "./alerts.ts";
 
 /** Whether an operation added to an account may be called. */
 export type OperationState = "enabled" | "stopped";
@@ -44,6 +45,10 @@ export interface Account {
   readonly balance: Micros | undefined;
   /** Price of one charged call, per operation; absent means free. */
   readonly prices: ReadonlyMap<OperationId, Micros>;
+  /** Where and when the account is told of its usage and balance (alerts.ts); undefined: never. */
+  readonly alerts?: AlertSettings | undefined;
+  /** What its alerts are signed with: made when alerts are set, kept while they stay set, shown once. */
+  readonly alertSecret?: string | undefined;
   /** Last day the key works, `YYYY-MM-DD`, in the account's zone. */
   readonly expires: string;
   /** IANA zone whose midnight starts the account's day. */

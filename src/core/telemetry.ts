@@ -39,6 +39,8 @@ export interface Telemetry {
   circuitChanged(catalogue: string, open: boolean): void;
   /** Spans of the gateway's own sent to the collector (`exported`), or lost (`dropped`: a full queue, a collector that refused or did not answer). */
   spans(outcome: "exported" | "dropped", n: number): void;
+  /** One attempt to deliver a usage alert (alerts.ts): delivered, to be tried again, or given up. */
+  alertAttempt(kind: "usage" | "balance", outcome: "delivered" | "retried" | "given_up"): void;
   /** One group commit of the usage ledger. */
   ledgerCommitted(seconds: number, rows: number): void;
   authFailed(reason: AuthFailure): void;
@@ -55,6 +57,7 @@ export const noTelemetry: Telemetry = {
   upstreamRequest() {},
   circuitChanged() {},
   spans() {},
+  alertAttempt() {},
   ledgerCommitted() {},
   authFailed() {},
 };

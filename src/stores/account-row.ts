@@ -2,6 +2,7 @@ import type { OperationId } from "../contract/operations.ts";
 import type { AccountChange, AccountChangeKind, AccountFields } from "../core/account-history.ts";
 import type { Account, OperationState, PreviousSecret } from "../core/accounts.ts";
 import type { CallRate } from "../core/call-rate.ts";
+import type { AlertSettings } from "../core/alerts.ts";
 
 /**
  * An account as both SQL stores keep it: the same columns, operations and
@@ -29,14 +30,32 @@ export interface AccountRow {
   readonly rate: string | CallRate | null;
   /** The addresses the key works from, as a JSON list, or null for anywhere. */
   readonly allowed_from?: string | string[] | null;
+  /** Alert settings as JSON (`AlertsJson`), or null for none. */
+  readonly alerts?: string | AlertsJson | null;
+  readonly alert_secret?: string | null;
   readonly created_at: number | bigint | string;
   readonly balance: bigint | string | null;
 }
 
 /** The columns an account is written with (the balance is the meter's), in the order the PostgreSQL store binds them (`created_at` last). */
 export const accountColumns = [
-  "key", "name", "secret_hash", "secret_salt", "legacy_signing_key", "hmac_key", "status", "operations", "daily_max", "concurrency", "prices", "expires", "zone", "previous_secret", "rate", "allowed_from", "created_at",
+  "key", "name", "secret_hash", "secret_salt", "legacy_signing_key", "hmac_key", "status", "operations", "daily_max", "concurrency", "prices", "expires", "zone", "previous_secret", "rate", "allowed_from", "alerts", "alert_secret", "created_at",
 ] as const;
+
+/** Alert settings as both stores keep them: the floor as a decimal string of micro-units (the stores' triggers read `usage` and `below`). */
+export interface AlertsJson {
+  readonly url: string;
+  readonly usage: readonly number[];
+  readonly below?: string;
+}
+
+function alertsFromJson(a: AlertsJson): AlertSettings {
+  return { url: a.url, usagePercents: a.usage, ...(a.below !== undefined ? { balanceBelow: BigInt(a.below) } : {}) };
+}
+
+function alertsToJson(a: AlertSettings): string {
+  return JSON.stringify({ url: a.url, usage: a.usagePercents, ...(a.balanceBelow !== undefined ? { below: a.balanceBelow.toString() } : {}) } satisfies AlertsJson);
+}
 
 const json = <T>(v: string | T): T => (typeof v === "string" ? (JSON.parse(v) as T) : v);
 
@@ -55,6 +74,8 @@ export function accountFromRow(r: AccountRow): Account {
     concurrency: Number(r.concurrency),
     rate: r.rate === null || r.rate === undefined ? undefined : json<CallRate>(r.rate),
     allowedFrom: r.allowed_from === null || r.allowed_from === undefined ? undefined : json<string[]>(r.allowed_from),
+    alerts: r.alerts === null || r.alerts === undefined ? undefined : alertsFromJson(json<AlertsJson>(r.alerts)),
+    alertSecret: r.alert_secret ?? undefined,
     balance: r.balance === null ? undefined : BigInt(r.balance),
     prices: new Map(Object.entries(json<Record<string, string>>(r.prices)).map(([op, micros]) => [op as OperationId, BigInt(micros)])),
     expires: r.expires,
@@ -82,6 +103,8 @@ export function accountToRow(a: Omit<Account, "balance">): Record<(typeof accoun
     previous_secret: a.previousSecret === undefined ? null : JSON.stringify(a.previousSecret),
     rate: a.rate === undefined ? null : JSON.stringify({ calls: a.rate.calls, seconds: a.rate.seconds, burst: a.rate.burst }),
     allowed_from: a.allowedFrom === undefined ? null : JSON.stringify(a.allowedFrom),
+    alerts: a.alerts === undefined ? null : alertsToJson(a.alerts),
+    alert_secret: a.alertSecret ?? null,
     created_at: a.createdAt,
   };
 }
@@ -102,6 +125,8 @@ const fieldColumns: Record<keyof Required<AccountFields>, Column> = {
   concurrency: "concurrency",
   rate: "rate",
   allowedFrom: "allowed_from",
+  alerts: "alerts",
+  alertSecret: "alert_secret",
   prices: "prices",
   expires: "expires",
   zone: "zone",

@@ -9,7 +9,7 @@ import type { Clock } from "../../src/core/clock.ts";
 import { CachedCatalogue } from "../../src/core/cached-catalogue.ts";
 import { Gateway } from "../../src/core/gateway.ts";
 import { demoExampleIds, demoRecords } from "../../src/catalogue/demo-dataset.ts";
-import { appOptions, openRuntime, seedDemoCatalogue, type Runtime } from "../../src/runtime.ts";
+import { appOptions, openRuntime, seedDemoCatalogue, type Runtime, type RuntimeOptions } from "../../src/runtime.ts";
 import { buildApp, type AppOptions } from "../../src/transports/server/app.ts";
 import { createLogger } from "../../src/transports/server/logger.ts";
 
@@ -34,7 +34,7 @@ export const adminToken = "test-admin-token-0123456789";
 
 /** The real app on a real loopback port, over a fresh embedded store seeded with the demo catalogue. */
 export async function startGateway(
-  options: { clock?: Clock; app?: Partial<AppOptions>; config?: Partial<GatewayConfig>; logLines?: string[]; dataDir?: string } = {},
+  options: { clock?: Clock; app?: Partial<AppOptions>; config?: Partial<GatewayConfig>; logLines?: string[]; dataDir?: string; deliverAlerts?: RuntimeOptions["deliverAlerts"] } = {},
 ): Promise<GatewayFixture> {
   // A given data directory is the caller's (e.g. to restart on it); a fresh one is removed on close.
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), "gateway-test-"));
@@ -42,7 +42,11 @@ export async function startGateway(
   const lines = options.logLines;
   // As `serve` does: one logger for the runtime and the app (when the test reads the lines).
   const logger = lines ? createLogger({ level: options.app?.logLevel || "info", stream: { write: (line: string) => lines.push(line) } as unknown as NodeJS.WritableStream }) : undefined;
-  const runtime = await openRuntime(config, { ...(options.clock ? { clock: options.clock } : {}), ...(logger ? { log: logger } : {}) });
+  const runtime = await openRuntime(config, {
+    ...(options.clock ? { clock: options.clock } : {}),
+    ...(logger ? { log: logger } : {}),
+    ...(options.deliverAlerts !== undefined ? { deliverAlerts: options.deliverAlerts } : {}),
+  });
   await seedDemoCatalogue(runtime);
   // The app as `serve` builds it from the same configuration; a test's own app options come last.
   const app = await buildApp({ ...appOptions(config, runtime, { ...(logger ? { logger } : {}), adminToken }), ...(logger ? {} : { logLevel: false as const }), ...options.app });

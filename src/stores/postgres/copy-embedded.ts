@@ -34,9 +34,9 @@ const copies: readonly TableCopy[] = [
     columns: [
       ["key", "text"], ["name", "text"], ["secret_hash", "text"], ["secret_salt", "text"], ["legacy_signing_key", "text"], ["hmac_key", "text"],
       ["status", "text"], ["operations", "jsonb"], ["daily_max", "bigint"], ["concurrency", "integer"], ["prices", "jsonb"], ["expires", "text"],
-      ["zone", "text"], ["previous_secret", "jsonb"], ["rate", "jsonb"], ["allowed_from", "jsonb"], ["created_at", "bigint"],
+      ["zone", "text"], ["previous_secret", "jsonb"], ["rate", "jsonb"], ["allowed_from", "jsonb"], ["alerts", "jsonb"], ["alert_secret", "text"], ["created_at", "bigint"],
     ],
-    select: "SELECT key, name, secret_hash, secret_salt, legacy_signing_key, hmac_key, status, operations, daily_max, concurrency, prices, expires, zone, previous_secret, rate, allowed_from, created_at FROM accounts",
+    select: "SELECT key, name, secret_hash, secret_salt, legacy_signing_key, hmac_key, status, operations, daily_max, concurrency, prices, expires, zone, previous_secret, rate, allowed_from, alerts, alert_secret, created_at FROM accounts",
     count: "SELECT count(*) AS n FROM accounts",
   },
   {
@@ -93,6 +93,18 @@ const copies: readonly TableCopy[] = [
     columns: [["id", "bigint"], ["at", "bigint"], ["operation", "text"], ["switched_on", "boolean"], ["actor", "text"]],
     select: "SELECT id, at, operation, switched_on, actor FROM maintenance_changes",
     count: "SELECT count(*) AS n FROM maintenance_changes",
+  },
+  {
+    // Usage alerts with their ids (a receiver may have seen `alert-<id>`), delivered or waiting; one that was claimed
+    // for an attempt is free again. Before the day counts: the counts are copied with the alert triggers off, so
+    // the copy itself records no alert.
+    table: "alerts",
+    columns: [
+      ["id", "bigint"], ["account", "text"], ["kind", "text"], ["level", "bigint"], ["value", "bigint"], ["lim", "bigint"], ["day", "text"], ["at", "bigint"],
+      ["attempts", "integer"], ["next_at", "bigint"], ["delivered_at", "bigint"], ["last_error", "text"],
+    ],
+    select: "SELECT id, account, kind, level, value, lim, day, at, attempts, next_at, delivered_at, last_error FROM alerts",
+    count: "SELECT count(*) AS n FROM alerts",
   },
   {
     table: "usage_daily",
@@ -158,6 +170,10 @@ export async function copyEmbeddedStore(db: DatabaseSync, pool: pg.Pool, onTable
     // Any row in any table the copy writes.
     const held = await client.query<{ n: string }>(`SELECT (${copies.map((c) => `(SELECT count(*) FROM ${c.table})`).join(" + ")})::text AS n`);
     if (held.rows[0]!.n !== "0") throw new CopyRefusedError("the database already holds gateway data; copy into an empty database, so nothing is mixed or counted twice");
+    // What the store already recorded is copied as it is: the rows copied are not calls that cross an alert's line
+    // (the triggers come back on in this transaction, before its commit).
+    await client.query("ALTER TABLE usage_daily DISABLE TRIGGER usage_alerts");
+    await client.query("ALTER TABLE balances DISABLE TRIGGER balance_alerts");
     const report: CopiedTable[] = [];
     for (const copy of copies) {
       const names = copy.columns.map(([n]) => n).join(", ");
@@ -196,7 +212,9 @@ export async function copyEmbeddedStore(db: DatabaseSync, pool: pg.Pool, onTable
       report.push({ table: copy.table, embedded, postgres });
       onTable?.(copy.table, postgres);
     }
-    for (const table of ["balance_changes", "account_changes", "maintenance_changes"]) {
+    await client.query("ALTER TABLE usage_daily ENABLE TRIGGER usage_alerts");
+    await client.query("ALTER TABLE balances ENABLE TRIGGER balance_alerts");
+    for (const table of ["balance_changes", "account_changes", "maintenance_changes", "alerts"]) {
       await client.query(`SELECT setval(pg_get_serial_sequence('${table}', 'id'), (SELECT max(id) FROM ${table}))`);
     }
     return report;

@@ -473,6 +473,61 @@ export const migrations: readonly string[] = [
   // 17: the payment a top-up is for (as the embedded store's step 19): one top-up per account and reference.
   `ALTER TABLE balance_changes ADD COLUMN reference text;
   CREATE UNIQUE INDEX balance_changes_reference ON balance_changes (account, reference) WHERE reference IS NOT NULL;`,
+  // 18: usage alerts (as the embedded store's step 20): the settings, their signing secret, and each alert to tell,
+  // recorded by a trigger in the statement that moves the day's count or the balance across a line. The count's row
+  // is locked by that statement, so of any number of replicas committing the account's calls at once exactly one
+  // moves it across each line; a usage share is told once a day.
+  `ALTER TABLE accounts ADD COLUMN alerts jsonb;
+  ALTER TABLE accounts ADD COLUMN alert_secret text;
+  CREATE TABLE alerts (
+    id bigserial PRIMARY KEY,
+    account text NOT NULL,
+    kind text NOT NULL CHECK (kind IN ('usage', 'balance')),
+    level bigint NOT NULL,
+    value bigint NOT NULL,
+    lim bigint NOT NULL,
+    day text NOT NULL,
+    at bigint NOT NULL,
+    attempts integer NOT NULL DEFAULT 0,
+    next_at bigint,
+    claimed_until bigint NOT NULL DEFAULT 0,
+    delivered_at bigint,
+    last_error text NOT NULL DEFAULT ''
+  );
+  CREATE UNIQUE INDEX alerts_once_a_day ON alerts (account, day, level) WHERE kind = 'usage';
+  CREATE INDEX alerts_due ON alerts (next_at) WHERE next_at IS NOT NULL;
+  CREATE INDEX alerts_by_account ON alerts (account, id);
+  CREATE FUNCTION gw_usage_alerts() RETURNS trigger LANGUAGE plpgsql AS $$
+  DECLARE
+    was bigint := 0;
+    now_ms bigint := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+  BEGIN
+    IF TG_OP = 'UPDATE' THEN was := OLD.charged; END IF;
+    IF NEW.charged <= was THEN RETURN NULL; END IF;
+    INSERT INTO alerts (account, kind, level, value, lim, day, at, next_at)
+      SELECT NEW.account, 'usage', t.percent, NEW.charged, a.daily_max, NEW.day, now_ms, now_ms
+      FROM accounts a CROSS JOIN LATERAL (
+        SELECT p::bigint AS percent, (a.daily_max * p::bigint + 99) / 100 AS line FROM jsonb_array_elements_text(a.alerts -> 'usage') AS p
+      ) t
+      WHERE a.key = NEW.account AND a.alerts IS NOT NULL AND t.line > was AND NEW.charged >= t.line
+      ON CONFLICT (account, day, level) WHERE kind = 'usage' DO NOTHING;
+    RETURN NULL;
+  END $$;
+  CREATE TRIGGER usage_alerts AFTER INSERT OR UPDATE OF charged ON usage_daily FOR EACH ROW EXECUTE FUNCTION gw_usage_alerts();
+  CREATE FUNCTION gw_balance_alerts() RETURNS trigger LANGUAGE plpgsql AS $$
+  DECLARE
+    below bigint;
+    now_ms bigint;
+  BEGIN
+    IF NEW.micros >= OLD.micros THEN RETURN NULL; END IF;
+    SELECT (alerts ->> 'below')::bigint INTO below FROM accounts WHERE key = NEW.account;
+    IF below IS NULL OR OLD.micros < below OR NEW.micros >= below THEN RETURN NULL; END IF;
+    now_ms := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+    INSERT INTO alerts (account, kind, level, value, lim, day, at, next_at)
+      VALUES (NEW.account, 'balance', below, NEW.micros, 0, to_char(to_timestamp(now_ms / 1000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD'), now_ms, now_ms);
+    RETURN NULL;
+  END $$;
+  CREATE TRIGGER balance_alerts AFTER UPDATE OF micros ON balances FOR EACH ROW EXECUTE FUNCTION gw_balance_alerts();`,
 ];
 
 /** What a call is told when the shared database does not answer. */

@@ -30,10 +30,14 @@ import {
   OperationState,
   UsageRowSchema,
   UsageTotalSchema,
+  AlertSchema,
+  AlertsSchema,
   type Account as AccountMessage,
+  type Alert as AlertMessage,
   type CallRate as CallRateMessage,
 } from "../../gen/gateway/admin/v1/admin_pb.js";
 import type { CallRate } from "../../core/call-rate.ts";
+import type { AlertOutbox, AlertRecord } from "../../core/alerts.ts";
 
 const states = { enabled: OperationState.ENABLED, stopped: OperationState.STOPPED } as const;
 const changeKinds = { opening: BalanceChangeKind.OPENING, "top-up": BalanceChangeKind.TOP_UP, carried: BalanceChangeKind.CARRIED, unbilled: BalanceChangeKind.UNBILLED } as const;
@@ -44,6 +48,7 @@ const eventKinds: Record<AccountEvent["kind"], AccountEventKind> = {
   operation: AccountEventKind.OPERATION,
   price: AccountEventKind.PRICE,
   secret: AccountEventKind.SECRET,
+  alerts: AccountEventKind.ALERTS,
   opening: AccountEventKind.OPENING,
   "top-up": AccountEventKind.TOP_UP,
   carried: AccountEventKind.CARRIED,
@@ -66,6 +71,30 @@ function accountMessage(a: Account): AccountMessage {
     ...(a.previousSecret !== undefined && a.previousSecret.until > Date.now() ? { oldSecretUntilMs: BigInt(a.previousSecret.until) } : {}),
     ...(a.rate !== undefined ? { rate: create(CallRateSchema, a.rate) } : {}),
     ...(a.allowedFrom !== undefined ? { allowedFrom: create(AllowedFromSchema, { addresses: [...a.allowedFrom] }) } : {}),
+    ...(a.alerts !== undefined
+      ? {
+          alerts: create(AlertsSchema, {
+            url: a.alerts.url,
+            usagePercents: [...a.alerts.usagePercents],
+            ...(a.alerts.balanceBelow !== undefined ? { balanceBelow: formatMoney(a.alerts.balanceBelow) } : {}),
+          }),
+        }
+      : {}),
+  });
+}
+
+function alertMessage(a: AlertRecord): AlertMessage {
+  const usage = a.kind === "usage";
+  return create(AlertSchema, {
+    id: `alert-${a.id}`,
+    type: usage ? "usage.threshold" : "balance.low",
+    createdAtMs: BigInt(a.at),
+    day: a.day,
+    ...(usage ? { percent: Number(a.level), calls: a.value, dailyMax: a.limit } : { balance: formatMoney(a.value), below: formatMoney(a.level) }),
+    attempts: a.attempts,
+    ...(a.deliveredAt !== undefined ? { deliveredAtMs: BigInt(a.deliveredAt) } : {}),
+    ...(a.nextAt !== undefined ? { nextAttemptMs: BigInt(a.nextAt) } : {}),
+    lastError: a.lastError,
   });
 }
 
@@ -174,6 +203,8 @@ export interface AdminPorts {
   readonly admins?: AdminTokens | undefined;
   readonly meter: Meter;
   readonly switches: OperatorSwitches;
+  /** Where the accounts' usage alerts are kept (ListAlerts). */
+  readonly alerts: AlertOutbox;
 }
 
 export interface AdminRouteOptions {
@@ -295,6 +326,19 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
             account: accountMessage(account),
             events: events.map((e) => create(AccountEventSchema, { atMs: BigInt(e.at), kind: eventKinds[e.kind], by: e.by, changes: e.changes.map((c) => ({ ...c })) })),
           };
+        }),
+        setAlerts: guarded(async (req, ctx) => {
+          const a = req.alerts;
+          const { account, secret } = await by(ctx).setAlerts(
+            req.key,
+            a === undefined ? null : { url: a.url, usagePercents: a.usagePercents, ...(a.balanceBelow !== undefined ? { balanceBelow: parseMoney(a.balanceBelow) } : {}) },
+            { newSecret: req.newSecret },
+          );
+          return { account: accountMessage(account), secret: secret ?? "" };
+        }),
+        listAlerts: guarded(async (req) => {
+          const limit = req.limit === 0 ? 50 : Math.min(req.limit, 500);
+          return { alerts: (await admin.alerts(req.key, ports.alerts, limit)).map(alertMessage) };
         }),
         queryUsage: guarded(async (req) => {
           const report = await meter.query({

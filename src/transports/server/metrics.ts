@@ -176,6 +176,12 @@ export class PrometheusTelemetry implements Telemetry {
     labelNames: ["outcome"],
     registers: [this.registry],
   });
+  private readonly alerts = new Counter({
+    name: "gateway_alert_attempts_total",
+    help: "Attempts to deliver usage alerts to accounts' URLs, by kind (usage, balance) and outcome: delivered (a 2xx answer), retried (another answer or none; tried again later), given_up (the last attempt failed, or the account's alerts were turned off).",
+    labelNames: ["kind", "outcome"],
+    registers: [this.registry],
+  });
   private readonly upstream = new Counter({ name: "gateway_upstream_requests_total", help: "Calls to the upstream provider, retries included, by outcome: ok, not_found, timeout, circuit_open, error.", labelNames: ["operation", "outcome"], registers: [this.registry] });
   private readonly upstreamSeconds = new Histogram({ name: "gateway_upstream_duration_seconds", help: "Time of each call to the upstream provider, retries included.", labelNames: ["operation"], buckets: latencyBuckets, registers: [this.registry] });
   private readonly circuit = new Gauge({ name: "gateway_circuit_open", help: "1 while the upstream circuit breaker of a catalogue is open (calls answered 4002 at once).", labelNames: ["catalogue"], registers: [this.registry] });
@@ -251,6 +257,10 @@ export class PrometheusTelemetry implements Telemetry {
 
   spans(outcome: "exported" | "dropped", n: number): void {
     this.spanCount.labels(outcome).inc(n);
+  }
+
+  alertAttempt(kind: "usage" | "balance", outcome: "delivered" | "retried" | "given_up"): void {
+    this.alerts.labels(kind, outcome).inc();
   }
 
   idempotencyKey(operation: string, outcome: KeyOutcome): void {

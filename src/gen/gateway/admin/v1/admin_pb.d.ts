@@ -144,6 +144,13 @@ export declare type Account = Message<"gateway.admin.v1.Account"> & {
    * @generated from field: gateway.admin.v1.AllowedFrom allowed_from = 14;
    */
   allowedFrom?: AllowedFrom | undefined;
+
+  /**
+   * Unset: the account is told of nothing. Its secret is never shown here.
+   *
+   * @generated from field: gateway.admin.v1.Alerts alerts = 15;
+   */
+  alerts?: Alerts | undefined;
 };
 
 /**
@@ -151,6 +158,230 @@ export declare type Account = Message<"gateway.admin.v1.Account"> & {
  * Use `create(AccountSchema)` to create a new message.
  */
 export declare const AccountSchema: GenMessage<Account>;
+
+/**
+ * Where and when an account is told of its usage and balance.
+ *
+ * @generated from message gateway.admin.v1.Alerts
+ */
+export declare type Alerts = Message<"gateway.admin.v1.Alerts"> & {
+  /**
+   * An http or https URL, without a user or password; the alerts are POSTed
+   * there as JSON, signed with the account's alert secret.
+   *
+   * @generated from field: string url = 1;
+   */
+  url: string;
+
+  /**
+   * Shares of the daily maximum, in whole percent (1 to 1000, at most 8): each
+   * is told once a day, when the day's charged calls reach it.
+   *
+   * @generated from field: repeated uint32 usage_percents = 2;
+   */
+  usagePercents: number[];
+
+  /**
+   * Told each time a charged call takes the balance from at or above this to
+   * below it; unset: never.
+   *
+   * @generated from field: optional string balance_below = 3;
+   */
+  balanceBelow?: string | undefined;
+};
+
+/**
+ * Describes the message gateway.admin.v1.Alerts.
+ * Use `create(AlertsSchema)` to create a new message.
+ */
+export declare const AlertsSchema: GenMessage<Alerts>;
+
+/**
+ * @generated from message gateway.admin.v1.SetAlertsRequest
+ */
+export declare type SetAlertsRequest = Message<"gateway.admin.v1.SetAlertsRequest"> & {
+  /**
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * Unset: the account's alerts are turned off (and their secret dropped).
+   *
+   * @generated from field: gateway.admin.v1.Alerts alerts = 2;
+   */
+  alerts?: Alerts | undefined;
+
+  /**
+   * Make a new secret even if the account has one; the old one stops at once.
+   *
+   * @generated from field: bool new_secret = 3;
+   */
+  newSecret: boolean;
+};
+
+/**
+ * Describes the message gateway.admin.v1.SetAlertsRequest.
+ * Use `create(SetAlertsRequestSchema)` to create a new message.
+ */
+export declare const SetAlertsRequestSchema: GenMessage<SetAlertsRequest>;
+
+/**
+ * @generated from message gateway.admin.v1.SetAlertsResponse
+ */
+export declare type SetAlertsResponse = Message<"gateway.admin.v1.SetAlertsResponse"> & {
+  /**
+   * @generated from field: gateway.admin.v1.Account account = 1;
+   */
+  account?: Account | undefined;
+
+  /**
+   * The secret the alerts are signed with, when this request made it; empty otherwise.
+   *
+   * @generated from field: string secret = 2;
+   */
+  secret: string;
+};
+
+/**
+ * Describes the message gateway.admin.v1.SetAlertsResponse.
+ * Use `create(SetAlertsResponseSchema)` to create a new message.
+ */
+export declare const SetAlertsResponseSchema: GenMessage<SetAlertsResponse>;
+
+/**
+ * @generated from message gateway.admin.v1.ListAlertsRequest
+ */
+export declare type ListAlertsRequest = Message<"gateway.admin.v1.ListAlertsRequest"> & {
+  /**
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * At most this many, newest first; 0: 50, at most 500.
+   *
+   * @generated from field: uint32 limit = 2;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message gateway.admin.v1.ListAlertsRequest.
+ * Use `create(ListAlertsRequestSchema)` to create a new message.
+ */
+export declare const ListAlertsRequestSchema: GenMessage<ListAlertsRequest>;
+
+/**
+ * @generated from message gateway.admin.v1.ListAlertsResponse
+ */
+export declare type ListAlertsResponse = Message<"gateway.admin.v1.ListAlertsResponse"> & {
+  /**
+   * @generated from field: repeated gateway.admin.v1.Alert alerts = 1;
+   */
+  alerts: Alert[];
+};
+
+/**
+ * Describes the message gateway.admin.v1.ListAlertsResponse.
+ * Use `create(ListAlertsResponseSchema)` to create a new message.
+ */
+export declare const ListAlertsResponseSchema: GenMessage<ListAlertsResponse>;
+
+/**
+ * One alert the store recorded for an account.
+ *
+ * @generated from message gateway.admin.v1.Alert
+ */
+export declare type Alert = Message<"gateway.admin.v1.Alert"> & {
+  /**
+   * As delivered (the body's `id` and `Gateway-Alert-Id`), e.g. `alert-12`.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * `usage.threshold` or `balance.low`.
+   *
+   * @generated from field: string type = 2;
+   */
+  type: string;
+
+  /**
+   * @generated from field: int64 created_at_ms = 3;
+   */
+  createdAtMs: bigint;
+
+  /**
+   * usage.threshold: the account's day, the percent reached, the day's charged
+   * calls then and the daily maximum.
+   *
+   * @generated from field: string day = 4;
+   */
+  day: string;
+
+  /**
+   * @generated from field: uint32 percent = 5;
+   */
+  percent: number;
+
+  /**
+   * @generated from field: int64 calls = 6;
+   */
+  calls: bigint;
+
+  /**
+   * @generated from field: int64 daily_max = 7;
+   */
+  dailyMax: bigint;
+
+  /**
+   * balance.low: the balance the call left and the floor it crossed.
+   *
+   * @generated from field: string balance = 8;
+   */
+  balance: string;
+
+  /**
+   * @generated from field: string below = 9;
+   */
+  below: string;
+
+  /**
+   * Attempts made so far.
+   *
+   * @generated from field: uint32 attempts = 10;
+   */
+  attempts: number;
+
+  /**
+   * When it was delivered (a 2xx answer); unset if it was not (yet).
+   *
+   * @generated from field: optional int64 delivered_at_ms = 11;
+   */
+  deliveredAtMs?: bigint | undefined;
+
+  /**
+   * When it is tried again; unset once delivered or given up.
+   *
+   * @generated from field: optional int64 next_attempt_ms = 12;
+   */
+  nextAttemptMs?: bigint | undefined;
+
+  /**
+   * Why the last attempt failed (`answered HTTP 500`, `no answer within 5000 ms`, ...); empty if it did not.
+   *
+   * @generated from field: string last_error = 13;
+   */
+  lastError: string;
+};
+
+/**
+ * Describes the message gateway.admin.v1.Alert.
+ * Use `create(AlertSchema)` to create a new message.
+ */
+export declare const AlertSchema: GenMessage<Alert>;
 
 /**
  * The addresses and networks an account's key works from: a call from
@@ -1204,7 +1435,8 @@ export declare const GetAccountHistoryRequestSchema: GenMessage<GetAccountHistor
  * One setting as it was and as it became; empty for "none" (not yet made, an
  * operation not added, a price not set, an account not billed by balance).
  * Fields: name, status, dailyMax, concurrency, rate, expires, zone,
- * operations[<operation>], prices[<operation>], oldSecretUntil, secret, balance.
+ * operations[<operation>], prices[<operation>], oldSecretUntil, secret, balance,
+ * alerts, alertSecret.
  *
  * @generated from message gateway.admin.v1.FieldChange
  */
@@ -1535,6 +1767,13 @@ export enum AccountEventKind {
    * @generated from enum value: ACCOUNT_EVENT_KIND_UNBILLED = 10;
    */
   UNBILLED = 10,
+
+  /**
+   * Usage alerts set, changed or turned off (their URL's origin only), or their secret made.
+   *
+   * @generated from enum value: ACCOUNT_EVENT_KIND_ALERTS = 11;
+   */
+  ALERTS = 11,
 }
 
 /**
@@ -1715,6 +1954,30 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof QueryUsageRequestSchema;
     output: typeof QueryUsageResponseSchema;
+  },
+  /**
+   * Sets where and when the account is told of its usage and balance, by a
+   * signed POST (README, "Usage alerts"), or turns its alerts off. The
+   * secret the alerts are signed with is returned when it is made (alerts
+   * set for the first time, or `new_secret`), here once and never again.
+   *
+   * @generated from rpc gateway.admin.v1.AdminService.SetAlerts
+   */
+  setAlerts: {
+    methodKind: "unary";
+    input: typeof SetAlertsRequestSchema;
+    output: typeof SetAlertsResponseSchema;
+  },
+  /**
+   * The account's alerts, newest first: what each told, when, and whether it
+   * was delivered (kept 30 days once delivered or given up).
+   *
+   * @generated from rpc gateway.admin.v1.AdminService.ListAlerts
+   */
+  listAlerts: {
+    methodKind: "unary";
+    input: typeof ListAlertsRequestSchema;
+    output: typeof ListAlertsResponseSchema;
   },
   /**
    * Who the token sent is: a named admin (`gateway admins add NAME`) or the

@@ -1,0 +1,158 @@
+import { createHmac, randomBytes } from "node:crypto";
+import { formatMoney, type Micros } from "./money.ts";
+
+/**
+ * Usage alerts: an account may name a URL that the gateway tells, by a
+ * signed POST, when the account's charged calls of a day reach given shares
+ * of its daily maximum, and when its balance falls below a floor. So a team
+ * hears it is running out before its calls answer 4013 or 4016.
+ *
+ * The store decides what to tell, in the transaction that moves the count
+ * or the balance (triggers on its day counts and balances: schema step 20
+ * embedded, 18 PostgreSQL), so each crossing is recorded exactly once
+ * however many replicas charge the account at once, and never for calls
+ * that were not committed. Delivery is at least once: a delivery whose
+ * answer is lost is made again, with the same `id`.
+ */
+export interface AlertSettings {
+  /** Where alerts are POSTed: an http or https URL. */
+  readonly url: string;
+  /** Shares of the daily maximum, in percent (1-1000), each told once a day when the day's charged calls reach it. */
+  readonly usagePercents: readonly number[];
+  /** Told each time a charged call takes the balance from at or above this to below it; undefined: never. */
+  readonly balanceBelow?: Micros | undefined;
+}
+
+/** What an alert tells. */
+export type AlertKind = "usage" | "balance";
+
+/** An alert as the store recorded it, waiting to be delivered or delivered. */
+export interface AlertRecord {
+  /** The store's id; the delivered `id` is `alert-<id>`, the same on every attempt. */
+  readonly id: number;
+  readonly account: string;
+  readonly kind: AlertKind;
+  /** usage: the percent reached; balance: the floor crossed, in micro-units. */
+  readonly level: bigint;
+  /** usage: the day's charged calls when it was reached; balance: the balance it left, in micro-units. */
+  readonly value: bigint;
+  /** usage: the daily maximum then. */
+  readonly limit: bigint;
+  /** usage: the account's day (YYYY-MM-DD); balance: the day (UTC) it fell. */
+  readonly day: string;
+  /** When the store recorded it (ms). */
+  readonly at: number;
+  /** Attempts made so far. */
+  readonly attempts: number;
+  /** When it was delivered (ms), if it was. */
+  readonly deliveredAt: number | undefined;
+  /** When the next attempt is due, if one is (ms); undefined once delivered or given up. */
+  readonly nextAt: number | undefined;
+  /** Why the last attempt failed, if it did: a status or an error, never the URL. */
+  readonly lastError: string;
+}
+
+/** An alert claimed for one attempt, with what to send it to. */
+export interface DueAlert extends AlertRecord {
+  readonly url: string;
+  readonly secret: string;
+}
+
+/** How an attempt ended. */
+export type AlertAttempt = { readonly delivered: true } | { readonly delivered: false; readonly error: string };
+
+/**
+ * The store's side of alerts (each store records them by trigger): it hands
+ * out the alerts due, each to one deliverer at a time (a claim that lapses,
+ * so a replica that dies mid-attempt leaves it to another), and keeps how
+ * each attempt ended.
+ */
+export interface AlertOutbox {
+  /** Claims up to `limit` alerts due at `now` for `claimMs`, counting the attempt. */
+  claimDue(now: number, limit: number, claimMs: number): Promise<DueAlert[]>;
+  /** Records how a claimed attempt ended: delivered, or when to try again (undefined: given up). */
+  settle(id: number, attempt: AlertAttempt, now: number, retryAt: number | undefined): Promise<void>;
+  /** An account's alerts, newest first. */
+  recent(account: string, limit: number): Promise<AlertRecord[]>;
+}
+
+/** The most shares of the daily maximum an account may be told of. */
+export const maxUsagePercents = 8;
+
+/** A URL alerts may be sent to, or the reason it may not; the reason never repeats the URL, which may hold a token. */
+function checkAlertUrl(text: string): string {
+  if (text.length > 2048) throw new Error("the alert URL is longer than 2048 characters");
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new Error("the alert URL is not a URL");
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error("the alert URL must be http or https");
+  if (url.username !== "" || url.password !== "") throw new Error("the alert URL cannot carry a user or password: alerts are signed instead");
+  if (url.hash !== "") throw new Error("the alert URL cannot have a fragment");
+  return url.href;
+}
+
+/** Settings checked and written in one form (the URL normalized, the percents sorted without repeats), or refused in words. */
+export function checkAlertSettings(s: AlertSettings): AlertSettings {
+  const url = checkAlertUrl(s.url);
+  const usagePercents = [...new Set(s.usagePercents)].sort((a, b) => a - b);
+  for (const p of usagePercents) {
+    if (!Number.isInteger(p) || p < 1 || p > 1000) throw new Error(`a usage alert is a whole percent of the daily maximum from 1 to 1000, not ${p}`);
+  }
+  if (usagePercents.length > maxUsagePercents) throw new Error(`at most ${maxUsagePercents} usage alerts`);
+  if (s.balanceBelow !== undefined && s.balanceBelow <= 0n) throw new Error("a balance alert's floor must be above 0");
+  if (usagePercents.length === 0 && s.balanceBelow === undefined) throw new Error("alerts need a usage share or a balance floor to tell of");
+  return { url, usagePercents, ...(s.balanceBelow !== undefined ? { balanceBelow: s.balanceBelow } : {}) };
+}
+
+/**
+ * The URL as histories and listings show it: its origin and whether it has
+ * more, never its path or query (a receiver's URL often holds its token).
+ */
+export function shownAlertUrl(url: string): string {
+  const u = new URL(url);
+  return u.pathname === "/" && u.search === "" ? u.origin : `${u.origin}/…`;
+}
+
+/** Settings as one line of text (account histories, the CLI). */
+export function formatAlertSettings(s: AlertSettings): string {
+  const parts = [shownAlertUrl(s.url)];
+  if (s.usagePercents.length > 0) parts.push(`at ${s.usagePercents.map((p) => `${p}%`).join(",")}`);
+  if (s.balanceBelow !== undefined) parts.push(`balance below ${formatMoney(s.balanceBelow)}`);
+  return parts.join("; ");
+}
+
+/** A new signing secret for an account's alerts: 32 random bytes, as `whsec_` and base64url. */
+export function newAlertSecret(): string {
+  return `whsec_${randomBytes(32).toString("base64url")}`;
+}
+
+/** The alert's body, as JSON: what happened, to which account, and the figures. */
+export function alertBody(a: AlertRecord): string {
+  const data =
+    a.kind === "usage"
+      ? { day: a.day, percent: Number(a.level), calls: Number(a.value), dailyMax: Number(a.limit) }
+      : { balance: formatMoney(a.value), below: formatMoney(a.level) };
+  return JSON.stringify({ id: `alert-${a.id}`, type: a.kind === "usage" ? "usage.threshold" : "balance.low", account: a.account, created: new Date(a.at).toISOString(), data });
+}
+
+/**
+ * The `Gateway-Signature` field of a delivery: `t=<unix seconds>,v1=<hex>`,
+ * where the hex is HMAC-SHA256 under the account's alert secret of
+ * `<t>.<body>`. A receiver recomputes it over the raw body and refuses old
+ * times, so a captured delivery cannot be replayed later.
+ */
+export function alertSignature(secret: string, unixSeconds: number, body: string): string {
+  return `t=${unixSeconds},v1=${createHmac("sha256", secret).update(`${unixSeconds}.${body}`).digest("hex")}`;
+}
+
+/** Attempts after which an alert is given up: the last about 22 hours after the first. */
+export const alertAttempts = 30;
+
+/** When the attempt after the `attempts`th failed one is due: 10 s, then doubling, at most an hour apart; undefined once `alertAttempts` were made. */
+export function alertRetryAt(attempts: number, now: number): number | undefined {
+  if (attempts >= alertAttempts) return undefined;
+  return now + Math.min(3_600_000, 10_000 * 2 ** (attempts - 1));
+}

@@ -1,0 +1,138 @@
+import { alertBody, alertRetryAt, alertSignature, type AlertAttempt, type AlertKind, type AlertOutbox, type DueAlert } from "../core/alerts.ts";
+
+export interface AlertDeliveryOptions {
+  /** How often due alerts are looked for. */
+  readonly intervalMs: number;
+  /** One POST's limit; a receiver that has not answered by then has failed this attempt. */
+  readonly timeoutMs: number;
+  /** Alerts taken at once (and so POSTs at once). */
+  readonly batch: number;
+  /** Wall time (ms): alerts are recorded and retried by the store's clock, not a test's. */
+  readonly now: () => number;
+  /** Told of each attempt's end. */
+  readonly onAttempt: (kind: AlertKind, outcome: "delivered" | "retried" | "given_up") => void;
+  /** Told when the store cannot be asked for alerts; at most once a minute. */
+  readonly onError: (e: unknown) => void;
+}
+
+export const defaultAlertDeliveryOptions: AlertDeliveryOptions = {
+  intervalMs: 1000,
+  timeoutMs: 5000,
+  batch: 16,
+  now: Date.now,
+  onAttempt: () => {},
+  onError: () => {},
+};
+
+/** Why an attempt failed, in words that never hold the URL (which may carry the receiver's token). */
+function attemptError(e: unknown, timeoutMs: number): string {
+  const err = e as { name?: string; cause?: { code?: string } };
+  if (err.name === "TimeoutError" || err.name === "AbortError") return `no answer within ${timeoutMs} ms`;
+  const code = err.cause?.code;
+  return typeof code === "string" && /^[A-Z_]+$/.test(code) ? `the connection failed (${code})` : "the connection failed";
+}
+
+/**
+ * Delivers usage alerts: every `intervalMs` it claims the alerts due from the
+ * store and POSTs each to its account's URL, signed (`Gateway-Signature`),
+ * with its id (`Gateway-Alert-Id`, the body's `id`: the same on every
+ * attempt, so a receiver can drop a repeat). A 2xx answer delivers it;
+ * anything else (another status, a redirect, no answer) is tried again
+ * after 10 s, doubling to at most an hour apart, 30 attempts in all (about 22 hours).
+ */
+export class AlertDeliveries {
+  private readonly outbox: AlertOutbox;
+  private readonly options: AlertDeliveryOptions;
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<number> | undefined;
+  private stopped = false;
+  private erredAt = -Infinity;
+
+  constructor(outbox: AlertOutbox, options: Partial<AlertDeliveryOptions> = {}) {
+    this.outbox = outbox;
+    this.options = { ...defaultAlertDeliveryOptions, ...options };
+  }
+
+  start(): void {
+    const tick = () => {
+      if (this.stopped) return;
+      void this.poll().finally(() => {
+        if (!this.stopped) this.timer = setTimeout(tick, this.options.intervalMs).unref();
+      });
+    };
+    this.timer = setTimeout(tick, this.options.intervalMs).unref();
+  }
+
+  /** Stops looking; an attempt in flight is finished (and recorded) first. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.running?.catch(() => 0);
+  }
+
+  /** Claims the alerts due now and makes one attempt at each; resolves with how many it attempted. One poll at a time. */
+  poll(): Promise<number> {
+    this.running ??= this.pollOnce().finally(() => {
+      this.running = undefined;
+    });
+    return this.running;
+  }
+
+  private async pollOnce(): Promise<number> {
+    const { now, batch, timeoutMs } = this.options;
+    let due: DueAlert[];
+    try {
+      // A claim outlasts an attempt, so no other replica starts the same one meanwhile.
+      due = await this.outbox.claimDue(now(), batch, timeoutMs * 2 + 5000);
+    } catch (e) {
+      this.report(e);
+      return 0;
+    }
+    await Promise.all(due.map((a) => this.attempt(a)));
+    return due.length;
+  }
+
+  private async attempt(alert: DueAlert): Promise<void> {
+    const outcome: AlertAttempt = alert.url === "" || alert.secret === "" ? { delivered: false, error: "the account's alerts were turned off" } : await this.post(alert);
+    const at = this.options.now();
+    const retryAt = outcome.delivered || alert.url === "" ? undefined : alertRetryAt(alert.attempts, at);
+    try {
+      await this.outbox.settle(alert.id, outcome, at, retryAt);
+    } catch (e) {
+      // The claim lapses and the alert is tried again: at least once.
+      this.report(e);
+      return;
+    }
+    this.options.onAttempt(alert.kind, outcome.delivered ? "delivered" : retryAt === undefined ? "given_up" : "retried");
+  }
+
+  private async post(alert: DueAlert): Promise<AlertAttempt> {
+    const body = alertBody(alert);
+    const seconds = Math.floor(this.options.now() / 1000);
+    try {
+      const res = await fetch(alert.url, {
+        method: "POST",
+        redirect: "manual",
+        signal: AbortSignal.timeout(this.options.timeoutMs),
+        headers: {
+          "content-type": "application/json",
+          "user-agent": "product-data-gateway-alerts",
+          "gateway-alert-id": `alert-${alert.id}`,
+          "gateway-signature": alertSignature(alert.secret, seconds, body),
+        },
+        body,
+      });
+      await res.body?.cancel().catch(() => {});
+      return res.status >= 200 && res.status < 300 ? { delivered: true } : { delivered: false, error: `answered HTTP ${res.status}` };
+    } catch (e) {
+      return { delivered: false, error: attemptError(e, this.options.timeoutMs) };
+    }
+  }
+
+  private report(e: unknown): void {
+    const now = this.options.now();
+    if (now - this.erredAt < 60_000) return;
+    this.erredAt = now;
+    this.options.onError(e);
+  }
+}

@@ -1,0 +1,62 @@
+import type { DatabaseSync, StatementSync } from "node:sqlite";
+import type { AlertAttempt, AlertOutbox, AlertRecord, DueAlert } from "../../core/alerts.ts";
+import { alertFromRow, dueAlertFromRow, type AlertRow } from "../alert-row.ts";
+import { writeTransaction } from "./sqlite-database.ts";
+
+/** Alerts delivered or given up are kept this long, then pruned (at most once an hour). */
+export const alertsKeptMs = 30 * 86_400_000;
+
+/**
+ * The embedded store's alerts (schema step 20: its triggers record them in
+ * the ledger's commits). One gateway serves a data directory, so a claim
+ * only keeps an attempt from being made twice while it runs.
+ */
+export class SqliteAlertOutbox implements AlertOutbox {
+  private readonly db: DatabaseSync;
+  private readonly due: StatementSync;
+  private readonly claim: StatementSync;
+  private readonly delivered: StatementSync;
+  private readonly failed: StatementSync;
+  private readonly byAccount: StatementSync;
+  private readonly prune: StatementSync;
+  private prunedAt = 0;
+
+  constructor(db: DatabaseSync) {
+    this.db = db;
+    this.due = db.prepare(
+      `SELECT l.*, json_extract(a.alerts, '$.url') AS url, a.alert_secret AS secret FROM alerts l LEFT JOIN accounts a ON a.key = l.account
+       WHERE l.next_at IS NOT NULL AND l.next_at <= :now AND l.claimed_until <= :now ORDER BY l.next_at, l.id LIMIT :limit`,
+    );
+    this.due.setReadBigInts(true);
+    this.claim = db.prepare("UPDATE alerts SET attempts = attempts + 1, claimed_until = ? WHERE id = ?");
+    this.delivered = db.prepare("UPDATE alerts SET delivered_at = ?, next_at = NULL, claimed_until = 0, last_error = '' WHERE id = ?");
+    this.failed = db.prepare("UPDATE alerts SET next_at = ?, claimed_until = 0, last_error = ? WHERE id = ?");
+    this.byAccount = db.prepare("SELECT * FROM alerts WHERE account = ? ORDER BY id DESC LIMIT ?");
+    this.byAccount.setReadBigInts(true);
+    this.prune = db.prepare("DELETE FROM alerts WHERE next_at IS NULL AND at < ?");
+  }
+
+  claimDue(now: number, limit: number, claimMs: number): Promise<DueAlert[]> {
+    return Promise.resolve(
+      writeTransaction(this.db, () => {
+        if (now - this.prunedAt >= 3_600_000) {
+          this.prunedAt = now;
+          this.prune.run(now - alertsKeptMs);
+        }
+        const rows = this.due.all({ now, limit }) as unknown as (AlertRow & { url: string | null; secret: string | null })[];
+        for (const r of rows) this.claim.run(now + claimMs, r.id);
+        return rows.map((r) => ({ ...dueAlertFromRow(r), attempts: Number(r.attempts) + 1 }));
+      }),
+    );
+  }
+
+  settle(id: number, attempt: AlertAttempt, now: number, retryAt: number | undefined): Promise<void> {
+    if (attempt.delivered) this.delivered.run(now, id);
+    else this.failed.run(retryAt ?? null, attempt.error, id);
+    return Promise.resolve();
+  }
+
+  recent(account: string, limit: number): Promise<AlertRecord[]> {
+    return Promise.resolve((this.byAccount.all(account, limit) as unknown as AlertRow[]).map(alertFromRow));
+  }
+}

@@ -1,0 +1,49 @@
+import type pg from "pg";
+import type { AlertAttempt, AlertOutbox, AlertRecord, DueAlert } from "../../core/alerts.ts";
+import { alertFromRow, dueAlertFromRow, type AlertRow } from "../alert-row.ts";
+import { alertsKeptMs } from "../embedded/alert-outbox.ts";
+
+const columns = "l.id::text AS id, l.account, l.kind, l.level::text AS level, l.value::text AS value, l.lim::text AS lim, l.day, l.at::text AS at, l.attempts, l.next_at::text AS next_at, l.delivered_at::text AS delivered_at, l.last_error";
+
+/**
+ * The shared store's alerts (schema step 18: its triggers record them in the
+ * ledger's commits). Every replica delivers: a claim takes due alerts no
+ * other replica holds (`FOR UPDATE SKIP LOCKED`) until `claimed_until`, so
+ * each attempt is made by one replica, and one that dies mid-attempt leaves
+ * the alert to another once its claim lapses.
+ */
+export class PostgresAlertOutbox implements AlertOutbox {
+  private readonly pool: pg.Pool;
+  private prunedAt = 0;
+
+  constructor(pool: pg.Pool) {
+    this.pool = pool;
+  }
+
+  async claimDue(now: number, limit: number, claimMs: number): Promise<DueAlert[]> {
+    if (now - this.prunedAt >= 3_600_000) {
+      this.prunedAt = now;
+      await this.pool.query("DELETE FROM alerts WHERE next_at IS NULL AND at < $1", [now - alertsKeptMs]);
+    }
+    const { rows } = await this.pool.query<AlertRow & { url: string | null; secret: string | null }>(
+      `WITH due AS (
+         SELECT id FROM alerts WHERE next_at IS NOT NULL AND next_at <= $1 AND claimed_until <= $1 ORDER BY next_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
+       ), claimed AS (
+         UPDATE alerts SET attempts = attempts + 1, claimed_until = $1 + $3 FROM due WHERE alerts.id = due.id RETURNING alerts.*
+       )
+       SELECT ${columns}, a.alerts ->> 'url' AS url, a.alert_secret AS secret FROM claimed l LEFT JOIN accounts a ON a.key = l.account ORDER BY l.next_at, l.id`,
+      [now, limit, claimMs],
+    );
+    return rows.map(dueAlertFromRow);
+  }
+
+  async settle(id: number, attempt: AlertAttempt, now: number, retryAt: number | undefined): Promise<void> {
+    if (attempt.delivered) await this.pool.query("UPDATE alerts SET delivered_at = $1, next_at = NULL, claimed_until = 0, last_error = '' WHERE id = $2", [now, id]);
+    else await this.pool.query("UPDATE alerts SET next_at = $1, claimed_until = 0, last_error = $2 WHERE id = $3", [retryAt ?? null, attempt.error, id]);
+  }
+
+  async recent(account: string, limit: number): Promise<AlertRecord[]> {
+    const { rows } = await this.pool.query<AlertRow>(`SELECT ${columns} FROM alerts l WHERE l.account = $1 ORDER BY l.id DESC LIMIT $2`, [account, limit]);
+    return rows.map(alertFromRow);
+  }
+}

@@ -1,0 +1,322 @@
+// Usage alerts: an account names a URL, and the gateway tells it, by a signed POST, when the day's charged calls
+// reach shares of the daily maximum and when the balance falls below a floor. The embedded store here, in one
+// process, with a real receiver on loopback that can refuse or stall on purpose; the shared store's replicas are
+// in replicas.test.ts.
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { createHmac } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { alertAttempts, checkAlertSettings } from "../src/core/alerts.ts";
+import { AlertDeliveries } from "../src/exporters/alert-webhooks.ts";
+import { toJsonString } from "@bufbuild/protobuf";
+import { AccountEventKind, AccountSchema, AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
+import { runCli } from "./support/cli.ts";
+import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+
+interface Delivery {
+  readonly path: string;
+  readonly headers: Record<string, string | string[] | undefined>;
+  readonly body: string;
+}
+
+/** A receiver on loopback: it keeps what it was sent and answers as `answer` says (a status, or never). */
+async function receiver(): Promise<{ url: string; got: Delivery[]; answer: (n: number) => number | "never"; server: Server; close(): Promise<void> }> {
+  const r = {
+    url: "",
+    got: [] as Delivery[],
+    answer: (_n: number): number | "never" => 204,
+    server: createServer((req, res) => {
+      let body = "";
+      req.on("data", (c: Buffer) => (body += c.toString()));
+      req.on("end", () => {
+        r.got.push({ path: req.url ?? "", headers: req.headers, body });
+        const status = r.answer(r.got.length);
+        if (status === "never") return;
+        res.statusCode = status;
+        res.end();
+      });
+    }),
+    close: () => new Promise<void>((resolve) => r.server.close(() => resolve())),
+  };
+  await new Promise<void>((resolve) => r.server.listen(0, "127.0.0.1", resolve));
+  r.url = `http://127.0.0.1:${(r.server.address() as { port: number }).port}`;
+  return r;
+}
+
+async function until<T>(what: () => T | undefined, ms = 10_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = what();
+    if (v !== undefined) return v;
+    if (Date.now() > end) throw new Error("timed out");
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** Checks a delivery's Gateway-Signature as a receiver would: HMAC-SHA256 of `<t>.<body>` under the secret. */
+function signedBy(d: Delivery, secret: string): boolean {
+  const m = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(String(d.headers["gateway-signature"]));
+  if (m === null) return false;
+  const t = Number(m[1]);
+  if (Math.abs(Date.now() / 1000 - t) > 300) return false;
+  return createHmac("sha256", secret).update(`${m[1]}.${d.body}`).digest("hex") === m[2];
+}
+
+const ok = { headers: { authorization: `Bearer ${adminToken}` } };
+
+describe("usage alerts, embedded", () => {
+  let gw: GatewayFixture;
+  let hooks: Awaited<ReturnType<typeof receiver>>;
+  beforeAll(async () => {
+    hooks = await receiver();
+    gw = await startGateway({ deliverAlerts: { intervalMs: 50 } });
+  });
+  afterAll(async () => {
+    await gw.close();
+    hooks.server.closeAllConnections();
+    await hooks.close();
+  });
+  afterEach(() => {
+    hooks.got.length = 0;
+    hooks.answer = () => 204;
+  });
+  const admin = () => createClient(AdminService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }));
+  const call = (a: { key: string; secret: string }) => legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: demo.retailNumIid }).then((r) => r.json.error_code);
+
+  it("tells each line the account's calls cross once, signed, as the commit that crossed it recorded it", async () => {
+    const a = await gw.newAccount({ dailyMax: 4, balance: 300_000n, prices: new Map([["retail/item_get", 50_000n]]) });
+    const set = await admin().setAlerts({ key: a.key, alerts: { url: `${hooks.url}/hooks/gw?token=t0ps3cret`, usagePercents: [100, 50], balanceBelow: "0.2" } }, ok);
+    expect(set.secret).toMatch(/^whsec_[A-Za-z0-9_-]{43}$/);
+    expect(set.account!.alerts).toMatchObject({ url: `${hooks.url}/hooks/gw?token=t0ps3cret`, usagePercents: [50, 100], balanceBelow: "0.2" });
+    // Calls 2 (50% of 4) and 4 (100%) cross the usage lines; call 3 leaves 0.15 of the balance, below 0.2; call 5 is refused.
+    const codes = [];
+    for (let i = 0; i < 5; i++) codes.push(await call(a));
+    expect(codes).toEqual(["0000", "0000", "0000", "0000", "4013"]);
+    await until(() => (hooks.got.length >= 3 ? true : undefined));
+    await new Promise((r) => setTimeout(r, 300)); // nothing more comes
+    expect(hooks.got).toHaveLength(3);
+    for (const d of hooks.got) {
+      expect(d.path).toBe("/hooks/gw?token=t0ps3cret");
+      expect(d.headers["content-type"]).toBe("application/json");
+      expect(signedBy(d, set.secret)).toBe(true);
+      expect(signedBy(d, "whsec_another")).toBe(false);
+      expect(d.headers["gateway-alert-id"]).toBe((JSON.parse(d.body) as { id: string }).id);
+    }
+    const bodies = hooks.got.map((d) => JSON.parse(d.body) as { type: string; account: string; data: Record<string, unknown> }).sort((x, y) => (JSON.stringify(x.data) < JSON.stringify(y.data) ? -1 : 1));
+    const day = (bodies.find((b) => b.type === "usage.threshold")!.data as { day: string }).day;
+    expect(day).toMatch(/^\d{4}-\d{2}-\d{2}$/);
+    expect(bodies.map((b) => [b.type, b.account, b.data])).toEqual([
+      ["balance.low", a.key, { balance: "0.15", below: "0.2" }],
+      ["usage.threshold", a.key, { day, percent: 100, calls: 4, dailyMax: 4 }],
+      ["usage.threshold", a.key, { day, percent: 50, calls: 2, dailyMax: 4 }],
+    ]);
+    // What the operator reads: each delivered on its first attempt.
+    const listed = await admin().listAlerts({ key: a.key }, ok);
+    expect(listed.alerts.map((x) => [x.type, x.attempts, x.deliveredAtMs !== undefined, x.nextAttemptMs, x.lastError])).toEqual([
+      ["usage.threshold", 1, true, undefined, ""],
+      ["balance.low", 1, true, undefined, ""],
+      ["usage.threshold", 1, true, undefined, ""],
+    ]);
+    const metrics = await (await fetch(`${gw.base}/metrics`)).text();
+    expect(metrics).toMatch(/gateway_alert_attempts_total\{kind="usage",outcome="delivered"\} 2/);
+    expect(metrics).toMatch(/gateway_alert_attempts_total\{kind="balance",outcome="delivered"\} 1/);
+  });
+
+  it("tells a balance floor each time calls cross it again after a top-up, and nothing for a top-up itself", async () => {
+    const a = await gw.newAccount({ balance: 120_000n, prices: new Map([["retail/item_get", 50_000n]]) });
+    await admin().setAlerts({ key: a.key, alerts: { url: hooks.url, balanceBelow: "0.1" } }, ok);
+    expect(await call(a)).toBe("0000"); // 0.07: below
+    expect(await call(a)).toBe("0000"); // 0.02: still below, not told again
+    await admin().topUp({ key: a.key, amount: "0.1" }, ok); // 0.12
+    expect(await call(a)).toBe("0000"); // 0.07: below again
+    await until(() => (hooks.got.length >= 2 ? true : undefined));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(hooks.got.map((d) => (JSON.parse(d.body) as { data: unknown }).data)).toEqual([
+      { balance: "0.07", below: "0.1" },
+      { balance: "0.07", below: "0.1" },
+    ]);
+  });
+
+  it("keeps the secret when the settings change, makes another when asked, and drops it with the alerts; the history shows neither it nor the URL's path", async () => {
+    const a = await gw.newAccount({});
+    const c = admin();
+    const first = await c.setAlerts({ key: a.key, alerts: { url: "https://hooks.example.com/T0/B1/s3cr3tpath", usagePercents: [80] } }, ok);
+    expect(first.secret).not.toBe("");
+    const changed = await c.setAlerts({ key: a.key, alerts: { url: "https://hooks.example.com/T0/B1/s3cr3tpath", usagePercents: [80, 90] } }, ok);
+    expect(changed.secret).toBe(""); // the same secret goes on
+    const renewed = await c.setAlerts({ key: a.key, alerts: { url: "https://hooks.example.com/T0/B1/s3cr3tpath", usagePercents: [80, 90] }, newSecret: true }, ok);
+    expect(renewed.secret).toMatch(/^whsec_/);
+    expect(renewed.secret).not.toBe(first.secret);
+    const off = await c.setAlerts({ key: a.key }, ok);
+    expect(off.account!.alerts).toBeUndefined();
+    const history = await c.getAccountHistory({ key: a.key }, ok);
+    const alertEvents = history.events.filter((e) => e.kind === AccountEventKind.ALERTS);
+    expect(alertEvents.map((e) => e.changes.map((ch) => [ch.field, ch.before, ch.after]))).toEqual([
+      [["alerts", "", "https://hooks.example.com/…; at 80%"], ["alertSecret", "", "made"]],
+      [["alerts", "https://hooks.example.com/…; at 80%", "https://hooks.example.com/…; at 80%,90%"]],
+      [["alertSecret", "", "made"]],
+      [["alerts", "https://hooks.example.com/…; at 80%,90%", ""], ["alertSecret", "", "removed"]],
+    ]);
+    const text = JSON.stringify(history.events.map((e) => e.changes));
+    expect(text).not.toContain("s3cr3tpath");
+    for (const s of [first.secret, renewed.secret]) expect(text).not.toContain(s);
+    // GetAccount shows the URL to an admin, never the secret.
+    await c.setAlerts({ key: a.key, alerts: { url: "https://hooks.example.com/x", balanceBelow: "1" } }, ok);
+    const shown = (await c.getAccount({ key: a.key }, ok)).account!;
+    expect(shown.alerts).toMatchObject({ url: "https://hooks.example.com/x", usagePercents: [], balanceBelow: "1" });
+    expect(toJsonString(AccountSchema, shown)).not.toMatch(/whsec_/);
+  });
+
+  it("refuses settings it cannot keep, without repeating the URL", async () => {
+    const a = await gw.newAccount({});
+    const refused = async (alerts: { url: string; usagePercents?: number[]; balanceBelow?: string }) => {
+      const e = await admin()
+        .setAlerts({ key: a.key, alerts: { usagePercents: [], ...alerts } }, ok)
+        .then(() => undefined, ConnectError.from);
+      expect(e?.code).toBe(Code.InvalidArgument);
+      expect(e?.rawMessage).not.toContain("hunter2");
+      return e!.rawMessage;
+    };
+    expect(await refused({ url: "ftp://h/hunter2", usagePercents: [80] })).toMatch(/http or https/);
+    expect(await refused({ url: "https://me:hunter2@h/", usagePercents: [80] })).toMatch(/user or password/);
+    expect(await refused({ url: "not a url hunter2", usagePercents: [80] })).toMatch(/not a URL/);
+    expect(await refused({ url: "https://h/hunter2", usagePercents: [0] })).toMatch(/1 to 1000/);
+    expect(await refused({ url: "https://h/hunter2", usagePercents: [1001] })).toMatch(/1 to 1000/);
+    expect(await refused({ url: "https://h/hunter2", usagePercents: [1, 2, 3, 4, 5, 6, 7, 8, 9] })).toMatch(/at most 8/);
+    expect(await refused({ url: "https://h/hunter2" })).toMatch(/usage share or a balance floor/);
+    expect(await refused({ url: "https://h/hunter2", balanceBelow: "0" })).toMatch(/above 0/);
+    expect(await refused({ url: "https://h/hunter2", balanceBelow: "-1" })).toMatch(/amount/);
+    const e = await admin()
+      .setAlerts({ key: a.key, newSecret: true }, ok)
+      .then(() => undefined, ConnectError.from);
+    expect(e?.code).toBe(Code.InvalidArgument);
+    expect(() => checkAlertSettings({ url: "https://h/#frag", usagePercents: [5] })).toThrow(/fragment/);
+    // Nothing was set by any of them.
+    expect((await admin().getAccount({ key: a.key }, ok)).account!.alerts).toBeUndefined();
+  });
+});
+
+describe("delivering alerts: retries, a receiver that stalls, giving up, a restart", () => {
+  let hooks: Awaited<ReturnType<typeof receiver>>;
+  const dirs: string[] = [];
+  beforeAll(async () => {
+    hooks = await receiver();
+  });
+  afterAll(async () => {
+    hooks.server.closeAllConnections();
+    await hooks.close();
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  });
+  afterEach(() => {
+    hooks.got.length = 0;
+    hooks.answer = () => 204;
+  });
+
+  it("tries again with the same id after a refusal or no answer, doubling the wait, and gives up after the last attempt", async () => {
+    const gw = await startGateway(); // no deliveries of its own: the test drives them, on a clock it moves
+    try {
+      const a = await gw.newAccount({ dailyMax: 1 });
+      await gw.runtime.admin.setAlerts(a.key, { url: hooks.url, usagePercents: [100] });
+      expect((await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
+      let now = Date.now();
+      const outcomes: string[] = [];
+      const deliveries = new AlertDeliveries(gw.runtime.alerts, { now: () => now, timeoutMs: 300, onAttempt: (_k, o) => outcomes.push(o) });
+      hooks.answer = (n) => (n === 1 ? 503 : n === 2 ? "never" : 500);
+      expect(await deliveries.poll()).toBe(1); // 503
+      expect(await deliveries.poll()).toBe(0); // not due for 10 s
+      const [first] = await gw.runtime.alerts.recent(a.key, 1);
+      expect([first!.attempts, first!.lastError, first!.nextAt! - now >= 10_000 && first!.nextAt! - now < 11_000]).toEqual([1, "answered HTTP 503", true]);
+      const waits: number[] = [];
+      for (let attempt = 2; attempt <= alertAttempts; attempt++) {
+        const [before] = await gw.runtime.alerts.recent(a.key, 1);
+        waits.push(Math.round((before!.nextAt! - now) / 1000));
+        now = before!.nextAt!;
+        expect(await deliveries.poll()).toBe(1);
+      }
+      expect(await deliveries.poll()).toBe(0);
+      const [last] = await gw.runtime.alerts.recent(a.key, 1);
+      expect([last!.attempts, last!.nextAt, last!.deliveredAt, last!.lastError]).toEqual([alertAttempts, undefined, undefined, "answered HTTP 500"]);
+      // 10 s after the first, then doubling; the stalled attempt (the second) failed at 300 ms.
+      expect(waits).toEqual([10, 20, 40, 80, 160, 320, 640, 1280, 2560, ...Array(alertAttempts - 10).fill(3600)]);
+      expect(outcomes).toEqual([...Array(alertAttempts - 1).fill("retried"), "given_up"]);
+      expect(new Set(hooks.got.map((d) => d.headers["gateway-alert-id"]))).toEqual(new Set([`alert-${last!.id}`]));
+      expect(hooks.got).toHaveLength(alertAttempts);
+      const stalled = await gw.runtime.alerts.recent(a.key, 1);
+      expect(stalled[0]!.lastError).not.toContain("127.0.0.1");
+    } finally {
+      hooks.server.closeAllConnections();
+      await gw.close();
+    }
+  });
+
+  it("says when a receiver did not answer in time, and when the account's alerts were turned off meanwhile", async () => {
+    const gw = await startGateway();
+    try {
+      const a = await gw.newAccount({ dailyMax: 2 });
+      await gw.runtime.admin.setAlerts(a.key, { url: `${hooks.url}/x`, usagePercents: [50, 100] });
+      hooks.answer = () => "never";
+      for (let i = 0; i < 2; i++) await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: demo.retailNumIid });
+      let now = Date.now();
+      const deliveries = new AlertDeliveries(gw.runtime.alerts, { now: () => now, timeoutMs: 200 });
+      expect(await deliveries.poll()).toBe(2);
+      expect((await gw.runtime.alerts.recent(a.key, 2)).map((r) => r.lastError)).toEqual(["no answer within 200 ms", "no answer within 200 ms"]);
+      await gw.runtime.admin.setAlerts(a.key, null);
+      now += 60_000;
+      expect(await deliveries.poll()).toBe(2);
+      expect((await gw.runtime.alerts.recent(a.key, 2)).map((r) => [r.lastError, r.nextAt])).toEqual([
+        ["the account's alerts were turned off", undefined],
+        ["the account's alerts were turned off", undefined],
+      ]);
+      expect(hooks.got).toHaveLength(2); // nothing sent once they were off
+    } finally {
+      hooks.server.closeAllConnections();
+      await gw.close();
+    }
+  });
+
+  it("keeps what it has not delivered through a restart, and delivers it then", async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "gateway-alerts-"));
+    dirs.push(dataDir);
+    const first = await startGateway({ dataDir }); // delivers nothing
+    const a = await first.newAccount({ dailyMax: 2 });
+    await first.runtime.admin.setAlerts(a.key, { url: hooks.url, usagePercents: [100] });
+    for (let i = 0; i < 2; i++) await legacyGet(first.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: demo.retailNumIid });
+    await first.close();
+    expect(hooks.got).toHaveLength(0);
+    const second = await startGateway({ dataDir, deliverAlerts: { intervalMs: 50 } });
+    try {
+      await until(() => (hooks.got.length > 0 ? true : undefined));
+      expect(JSON.parse(hooks.got[0]!.body)).toMatchObject({ type: "usage.threshold", account: a.key, data: { percent: 100, calls: 2, dailyMax: 2 } });
+    } finally {
+      await second.close();
+    }
+  });
+
+  it("is set, shown and turned off from the CLI, which prints the secret once", async () => {
+    const gw = await startGateway();
+    try {
+      const a = await gw.newAccount({});
+      const env = { GATEWAY_DATA_DIR: gw.config.dataDir };
+      const set = await runCli(["accounts", "alerts", a.key, "--url", `${hooks.url}/h?k=v`, "--balance-below", "2.5"], env);
+      expect(set.code).toBe(0);
+      expect(set.stdout).toContain(`${a.key}: alerts to ${hooks.url}/…; at 80%,100%; balance below 2.5`);
+      expect(set.stdout).toMatch(/alert secret: whsec_\S{43}/);
+      const again = await runCli(["accounts", "alerts", a.key, "--at", "90"], env);
+      expect(again.stdout).toContain(`alerts to ${hooks.url}/…; at 90%; balance below 2.5`);
+      expect(again.stdout).not.toContain("whsec_");
+      const listed = (JSON.parse((await runCli(["accounts", "list", "--json"], env)).stdout) as { key: string; alerts: string }[]).find((x) => x.key === a.key)!;
+      expect(listed.alerts).toBe(`${hooks.url}/…; at 90%; balance below 2.5`);
+      const off = await runCli(["accounts", "alerts", a.key, "--off"], env);
+      expect(off.stdout).toContain(`${a.key}: no alerts`);
+      const bad = await runCli(["accounts", "alerts", a.key, "--at", "80"], env);
+      expect(bad.code).not.toBe(0);
+      expect(bad.stderr).toMatch(/give --url/);
+    } finally {
+      await gw.close();
+    }
+  });
+});
