@@ -14,7 +14,16 @@ import { alertAttempts, checkAlertSettings } from "../src/core/alerts.ts";
 import { AlertDeliveries } from "../src/exporters/alert-webhooks.ts";
 import { toJsonString } from "@bufbuild/protobuf";
 import { AccountEventKind, AccountSchema, AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
+import type pg from "pg";
+import { AccountAdmin } from "../src/core/account-admin.ts";
+import { systemClock } from "../src/core/clock.ts";
+import { operations } from "../src/operations/index.ts";
+import { PostgresAccountStore } from "../src/stores/postgres/account-store.ts";
+import { PostgresAlertOutbox } from "../src/stores/postgres/alert-outbox.ts";
+import { PostgresMeter } from "../src/stores/postgres/meter.ts";
+import { migrateSchema, openPostgres } from "../src/stores/postgres/postgres-database.ts";
 import { runCli } from "./support/cli.ts";
+import { freshDatabase } from "./support/postgres.ts";
 import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
 interface Delivery {
@@ -318,5 +327,76 @@ describe("delivering alerts: retries, a receiver that stalls, giving up, a resta
     } finally {
       await gw.close();
     }
+  });
+});
+
+describe("the shared store's alerts", () => {
+  let db: Awaited<ReturnType<typeof freshDatabase>>;
+  const pools: pg.Pool[] = [];
+  const meters: PostgresMeter[] = [];
+  beforeAll(async () => {
+    db = await freshDatabase("alerts");
+    for (let i = 0; i < 2; i++) pools.push(openPostgres(db.url, { max: 8 }));
+    await migrateSchema(pools[0]!);
+  });
+  afterAll(async () => {
+    for (const m of meters) m.close();
+    await Promise.all(pools.map((p) => p.end()));
+    await db?.drop();
+  });
+
+  it("records each line once when two replicas' commits move one count at once, and hands each alert to one replica at a time", async () => {
+    const meter = new PostgresMeter(pools[0]!);
+    meters.push(meter);
+    const admin = new AccountAdmin(new PostgresAccountStore(pools[0]!), meter, systemClock, operations);
+    const { account } = await admin.create({ dailyMax: 200 });
+    await admin.setAlerts(account.key, { url: "https://hooks.example.com/x", usagePercents: [10, 25, 50, 75, 100] });
+    // 200 commits of one call each, from both "replicas" at once, as the meter's commit moves the count.
+    await Promise.all(
+      Array.from({ length: 200 }, (_, i) =>
+        pools[i % 2]!.query("INSERT INTO usage_daily (account, day, charged) VALUES ($1, '2026-11-27', 1) ON CONFLICT (account, day) DO UPDATE SET charged = usage_daily.charged + excluded.charged", [account.key]),
+      ),
+    );
+    const rows = (await pools[0]!.query("SELECT level::int AS level, value::int AS value FROM alerts WHERE account = $1 ORDER BY level", [account.key])).rows;
+    // Each line exactly once, by the commit that reached it: one call a commit, so the count it left is the line.
+    expect(rows).toEqual([10, 25, 50, 75, 100].map((p) => ({ level: p, value: 2 * p })));
+    // Both replicas claim at once: between them every alert, none twice.
+    const [r1, r2] = pools.map((p) => new PostgresAlertOutbox(p));
+    const now = Date.now() + 1000;
+    const [c1, c2] = await Promise.all([r1!.claimDue(now, 3, 30_000), r2!.claimDue(now, 3, 30_000)]);
+    const ids = [...c1, ...c2].map((a) => a.id);
+    expect(ids).toHaveLength(5);
+    expect(new Set(ids).size).toBe(5);
+    for (const a of [...c1, ...c2]) expect([a.url, a.attempts, a.secret.startsWith("whsec_")]).toEqual(["https://hooks.example.com/x", 1, true]);
+    // Claimed, they are no one else's until the claim lapses (a replica that died mid-attempt): then another takes them.
+    expect(await r1!.claimDue(now + 29_000, 10, 30_000)).toEqual([]);
+    const again = await r2!.claimDue(now + 31_000, 10, 30_000);
+    expect(again.map((a) => [a.id, a.attempts]).sort()).toEqual(ids.sort().map((id) => [id, 2]));
+    // Settled: delivered is done; failed waits for its time.
+    await r1!.settle(again[0]!.id, { delivered: true }, now + 31_500, undefined);
+    for (const a of again.slice(1)) await r2!.settle(a.id, { delivered: false, error: "answered HTTP 500" }, now + 31_500, now + 60_000);
+    expect(await r1!.claimDue(now + 59_000, 10, 30_000)).toEqual([]);
+    expect((await r1!.claimDue(now + 60_000, 10, 30_000)).map((a) => a.id).sort()).toEqual(again.slice(1).map((a) => a.id).sort());
+    const recent = await r1!.recent(account.key, 10);
+    expect(recent.filter((a) => a.deliveredAt !== undefined).map((a) => a.id)).toEqual([again[0]!.id]);
+  });
+
+  it("tells a balance floor crossed by a commit's deduction, and not one a top-up raised the balance past", async () => {
+    const meter = new PostgresMeter(pools[1]!);
+    meters.push(meter);
+    const admin = new AccountAdmin(new PostgresAccountStore(pools[1]!), meter, systemClock, operations);
+    const { account } = await admin.create({ balance: 1_000_000n });
+    await admin.setAlerts(account.key, { url: "https://hooks.example.com/x", usagePercents: [], balanceBelow: 500_000n });
+    const deduct = (n: bigint) => pools[1]!.query("UPDATE balances SET micros = micros - $1 WHERE account = $2", [n.toString(), account.key]);
+    await deduct(400_000n); // 0.6
+    await deduct(200_000n); // 0.4: below
+    await deduct(100_000n); // 0.3: still below
+    await admin.topUp(account.key, 1_000_000n); // 1.3
+    await deduct(900_000n); // 0.4: below again
+    const rows = (await pools[1]!.query("SELECT kind, level::text AS level, value::text AS value FROM alerts WHERE account = $1 ORDER BY id", [account.key])).rows;
+    expect(rows).toEqual([
+      { kind: "balance", level: "500000", value: "400000" },
+      { kind: "balance", level: "500000", value: "400000" },
+    ]);
   });
 });

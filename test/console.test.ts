@@ -1,12 +1,15 @@
 // The console in a real browser: Debian's Chromium, headless, driving the
 // page the gateway serves, which talks to it only through Connect-Web.
 // Screenshots of each screen go to test-results/console/ (not committed).
+import { createHmac } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
+import { createServer } from "node:http";
 import { join } from "node:path";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 import { chromiumPath, launchChromium, recordRequests, screenshotDir } from "./support/browser.ts";
+import { AlertDeliveries } from "../src/exporters/alert-webhooks.ts";
 
 const shots = screenshotDir("console");
 let gw: GatewayFixture;
@@ -217,6 +220,69 @@ describe("the console", () => {
     await page.getByText("Stop: done.").waitFor();
     await expect.poll(() => detail.locator("details.history tbody tr").count()).toBe(16);
     await page.close();
+  });
+
+  it("sets an account's alerts, shows their secret once, lists what they told, and turns them off", async () => {
+    const got: { body: string; signature: string }[] = [];
+    const hooks = createServer((req, res) => {
+      let body = "";
+      req.on("data", (c: Buffer) => (body += c.toString()));
+      req.on("end", () => {
+        got.push({ body, signature: String(req.headers["gateway-signature"]) });
+        res.end();
+      });
+    });
+    await new Promise<void>((resolve) => hooks.listen(0, "127.0.0.1", resolve));
+    const deliveries = new AlertDeliveries(gw.runtime.alerts);
+    try {
+      const hookUrl = `http://127.0.0.1:${(hooks.address() as { port: number }).port}/alerts?token=in-the-url`;
+      const { key, secret } = await gw.newAccount({ name: "alerts-target", dailyMax: 2 });
+      const { page } = await signedIn();
+      await page.getByLabel("Search accounts").fill("alerts-target");
+      await expect.poll(() => page.locator("table.accounts tbody tr").count()).toBe(1);
+      await page.getByRole("button", { name: "alerts-target" }).click();
+      const form = page.getByRole("form", { name: `Alerts of ${key}` });
+      await form.getByLabel("Alert URL").fill(hookUrl);
+      // A share the form cannot read is refused before it is sent.
+      await form.getByLabel("At % of the day").fill("50, lots");
+      await form.getByRole("button", { name: "Set alerts" }).click();
+      const detail = page.getByRole("region", { name: `Account ${key}` });
+      await expect.poll(() => detail.getByRole("alert").textContent()).toContain('not "lots"');
+      await form.getByLabel("At % of the day").fill("50, 100");
+      await form.getByRole("button", { name: "Set alerts" }).click();
+      await page.getByText("Set alerts: done.").waitFor();
+      const alertSecret = (await page.getByRole("region", { name: `Alert secret of ${key}` }).getByTestId("new-secret").textContent())!;
+      expect(alertSecret).toMatch(/^whsec_/);
+      expect((await gw.runtime.admin.get(key)).alerts).toEqual({ url: hookUrl, usagePercents: [50, 100] });
+      // Two calls cross both lines; the alerts are delivered, signed with the secret shown, and listed with their delivery.
+      for (let i = 0; i < 2; i++) expect((await legacyGet(gw.base, "/retail/item_get/", { key, secret, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
+      expect(await deliveries.poll()).toBe(2);
+      expect(got).toHaveLength(2);
+      for (const g of got) {
+        const [, t, v1] = /^t=(\d+),v1=([0-9a-f]+)$/.exec(g.signature)!;
+        expect(createHmac("sha256", alertSecret).update(`${t}.${g.body}`).digest("hex")).toBe(v1);
+      }
+      const told = detail.locator("details.alerts");
+      await told.locator("summary").click();
+      await expect.poll(() => told.locator("tbody tr").count()).toBe(2);
+      const rows = await told.locator("tbody tr td:nth-child(3)").allTextContents();
+      expect(rows[0]).toMatch(/^100% of 2 reached on \d{4}-\d\d-\d\d \(2 calls\)$/);
+      expect(rows[1]).toMatch(/^50% of 2 reached on .* \(1 calls\)$/);
+      for (const d of await told.locator("tbody tr td:nth-child(4)").allTextContents()) expect(d).toMatch(/^delivered /);
+      await page.screenshot({ path: join(shots, "4c-account-alerts.png"), fullPage: true });
+      // The history names the URL's origin only.
+      const history = detail.locator("details.history");
+      await history.locator("summary").click();
+      await expect.poll(() => history.textContent()).toContain("alertSecret: (none) → made");
+      expect(await history.textContent()).not.toContain("in-the-url");
+      await form.getByRole("button", { name: "Turn alerts off" }).click();
+      await page.getByText("Turn alerts off: done.").waitFor();
+      expect((await gw.runtime.admin.get(key)).alerts).toBeUndefined();
+      await page.close();
+    } finally {
+      hooks.closeAllConnections();
+      await new Promise((r) => hooks.close(r));
+    }
   });
 
   it("puts an operation under maintenance and ends it, showing who switched it and when", async () => {

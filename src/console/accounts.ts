@@ -1,8 +1,9 @@
 // Accounts: list with search and status; create (showing the secret once);
 // stop and resume; enable, stop or add an operation; set the plan; top up;
-// rotate the secret; read the account's history. Every action is an
+// rotate the secret; set its usage alerts and read how they were delivered;
+// read the account's history. Every action is an
 // AdminService call whose error is shown in words beside it.
-import { AccountEventKind, AccountStatus, OperationState, type Account, type TopUpResponse } from "../gen/gateway/admin/v1/admin_pb.js";
+import { AccountEventKind, AccountStatus, OperationState, type Account, type SetAlertsResponse, type TopUpResponse } from "../gen/gateway/admin/v1/admin_pb.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { formatRate, parseRate } from "../core/call-rate.ts";
 import { inWords, isUnauthenticated } from "./api.ts";
@@ -14,14 +15,22 @@ const unset = (field: string) => (field === "allowedFrom" ? "(any)" : "(none)");
 
 const stateNames: Record<number, string> = { [OperationState.ENABLED]: "enabled", [OperationState.STOPPED]: "stopped" };
 
+/** A secret to show once: whose, and what it is for (an account's secret, or the one its alerts are signed with). */
+export interface ShownSecret {
+  readonly key: string;
+  readonly secret: string;
+  readonly title?: string;
+  readonly note?: string;
+}
+
 /** A secret shown once, with a copy button; it is not kept anywhere after the panel is closed. */
-function secretPanel(title: string, key: string, secret: string): HTMLElement {
+function secretPanel({ key, secret, title = `New secret of ${key}`, note = "This secret is shown once. Store it now: the gateway keeps only a hash of it." }: ShownSecret): HTMLElement {
   const status = h("span", { "aria-live": "polite", class: "muted" });
   const panel = h(
     "section",
     { class: "card secret", "aria-label": title },
     h("h2", {}, title),
-    h("p", {}, "This secret is shown once. Store it now: the gateway keeps only a hash of it."),
+    h("p", {}, note),
     h("dl", {}, h("dt", {}, "Key"), h("dd", {}, h("code", { "data-testid": "new-key" }, key)), h("dt", {}, "Secret"), h("dd", {}, h("code", { "data-testid": "new-secret" }, secret))),
     h(
       "button",
@@ -169,14 +178,69 @@ function historySection(shell: Shell, key: string): HTMLElement {
   return details;
 }
 
+/** Shares of the daily maximum as the alerts form has them (`80, 100`, `90%`, `none`); a word that is not a whole number is refused here. */
+function percents(text: string): number[] {
+  const words = text.split(/[\s,%]+/).filter((w) => w !== "");
+  if (words.length === 1 && words[0] === "none") return [];
+  for (const w of words) if (!/^[0-9]{1,4}$/.test(w)) throw new ConnectError(`an alert's share of the day is a whole percent, not ${JSON.stringify(w)}`, Code.InvalidArgument);
+  return words.map(Number);
+}
+
+const alertsOpen = new Set<string>();
+
+/** The account's alerts (ListAlerts), read when opened: what each told, and how its delivery went. */
+function alertsSection(shell: Shell, key: string): HTMLElement {
+  const body = h("div", {}, h("p", { class: "muted" }, "Reading the alerts…"));
+  const details = h("details", { class: "alerts", open: alertsOpen.has(key) }, h("summary", {}, "Alerts told"), body);
+  let read = false;
+  const load = async () => {
+    read = true;
+    try {
+      const { alerts } = await shell.client.listAlerts({ key, limit: 50 });
+      const when = (ms: bigint) => new Date(Number(ms)).toLocaleString();
+      const rows = alerts.map((a) => {
+        const what = a.type === "usage.threshold" ? `${a.percent}% of ${a.dailyMax} reached on ${a.day} (${a.calls} calls)` : `balance ${a.balance}, below ${a.below}`;
+        const delivery =
+          a.deliveredAtMs !== undefined
+            ? `delivered ${when(a.deliveredAtMs)}`
+            : a.nextAttemptMs !== undefined
+              ? `attempt ${a.attempts + 1} at ${when(a.nextAttemptMs)}${a.lastError ? ` (${a.lastError})` : ""}`
+              : `given up after ${a.attempts} (${a.lastError})`;
+        return h("tr", {}, h("td", {}, when(a.createdAtMs)), h("td", {}, h("code", {}, a.id)), h("td", {}, what), h("td", {}, delivery));
+      });
+      body.replaceChildren(
+        alerts.length === 0
+          ? h("p", { class: "muted" }, "No alerts told yet.")
+          : h(
+              "table",
+              {},
+              h("caption", {}, `${alerts.length} ${alerts.length === 1 ? "alert" : "alerts"}, newest first`),
+              h("thead", {}, h("tr", {}, ...["When", "Id", "What", "Delivery"].map((t) => h("th", { scope: "col" }, t)))),
+              h("tbody", {}, ...rows),
+            ),
+      );
+    } catch (err) {
+      if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
+      body.replaceChildren(notice("error", inWords(err)));
+    }
+  };
+  details.addEventListener("toggle", () => {
+    if (!details.open) return void alertsOpen.delete(key);
+    alertsOpen.add(key);
+    if (!read) void load();
+  });
+  if (details.open) void load();
+  return details;
+}
+
 /**
  * An account's detail. `refresh` lists the accounts again and says what was done; `begun` clears what the last
  * action said, so an action that says the same ("Set plan: done." twice) is not taken as done before it is.
  */
-function accountDetail(shell: Shell, account: Account, refresh: (message?: string, secret?: { key: string; secret: string }) => Promise<void>, begun: () => void): HTMLElement {
+function accountDetail(shell: Shell, account: Account, refresh: (message?: string, secret?: ShownSecret) => Promise<void>, begun: () => void): HTMLElement {
   const status = h("div", { "aria-live": "polite" });
   // `said`: what the action did, where "done" would not say it (a top-up whose reference was used: nothing added).
-  const act = (label: string, run: () => Promise<unknown>, after?: (result: unknown) => { key: string; secret: string } | undefined, said?: (result: unknown) => string | undefined) => async () => {
+  const act = (label: string, run: () => Promise<unknown>, after?: (result: unknown) => ShownSecret | undefined, said?: (result: unknown) => string | undefined) => async () => {
     begun();
     status.replaceChildren(notice("ok", `${label}…`));
     try {
@@ -245,6 +309,27 @@ function accountDetail(shell: Shell, account: Account, refresh: (message?: strin
     field("Reference", h("input", { name: "reference", autocomplete: "off" }), "the payment it is for (optional): one top-up per reference"),
     h("button", { type: "submit" }, "Top up"),
   );
+  const alertSecret = (r: unknown): ShownSecret | undefined => {
+    const made = (r as SetAlertsResponse).secret;
+    return made ? { key, secret: made, title: `Alert secret of ${key}`, note: "This alert secret is shown once. Give it to the receiver: it checks each alert's Gateway-Signature with it." } : undefined;
+  };
+  const alerts = h(
+    "form",
+    {
+      class: "inline",
+      "aria-label": `Alerts of ${key}`,
+      onsubmit: (e: Event) => {
+        e.preventDefault();
+        const { url = "", at = "", below = "" } = formValues(alerts);
+        void act("Set alerts", () => shell.client.setAlerts({ key, alerts: { url: url.trim(), usagePercents: percents(at), ...(below.trim() !== "" ? { balanceBelow: below.trim() } : {}) } }), alertSecret)();
+      },
+    },
+    field("Alert URL", h("input", { name: "url", type: "url", value: account.alerts?.url ?? "", placeholder: "https://…" }), "told by a signed POST"),
+    field("At % of the day", h("input", { name: "at", value: account.alerts ? account.alerts.usagePercents.join(", ") || "none" : "80, 100" }), "whole percents, or none"),
+    field("Balance below", h("input", { name: "below", inputmode: "decimal", value: account.alerts?.balanceBelow ?? "" }), "an amount (optional)"),
+    h("button", { type: "submit" }, "Set alerts"),
+    account.alerts !== undefined && h("button", { type: "button", class: "secondary", onclick: act("Turn alerts off", () => shell.client.setAlerts({ key })) }, "Turn alerts off"),
+  );
   // How long a rotation keeps the secret it replaces working (RotateSecret's keepOldSeconds).
   const keepOld = h(
     "select",
@@ -284,7 +369,9 @@ function accountDetail(shell: Shell, account: Account, refresh: (message?: strin
     h("table", {}, h("caption", {}, "Operations"), h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Operation"), h("th", { scope: "col" }, "State"), h("th", { scope: "col" }, "Price"), h("th", { scope: "col" }, "Change"))), h("tbody", {}, ...opRows)),
     plan,
     account.balance !== undefined ? topUp : h("p", { class: "muted" }, "Not billed by balance."),
+    alerts,
     status,
+    alertsSection(shell, key),
     historySection(shell, key),
   );
 }
@@ -353,10 +440,10 @@ export async function accountsView(main: HTMLElement, shell: Shell): Promise<voi
     return true;
   };
 
-  const refresh = async (message?: string, secret?: { key: string; secret: string }) => {
+  const refresh = async (message?: string, secret?: ShownSecret) => {
     if (!(await load(false))) return;
     if (message) news.replaceChildren(notice("ok", message));
-    if (secret) secrets.replaceChildren(secretPanel(`New secret of ${secret.key}`, secret.key, secret.secret));
+    if (secret) secrets.replaceChildren(secretPanel(secret));
     render();
   };
 
