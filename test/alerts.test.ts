@@ -16,7 +16,7 @@ import { toJsonString } from "@bufbuild/protobuf";
 import { AccountEventKind, AccountSchema, AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import type pg from "pg";
 import { AccountAdmin } from "../src/core/account-admin.ts";
-import { systemClock } from "../src/core/clock.ts";
+import { dayOf, nextDay, systemClock } from "../src/core/clock.ts";
 import { operations } from "../src/operations/index.ts";
 import { PostgresAccountStore } from "../src/stores/postgres/account-store.ts";
 import { PostgresAlertOutbox } from "../src/stores/postgres/alert-outbox.ts";
@@ -76,6 +76,12 @@ function signedBy(d: Delivery, secret: string): boolean {
 }
 
 const ok = { headers: { authorization: `Bearer ${adminToken}` } };
+
+const nextDays = (day: string, n: number) => {
+  let d = day;
+  for (let i = 0; i < n; i++) d = nextDay(d);
+  return d;
+};
 
 describe("usage alerts, embedded", () => {
   let gw: GatewayFixture;
@@ -196,7 +202,9 @@ describe("usage alerts, embedded", () => {
     expect(await refused({ url: "https://h/hunter2", usagePercents: [0] })).toMatch(/1 to 1000/);
     expect(await refused({ url: "https://h/hunter2", usagePercents: [1001] })).toMatch(/1 to 1000/);
     expect(await refused({ url: "https://h/hunter2", usagePercents: [1, 2, 3, 4, 5, 6, 7, 8, 9] })).toMatch(/at most 8/);
-    expect(await refused({ url: "https://h/hunter2" })).toMatch(/usage share or a balance floor/);
+    expect(await refused({ url: "https://h/hunter2" })).toMatch(/a usage share, a balance floor or a key's expiry/);
+    expect(await refused({ url: "https://h/hunter2", expiryDays: 0 } as never)).toMatch(/1 to 365/);
+    expect(await refused({ url: "https://h/hunter2", expiryDays: 366 } as never)).toMatch(/1 to 365/);
     expect(await refused({ url: "https://h/hunter2", balanceBelow: "0" })).toMatch(/above 0/);
     expect(await refused({ url: "https://h/hunter2", balanceBelow: "-1" })).toMatch(/amount/);
     const e = await admin()
@@ -262,6 +270,44 @@ describe("delivering alerts: retries, a receiver that stalls, giving up, a resta
     }
   });
 
+  it("tells a key's coming last day once, within the days asked for, in the account's zone", async () => {
+    const gw = await startGateway();
+    try {
+      const inDays = (n: number, zone = "Asia/Shanghai") => nextDays(dayOf(Date.now(), zone), n);
+      const make = async (expires: string, expiryDays: number, zone = "Asia/Shanghai") => {
+        const a = await gw.newAccount({ expires, zone });
+        await gw.runtime.admin.setAlerts(a.key, { url: hooks.url, usagePercents: [], expiryDays });
+        return a.key;
+      };
+      const soon = await make(inDays(10), 14);
+      const edge = await make(inDays(14), 14);
+      const later = await make(inDays(15), 14);
+      const today = await make(inDays(0, "Pacific/Kiritimati"), 1, "Pacific/Kiritimati");
+      const stopped = await make(inDays(3), 14);
+      await gw.runtime.admin.setStatus(stopped, "stopped");
+      const now = Date.now();
+      expect(await gw.runtime.alerts.recordExpiring(now)).toBe(3);
+      expect(await gw.runtime.alerts.recordExpiring(now + 60_000)).toBe(0); // once per last day
+      const told = async (key: string) => (await gw.runtime.alerts.recent(key, 5)).map((r) => [r.kind, r.day, Number(r.level), Number(r.value)]);
+      expect(await told(soon)).toEqual([["expiry", inDays(10), 14, 10]]);
+      expect(await told(edge)).toEqual([["expiry", inDays(14), 14, 14]]);
+      expect(await told(later)).toEqual([]);
+      expect(await told(today)).toEqual([["expiry", inDays(0, "Pacific/Kiritimati"), 1, 0]]);
+      expect(await told(stopped)).toEqual([]);
+      // Delivered as the receiver reads it.
+      const deliveries = new AlertDeliveries(gw.runtime.alerts, { now: () => now, expiryEveryMs: Infinity });
+      expect(await deliveries.poll()).toBe(3);
+      const soonBody = hooks.got.map((d) => JSON.parse(d.body) as { type: string; account: string; data: unknown }).find((b) => b.account === soon)!;
+      expect(soonBody).toMatchObject({ type: "key.expiring", data: { expires: inDays(10), daysLeft: 10 } });
+      // A key given a later last day is told again when that one comes near.
+      await gw.runtime.admin.setPlan(soon, { expires: inDays(12) });
+      expect(await gw.runtime.alerts.recordExpiring(now)).toBe(1);
+      expect((await told(soon))[0]).toEqual(["expiry", inDays(12), 14, 12]);
+    } finally {
+      await gw.close();
+    }
+  });
+
   it("says when a receiver did not answer in time, and when the account's alerts were turned off meanwhile", async () => {
     const gw = await startGateway();
     try {
@@ -283,6 +329,43 @@ describe("delivering alerts: retries, a receiver that stalls, giving up, a resta
       expect(hooks.got).toHaveLength(2); // nothing sent once they were off
     } finally {
       hooks.server.closeAllConnections();
+      await gw.close();
+    }
+  });
+
+  it("takes a receiver that answers with a body that never ends, or cuts the connection, without harm", async () => {
+    const gw = await startGateway();
+    const hostile = createServer((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        if (req.url === "/cut") return req.socket.destroy();
+        res.writeHead(200, { "content-type": "text/plain" });
+        const chunk = Buffer.alloc(16_384, 120);
+        const more = () => {
+          while (res.write(chunk));
+        };
+        res.on("drain", more);
+        more();
+      });
+    });
+    await new Promise<void>((resolve) => hostile.listen(0, "127.0.0.1", resolve));
+    try {
+      const base = `http://127.0.0.1:${(hostile.address() as { port: number }).port}`;
+      const endless = await gw.newAccount({ dailyMax: 1 });
+      const cut = await gw.newAccount({ dailyMax: 1 });
+      await gw.runtime.admin.setAlerts(endless.key, { url: `${base}/endless`, usagePercents: [100] });
+      await gw.runtime.admin.setAlerts(cut.key, { url: `${base}/cut`, usagePercents: [100] });
+      for (const a of [endless, cut]) await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: demo.retailNumIid });
+      const deliveries = new AlertDeliveries(gw.runtime.alerts, { timeoutMs: 2000 });
+      expect(await deliveries.poll()).toBe(2);
+      const [e] = await gw.runtime.alerts.recent(endless.key, 1);
+      const [c] = await gw.runtime.alerts.recent(cut.key, 1);
+      expect(e!.deliveredAt).toBeDefined(); // a 200 is an answer; what follows it is read up to 64 KiB and dropped
+      expect([c!.deliveredAt, c!.lastError]).toEqual([undefined, expect.stringMatching(/^the connection failed/)]);
+      await deliveries.stop();
+    } finally {
+      hostile.closeAllConnections();
+      await new Promise((r) => hostile.close(r));
       await gw.close();
     }
   });
@@ -314,11 +397,11 @@ describe("delivering alerts: retries, a receiver that stalls, giving up, a resta
       expect(set.code).toBe(0);
       expect(set.stdout).toContain(`${a.key}: alerts to ${hooks.url}/…; at 80%,100%; balance below 2.5`);
       expect(set.stdout).toMatch(/alert secret: whsec_\S{43}/);
-      const again = await runCli(["accounts", "alerts", a.key, "--at", "90"], env);
-      expect(again.stdout).toContain(`alerts to ${hooks.url}/…; at 90%; balance below 2.5`);
+      const again = await runCli(["accounts", "alerts", a.key, "--at", "90", "--expiry-days", "30"], env);
+      expect(again.stdout).toContain(`alerts to ${hooks.url}/…; at 90%; balance below 2.5; key expiry 30 days before`);
       expect(again.stdout).not.toContain("whsec_");
       const listed = (JSON.parse((await runCli(["accounts", "list", "--json"], env)).stdout) as { key: string; alerts: string }[]).find((x) => x.key === a.key)!;
-      expect(listed.alerts).toBe(`${hooks.url}/…; at 90%; balance below 2.5`);
+      expect(listed.alerts).toBe(`${hooks.url}/…; at 90%; balance below 2.5; key expiry 30 days before`);
       const off = await runCli(["accounts", "alerts", a.key, "--off"], env);
       expect(off.stdout).toContain(`${a.key}: no alerts`);
       const bad = await runCli(["accounts", "alerts", a.key, "--at", "80"], env);
@@ -379,6 +462,20 @@ describe("the shared store's alerts", () => {
     expect((await r1!.claimDue(now + 60_000, 10, 30_000)).map((a) => a.id).sort()).toEqual(again.slice(1).map((a) => a.id).sort());
     const recent = await r1!.recent(account.key, 10);
     expect(recent.filter((a) => a.deliveredAt !== undefined).map((a) => a.id)).toEqual([again[0]!.id]);
+  });
+
+  it("records a key's coming last day once when every replica looks at once", async () => {
+    const meter = new PostgresMeter(pools[0]!);
+    meters.push(meter);
+    const admin = new AccountAdmin(new PostgresAccountStore(pools[0]!), meter, systemClock, operations);
+    const expires = nextDays(dayOf(Date.now(), "Asia/Shanghai"), 5);
+    const { account } = await admin.create({ expires });
+    await admin.setAlerts(account.key, { url: "https://hooks.example.com/x", usagePercents: [], expiryDays: 7 });
+    const outboxes = [...pools, ...pools].map((p) => new PostgresAlertOutbox(p));
+    const recorded = await Promise.all(outboxes.map((o) => o.recordExpiring(Date.now())));
+    expect(recorded.reduce((a, b) => a + b, 0)).toBe(1);
+    const rows = (await pools[0]!.query("SELECT kind, day, level::int AS level, value::int AS value FROM alerts WHERE account = $1", [account.key])).rows;
+    expect(rows).toEqual([{ kind: "expiry", day: expires, level: 7, value: 5 }]);
   });
 
   it("tells a balance floor crossed by a commit's deduction, and not one a top-up raised the balance past", async () => {

@@ -7,7 +7,7 @@ import { formatMoney, parseMoney, type Micros } from "../core/money.ts";
 import { formatRate, parseRate, type CallRate } from "../core/call-rate.ts";
 import { formatAllowedAddresses } from "../core/allowed-addresses.ts";
 import { openRuntime, type Runtime } from "../runtime.ts";
-import { formatAlertSettings, type AlertRecord, type AlertSettings } from "../core/alerts.ts";
+import { alertTypes, formatAlertSettings, type AlertRecord, type AlertSettings } from "../core/alerts.ts";
 import { cliActor } from "./cli-actor.ts";
 
 /** An account as the CLI prints it: no secret, amounts as decimal text. */
@@ -62,10 +62,14 @@ export function describeAlert(a: AlertRecord) {
   const iso = (ms: number | undefined) => (ms === undefined ? null : new Date(ms).toISOString());
   return {
     id: `alert-${a.id}`,
-    type: a.kind === "usage" ? "usage.threshold" : "balance.low",
+    type: alertTypes[a.kind],
     created: new Date(a.at).toISOString(),
     day: a.day,
-    ...(a.kind === "usage" ? { percent: Number(a.level), calls: Number(a.value), dailyMax: Number(a.limit) } : { balance: formatMoney(a.value), below: formatMoney(a.level) }),
+    ...(a.kind === "usage"
+      ? { percent: Number(a.level), calls: Number(a.value), dailyMax: Number(a.limit) }
+      : a.kind === "balance"
+        ? { balance: formatMoney(a.value), below: formatMoney(a.level) }
+        : { daysLeft: Number(a.value) }),
     attempts: a.attempts,
     delivered: iso(a.deliveredAt),
     nextAttempt: iso(a.nextAt),
@@ -286,15 +290,16 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
             url: { type: "string" },
             at: { type: "string" },
             "balance-below": { type: "string" },
+            "expiry-days": { type: "string" },
             "new-secret": { type: "boolean", default: false },
             off: { type: "boolean", default: false },
             json: { type: "boolean", default: false },
           },
         });
         const [key] = positionals;
-        const usage = "usage: gateway accounts alerts KEY [--url URL] [--at PERCENT,…|none] [--balance-below AMOUNT|none] [--new-secret] | --off  [--json]";
+        const usage = "usage: gateway accounts alerts KEY [--url URL] [--at PERCENT,…|none] [--balance-below AMOUNT|none] [--expiry-days N|none] [--new-secret] | --off  [--json]";
         if (key === undefined) throw new AccountAdminError(usage);
-        const changing = values.url !== undefined || values.at !== undefined || values["balance-below"] !== undefined || values["new-secret"];
+        const changing = values.url !== undefined || values.at !== undefined || values["balance-below"] !== undefined || values["expiry-days"] !== undefined || values["new-secret"];
         if (values.off && changing) throw new AccountAdminError(`--off takes no other flag; ${usage}`);
         let secret: string | undefined;
         let account = await admin.get(key);
@@ -305,10 +310,12 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
           if (url === undefined) throw new AccountAdminError(`this account has no alerts yet: give --url; ${usage}`);
           const at = values.at ?? (current === undefined ? "80,100" : undefined);
           const below = values["balance-below"];
+          const expiry = values["expiry-days"];
           const settings: AlertSettings = {
             url,
             usagePercents: at === undefined ? (current?.usagePercents ?? []) : at === "none" ? [] : at.split(",").map((p) => wholeNumber("at", p.trim().replace(/%$/, "")) ?? 0),
             ...(below === undefined ? (current?.balanceBelow !== undefined ? { balanceBelow: current.balanceBelow } : {}) : below === "none" ? {} : { balanceBelow: parseMoney(below) }),
+            ...(expiry === undefined ? (current?.expiryDays !== undefined ? { expiryDays: current.expiryDays } : {}) : expiry === "none" ? {} : { expiryDays: wholeNumber("expiry-days", expiry) ?? 0 }),
           };
           ({ account, secret } = await admin.setAlerts(key, settings, { newSecret: values["new-secret"] }));
         }
@@ -320,7 +327,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         console.log(`${key}: ${account.alerts === undefined ? "no alerts" : `alerts to ${formatAlertSettings(account.alerts)}`}`);
         if (secret !== undefined) console.log(`alert secret: ${secret}\n(shown once: the receiver checks each alert's Gateway-Signature with it)`);
         for (const a of recent.map(describeAlert)) {
-          const what = "percent" in a ? `${a.day} ${a.percent}% reached (${a.calls} of ${a.dailyMax})` : `balance ${a.balance} below ${a.below}`;
+          const what = "percent" in a ? `${a.day} ${a.percent}% reached (${a.calls} of ${a.dailyMax})` : "balance" in a ? `balance ${a.balance} below ${a.below}` : `key's last day ${a.day} (${a.daysLeft} days left)`;
           const state = a.delivered !== null ? `delivered ${a.delivered}` : a.nextAttempt !== null ? `attempt ${a.attempts + 1} at ${a.nextAttempt}${a.lastError ? ` (${a.lastError})` : ""}` : `given up after ${a.attempts} (${a.lastError})`;
           console.log(`${a.id.padEnd(10)} ${a.created}  ${what}; ${state}`);
         }

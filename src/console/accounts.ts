@@ -186,6 +186,13 @@ function percents(text: string): number[] {
   return words.map(Number);
 }
 
+/** Days before the key's last day, as the alerts form has them; a word that is not a whole number is refused here. */
+function days(text: string): number {
+  const t = text.trim();
+  if (!/^[0-9]{1,3}$/.test(t)) throw new ConnectError(`an expiry alert comes a whole number of days before the key's last day, not ${JSON.stringify(t)}`, Code.InvalidArgument);
+  return Number(t);
+}
+
 const alertsOpen = new Set<string>();
 
 /** The account's alerts (ListAlerts), read when opened: what each told, and how its delivery went. */
@@ -199,7 +206,12 @@ function alertsSection(shell: Shell, key: string): HTMLElement {
       const { alerts } = await shell.client.listAlerts({ key, limit: 50 });
       const when = (ms: bigint) => new Date(Number(ms)).toLocaleString();
       const rows = alerts.map((a) => {
-        const what = a.type === "usage.threshold" ? `${a.percent}% of ${a.dailyMax} reached on ${a.day} (${a.calls} calls)` : `balance ${a.balance}, below ${a.below}`;
+        const what =
+          a.type === "usage.threshold"
+            ? `${a.percent}% of ${a.dailyMax} reached on ${a.day} (${a.calls} calls)`
+            : a.type === "balance.low"
+              ? `balance ${a.balance}, below ${a.below}`
+              : `the key's last day is ${a.day} (${a.daysLeft} ${a.daysLeft === 1 ? "day" : "days"} left)`;
         const delivery =
           a.deliveredAtMs !== undefined
             ? `delivered ${when(a.deliveredAtMs)}`
@@ -320,13 +332,22 @@ function accountDetail(shell: Shell, account: Account, refresh: (message?: strin
       "aria-label": `Alerts of ${key}`,
       onsubmit: (e: Event) => {
         e.preventDefault();
-        const { url = "", at = "", below = "" } = formValues(alerts);
-        void act("Set alerts", () => shell.client.setAlerts({ key, alerts: { url: url.trim(), usagePercents: percents(at), ...(below.trim() !== "" ? { balanceBelow: below.trim() } : {}) } }), alertSecret)();
+        const { url = "", at = "", below = "", expiry = "" } = formValues(alerts);
+        void act(
+          "Set alerts",
+          () =>
+            shell.client.setAlerts({
+              key,
+              alerts: { url: url.trim(), usagePercents: percents(at), ...(below.trim() !== "" ? { balanceBelow: below.trim() } : {}), ...(expiry.trim() !== "" ? { expiryDays: days(expiry) } : {}) },
+            }),
+          alertSecret,
+        )();
       },
     },
     field("Alert URL", h("input", { name: "url", type: "url", value: account.alerts?.url ?? "", placeholder: "https://…" }), "told by a signed POST"),
     field("At % of the day", h("input", { name: "at", value: account.alerts ? account.alerts.usagePercents.join(", ") || "none" : "80, 100" }), "whole percents, or none"),
     field("Balance below", h("input", { name: "below", inputmode: "decimal", value: account.alerts?.balanceBelow ?? "" }), "an amount (optional)"),
+    field("Days before expiry", h("input", { name: "expiry", inputmode: "numeric", value: account.alerts?.expiryDays === undefined ? "" : String(account.alerts.expiryDays) }), "the key's last day (optional)"),
     h("button", { type: "submit" }, "Set alerts"),
     account.alerts !== undefined && h("button", { type: "button", class: "secondary", onclick: act("Turn alerts off", () => shell.client.setAlerts({ key })) }, "Turn alerts off"),
   );

@@ -1,18 +1,21 @@
 import { createHmac, randomBytes } from "node:crypto";
+import { dayOf } from "./clock.ts";
 import { formatMoney, type Micros } from "./money.ts";
 
 /**
  * Usage alerts: an account may name a URL that the gateway tells, by a
  * signed POST, when the account's charged calls of a day reach given shares
- * of its daily maximum, and when its balance falls below a floor. So a team
- * hears it is running out before its calls answer 4013 or 4016.
+ * of its daily maximum, when its balance falls below a floor, and when its
+ * key's last day is near. So a team hears it is running out before its calls
+ * answer 4013, 4016 or 4005.
  *
  * The store decides what to tell, in the transaction that moves the count
  * or the balance (triggers on its day counts and balances: schema step 20
  * embedded, 18 PostgreSQL), so each crossing is recorded exactly once
  * however many replicas charge the account at once, and never for calls
- * that were not committed. Delivery is at least once: a delivery whose
- * answer is lost is made again, with the same `id`.
+ * that were not committed. A key's expiry is looked for by the deliverers
+ * (`AlertOutbox.recordExpiring`), once per last day. Delivery is at least
+ * once: a delivery whose answer is lost is made again, with the same `id`.
  */
 export interface AlertSettings {
   /** Where alerts are POSTed: an http or https URL. */
@@ -21,10 +24,12 @@ export interface AlertSettings {
   readonly usagePercents: readonly number[];
   /** Told each time a charged call takes the balance from at or above this to below it; undefined: never. */
   readonly balanceBelow?: Micros | undefined;
+  /** Told once when the key's last day is this many days away or fewer (1-365); undefined: never. */
+  readonly expiryDays?: number | undefined;
 }
 
 /** What an alert tells. */
-export type AlertKind = "usage" | "balance";
+export type AlertKind = "usage" | "balance" | "expiry";
 
 /** An alert as the store recorded it, waiting to be delivered or delivered. */
 export interface AlertRecord {
@@ -32,13 +37,13 @@ export interface AlertRecord {
   readonly id: number;
   readonly account: string;
   readonly kind: AlertKind;
-  /** usage: the percent reached; balance: the floor crossed, in micro-units. */
+  /** usage: the percent reached; balance: the floor crossed, in micro-units; expiry: the days asked for. */
   readonly level: bigint;
-  /** usage: the day's charged calls when it was reached; balance: the balance it left, in micro-units. */
+  /** usage: the day's charged calls when it was reached; balance: the balance it left, in micro-units; expiry: the days left then. */
   readonly value: bigint;
   /** usage: the daily maximum then. */
   readonly limit: bigint;
-  /** usage: the account's day (YYYY-MM-DD); balance: the day (UTC) it fell. */
+  /** usage: the account's day (YYYY-MM-DD); balance: the day (UTC) it fell; expiry: the key's last day. */
   readonly day: string;
   /** When the store recorded it (ms). */
   readonly at: number;
@@ -74,6 +79,33 @@ export interface AlertOutbox {
   settle(id: number, attempt: AlertAttempt, now: number, retryAt: number | undefined): Promise<void>;
   /** An account's alerts, newest first. */
   recent(account: string, limit: number): Promise<AlertRecord[]>;
+  /**
+   * Records an expiry alert for each active account whose key's last day is
+   * within its `expiryDays` at `now` (in the account's zone), once per last
+   * day however often it is asked and by however many replicas; returns how
+   * many it recorded.
+   */
+  recordExpiring(now: number): Promise<number>;
+}
+
+/** An account whose alerts ask to hear of its key's expiry, as the stores read it for `expiringAlerts`. */
+export interface ExpiryWatch {
+  readonly key: string;
+  readonly expires: string;
+  readonly zone: string;
+  readonly expiryDays: number;
+}
+
+/** The expiry alerts due at `now`: each account's last day with the days left, where that is within its days. */
+export function expiringAlerts(watched: readonly ExpiryWatch[], now: number): { account: string; expires: string; days: number; left: number }[] {
+  const out = [];
+  for (const w of watched) {
+    const today = dayOf(now, w.zone);
+    const left = Math.round((Date.parse(`${w.expires}T00:00:00Z`) - Date.parse(`${today}T00:00:00Z`)) / 86_400_000);
+    // Past its last day the key no longer works (4005): that is no longer a warning.
+    if (left >= 0 && left <= w.expiryDays) out.push({ account: w.key, expires: w.expires, days: w.expiryDays, left });
+  }
+  return out;
 }
 
 /** The most shares of the daily maximum an account may be told of. */
@@ -103,8 +135,9 @@ export function checkAlertSettings(s: AlertSettings): AlertSettings {
   }
   if (usagePercents.length > maxUsagePercents) throw new Error(`at most ${maxUsagePercents} usage alerts`);
   if (s.balanceBelow !== undefined && s.balanceBelow <= 0n) throw new Error("a balance alert's floor must be above 0");
-  if (usagePercents.length === 0 && s.balanceBelow === undefined) throw new Error("alerts need a usage share or a balance floor to tell of");
-  return { url, usagePercents, ...(s.balanceBelow !== undefined ? { balanceBelow: s.balanceBelow } : {}) };
+  if (s.expiryDays !== undefined && (!Number.isInteger(s.expiryDays) || s.expiryDays < 1 || s.expiryDays > 365)) throw new Error(`an expiry alert comes 1 to 365 whole days before the key's last day, not ${s.expiryDays}`);
+  if (usagePercents.length === 0 && s.balanceBelow === undefined && s.expiryDays === undefined) throw new Error("alerts need a usage share, a balance floor or a key's expiry to tell of");
+  return { url, usagePercents, ...(s.balanceBelow !== undefined ? { balanceBelow: s.balanceBelow } : {}), ...(s.expiryDays !== undefined ? { expiryDays: s.expiryDays } : {}) };
 }
 
 /**
@@ -121,6 +154,7 @@ export function formatAlertSettings(s: AlertSettings): string {
   const parts = [shownAlertUrl(s.url)];
   if (s.usagePercents.length > 0) parts.push(`at ${s.usagePercents.map((p) => `${p}%`).join(",")}`);
   if (s.balanceBelow !== undefined) parts.push(`balance below ${formatMoney(s.balanceBelow)}`);
+  if (s.expiryDays !== undefined) parts.push(`key expiry ${s.expiryDays} ${s.expiryDays === 1 ? "day" : "days"} before`);
   return parts.join("; ");
 }
 
@@ -129,13 +163,18 @@ export function newAlertSecret(): string {
   return `whsec_${randomBytes(32).toString("base64url")}`;
 }
 
+/** Each kind's `type`, as the body and the AdminService name it. */
+export const alertTypes: Record<AlertKind, string> = { usage: "usage.threshold", balance: "balance.low", expiry: "key.expiring" };
+
 /** The alert's body, as JSON: what happened, to which account, and the figures. */
 export function alertBody(a: AlertRecord): string {
   const data =
     a.kind === "usage"
       ? { day: a.day, percent: Number(a.level), calls: Number(a.value), dailyMax: Number(a.limit) }
-      : { balance: formatMoney(a.value), below: formatMoney(a.level) };
-  return JSON.stringify({ id: `alert-${a.id}`, type: a.kind === "usage" ? "usage.threshold" : "balance.low", account: a.account, created: new Date(a.at).toISOString(), data });
+      : a.kind === "balance"
+        ? { balance: formatMoney(a.value), below: formatMoney(a.level) }
+        : { expires: a.day, daysLeft: Number(a.value) };
+  return JSON.stringify({ id: `alert-${a.id}`, type: alertTypes[a.kind], account: a.account, created: new Date(a.at).toISOString(), data });
 }
 
 /**

@@ -1,6 +1,7 @@
 import type { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 import type { Limit } from "./gateway-error.ts";
 import type { Transport } from "./meter.ts";
+import type { AlertKind } from "./alerts.ts";
 
 /** What became of a call's look into the response cache. */
 export type CacheResult = "hit" | "miss" | "stale" | "coalesced";
@@ -40,7 +41,7 @@ export interface Telemetry {
   /** Spans of the gateway's own sent to the collector (`exported`), or lost (`dropped`: a full queue, a collector that refused or did not answer). */
   spans(outcome: "exported" | "dropped", n: number): void;
   /** One attempt to deliver a usage alert (alerts.ts): delivered, to be tried again, or given up. */
-  alertAttempt(kind: "usage" | "balance", outcome: "delivered" | "retried" | "given_up"): void;
+  alertAttempt(kind: AlertKind, outcome: "delivered" | "retried" | "given_up"): void;
   /** One group commit of the usage ledger. */
   ledgerCommitted(seconds: number, rows: number): void;
   authFailed(reason: AuthFailure): void;

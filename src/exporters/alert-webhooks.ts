@@ -1,3 +1,4 @@
+import { Agent, request } from "undici";
 import { alertBody, alertRetryAt, alertSignature, type AlertAttempt, type AlertKind, type AlertOutbox, type DueAlert } from "../core/alerts.ts";
 
 export interface AlertDeliveryOptions {
@@ -7,6 +8,8 @@ export interface AlertDeliveryOptions {
   readonly timeoutMs: number;
   /** Alerts taken at once (and so POSTs at once). */
   readonly batch: number;
+  /** How often keys near their last day are looked for (AlertOutbox.recordExpiring). */
+  readonly expiryEveryMs: number;
   /** Wall time (ms): alerts are recorded and retried by the store's clock, not a test's. */
   readonly now: () => number;
   /** Told of each attempt's end. */
@@ -19,6 +22,7 @@ export const defaultAlertDeliveryOptions: AlertDeliveryOptions = {
   intervalMs: 1000,
   timeoutMs: 5000,
   batch: 16,
+  expiryEveryMs: 600_000,
   now: Date.now,
   onAttempt: () => {},
   onError: () => {},
@@ -26,15 +30,16 @@ export const defaultAlertDeliveryOptions: AlertDeliveryOptions = {
 
 /** Why an attempt failed, in words that never hold the URL (which may carry the receiver's token). */
 function attemptError(e: unknown, timeoutMs: number): string {
-  const err = e as { name?: string; cause?: { code?: string } };
+  const err = e as { name?: string; code?: string; cause?: { code?: string } };
   if (err.name === "TimeoutError" || err.name === "AbortError") return `no answer within ${timeoutMs} ms`;
-  const code = err.cause?.code;
+  const code = err.code ?? err.cause?.code;
   return typeof code === "string" && /^[A-Z_]+$/.test(code) ? `the connection failed (${code})` : "the connection failed";
 }
 
 /**
  * Delivers usage alerts: every `intervalMs` it claims the alerts due from the
- * store and POSTs each to its account's URL, signed (`Gateway-Signature`),
+ * store (every `expiryEveryMs` recording first the keys near their last day)
+ * and POSTs each to its account's URL, signed (`Gateway-Signature`),
  * with its id (`Gateway-Alert-Id`, the body's `id`: the same on every
  * attempt, so a receiver can drop a repeat). A 2xx answer delivers it;
  * anything else (another status, a redirect, no answer) is tried again
@@ -47,6 +52,8 @@ export class AlertDeliveries {
   private running: Promise<number> | undefined;
   private stopped = false;
   private erredAt = -Infinity;
+  private expiryAt = -Infinity;
+  private readonly agent = new Agent({ pipelining: 0, connect: { timeout: 5000 } });
 
   constructor(outbox: AlertOutbox, options: Partial<AlertDeliveryOptions> = {}) {
     this.outbox = outbox;
@@ -68,6 +75,7 @@ export class AlertDeliveries {
     this.stopped = true;
     clearTimeout(this.timer);
     await this.running?.catch(() => 0);
+    await this.agent.close().catch(() => {});
   }
 
   /** Claims the alerts due now and makes one attempt at each; resolves with how many it attempted. One poll at a time. */
@@ -79,9 +87,13 @@ export class AlertDeliveries {
   }
 
   private async pollOnce(): Promise<number> {
-    const { now, batch, timeoutMs } = this.options;
+    const { now, batch, timeoutMs, expiryEveryMs } = this.options;
     let due: DueAlert[];
     try {
+      if (now() - this.expiryAt >= expiryEveryMs) {
+        this.expiryAt = now();
+        await this.outbox.recordExpiring(now());
+      }
       // A claim outlasts an attempt, so no other replica starts the same one meanwhile.
       due = await this.outbox.claimDue(now(), batch, timeoutMs * 2 + 5000);
     } catch (e) {
@@ -110,9 +122,12 @@ export class AlertDeliveries {
     const body = alertBody(alert);
     const seconds = Math.floor(this.options.now() / 1000);
     try {
-      const res = await fetch(alert.url, {
+      // A connection of its own each time (no keep-alive): a POST on a kept connection that the receiver has
+      // closed meanwhile fails, and is not sent again by the client, so the alert would wait 10 s for nothing.
+      // Redirects are not followed.
+      const res = await request(alert.url, {
         method: "POST",
-        redirect: "manual",
+        dispatcher: this.agent,
         signal: AbortSignal.timeout(this.options.timeoutMs),
         headers: {
           "content-type": "application/json",
@@ -122,8 +137,9 @@ export class AlertDeliveries {
         },
         body,
       });
-      await res.body?.cancel().catch(() => {});
-      return res.status >= 200 && res.status < 300 ? { delivered: true } : { delivered: false, error: `answered HTTP ${res.status}` };
+      // Read and dropped (at most 64 KiB, then the connection is cut), without an error to handle.
+      await res.body.dump({ limit: 65_536 }).catch(() => {});
+      return res.statusCode >= 200 && res.statusCode < 300 ? { delivered: true } : { delivered: false, error: `answered HTTP ${res.statusCode}` };
     } catch (e) {
       return { delivered: false, error: attemptError(e, this.options.timeoutMs) };
     }

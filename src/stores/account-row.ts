@@ -47,14 +47,20 @@ export interface AlertsJson {
   readonly url: string;
   readonly usage: readonly number[];
   readonly below?: string;
+  readonly expiryDays?: number;
 }
 
 function alertsFromJson(a: AlertsJson): AlertSettings {
-  return { url: a.url, usagePercents: a.usage, ...(a.below !== undefined ? { balanceBelow: BigInt(a.below) } : {}) };
+  return { url: a.url, usagePercents: a.usage, ...(a.below !== undefined ? { balanceBelow: BigInt(a.below) } : {}), ...(a.expiryDays !== undefined ? { expiryDays: a.expiryDays } : {}) };
 }
 
 function alertsToJson(a: AlertSettings): string {
-  return JSON.stringify({ url: a.url, usage: a.usagePercents, ...(a.balanceBelow !== undefined ? { below: a.balanceBelow.toString() } : {}) } satisfies AlertsJson);
+  return JSON.stringify({
+    url: a.url,
+    usage: a.usagePercents,
+    ...(a.balanceBelow !== undefined ? { below: a.balanceBelow.toString() } : {}),
+    ...(a.expiryDays !== undefined ? { expiryDays: a.expiryDays } : {}),
+  } satisfies AlertsJson);
 }
 
 const json = <T>(v: string | T): T => (typeof v === "string" ? (JSON.parse(v) as T) : v);

@@ -1,5 +1,5 @@
 import type { DatabaseSync, StatementSync } from "node:sqlite";
-import type { AlertAttempt, AlertOutbox, AlertRecord, DueAlert } from "../../core/alerts.ts";
+import { expiringAlerts, type AlertAttempt, type AlertOutbox, type AlertRecord, type DueAlert, type ExpiryWatch } from "../../core/alerts.ts";
 import { alertFromRow, dueAlertFromRow, type AlertRow } from "../alert-row.ts";
 import { writeTransaction } from "./sqlite-database.ts";
 
@@ -19,6 +19,8 @@ export class SqliteAlertOutbox implements AlertOutbox {
   private readonly failed: StatementSync;
   private readonly byAccount: StatementSync;
   private readonly prune: StatementSync;
+  private readonly watched: StatementSync;
+  private readonly expiring: StatementSync;
   private prunedAt = 0;
 
   constructor(db: DatabaseSync) {
@@ -34,6 +36,20 @@ export class SqliteAlertOutbox implements AlertOutbox {
     this.byAccount = db.prepare("SELECT * FROM alerts WHERE account = ? ORDER BY id DESC LIMIT ?");
     this.byAccount.setReadBigInts(true);
     this.prune = db.prepare("DELETE FROM alerts WHERE next_at IS NULL AND at < ?");
+    this.watched = db.prepare(
+      "SELECT key, expires, zone, CAST(json_extract(alerts, '$.expiryDays') AS INTEGER) AS expiryDays FROM accounts WHERE alerts IS NOT NULL AND status = 'active' AND json_extract(alerts, '$.expiryDays') IS NOT NULL",
+    );
+    this.expiring = db.prepare("INSERT OR IGNORE INTO alerts (account, kind, level, value, lim, day, at, next_at) VALUES (?, 'expiry', ?, ?, 0, ?, ?, ?)");
+  }
+
+  recordExpiring(now: number): Promise<number> {
+    return Promise.resolve(
+      writeTransaction(this.db, () => {
+        let recorded = 0;
+        for (const e of expiringAlerts(this.watched.all() as unknown as ExpiryWatch[], now)) recorded += Number(this.expiring.run(e.account, e.days, e.left, e.expires, now, now).changes);
+        return recorded;
+      }),
+    );
   }
 
   claimDue(now: number, limit: number, claimMs: number): Promise<DueAlert[]> {

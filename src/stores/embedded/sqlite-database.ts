@@ -183,7 +183,8 @@ export const migrations: readonly string[] = [
   // 20: usage alerts (src/core/alerts.ts): where and when an account is told (JSON: url, usage percents, balance
   // floor) and what they are signed with; each alert to tell, recorded by a trigger in the transaction that moves
   // the day's count or the balance across a line, so each crossing is recorded once and only for committed calls
-  // (a usage share once a day); delivered, retried or given up from there (the shared store's is PostgreSQL step 18).
+  // (a usage share once a day, a key's expiry once per last day); delivered, retried or given up from there (the
+  // shared store's is PostgreSQL step 18).
   // Each trigger's WHEN asks first whether the account has alerts at all: for an account without them, a commit's
   // count and balance cost about 5 µs more with the triggers' bodies run, about 3 with the WHEN (a commit, not a call).
   `ALTER TABLE accounts ADD COLUMN alerts TEXT;
@@ -191,7 +192,7 @@ export const migrations: readonly string[] = [
   CREATE TABLE alerts (
     id INTEGER PRIMARY KEY,
     account TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('usage', 'balance')),
+    kind TEXT NOT NULL CHECK (kind IN ('usage', 'balance', 'expiry')),
     level INTEGER NOT NULL,
     value INTEGER NOT NULL,
     lim INTEGER NOT NULL,
@@ -203,7 +204,7 @@ export const migrations: readonly string[] = [
     delivered_at INTEGER,
     last_error TEXT NOT NULL DEFAULT ''
   ) STRICT;
-  CREATE UNIQUE INDEX alerts_once_a_day ON alerts (account, day, level) WHERE kind = 'usage';
+  CREATE UNIQUE INDEX alerts_once ON alerts (account, day, level) WHERE kind <> 'balance';
   CREATE INDEX alerts_due ON alerts (next_at) WHERE next_at IS NOT NULL;
   CREATE INDEX alerts_by_account ON alerts (account, id);
   CREATE TRIGGER usage_alerts_on_insert AFTER INSERT ON usage_daily

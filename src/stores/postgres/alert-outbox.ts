@@ -1,5 +1,5 @@
 import type pg from "pg";
-import type { AlertAttempt, AlertOutbox, AlertRecord, DueAlert } from "../../core/alerts.ts";
+import { expiringAlerts, type AlertAttempt, type AlertOutbox, type AlertRecord, type DueAlert, type ExpiryWatch } from "../../core/alerts.ts";
 import { alertFromRow, dueAlertFromRow, type AlertRow } from "../alert-row.ts";
 import { alertsKeptMs } from "../embedded/alert-outbox.ts";
 
@@ -40,6 +40,22 @@ export class PostgresAlertOutbox implements AlertOutbox {
   async settle(id: number, attempt: AlertAttempt, now: number, retryAt: number | undefined): Promise<void> {
     if (attempt.delivered) await this.pool.query("UPDATE alerts SET delivered_at = $1, next_at = NULL, claimed_until = 0, last_error = '' WHERE id = $2", [now, id]);
     else await this.pool.query("UPDATE alerts SET next_at = $1, claimed_until = 0, last_error = $2 WHERE id = $3", [retryAt ?? null, attempt.error, id]);
+  }
+
+  async recordExpiring(now: number): Promise<number> {
+    const { rows } = await this.pool.query<ExpiryWatch>(
+      "SELECT key, expires, zone, (alerts ->> 'expiryDays')::int AS \"expiryDays\" FROM accounts WHERE alerts ? 'expiryDays' AND status = 'active'",
+    );
+    const due = expiringAlerts(rows, now);
+    if (due.length === 0) return 0;
+    // Once per last day, whichever replica asks first (the unique index alerts_once).
+    const r = await this.pool.query(
+      `INSERT INTO alerts (account, kind, level, value, lim, day, at, next_at)
+       SELECT account, 'expiry', days, lefts, 0, expires, $5, $5 FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]) AS t (account, days, lefts, expires)
+       ON CONFLICT (account, day, level) WHERE kind <> 'balance' DO NOTHING`,
+      [due.map((d) => d.account), due.map((d) => d.days), due.map((d) => d.left), due.map((d) => d.expires), now],
+    );
+    return r.rowCount ?? 0;
   }
 
   async recent(account: string, limit: number): Promise<AlertRecord[]> {

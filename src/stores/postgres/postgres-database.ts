@@ -476,13 +476,13 @@ export const migrations: readonly string[] = [
   // 18: usage alerts (as the embedded store's step 20): the settings, their signing secret, and each alert to tell,
   // recorded by a trigger in the statement that moves the day's count or the balance across a line. The count's row
   // is locked by that statement, so of any number of replicas committing the account's calls at once exactly one
-  // moves it across each line; a usage share is told once a day.
+  // moves it across each line; a usage share is told once a day, a key's expiry once per last day.
   `ALTER TABLE accounts ADD COLUMN alerts jsonb;
   ALTER TABLE accounts ADD COLUMN alert_secret text;
   CREATE TABLE alerts (
     id bigserial PRIMARY KEY,
     account text NOT NULL,
-    kind text NOT NULL CHECK (kind IN ('usage', 'balance')),
+    kind text NOT NULL CHECK (kind IN ('usage', 'balance', 'expiry')),
     level bigint NOT NULL,
     value bigint NOT NULL,
     lim bigint NOT NULL,
@@ -494,7 +494,7 @@ export const migrations: readonly string[] = [
     delivered_at bigint,
     last_error text NOT NULL DEFAULT ''
   );
-  CREATE UNIQUE INDEX alerts_once_a_day ON alerts (account, day, level) WHERE kind = 'usage';
+  CREATE UNIQUE INDEX alerts_once ON alerts (account, day, level) WHERE kind <> 'balance';
   CREATE INDEX alerts_due ON alerts (next_at) WHERE next_at IS NOT NULL;
   CREATE INDEX alerts_by_account ON alerts (account, id);
   CREATE FUNCTION gw_usage_alerts() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -510,7 +510,7 @@ export const migrations: readonly string[] = [
         SELECT p::bigint AS percent, (a.daily_max * p::bigint + 99) / 100 AS line FROM jsonb_array_elements_text(a.alerts -> 'usage') AS p
       ) t
       WHERE a.key = NEW.account AND a.alerts IS NOT NULL AND t.line > was AND NEW.charged >= t.line
-      ON CONFLICT (account, day, level) WHERE kind = 'usage' DO NOTHING;
+      ON CONFLICT (account, day, level) WHERE kind <> 'balance' DO NOTHING;
     RETURN NULL;
   END $$;
   CREATE TRIGGER usage_alerts AFTER INSERT OR UPDATE OF charged ON usage_daily FOR EACH ROW EXECUTE FUNCTION gw_usage_alerts();

@@ -37,7 +37,7 @@ import {
   type CallRate as CallRateMessage,
 } from "../../gen/gateway/admin/v1/admin_pb.js";
 import type { CallRate } from "../../core/call-rate.ts";
-import type { AlertOutbox, AlertRecord } from "../../core/alerts.ts";
+import { alertTypes, type AlertOutbox, type AlertRecord } from "../../core/alerts.ts";
 
 const states = { enabled: OperationState.ENABLED, stopped: OperationState.STOPPED } as const;
 const changeKinds = { opening: BalanceChangeKind.OPENING, "top-up": BalanceChangeKind.TOP_UP, carried: BalanceChangeKind.CARRIED, unbilled: BalanceChangeKind.UNBILLED } as const;
@@ -77,6 +77,7 @@ function accountMessage(a: Account): AccountMessage {
             url: a.alerts.url,
             usagePercents: [...a.alerts.usagePercents],
             ...(a.alerts.balanceBelow !== undefined ? { balanceBelow: formatMoney(a.alerts.balanceBelow) } : {}),
+            ...(a.alerts.expiryDays !== undefined ? { expiryDays: a.alerts.expiryDays } : {}),
           }),
         }
       : {}),
@@ -84,13 +85,16 @@ function accountMessage(a: Account): AccountMessage {
 }
 
 function alertMessage(a: AlertRecord): AlertMessage {
-  const usage = a.kind === "usage";
   return create(AlertSchema, {
     id: `alert-${a.id}`,
-    type: usage ? "usage.threshold" : "balance.low",
+    type: alertTypes[a.kind],
     createdAtMs: BigInt(a.at),
     day: a.day,
-    ...(usage ? { percent: Number(a.level), calls: a.value, dailyMax: a.limit } : { balance: formatMoney(a.value), below: formatMoney(a.level) }),
+    ...(a.kind === "usage"
+      ? { percent: Number(a.level), calls: a.value, dailyMax: a.limit }
+      : a.kind === "balance"
+        ? { balance: formatMoney(a.value), below: formatMoney(a.level) }
+        : { daysLeft: Number(a.value) }),
     attempts: a.attempts,
     ...(a.deliveredAt !== undefined ? { deliveredAtMs: BigInt(a.deliveredAt) } : {}),
     ...(a.nextAt !== undefined ? { nextAttemptMs: BigInt(a.nextAt) } : {}),
@@ -331,7 +335,14 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           const a = req.alerts;
           const { account, secret } = await by(ctx).setAlerts(
             req.key,
-            a === undefined ? null : { url: a.url, usagePercents: a.usagePercents, ...(a.balanceBelow !== undefined ? { balanceBelow: parseMoney(a.balanceBelow) } : {}) },
+            a === undefined
+              ? null
+              : {
+                  url: a.url,
+                  usagePercents: a.usagePercents,
+                  ...(a.balanceBelow !== undefined ? { balanceBelow: parseMoney(a.balanceBelow) } : {}),
+                  ...(a.expiryDays !== undefined ? { expiryDays: a.expiryDays } : {}),
+                },
             { newSecret: req.newSecret },
           );
           return { account: accountMessage(account), secret: secret ?? "" };

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from "fastify";
+import type { AlertKind } from "../../core/alerts.ts";
 import { timingSafeEqual } from "node:crypto";
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { Transport } from "../../core/meter.ts";
@@ -178,7 +179,7 @@ export class PrometheusTelemetry implements Telemetry {
   });
   private readonly alerts = new Counter({
     name: "gateway_alert_attempts_total",
-    help: "Attempts to deliver usage alerts to accounts' URLs, by kind (usage, balance) and outcome: delivered (a 2xx answer), retried (another answer or none; tried again later), given_up (the last attempt failed, or the account's alerts were turned off).",
+    help: "Attempts to deliver usage alerts to accounts' URLs, by kind (usage, balance, expiry) and outcome: delivered (a 2xx answer), retried (another answer or none; tried again later), given_up (the last attempt failed, or the account's alerts were turned off).",
     labelNames: ["kind", "outcome"],
     registers: [this.registry],
   });
@@ -259,7 +260,7 @@ export class PrometheusTelemetry implements Telemetry {
     this.spanCount.labels(outcome).inc(n);
   }
 
-  alertAttempt(kind: "usage" | "balance", outcome: "delivered" | "retried" | "given_up"): void {
+  alertAttempt(kind: AlertKind, outcome: "delivered" | "retried" | "given_up"): void {
     this.alerts.labels(kind, outcome).inc();
   }
 

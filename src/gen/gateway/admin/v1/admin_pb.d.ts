@@ -188,6 +188,14 @@ export declare type Alerts = Message<"gateway.admin.v1.Alerts"> & {
    * @generated from field: optional string balance_below = 3;
    */
   balanceBelow?: string | undefined;
+
+  /**
+   * Told once when the key's last day is this many days away or fewer (1 to
+   * 365), in the account's zone; unset: never.
+   *
+   * @generated from field: optional uint32 expiry_days = 4;
+   */
+  expiryDays?: number | undefined;
 };
 
 /**
@@ -302,7 +310,7 @@ export declare type Alert = Message<"gateway.admin.v1.Alert"> & {
   id: string;
 
   /**
-   * `usage.threshold` or `balance.low`.
+   * `usage.threshold`, `balance.low` or `key.expiring`.
    *
    * @generated from field: string type = 2;
    */
@@ -315,7 +323,7 @@ export declare type Alert = Message<"gateway.admin.v1.Alert"> & {
 
   /**
    * usage.threshold: the account's day, the percent reached, the day's charged
-   * calls then and the daily maximum.
+   * calls then and the daily maximum. key.expiring: the key's last day.
    *
    * @generated from field: string day = 4;
    */
@@ -375,6 +383,13 @@ export declare type Alert = Message<"gateway.admin.v1.Alert"> & {
    * @generated from field: string last_error = 13;
    */
   lastError: string;
+
+  /**
+   * key.expiring: the days left to the key's last day when it was told.
+   *
+   * @generated from field: uint32 days_left = 14;
+   */
+  daysLeft: number;
 };
 
 /**
