@@ -366,7 +366,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
         });
   const tracer = spans === undefined ? undefined : new Tracer(spans, config.traceSamplePerMille / 1000);
   const gateway = new Gateway(
-    { accounts, meter, switches, catalogue: answers, replays: stores.replays, lockout, telemetry, tracer, ...(log ? { log } : {}) },
+    { accounts, meter, switches, catalogue: answers, replays: stores.replays, lockout, telemetry, tracer, alerts: stores.alerts, ...(log ? { log } : {}) },
     {
       timeZone: config.timeZone,
       zoneLabel: config.zoneLabel,

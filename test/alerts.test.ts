@@ -14,6 +14,7 @@ import { alertAttempts, checkAlertSettings } from "../src/core/alerts.ts";
 import { AlertDeliveries } from "../src/exporters/alert-webhooks.ts";
 import { toJsonString } from "@bufbuild/protobuf";
 import { AccountEventKind, AccountSchema, AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
+import { AccountService } from "../src/gen/gateway/account/v1/account_pb.js";
 import type pg from "pg";
 import { AccountAdmin } from "../src/core/account-admin.ts";
 import { dayOf, nextDay, systemClock } from "../src/core/clock.ts";
@@ -136,6 +137,18 @@ describe("usage alerts, embedded", () => {
       ["balance.low", 1, true, undefined, ""],
       ["usage.threshold", 1, true, undefined, ""],
     ]);
+    // The team reads the same with its own key (AccountService): where alerts go (the origin only) and what they told.
+    const team = createClient(AccountService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }));
+    const headers = { "x-api-key": a.key, "x-api-secret": a.secret };
+    const mine = await team.getMyAccount({}, { headers });
+    expect(mine.alerts).toMatchObject({ to: `${hooks.url}/…`, usagePercents: [50, 100], balanceBelow: "0.2" });
+    expect(JSON.stringify(mine.alerts)).not.toContain("t0ps3cret");
+    const told = await team.listMyAlerts({}, { headers });
+    expect(told.alerts.map((x) => [x.id, x.type, JSON.parse(x.dataJson), x.attempts, x.deliveredAtMs !== undefined])).toEqual(
+      listed.alerts.map((x) => [x.id, x.type, hooks.got.map((d) => JSON.parse(d.body) as { id: string; data: unknown }).find((b) => b.id === x.id)!.data, 1, true]),
+    );
+    const wrong = await team.listMyAlerts({}, { headers: { ...headers, "x-api-secret": "wrong" } }).then(() => undefined, ConnectError.from);
+    expect(wrong?.code).toBe(Code.Unauthenticated);
     const metrics = await (await fetch(`${gw.base}/metrics`)).text();
     expect(metrics).toMatch(/gateway_alert_attempts_total\{kind="usage",outcome="delivered"\} 2/);
     expect(metrics).toMatch(/gateway_alert_attempts_total\{kind="balance",outcome="delivered"\} 1/);

@@ -7,7 +7,7 @@ import { formatMoney, parseMoney, type Micros } from "../core/money.ts";
 import { formatRate, parseRate, type CallRate } from "../core/call-rate.ts";
 import { formatAllowedAddresses } from "../core/allowed-addresses.ts";
 import { openRuntime, type Runtime } from "../runtime.ts";
-import { alertTypes, formatAlertSettings, type AlertRecord, type AlertSettings } from "../core/alerts.ts";
+import { alertData, alertTypes, formatAlertSettings, type AlertRecord, type AlertSettings } from "../core/alerts.ts";
 import { cliActor } from "./cli-actor.ts";
 
 /** An account as the CLI prints it: no secret, amounts as decimal text. */
@@ -64,12 +64,8 @@ export function describeAlert(a: AlertRecord) {
     id: `alert-${a.id}`,
     type: alertTypes[a.kind],
     created: new Date(a.at).toISOString(),
-    day: a.day,
-    ...(a.kind === "usage"
-      ? { percent: Number(a.level), calls: Number(a.value), dailyMax: Number(a.limit) }
-      : a.kind === "balance"
-        ? { balance: formatMoney(a.value), below: formatMoney(a.level) }
-        : { daysLeft: Number(a.value) }),
+    // As the alert's body has it.
+    data: alertData(a),
     attempts: a.attempts,
     delivered: iso(a.deliveredAt),
     nextAttempt: iso(a.nextAt),
@@ -327,7 +323,8 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         console.log(`${key}: ${account.alerts === undefined ? "no alerts" : `alerts to ${formatAlertSettings(account.alerts)}`}`);
         if (secret !== undefined) console.log(`alert secret: ${secret}\n(shown once: the receiver checks each alert's Gateway-Signature with it)`);
         for (const a of recent.map(describeAlert)) {
-          const what = "percent" in a ? `${a.day} ${a.percent}% reached (${a.calls} of ${a.dailyMax})` : "balance" in a ? `balance ${a.balance} below ${a.below}` : `key's last day ${a.day} (${a.daysLeft} days left)`;
+          const d = a.data;
+          const what = a.type === "usage.threshold" ? `${d.day} ${d.percent}% reached (${d.calls} of ${d.dailyMax})` : a.type === "balance.low" ? `balance ${d.balance} below ${d.below}` : `key's last day ${d.expires} (${d.daysLeft} days left)`;
           const state = a.delivered !== null ? `delivered ${a.delivered}` : a.nextAttempt !== null ? `attempt ${a.attempts + 1} at ${a.nextAttempt}${a.lastError ? ` (${a.lastError})` : ""}` : `given up after ${a.attempts} (${a.lastError})`;
           console.log(`${a.id.padEnd(10)} ${a.created}  ${what}; ${state}`);
         }

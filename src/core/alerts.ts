@@ -166,15 +166,18 @@ export function newAlertSecret(): string {
 /** Each kind's `type`, as the body and the AdminService name it. */
 export const alertTypes: Record<AlertKind, string> = { usage: "usage.threshold", balance: "balance.low", expiry: "key.expiring" };
 
+/** What an alert tells, as its body's `data`. */
+export function alertData(a: AlertRecord): Record<string, string | number> {
+  return a.kind === "usage"
+    ? { day: a.day, percent: Number(a.level), calls: Number(a.value), dailyMax: Number(a.limit) }
+    : a.kind === "balance"
+      ? { balance: formatMoney(a.value), below: formatMoney(a.level) }
+      : { expires: a.day, daysLeft: Number(a.value) };
+}
+
 /** The alert's body, as JSON: what happened, to which account, and the figures. */
 export function alertBody(a: AlertRecord): string {
-  const data =
-    a.kind === "usage"
-      ? { day: a.day, percent: Number(a.level), calls: Number(a.value), dailyMax: Number(a.limit) }
-      : a.kind === "balance"
-        ? { balance: formatMoney(a.value), below: formatMoney(a.level) }
-        : { expires: a.day, daysLeft: Number(a.value) };
-  return JSON.stringify({ id: `alert-${a.id}`, type: alertTypes[a.kind], account: a.account, created: new Date(a.at).toISOString(), data });
+  return JSON.stringify({ id: `alert-${a.id}`, type: alertTypes[a.kind], account: a.account, created: new Date(a.at).toISOString(), data: alertData(a) });
 }
 
 /**

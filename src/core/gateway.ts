@@ -1,4 +1,5 @@
 import { create } from "@bufbuild/protobuf";
+import type { AlertOutbox, AlertRecord } from "./alerts.ts";
 import { errorCodeInfo, fourDigits } from "../contract/error-codes.ts";
 import { ErrorCode, LanguageInfoSchema, type StatusBlock } from "../gen/gateway/catalogue/v1/status_pb.js";
 import { newStatusBlock } from "./status-block.ts";
@@ -178,6 +179,8 @@ export interface GatewayPorts {
   readonly telemetry?: Telemetry;
   /** Where the gateway's own spans go (tracing.ts); none: no span is recorded. */
   readonly tracer?: Tracer | undefined;
+  /** Where the accounts' usage alerts are kept (alerts.ts), for a caller's read of its own. */
+  readonly alerts?: AlertOutbox | undefined;
 }
 
 interface CallOptions {
@@ -445,6 +448,11 @@ export class Gateway {
     const [usage, balance, arrival] = await Promise.all([meter.usage(account.key, day, previousDay(day), true), meter.balance(account.key), account.rate === undefined ? undefined : meter.rateArrival(account.key)]);
     const rate = account.rate === undefined ? undefined : arrival === undefined ? { left: account.rate.burst, resetMs: 0 } : rateStanding(arrival, now, account.rate);
     return { day, usage, balance, rate };
+  }
+
+  /** A caller's own usage alerts, newest first (the AccountService); none where the gateway keeps none. */
+  async ownAlerts(account: Account, limit: number): Promise<AlertRecord[]> {
+    return (await this.ports.alerts?.recent(account.key, limit)) ?? [];
   }
 
   /** The ledger's totals of a caller's own calls (the AccountService): narrowed to its account whatever else is asked, and no rows. */

@@ -171,6 +171,14 @@ export declare type GetMyAccountResponse = Message<"gateway.account.v1.GetMyAcco
    * @generated from field: optional int64 rate_reset_ms = 22;
    */
   rateResetMs?: bigint | undefined;
+
+  /**
+   * Where and when the account is told of its usage, balance and key's expiry
+   * (set by an operator); unset: it is told of nothing.
+   *
+   * @generated from field: gateway.account.v1.MyAlerts alerts = 23;
+   */
+  alerts?: MyAlerts | undefined;
 };
 
 /**
@@ -178,6 +186,131 @@ export declare type GetMyAccountResponse = Message<"gateway.account.v1.GetMyAcco
  * Use `create(GetMyAccountResponseSchema)` to create a new message.
  */
 export declare const GetMyAccountResponseSchema: GenMessage<GetMyAccountResponse>;
+
+/**
+ * @generated from message gateway.account.v1.MyAlerts
+ */
+export declare type MyAlerts = Message<"gateway.account.v1.MyAlerts"> & {
+  /**
+   * The receiving URL's origin only (`https://hooks.example.com`), and
+   * whether it has a path or query beyond it (`https://hooks.example.com/…`).
+   *
+   * @generated from field: string to = 1;
+   */
+  to: string;
+
+  /**
+   * @generated from field: repeated uint32 usage_percents = 2;
+   */
+  usagePercents: number[];
+
+  /**
+   * @generated from field: optional string balance_below = 3;
+   */
+  balanceBelow?: string | undefined;
+
+  /**
+   * @generated from field: optional uint32 expiry_days = 4;
+   */
+  expiryDays?: number | undefined;
+};
+
+/**
+ * Describes the message gateway.account.v1.MyAlerts.
+ * Use `create(MyAlertsSchema)` to create a new message.
+ */
+export declare const MyAlertsSchema: GenMessage<MyAlerts>;
+
+/**
+ * @generated from message gateway.account.v1.ListMyAlertsRequest
+ */
+export declare type ListMyAlertsRequest = Message<"gateway.account.v1.ListMyAlertsRequest"> & {
+  /**
+   * At most this many, newest first; 0: 50, at most 500.
+   *
+   * @generated from field: uint32 limit = 1;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message gateway.account.v1.ListMyAlertsRequest.
+ * Use `create(ListMyAlertsRequestSchema)` to create a new message.
+ */
+export declare const ListMyAlertsRequestSchema: GenMessage<ListMyAlertsRequest>;
+
+/**
+ * @generated from message gateway.account.v1.ListMyAlertsResponse
+ */
+export declare type ListMyAlertsResponse = Message<"gateway.account.v1.ListMyAlertsResponse"> & {
+  /**
+   * @generated from field: repeated gateway.account.v1.MyAlert alerts = 1;
+   */
+  alerts: MyAlert[];
+};
+
+/**
+ * Describes the message gateway.account.v1.ListMyAlertsResponse.
+ * Use `create(ListMyAlertsResponseSchema)` to create a new message.
+ */
+export declare const ListMyAlertsResponseSchema: GenMessage<ListMyAlertsResponse>;
+
+/**
+ * One alert, as it was POSTed (its `id`, `type` and `data`) and how its delivery went.
+ *
+ * @generated from message gateway.account.v1.MyAlert
+ */
+export declare type MyAlert = Message<"gateway.account.v1.MyAlert"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * `usage.threshold`, `balance.low` or `key.expiring`.
+   *
+   * @generated from field: string type = 2;
+   */
+  type: string;
+
+  /**
+   * @generated from field: int64 created_at_ms = 3;
+   */
+  createdAtMs: bigint;
+
+  /**
+   * The alert's `data`, as JSON (the body's own).
+   *
+   * @generated from field: string data_json = 4;
+   */
+  dataJson: string;
+
+  /**
+   * @generated from field: uint32 attempts = 5;
+   */
+  attempts: number;
+
+  /**
+   * @generated from field: optional int64 delivered_at_ms = 6;
+   */
+  deliveredAtMs?: bigint | undefined;
+
+  /**
+   * @generated from field: optional int64 next_attempt_ms = 7;
+   */
+  nextAttemptMs?: bigint | undefined;
+
+  /**
+   * @generated from field: string last_error = 8;
+   */
+  lastError: string;
+};
+
+/**
+ * Describes the message gateway.account.v1.MyAlert.
+ * Use `create(MyAlertSchema)` to create a new message.
+ */
+export declare const MyAlertSchema: GenMessage<MyAlert>;
 
 /**
  * @generated from message gateway.account.v1.QueryMyUsageRequest
@@ -405,6 +538,18 @@ export declare const AccountService: GenService<{
     methodKind: "unary";
     input: typeof QueryMyUsageRequestSchema;
     output: typeof QueryMyUsageResponseSchema;
+  },
+  /**
+   * The account's usage alerts, newest first (README, "Usage alerts"): what
+   * each told and whether it was delivered, so a team whose receiver was
+   * down can see what it missed.
+   *
+   * @generated from rpc gateway.account.v1.AccountService.ListMyAlerts
+   */
+  listMyAlerts: {
+    methodKind: "unary";
+    input: typeof ListMyAlertsRequestSchema;
+    output: typeof ListMyAlertsResponseSchema;
   },
 }>;
 
