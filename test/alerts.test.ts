@@ -6,7 +6,7 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { createHmac } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer, type Server } from "node:http";
+import { createServer } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -24,38 +24,9 @@ import { PostgresAlertOutbox } from "../src/stores/postgres/alert-outbox.ts";
 import { PostgresMeter } from "../src/stores/postgres/meter.ts";
 import { migrateSchema, openPostgres } from "../src/stores/postgres/postgres-database.ts";
 import { runCli } from "./support/cli.ts";
+import { receiver, type Delivery } from "./support/receiver.ts";
 import { freshDatabase } from "./support/postgres.ts";
 import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
-
-interface Delivery {
-  readonly path: string;
-  readonly headers: Record<string, string | string[] | undefined>;
-  readonly body: string;
-}
-
-/** A receiver on loopback: it keeps what it was sent and answers as `answer` says (a status, or never). */
-async function receiver(): Promise<{ url: string; got: Delivery[]; answer: (n: number) => number | "never"; server: Server; close(): Promise<void> }> {
-  const r = {
-    url: "",
-    got: [] as Delivery[],
-    answer: (_n: number): number | "never" => 204,
-    server: createServer((req, res) => {
-      let body = "";
-      req.on("data", (c: Buffer) => (body += c.toString()));
-      req.on("end", () => {
-        r.got.push({ path: req.url ?? "", headers: req.headers, body });
-        const status = r.answer(r.got.length);
-        if (status === "never") return;
-        res.statusCode = status;
-        res.end();
-      });
-    }),
-    close: () => new Promise<void>((resolve) => r.server.close(() => resolve())),
-  };
-  await new Promise<void>((resolve) => r.server.listen(0, "127.0.0.1", resolve));
-  r.url = `http://127.0.0.1:${(r.server.address() as { port: number }).port}`;
-  return r;
-}
 
 async function until<T>(what: () => T | undefined, ms = 10_000): Promise<T> {
   const end = Date.now() + ms;
@@ -93,7 +64,6 @@ describe("usage alerts, embedded", () => {
   });
   afterAll(async () => {
     await gw.close();
-    hooks.server.closeAllConnections();
     await hooks.close();
   });
   afterEach(() => {
@@ -237,7 +207,6 @@ describe("delivering alerts: retries, a receiver that stalls, giving up, a resta
     hooks = await receiver();
   });
   afterAll(async () => {
-    hooks.server.closeAllConnections();
     await hooks.close();
     for (const d of dirs) rmSync(d, { recursive: true, force: true });
   });

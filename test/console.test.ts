@@ -3,13 +3,13 @@
 // Screenshots of each screen go to test-results/console/ (not committed).
 import { createHmac } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
-import { createServer } from "node:http";
 import { join } from "node:path";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 import { chromiumPath, launchChromium, recordRequests, screenshotDir } from "./support/browser.ts";
 import { AlertDeliveries } from "../src/exporters/alert-webhooks.ts";
+import { receiver } from "./support/receiver.ts";
 
 const shots = screenshotDir("console");
 let gw: GatewayFixture;
@@ -223,19 +223,10 @@ describe("the console", () => {
   });
 
   it("sets an account's alerts, shows their secret once, lists what they told, and turns them off", async () => {
-    const got: { body: string; signature: string }[] = [];
-    const hooks = createServer((req, res) => {
-      let body = "";
-      req.on("data", (c: Buffer) => (body += c.toString()));
-      req.on("end", () => {
-        got.push({ body, signature: String(req.headers["gateway-signature"]) });
-        res.end();
-      });
-    });
-    await new Promise<void>((resolve) => hooks.listen(0, "127.0.0.1", resolve));
+    const hooks = await receiver();
     const deliveries = new AlertDeliveries(gw.runtime.alerts);
     try {
-      const hookUrl = `http://127.0.0.1:${(hooks.address() as { port: number }).port}/alerts?token=in-the-url`;
+      const hookUrl = `${hooks.url}/alerts?token=in-the-url`;
       const { key, secret } = await gw.newAccount({ name: "alerts-target", dailyMax: 2 });
       const { page } = await signedIn();
       await page.getByLabel("Search accounts").fill("alerts-target");
@@ -257,9 +248,9 @@ describe("the console", () => {
       // Two calls cross both lines; the alerts are delivered, signed with the secret shown, and listed with their delivery.
       for (let i = 0; i < 2; i++) expect((await legacyGet(gw.base, "/retail/item_get/", { key, secret, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
       expect(await deliveries.poll()).toBe(2);
-      expect(got).toHaveLength(2);
-      for (const g of got) {
-        const [, t, v1] = /^t=(\d+),v1=([0-9a-f]+)$/.exec(g.signature)!;
+      expect(hooks.got).toHaveLength(2);
+      for (const g of hooks.got) {
+        const [, t, v1] = /^t=(\d+),v1=([0-9a-f]+)$/.exec(String(g.headers["gateway-signature"]))!;
         expect(createHmac("sha256", alertSecret).update(`${t}.${g.body}`).digest("hex")).toBe(v1);
       }
       const told = detail.locator("details.alerts");
@@ -280,8 +271,7 @@ describe("the console", () => {
       expect((await gw.runtime.admin.get(key)).alerts).toBeUndefined();
       await page.close();
     } finally {
-      hooks.closeAllConnections();
-      await new Promise((r) => hooks.close(r));
+      await hooks.close();
     }
   });
 

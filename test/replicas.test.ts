@@ -5,7 +5,6 @@ import { ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { spawn, type ChildProcess } from "node:child_process";
 import { createServer } from "node:net";
-import { createServer as createHttpServer } from "node:http";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { formatDateTime } from "../src/core/clock.ts";
@@ -17,6 +16,7 @@ import { root, runCli } from "./support/cli.ts";
 import { FakeUpstream } from "./support/fake-upstream.ts";
 import { demo } from "./support/gateway-fixture.ts";
 import { freshDatabase } from "./support/postgres.ts";
+import { receiver } from "./support/receiver.ts";
 
 const adminToken = "replicas-admin-token-0123456789";
 let db: Awaited<ReturnType<typeof freshDatabase>>;
@@ -240,18 +240,9 @@ describe("three replicas in shared mode", () => {
   });
 
   it("tell an account's alert URL of each line its calls cross once, however many replicas charge it at once, each alert from one replica", async () => {
-    const got: { id: string; body: string }[] = [];
-    const hooks = createHttpServer((req, res) => {
-      let body = "";
-      req.on("data", (c: Buffer) => (body += c.toString()));
-      req.on("end", () => {
-        got.push({ id: String(req.headers["gateway-alert-id"]), body });
-        res.end();
-      });
-    });
-    await new Promise<void>((resolve) => hooks.listen(0, "127.0.0.1", resolve));
+    const hooks = await receiver();
     try {
-      const url = `http://127.0.0.1:${(hooks.address() as { port: number }).port}/alerts`;
+      const url = `${hooks.url}/alerts`;
       const a = await createAccount("--max", "20", "--balance", "2", "--price", "wholesale/item_get=0.05", "--concurrency", "1000");
       const set = await runCli(["accounts", "alerts", a.key, "--url", url, "--at", "25,50,100", "--balance-below", "1.5"], env);
       expect(set.code).toBe(0);
@@ -259,19 +250,18 @@ describe("three replicas in shared mode", () => {
       expect(codes.filter((c) => c === "0000")).toHaveLength(20);
       // Every replica looks for due alerts once a second: within a few, all four have come, and no more after.
       const end = Date.now() + 15_000;
-      while (got.length < 4 && Date.now() < end) await new Promise((r) => setTimeout(r, 50));
+      while (hooks.got.length < 4 && Date.now() < end) await new Promise((r) => setTimeout(r, 50));
       await new Promise((r) => setTimeout(r, 2500));
-      const told = got.map((g) => JSON.parse(g.body) as { id: string; type: string; data: { percent?: number; calls?: number; balance?: string } });
+      const told = hooks.got.map((g) => JSON.parse(g.body) as { id: string; type: string; data: { percent?: number; calls?: number; balance?: string } });
       console.log(`replicas: alerts told ${JSON.stringify(told.map((t) => [t.type, t.data]))}`);
       expect(told.map((t) => (t.type === "usage.threshold" ? t.data.percent : t.type)).sort()).toEqual([100, 25, 50, "balance.low"]);
       // Each crossed by the commit that moved the count over it: the count it recorded is at the line or, with a batch
       // of calls committed at once, past it.
       for (const t of told.filter((x) => x.type === "usage.threshold")) expect(t.data.calls!).toBeGreaterThanOrEqual((20 * t.data.percent!) / 100);
-      expect(new Set(got.map((g) => g.id)).size).toBe(4);
+      expect(new Set(hooks.got.map((g) => g.headers["gateway-alert-id"])).size).toBe(4);
       expect((await one("SELECT count(*)::int AS n, sum(attempts)::int AS attempts, count(delivered_at)::int AS delivered FROM alerts WHERE account = $1", [a.key]))).toEqual({ n: 4, attempts: 4, delivered: 4 });
     } finally {
-      hooks.closeAllConnections();
-      await new Promise((r) => hooks.close(r));
+      await hooks.close();
     }
   });
 

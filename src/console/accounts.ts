@@ -139,14 +139,51 @@ const historyOpen = new Set<string>();
 /** "TOP_UP" as "top-up". */
 const kindName = (kind: AccountEventKind) => (AccountEventKind[kind] ?? "unknown").toLowerCase().replace(/_/g, "-");
 
-/** The account's history (GetAccountHistory), read when opened: when, what, who, and each setting's move. */
-function historySection(shell: Shell, key: string): HTMLElement {
-  const body = h("div", {}, h("p", { class: "muted" }, "Reading the history…"));
-  const details = h("details", { class: "history", open: historyOpen.has(key) }, h("summary", {}, "History"), body);
+/**
+ * A section of an account's detail that is read only when opened, and stays
+ * open (`opened`) while the detail is drawn again: its summary, then what
+ * `read` makes of the AdminService's answer, or the error in words.
+ */
+function lazySection(
+  shell: Shell,
+  options: { readonly className: string; readonly summary: string; readonly reading: string; readonly opened: Set<string>; readonly key: string; readonly read: () => Promise<HTMLElement> },
+): HTMLElement {
+  const { key, opened } = options;
+  const body = h("div", {}, h("p", { class: "muted" }, options.reading));
+  const details = h("details", { class: options.className, open: opened.has(key) }, h("summary", {}, options.summary), body);
   let read = false;
   const load = async () => {
     read = true;
     try {
+      body.replaceChildren(await options.read());
+    } catch (err) {
+      if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
+      body.replaceChildren(notice("error", inWords(err)));
+    }
+  };
+  details.addEventListener("toggle", () => {
+    if (!details.open) return void opened.delete(key);
+    opened.add(key);
+    if (!read) void load();
+  });
+  if (details.open) void load();
+  return details;
+}
+
+/** A table with its caption and column heads. */
+function table(caption: string, heads: readonly string[], rows: readonly HTMLElement[]): HTMLElement {
+  return h("table", {}, h("caption", {}, caption), h("thead", {}, h("tr", {}, ...heads.map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, ...rows));
+}
+
+/** The account's history (GetAccountHistory), read when opened: when, what, who, and each setting's move. */
+function historySection(shell: Shell, key: string): HTMLElement {
+  return lazySection(shell, {
+    className: "history",
+    summary: "History",
+    reading: "Reading the history…",
+    opened: historyOpen,
+    key,
+    read: async () => {
       const { events } = await shell.client.getAccountHistory({ key });
       const rows = [...events].reverse().map((e) => {
         const created = e.kind === AccountEventKind.CREATED;
@@ -155,27 +192,9 @@ function historySection(shell: Shell, key: string): HTMLElement {
         );
         return h("tr", {}, h("td", {}, new Date(Number(e.atMs)).toLocaleString()), h("td", {}, kindName(e.kind)), h("td", {}, e.by || "(not recorded)"), h("td", {}, h("ul", {}, ...moves)));
       });
-      body.replaceChildren(
-        h(
-          "table",
-          {},
-          h("caption", {}, `${events.length} ${events.length === 1 ? "change" : "changes"}, newest first`),
-          h("thead", {}, h("tr", {}, ...["When", "What", "By", "Changed"].map((t) => h("th", { scope: "col" }, t)))),
-          h("tbody", {}, ...rows),
-        ),
-      );
-    } catch (err) {
-      if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
-      body.replaceChildren(notice("error", inWords(err)));
-    }
-  };
-  details.addEventListener("toggle", () => {
-    if (!details.open) return void historyOpen.delete(key);
-    historyOpen.add(key);
-    if (!read) void load();
+      return table(`${events.length} ${events.length === 1 ? "change" : "changes"}, newest first`, ["When", "What", "By", "Changed"], rows);
+    },
   });
-  if (details.open) void load();
-  return details;
 }
 
 /** Shares of the daily maximum as the alerts form has them (`80, 100`, `90%`, `none`); a word that is not a whole number is refused here. */
@@ -197,13 +216,15 @@ const alertsOpen = new Set<string>();
 
 /** The account's alerts (ListAlerts), read when opened: what each told, and how its delivery went. */
 function alertsSection(shell: Shell, key: string): HTMLElement {
-  const body = h("div", {}, h("p", { class: "muted" }, "Reading the alerts…"));
-  const details = h("details", { class: "alerts", open: alertsOpen.has(key) }, h("summary", {}, "Alerts told"), body);
-  let read = false;
-  const load = async () => {
-    read = true;
-    try {
+  return lazySection(shell, {
+    className: "alerts",
+    summary: "Alerts told",
+    reading: "Reading the alerts…",
+    opened: alertsOpen,
+    key,
+    read: async () => {
       const { alerts } = await shell.client.listAlerts({ key, limit: 50 });
+      if (alerts.length === 0) return h("p", { class: "muted" }, "No alerts told yet.");
       const when = (ms: bigint) => new Date(Number(ms)).toLocaleString();
       const rows = alerts.map((a) => {
         const what =
@@ -220,29 +241,9 @@ function alertsSection(shell: Shell, key: string): HTMLElement {
               : `given up after ${a.attempts} (${a.lastError})`;
         return h("tr", {}, h("td", {}, when(a.createdAtMs)), h("td", {}, h("code", {}, a.id)), h("td", {}, what), h("td", {}, delivery));
       });
-      body.replaceChildren(
-        alerts.length === 0
-          ? h("p", { class: "muted" }, "No alerts told yet.")
-          : h(
-              "table",
-              {},
-              h("caption", {}, `${alerts.length} ${alerts.length === 1 ? "alert" : "alerts"}, newest first`),
-              h("thead", {}, h("tr", {}, ...["When", "Id", "What", "Delivery"].map((t) => h("th", { scope: "col" }, t)))),
-              h("tbody", {}, ...rows),
-            ),
-      );
-    } catch (err) {
-      if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
-      body.replaceChildren(notice("error", inWords(err)));
-    }
-  };
-  details.addEventListener("toggle", () => {
-    if (!details.open) return void alertsOpen.delete(key);
-    alertsOpen.add(key);
-    if (!read) void load();
+      return table(`${alerts.length} ${alerts.length === 1 ? "alert" : "alerts"}, newest first`, ["When", "Id", "What", "Delivery"], rows);
+    },
   });
-  if (details.open) void load();
-  return details;
 }
 
 /**
