@@ -352,6 +352,25 @@ describe("delivering alerts: retries, a receiver that stalls, giving up, a resta
     }
   });
 
+  it("sends a backlog at once, a full batch after another, not a batch a second", async () => {
+    const gw = await startGateway();
+    try {
+      const accounts = await Promise.all(Array.from({ length: 40 }, () => gw.newAccount({ dailyMax: 1 })));
+      for (const a of accounts) await gw.runtime.admin.setAlerts(a.key, { url: hooks.url, usagePercents: [100] });
+      await Promise.all(accounts.map((a) => legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: demo.retailNumIid })));
+      // Looked for once a minute, 16 at a time: 40 would take three minutes if each batch waited for the next look.
+      const deliveries = new AlertDeliveries(gw.runtime.alerts, { intervalMs: 60_000, batch: 16 });
+      const started = Date.now();
+      deliveries.start();
+      await until(() => (hooks.got.length >= 40 ? true : undefined), 20_000);
+      expect(Date.now() - started).toBeLessThan(20_000);
+      expect(new Set(hooks.got.map((d) => d.headers["gateway-alert-id"])).size).toBe(40);
+      await deliveries.stop();
+    } finally {
+      await gw.close();
+    }
+  });
+
   it("keeps what it has not delivered through a restart, and delivers it then", async () => {
     const dataDir = mkdtempSync(join(tmpdir(), "gateway-alerts-"));
     dirs.push(dataDir);

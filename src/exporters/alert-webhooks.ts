@@ -60,14 +60,17 @@ export class AlertDeliveries {
     this.options = { ...defaultAlertDeliveryOptions, ...options };
   }
 
+  /** Looks at once (what waited through a restart goes out now), then every `intervalMs`, and again at once after a full batch. */
   start(): void {
     const tick = () => {
       if (this.stopped) return;
-      void this.poll().finally(() => {
-        if (!this.stopped) this.timer = setTimeout(tick, this.options.intervalMs).unref();
-      });
+      void this.poll()
+        .catch(() => 0)
+        .then((n) => {
+          if (!this.stopped) this.timer = setTimeout(tick, n >= this.options.batch ? 0 : this.options.intervalMs).unref();
+        });
     };
-    this.timer = setTimeout(tick, this.options.intervalMs).unref();
+    this.timer = setTimeout(tick, 0).unref();
   }
 
   /** Stops looking; an attempt in flight is finished (and recorded) first. */
