@@ -48,8 +48,8 @@ import type { AppOptions } from "./transports/server/app.ts";
 import type { Logger } from "./transports/server/logger.ts";
 import { PrometheusTelemetry } from "./transports/server/metrics.ts";
 import { OtlpTraceExporter } from "./exporters/otlp-traces.ts";
-import { AlertDeliveries } from "./exporters/alert-webhooks.ts";
-import type { AlertOutbox } from "./core/alerts.ts";
+import { AlertDeliveries, AlertSender, defaultAlertDeliveryOptions } from "./exporters/alert-webhooks.ts";
+import type { AlertOutbox, AlertPost } from "./core/alerts.ts";
 import { SqliteAlertOutbox } from "./stores/embedded/alert-outbox.ts";
 import { PostgresAlertOutbox } from "./stores/postgres/alert-outbox.ts";
 import { Tracer } from "./core/tracing.ts";
@@ -75,6 +75,8 @@ export interface Runtime {
   readonly metrics: PrometheusTelemetry;
   /** Usage alerts as the store keeps them (recorded by its triggers; delivered by `serve`, RuntimeOptions.deliverAlerts). */
   readonly alerts: AlertOutbox;
+  /** What sends a test alert at once (AccountAdmin.testAlerts). */
+  readonly alertSender: AlertPost;
   /** Commits every queued ledger row, then closes the stores (the embedded store at once, before the promise settles). */
   close(): Promise<void>;
 }
@@ -387,6 +389,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
           onError: (e) => (log?.warn ?? log?.error)?.call(log, { err: e }, "usage alerts could not be read from the store; they are tried again"),
         });
   deliveries?.start();
+  const alertSender = new AlertSender(defaultAlertDeliveryOptions.timeoutMs);
   const cache = stores.cache;
   if (cache !== undefined) telemetry.watchCache(() => cache.bytes);
   return {
@@ -395,6 +398,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
     readiness,
     metrics: telemetry,
     alerts: stores.alerts,
+    alertSender,
     accounts,
     admin: new AccountAdmin(accounts, meter, clock, operations),
     admins: new AdminTokens(stores.admins, clock),
@@ -407,6 +411,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
       for (const u of upstreams) void u.close();
       await spans?.flush();
       await deliveries?.stop();
+      await alertSender.close();
       await stores.close();
     },
   };

@@ -119,6 +119,20 @@ describe("usage alerts, embedded", () => {
     );
     const wrong = await team.listMyAlerts({}, { headers: { ...headers, "x-api-secret": "wrong" } }).then(() => undefined, ConnectError.from);
     expect(wrong?.code).toBe(Code.Unauthenticated);
+    // A test alert: sent at once, signed alike, with an id of its own; nothing recorded.
+    hooks.got.length = 0;
+    const test = await admin().testAlerts({ key: a.key }, ok);
+    expect([test.delivered, test.status, test.error, test.id]).toEqual([true, 204, "", expect.stringMatching(/^alert-test-[0-9a-f]{12}$/)]);
+    expect(hooks.got).toHaveLength(1);
+    expect(signedBy(hooks.got[0]!, set.secret)).toBe(true);
+    expect(JSON.parse(hooks.got[0]!.body)).toMatchObject({ id: test.id, type: "alert.test", account: a.key, data: {} });
+    expect((await admin().listAlerts({ key: a.key }, ok)).alerts).toHaveLength(3);
+    hooks.answer = () => 401;
+    expect(await admin().testAlerts({ key: a.key }, ok)).toMatchObject({ delivered: false, status: 401, error: "answered HTTP 401" });
+    const none = await admin()
+      .testAlerts({ key: (await gw.newAccount({})).key }, ok)
+      .then(() => undefined, ConnectError.from);
+    expect([none?.code, none?.rawMessage]).toEqual([Code.InvalidArgument, "this account has no alerts to test: set them first"]);
     const metrics = await (await fetch(`${gw.base}/metrics`)).text();
     expect(metrics).toMatch(/gateway_alert_attempts_total\{kind="usage",outcome="delivered"\} 2/);
     expect(metrics).toMatch(/gateway_alert_attempts_total\{kind="balance",outcome="delivered"\} 1/);
@@ -403,6 +417,11 @@ describe("delivering alerts: retries, a receiver that stalls, giving up, a resta
       expect(again.stdout).not.toContain("whsec_");
       const listed = (JSON.parse((await runCli(["accounts", "list", "--json"], env)).stdout) as { key: string; alerts: string }[]).find((x) => x.key === a.key)!;
       expect(listed.alerts).toBe(`${hooks.url}/…; at 90%; balance below 2.5; key expiry 30 days before`);
+      const tested = await runCli(["accounts", "alerts", a.key, "--test"], env);
+      expect([tested.code, tested.stdout]).toEqual([0, expect.stringMatching(/^alert-test-[0-9a-f]{12}: delivered \(HTTP 204, \d+ ms\)\n$/)]);
+      hooks.answer = () => 500;
+      const refused = await runCli(["accounts", "alerts", a.key, "--test"], env);
+      expect([refused.code, refused.stdout]).toEqual([1, expect.stringMatching(/not delivered: answered HTTP 500/)]);
       const off = await runCli(["accounts", "alerts", a.key, "--off"], env);
       expect(off.stdout).toContain(`${a.key}: no alerts`);
       const bad = await runCli(["accounts", "alerts", a.key, "--at", "80"], env);

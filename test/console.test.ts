@@ -266,6 +266,9 @@ describe("the console", () => {
       await history.locator("summary").click();
       await expect.poll(() => history.textContent()).toContain("alertSecret: (none) → made");
       expect(await history.textContent()).not.toContain("in-the-url");
+      await form.getByRole("button", { name: "Send a test alert" }).click();
+      await expect.poll(() => page.locator("body").textContent()).toMatch(/Send a test alert: alert-test-[0-9a-f]{12} delivered \(HTTP 204, \d+ ms\)\./);
+      expect(JSON.parse(hooks.got.at(-1)!.body)).toMatchObject({ type: "alert.test", account: key });
       await form.getByRole("button", { name: "Turn alerts off" }).click();
       await page.getByText("Turn alerts off: done.").waitFor();
       expect((await gw.runtime.admin.get(key)).alerts).toBeUndefined();

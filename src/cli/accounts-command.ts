@@ -289,14 +289,22 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
             "expiry-days": { type: "string" },
             "new-secret": { type: "boolean", default: false },
             off: { type: "boolean", default: false },
+            test: { type: "boolean", default: false },
             json: { type: "boolean", default: false },
           },
         });
         const [key] = positionals;
-        const usage = "usage: gateway accounts alerts KEY [--url URL] [--at PERCENT,…|none] [--balance-below AMOUNT|none] [--expiry-days N|none] [--new-secret] | --off  [--json]";
+        const usage = "usage: gateway accounts alerts KEY [--url URL] [--at PERCENT,…|none] [--balance-below AMOUNT|none] [--expiry-days N|none] [--new-secret] | --off | --test  [--json]";
         if (key === undefined) throw new AccountAdminError(usage);
         const changing = values.url !== undefined || values.at !== undefined || values["balance-below"] !== undefined || values["expiry-days"] !== undefined || values["new-secret"];
         if (values.off && changing) throw new AccountAdminError(`--off takes no other flag; ${usage}`);
+        if (values.test) {
+          if (values.off || changing) throw new AccountAdminError(`--test takes no other flag; ${usage}`);
+          const sent = await admin.testAlerts(key, runtime.alertSender);
+          if (values.json) console.log(JSON.stringify(sent));
+          else console.log(sent.delivered ? `${sent.id}: delivered (HTTP ${sent.status}, ${sent.ms} ms)` : `${sent.id}: not delivered: ${sent.error} (${sent.ms} ms)`);
+          return sent.delivered ? 0 : 1;
+        }
         let secret: string | undefined;
         let account = await admin.get(key);
         if (values.off) account = (await admin.setAlerts(key, null)).account;

@@ -3,7 +3,7 @@
 // rotate the secret; set its usage alerts and read how they were delivered;
 // read the account's history. Every action is an
 // AdminService call whose error is shown in words beside it.
-import { AccountEventKind, AccountStatus, OperationState, type Account, type SetAlertsResponse, type TopUpResponse } from "../gen/gateway/admin/v1/admin_pb.js";
+import { AccountEventKind, AccountStatus, OperationState, type Account, type SetAlertsResponse, type TestAlertsResponse, type TopUpResponse } from "../gen/gateway/admin/v1/admin_pb.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { formatRate, parseRate } from "../core/call-rate.ts";
 import { inWords, isUnauthenticated } from "./api.ts";
@@ -350,6 +350,19 @@ function accountDetail(shell: Shell, account: Account, refresh: (message?: strin
     field("Balance below", h("input", { name: "below", inputmode: "decimal", value: account.alerts?.balanceBelow ?? "" }), "an amount (optional)"),
     field("Days before expiry", h("input", { name: "expiry", inputmode: "numeric", value: account.alerts?.expiryDays === undefined ? "" : String(account.alerts.expiryDays) }), "the key's last day (optional)"),
     h("button", { type: "submit" }, "Set alerts"),
+    account.alerts !== undefined &&
+      h(
+        "button",
+        {
+          type: "button",
+          class: "secondary",
+          onclick: act("Send a test alert", () => shell.client.testAlerts({ key }), undefined, (r) => {
+            const t = r as TestAlertsResponse;
+            return t.delivered ? `${t.id} delivered (HTTP ${t.status}, ${t.elapsedMs} ms).` : `${t.id} not delivered: ${t.error} (${t.elapsedMs} ms).`;
+          }),
+        },
+        "Send a test alert",
+      ),
     account.alerts !== undefined && h("button", { type: "button", class: "secondary", onclick: act("Turn alerts off", () => shell.client.setAlerts({ key })) }, "Turn alerts off"),
   );
   // How long a rotation keeps the secret it replaces working (RotateSecret's keepOldSeconds).

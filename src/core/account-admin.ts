@@ -9,7 +9,7 @@ import { formatMoney, type Micros } from "./money.ts";
 import { checkRate, type CallRate } from "./call-rate.ts";
 import { accountPage, type AccountPage, type AccountPageRequest } from "./account-pages.ts";
 import { parseAllowedAddresses, usageAddressFilter } from "./allowed-addresses.ts";
-import { checkAlertSettings, newAlertSecret, type AlertOutbox, type AlertRecord, type AlertSettings } from "./alerts.ts";
+import { checkAlertSettings, newAlertSecret, testAlertBody, type AlertOutbox, type AlertPost, type AlertRecord, type AlertSent, type AlertSettings } from "./alerts.ts";
 
 /** What a new account gets unless told otherwise. */
 export interface AccountPlan {
@@ -286,6 +286,15 @@ export class AccountAdmin {
       return { alerts: checked, alertSecret: made ?? current.alertSecret };
     });
     return { account, secret: made };
+  }
+
+  /** Sends the account's alert URL a test alert at once (alerts.ts, testAlertBody), signed with its secret, and says how it went. */
+  async testAlerts(key: string, post: AlertPost): Promise<AlertSent & { readonly id: string }> {
+    const account = await this.get(key);
+    if (account.alerts === undefined || account.alertSecret === undefined) throw new AccountAdminError("this account has no alerts to test: set them first");
+    const now = this.clock.now();
+    const { id, body } = testAlertBody(account.key, now);
+    return { id, ...(await post.send(account.alerts.url, account.alertSecret, id, body, Math.floor(now / 1000))) };
   }
 
   /** The account's alerts, newest first: what each told, and whether it was delivered. */

@@ -108,6 +108,26 @@ export function expiringAlerts(watched: readonly ExpiryWatch[], now: number): { 
   return out;
 }
 
+/** How one POST of an alert went: a 2xx answer, or what else came (never the URL). */
+export type AlertSent =
+  | { readonly delivered: true; readonly status: number; readonly ms: number }
+  | { readonly delivered: false; readonly status: number | undefined; readonly error: string; readonly ms: number };
+
+/** What POSTs an alert, signed, to a URL (the exporter's AlertSender). */
+export interface AlertPost {
+  send(url: string, secret: string, id: string, body: string, unixSeconds: number): Promise<AlertSent>;
+}
+
+/**
+ * A test alert's body (`alert.test`, with nothing to tell), signed and sent
+ * as a real one is, so a receiver's URL and its check of the signature can be
+ * tried before anything happens. Its id is its own, never an alert's.
+ */
+export function testAlertBody(account: string, at: number): { readonly id: string; readonly body: string } {
+  const id = `alert-test-${randomBytes(6).toString("hex")}`;
+  return { id, body: JSON.stringify({ id, type: "alert.test", account, created: new Date(at).toISOString(), data: {} }) };
+}
+
 /** The most shares of the daily maximum an account may be told of. */
 export const maxUsagePercents = 8;
 

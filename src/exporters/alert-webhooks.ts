@@ -1,4 +1,5 @@
 import { Agent, request } from "undici";
+import type { AlertPost, AlertSent } from "../core/alerts.ts";
 import { alertBody, alertRetryAt, alertSignature, type AlertAttempt, type AlertKind, type AlertOutbox, type DueAlert } from "../core/alerts.ts";
 
 export interface AlertDeliveryOptions {
@@ -37,6 +38,50 @@ function attemptError(e: unknown, timeoutMs: number): string {
 }
 
 /**
+ * POSTs alerts, signed, each on a connection of its own (no keep-alive): a
+ * POST on a kept connection that the receiver has closed meanwhile fails, and
+ * is not sent again by the client. Redirects are not followed; an answer's
+ * body is read up to 64 KiB and dropped.
+ */
+export class AlertSender implements AlertPost {
+  private readonly timeoutMs: number;
+  private readonly agent = new Agent({ pipelining: 0, connect: { timeout: 5000 } });
+
+  constructor(timeoutMs: number) {
+    this.timeoutMs = timeoutMs;
+  }
+
+  async send(url: string, secret: string, id: string, body: string, unixSeconds: number): Promise<AlertSent> {
+    const started = performance.now();
+    const ms = () => Math.round(performance.now() - started);
+    try {
+      const res = await request(url, {
+        method: "POST",
+        dispatcher: this.agent,
+        signal: AbortSignal.timeout(this.timeoutMs),
+        headers: {
+          "content-type": "application/json",
+          "user-agent": "product-data-gateway-alerts",
+          "gateway-alert-id": id,
+          "gateway-signature": alertSignature(secret, unixSeconds, body),
+        },
+        body,
+      });
+      // Without an error to handle: destroying the body instead had thrown an uncaught AbortError.
+      await res.body.dump({ limit: 65_536 }).catch(() => {});
+      const status = res.statusCode;
+      return status >= 200 && status < 300 ? { delivered: true, status, ms: ms() } : { delivered: false, status, error: `answered HTTP ${status}`, ms: ms() };
+    } catch (e) {
+      return { delivered: false, status: undefined, error: attemptError(e, this.timeoutMs), ms: ms() };
+    }
+  }
+
+  close(): Promise<void> {
+    return this.agent.close().catch(() => {});
+  }
+}
+
+/**
  * Delivers usage alerts: every `intervalMs` it claims the alerts due from the
  * store (every `expiryEveryMs` recording first the keys near their last day)
  * and POSTs each to its account's URL, signed (`Gateway-Signature`),
@@ -53,11 +98,12 @@ export class AlertDeliveries {
   private stopped = false;
   private erredAt = -Infinity;
   private expiryAt = -Infinity;
-  private readonly agent = new Agent({ pipelining: 0, connect: { timeout: 5000 } });
+  private readonly sender: AlertSender;
 
   constructor(outbox: AlertOutbox, options: Partial<AlertDeliveryOptions> = {}) {
     this.outbox = outbox;
     this.options = { ...defaultAlertDeliveryOptions, ...options };
+    this.sender = new AlertSender(this.options.timeoutMs);
   }
 
   /** Looks at once (what waited through a restart goes out now), then every `intervalMs`, and again at once after a full batch. */
@@ -78,7 +124,7 @@ export class AlertDeliveries {
     this.stopped = true;
     clearTimeout(this.timer);
     await this.running?.catch(() => 0);
-    await this.agent.close().catch(() => {});
+    await this.sender.close();
   }
 
   /** Claims the alerts due now and makes one attempt at each; resolves with how many it attempted. One poll at a time. */
@@ -122,30 +168,8 @@ export class AlertDeliveries {
   }
 
   private async post(alert: DueAlert): Promise<AlertAttempt> {
-    const body = alertBody(alert);
-    const seconds = Math.floor(this.options.now() / 1000);
-    try {
-      // A connection of its own each time (no keep-alive): a POST on a kept connection that the receiver has
-      // closed meanwhile fails, and is not sent again by the client, so the alert would wait 10 s for nothing.
-      // Redirects are not followed.
-      const res = await request(alert.url, {
-        method: "POST",
-        dispatcher: this.agent,
-        signal: AbortSignal.timeout(this.options.timeoutMs),
-        headers: {
-          "content-type": "application/json",
-          "user-agent": "product-data-gateway-alerts",
-          "gateway-alert-id": `alert-${alert.id}`,
-          "gateway-signature": alertSignature(alert.secret, seconds, body),
-        },
-        body,
-      });
-      // Read and dropped (at most 64 KiB, then the connection is cut), without an error to handle.
-      await res.body.dump({ limit: 65_536 }).catch(() => {});
-      return res.statusCode >= 200 && res.statusCode < 300 ? { delivered: true } : { delivered: false, error: `answered HTTP ${res.statusCode}` };
-    } catch (e) {
-      return { delivered: false, error: attemptError(e, this.options.timeoutMs) };
-    }
+    const sent = await this.sender.send(alert.url, alert.secret, `alert-${alert.id}`, alertBody(alert), Math.floor(this.options.now() / 1000));
+    return sent.delivered ? { delivered: true } : { delivered: false, error: sent.error };
   }
 
   private report(e: unknown): void {

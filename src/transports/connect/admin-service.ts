@@ -37,7 +37,7 @@ import {
   type CallRate as CallRateMessage,
 } from "../../gen/gateway/admin/v1/admin_pb.js";
 import type { CallRate } from "../../core/call-rate.ts";
-import { alertTypes, type AlertOutbox, type AlertRecord } from "../../core/alerts.ts";
+import { alertTypes, type AlertOutbox, type AlertPost, type AlertRecord } from "../../core/alerts.ts";
 
 const states = { enabled: OperationState.ENABLED, stopped: OperationState.STOPPED } as const;
 const changeKinds = { opening: BalanceChangeKind.OPENING, "top-up": BalanceChangeKind.TOP_UP, carried: BalanceChangeKind.CARRIED, unbilled: BalanceChangeKind.UNBILLED } as const;
@@ -209,6 +209,8 @@ export interface AdminPorts {
   readonly switches: OperatorSwitches;
   /** Where the accounts' usage alerts are kept (ListAlerts). */
   readonly alerts: AlertOutbox;
+  /** What sends a test alert (TestAlerts). */
+  readonly alertSender: AlertPost;
 }
 
 export interface AdminRouteOptions {
@@ -346,6 +348,10 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
             { newSecret: req.newSecret },
           );
           return { account: accountMessage(account), secret: secret ?? "" };
+        }),
+        testAlerts: guarded(async (req) => {
+          const sent = await admin.testAlerts(req.key, ports.alertSender);
+          return { id: sent.id, delivered: sent.delivered, status: sent.status ?? 0, error: sent.delivered ? "" : sent.error, elapsedMs: sent.ms };
         }),
         listAlerts: guarded(async (req) => {
           const limit = req.limit === 0 ? 50 : Math.min(req.limit, 500);

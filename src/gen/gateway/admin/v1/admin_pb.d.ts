@@ -258,6 +258,66 @@ export declare type SetAlertsResponse = Message<"gateway.admin.v1.SetAlertsRespo
 export declare const SetAlertsResponseSchema: GenMessage<SetAlertsResponse>;
 
 /**
+ * @generated from message gateway.admin.v1.TestAlertsRequest
+ */
+export declare type TestAlertsRequest = Message<"gateway.admin.v1.TestAlertsRequest"> & {
+  /**
+   * @generated from field: string key = 1;
+   */
+  key: string;
+};
+
+/**
+ * Describes the message gateway.admin.v1.TestAlertsRequest.
+ * Use `create(TestAlertsRequestSchema)` to create a new message.
+ */
+export declare const TestAlertsRequestSchema: GenMessage<TestAlertsRequest>;
+
+/**
+ * @generated from message gateway.admin.v1.TestAlertsResponse
+ */
+export declare type TestAlertsResponse = Message<"gateway.admin.v1.TestAlertsResponse"> & {
+  /**
+   * The test alert's id (`alert-test-…`), as the receiver got it.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * Whether the receiver answered 2xx.
+   *
+   * @generated from field: bool delivered = 2;
+   */
+  delivered: boolean;
+
+  /**
+   * The receiver's HTTP status; 0 when it gave none.
+   *
+   * @generated from field: uint32 status = 3;
+   */
+  status: number;
+
+  /**
+   * What went wrong (`answered HTTP 401`, `no answer within 5000 ms`, ...); empty when delivered.
+   *
+   * @generated from field: string error = 4;
+   */
+  error: string;
+
+  /**
+   * @generated from field: uint32 elapsed_ms = 5;
+   */
+  elapsedMs: number;
+};
+
+/**
+ * Describes the message gateway.admin.v1.TestAlertsResponse.
+ * Use `create(TestAlertsResponseSchema)` to create a new message.
+ */
+export declare const TestAlertsResponseSchema: GenMessage<TestAlertsResponse>;
+
+/**
  * @generated from message gateway.admin.v1.ListAlertsRequest
  */
 export declare type ListAlertsRequest = Message<"gateway.admin.v1.ListAlertsRequest"> & {
@@ -1982,6 +2042,19 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof SetAlertsRequestSchema;
     output: typeof SetAlertsResponseSchema;
+  },
+  /**
+   * Sends the account's alert URL a test alert at once (`alert.test`, signed
+   * as a real one is, with an id of its own), and says how the receiver
+   * answered: so its URL and its check of the signature can be tried before
+   * anything happens. Nothing is recorded.
+   *
+   * @generated from rpc gateway.admin.v1.AdminService.TestAlerts
+   */
+  testAlerts: {
+    methodKind: "unary";
+    input: typeof TestAlertsRequestSchema;
+    output: typeof TestAlertsResponseSchema;
   },
   /**
    * The account's alerts, newest first: what each told, when, and whether it
