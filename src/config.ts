@@ -103,6 +103,7 @@ export const settings = {
   metricsToken: text("GATEWAY_METRICS_TOKEN", "", "bearer token `/metrics` requires; unset, anyone who reaches the port can scrape it", { shown: "unset", secret: true }),
   corsOrigins: text("GATEWAY_CORS_ORIGINS", defaultAppSettings.corsOrigins.join(","), "origins browsers may call from, comma-separated (`https://shop.example.com`); `*` any; empty turns CORS off"),
   rpcFastPath: oneOf("GATEWAY_RPC_FAST_PATH", "on", ["on", "off"], "the fast paths of catalogue calls over Connect (HTTP/1.1; before Fastify for a caller without `Origin`) and gRPC (HTTP/2, on the stream before Fastify); `off` sends every RPC through Fastify and connect-node, answering the same bytes more slowly"),
+  alertHosts: text("GATEWAY_ALERT_HOSTS", "", "the hosts accounts' alert URLs may name, comma-separated: a name or address as written (`hooks.example.com`, `10.0.0.7`), or `.example.com` for it and every name under it; empty: any. A URL naming another is refused when alerts are set, and an alert to one set before is given up, not sent"),
   alerts: oneOf("GATEWAY_ALERTS", "on", ["on", "off"], "delivery of accounts' usage alerts (`accounts alerts`): `on` POSTs each alert the store records to its account's URL, signed, retrying for about 22 hours; `off` delivers none from this process (they wait in the store for a replica that does)"),
   legacyFastPath: oneOf("GATEWAY_LEGACY_FAST_PATH", "on", ["on", "off"], "the fast path of legacy `GET` calls without `Origin` or a body, on the HTTP/1.1 request before Fastify; `off` sends every legacy call through Fastify's route, answering the same bytes more slowly"),
   ledgerCommitMs: whole("GATEWAY_LEDGER_COMMIT_MS", defaultMeterOptions.commitIntervalMs, [0, 1000], "milliseconds", "longest wait of a ledger row for its group commit; 0 commits at the end of each event-loop turn"),
@@ -273,6 +274,13 @@ export function trustedProxyList(config: Pick<GatewayConfig, "trustedProxies">):
 }
 
 /** The CORS origins as a list. */
+export function alertHostList(config: Pick<GatewayConfig, "alertHosts">): string[] {
+  return config.alertHosts
+    .split(",")
+    .map((h) => h.trim())
+    .filter((h) => h !== "");
+}
+
 export function corsOriginList(config: Pick<GatewayConfig, "corsOrigins">): string[] {
   return config.corsOrigins.split(",").map((o) => o.trim()).filter((o) => o !== "");
 }

@@ -3,7 +3,7 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 import { demoRecords } from "./catalogue/demo-dataset.ts";
 import { importRecords } from "./catalogue/catalogue-import.ts";
-import { cacheBound, corsOriginList, otlpHeaderList, pairList, sourceOf, trustedProxyList, type GatewayConfig } from "./config.ts";
+import { alertHostList, cacheBound, corsOriginList, otlpHeaderList, pairList, sourceOf, trustedProxyList, type GatewayConfig } from "./config.ts";
 import { catalogues, operations, operationsNamed } from "./operations/index.ts";
 import { CachedCatalogue, defaultCachePolicy, type CachePolicy } from "./core/cached-catalogue.ts";
 import type { CatalogueSource } from "./core/catalogue-source.ts";
@@ -380,16 +380,18 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
   );
   const readiness = new Readiness(stores.checks);
   const deliverAlerts = options.deliverAlerts;
+  const alertHosts = alertHostList(config);
   const deliveries =
     deliverAlerts === undefined || deliverAlerts === false
       ? undefined
       : new AlertDeliveries(stores.alerts, {
           ...(typeof deliverAlerts === "object" ? deliverAlerts : {}),
+          hosts: alertHosts,
           onAttempt: (kind, outcome) => telemetry.alertAttempt(kind, outcome),
           onError: (e) => (log?.warn ?? log?.error)?.call(log, { err: e }, "usage alerts could not be read from the store; they are tried again"),
         });
   deliveries?.start();
-  const alertSender = new AlertSender(defaultAlertDeliveryOptions.timeoutMs);
+  const alertSender = new AlertSender(defaultAlertDeliveryOptions.timeoutMs, alertHosts);
   const cache = stores.cache;
   if (cache !== undefined) telemetry.watchCache(() => cache.bytes);
   return {
@@ -400,7 +402,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
     alerts: stores.alerts,
     alertSender,
     accounts,
-    admin: new AccountAdmin(accounts, meter, clock, operations),
+    admin: new AccountAdmin(accounts, meter, clock, operations, "gateway", alertHosts),
     admins: new AdminTokens(stores.admins, clock),
     meter,
     switches,

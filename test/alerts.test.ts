@@ -10,7 +10,7 @@ import { createServer } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { alertAttempts, checkAlertSettings } from "../src/core/alerts.ts";
+import { alertAttempts, alertHostAllowed, checkAlertSettings } from "../src/core/alerts.ts";
 import { AlertDeliveries } from "../src/exporters/alert-webhooks.ts";
 import { toJsonString } from "@bufbuild/protobuf";
 import { AccountEventKind, AccountSchema, AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
@@ -379,6 +379,44 @@ describe("delivering alerts: retries, a receiver that stalls, giving up, a resta
       await until(() => (hooks.got.length >= 40 ? true : undefined), 20_000);
       expect(Date.now() - started).toBeLessThan(20_000);
       expect(new Set(hooks.got.map((d) => d.headers["gateway-alert-id"])).size).toBe(40);
+      await deliveries.stop();
+    } finally {
+      await gw.close();
+    }
+  });
+
+  it("sends alerts only to the hosts an operator lists (GATEWAY_ALERT_HOSTS), refusing others when set and giving up on those set before", async () => {
+    expect(alertHostAllowed("https://hooks.example.com/x", [".example.com"])).toBe(true);
+    expect(alertHostAllowed("https://example.com/x", [".example.com"])).toBe(true);
+    expect(alertHostAllowed("https://HOOKS.Example.com/x", [".example.com"])).toBe(true);
+    expect(alertHostAllowed("https://evilexample.com/x", [".example.com"])).toBe(false);
+    expect(alertHostAllowed("https://example.com.evil.net/x", [".example.com"])).toBe(false);
+    expect(alertHostAllowed("http://[::1]:8080/x", ["::1"])).toBe(true);
+    expect(alertHostAllowed("http://10.0.0.7/x", ["10.0.0.70"])).toBe(false);
+    expect(alertHostAllowed("http://10.0.0.7/x", [])).toBe(true);
+    const dataDir = mkdtempSync(join(tmpdir(), "gateway-alert-hosts-"));
+    dirs.push(dataDir);
+    // Set before the operator listed hosts: an internal address.
+    const before = await startGateway({ dataDir });
+    const early = await before.newAccount({ dailyMax: 1 });
+    await before.runtime.admin.setAlerts(early.key, { url: "http://10.255.255.1:9/internal", usagePercents: [100] });
+    await before.close();
+    const gw = await startGateway({ dataDir, config: { alertHosts: "127.0.0.1, .example.com" } });
+    try {
+      const a = await gw.newAccount({ dailyMax: 1 });
+      const c = createClient(AdminService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }));
+      const refused = await c.setAlerts({ key: a.key, alerts: { url: "http://10.255.255.1:9/x", usagePercents: [100] } }, ok).then(() => undefined, ConnectError.from);
+      expect([refused?.code, refused?.rawMessage]).toEqual([Code.InvalidArgument, "the alert URL's host is not one this gateway sends alerts to (GATEWAY_ALERT_HOSTS)"]);
+      await c.setAlerts({ key: a.key, alerts: { url: "https://hooks.example.com/x", usagePercents: [100] } }, ok);
+      await c.setAlerts({ key: a.key, alerts: { url: hooks.url, usagePercents: [100] } }, ok);
+      expect((await c.testAlerts({ key: a.key }, ok)).delivered).toBe(true);
+      // The early account's test and its real alert are refused here, before any connection: nothing is sent to 10.255.255.1.
+      expect(await c.testAlerts({ key: early.key }, ok)).toMatchObject({ delivered: false, status: 0, error: "the alert URL's host is not one this gateway sends alerts to (GATEWAY_ALERT_HOSTS)", elapsedMs: 0 });
+      await legacyGet(gw.base, "/retail/item_get/", { key: early.key, secret: early.secret, num_iid: demo.retailNumIid });
+      const deliveries = new AlertDeliveries(gw.runtime.alerts, { hosts: ["127.0.0.1", ".example.com"] });
+      expect(await deliveries.poll()).toBe(1);
+      const [given] = await gw.runtime.alerts.recent(early.key, 1);
+      expect([given!.attempts, given!.nextAt, given!.deliveredAt, given!.lastError]).toEqual([1, undefined, undefined, "the alert URL's host is not one this gateway sends alerts to (GATEWAY_ALERT_HOSTS)"]);
       await deliveries.stop();
     } finally {
       await gw.close();

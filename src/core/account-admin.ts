@@ -135,23 +135,26 @@ export class AccountAdmin {
   private readonly operations: readonly OperationContract[];
   /** Who the changes made through this admin are recorded as made by. */
   readonly by: string;
+  /** The hosts alert URLs may name (GATEWAY_ALERT_HOSTS); empty: any. */
+  private readonly alertHosts: readonly string[];
 
   /**
    * `balances`: the meter, which owns balances; `operations`: every operation
    * the gateway serves (what accounts may be given); `by`: who changes made
    * through it are recorded as made by (`as` gives the same admin for another).
    */
-  constructor(store: AccountStore, balances: Pick<Meter, "adjustBalance" | "balanceRecord">, clock: Clock, operations: readonly OperationContract[], by = "gateway") {
+  constructor(store: AccountStore, balances: Pick<Meter, "adjustBalance" | "balanceRecord">, clock: Clock, operations: readonly OperationContract[], by = "gateway", alertHosts: readonly string[] = []) {
     this.store = store;
     this.balances = balances;
     this.clock = clock;
     this.operations = operations;
     this.by = by;
+    this.alertHosts = alertHosts;
   }
 
   /** The same admin, recording its changes as made by `by` (the CLI's user, an admin API caller). */
   as(by: string): AccountAdmin {
-    return new AccountAdmin(this.store, this.balances, this.clock, this.operations, by);
+    return new AccountAdmin(this.store, this.balances, this.clock, this.operations, by, this.alertHosts);
   }
 
   /**
@@ -273,7 +276,7 @@ export class AccountAdmin {
     let checked: AlertSettings | undefined;
     if (alerts !== null) {
       try {
-        checked = checkAlertSettings(alerts);
+        checked = checkAlertSettings(alerts, this.alertHosts);
       } catch (e) {
         throw new AccountAdminError((e as Error).message);
       }

@@ -111,7 +111,7 @@ export function expiringAlerts(watched: readonly ExpiryWatch[], now: number): { 
 /** How one POST of an alert went: a 2xx answer, or what else came (never the URL). */
 export type AlertSent =
   | { readonly delivered: true; readonly status: number; readonly ms: number }
-  | { readonly delivered: false; readonly status: number | undefined; readonly error: string; readonly ms: number };
+  | { readonly delivered: false; readonly status: number | undefined; readonly error: string; readonly ms: number; readonly final?: boolean };
 
 /** What POSTs an alert, signed, to a URL (the exporter's AlertSender). */
 export interface AlertPost {
@@ -146,9 +146,32 @@ function checkAlertUrl(text: string): string {
   return url.href;
 }
 
-/** Settings checked and written in one form (the URL normalized, the percents sorted without repeats), or refused in words. */
-export function checkAlertSettings(s: AlertSettings): AlertSettings {
+/**
+ * Whether alerts may go to a URL's host under an operator's list of hosts
+ * (GATEWAY_ALERT_HOSTS): a name or address as written (`hooks.example.com`,
+ * `10.0.0.7`, `::1`), or `.example.com` for it and every name under it. An
+ * empty list allows any.
+ */
+export function alertHostAllowed(url: string, hosts: readonly string[]): boolean {
+  if (hosts.length === 0) return true;
+  const host = new URL(url).hostname.toLowerCase().replace(/^\[(.*)\]$/, "$1");
+  return hosts.some((h) => {
+    const entry = h.toLowerCase();
+    return entry.startsWith(".") ? host === entry.slice(1) || host.endsWith(entry) : host === entry;
+  });
+}
+
+/** Why an alert may not go to a URL's host; never the URL. */
+export const alertHostRefused = "the alert URL's host is not one this gateway sends alerts to (GATEWAY_ALERT_HOSTS)";
+
+/**
+ * Settings checked and written in one form (the URL normalized, the percents
+ * sorted without repeats), or refused in words; `hosts`: the operator's list
+ * of hosts alerts may go to (alertHostAllowed).
+ */
+export function checkAlertSettings(s: AlertSettings, hosts: readonly string[] = []): AlertSettings {
   const url = checkAlertUrl(s.url);
+  if (!alertHostAllowed(url, hosts)) throw new Error(alertHostRefused);
   const usagePercents = [...new Set(s.usagePercents)].sort((a, b) => a - b);
   for (const p of usagePercents) {
     if (!Number.isInteger(p) || p < 1 || p > 1000) throw new Error(`a usage alert is a whole percent of the daily maximum from 1 to 1000, not ${p}`);

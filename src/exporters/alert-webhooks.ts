@@ -1,5 +1,6 @@
 import { Agent, request } from "undici";
 import type { AlertPost, AlertSent } from "../core/alerts.ts";
+import { alertHostAllowed, alertHostRefused } from "../core/alerts.ts";
 import { alertBody, alertRetryAt, alertSignature, type AlertAttempt, type AlertKind, type AlertOutbox, type DueAlert } from "../core/alerts.ts";
 
 export interface AlertDeliveryOptions {
@@ -11,6 +12,8 @@ export interface AlertDeliveryOptions {
   readonly batch: number;
   /** How often keys near their last day are looked for (AlertOutbox.recordExpiring). */
   readonly expiryEveryMs: number;
+  /** Where alerts may go (GATEWAY_ALERT_HOSTS); empty: anywhere. */
+  readonly hosts: readonly string[];
   /** Wall time (ms): alerts are recorded and retried by the store's clock, not a test's. */
   readonly now: () => number;
   /** Told of each attempt's end. */
@@ -24,6 +27,7 @@ export const defaultAlertDeliveryOptions: AlertDeliveryOptions = {
   timeoutMs: 5000,
   batch: 16,
   expiryEveryMs: 600_000,
+  hosts: [],
   now: Date.now,
   onAttempt: () => {},
   onError: () => {},
@@ -45,13 +49,17 @@ function attemptError(e: unknown, timeoutMs: number): string {
  */
 export class AlertSender implements AlertPost {
   private readonly timeoutMs: number;
+  private readonly hosts: readonly string[];
   private readonly agent = new Agent({ pipelining: 0, connect: { timeout: 5000 } });
 
-  constructor(timeoutMs: number) {
+  /** `hosts`: where alerts may go (alertHostAllowed; GATEWAY_ALERT_HOSTS), checked again here for URLs set before the list. */
+  constructor(timeoutMs: number, hosts: readonly string[] = []) {
     this.timeoutMs = timeoutMs;
+    this.hosts = hosts;
   }
 
   async send(url: string, secret: string, id: string, body: string, unixSeconds: number): Promise<AlertSent> {
+    if (!alertHostAllowed(url, this.hosts)) return { delivered: false, status: undefined, error: alertHostRefused, ms: 0, final: true };
     const started = performance.now();
     const ms = () => Math.round(performance.now() - started);
     try {
@@ -103,7 +111,7 @@ export class AlertDeliveries {
   constructor(outbox: AlertOutbox, options: Partial<AlertDeliveryOptions> = {}) {
     this.outbox = outbox;
     this.options = { ...defaultAlertDeliveryOptions, ...options };
-    this.sender = new AlertSender(this.options.timeoutMs);
+    this.sender = new AlertSender(this.options.timeoutMs, this.options.hosts);
   }
 
   /** Looks at once (what waited through a restart goes out now), then every `intervalMs`, and again at once after a full batch. */
@@ -154,9 +162,11 @@ export class AlertDeliveries {
   }
 
   private async attempt(alert: DueAlert): Promise<void> {
-    const outcome: AlertAttempt = alert.url === "" || alert.secret === "" ? { delivered: false, error: "the account's alerts were turned off" } : await this.post(alert);
+    // A URL the alerts were turned off for, or one whose host the gateway may not send to, is given up at once.
+    const outcome: AlertAttempt & { readonly final?: boolean } =
+      alert.url === "" || alert.secret === "" ? { delivered: false, error: "the account's alerts were turned off", final: true } : await this.post(alert);
     const at = this.options.now();
-    const retryAt = outcome.delivered || alert.url === "" ? undefined : alertRetryAt(alert.attempts, at);
+    const retryAt = outcome.delivered || outcome.final === true ? undefined : alertRetryAt(alert.attempts, at);
     try {
       await this.outbox.settle(alert.id, outcome, at, retryAt);
     } catch (e) {
@@ -167,9 +177,9 @@ export class AlertDeliveries {
     this.options.onAttempt(alert.kind, outcome.delivered ? "delivered" : retryAt === undefined ? "given_up" : "retried");
   }
 
-  private async post(alert: DueAlert): Promise<AlertAttempt> {
+  private async post(alert: DueAlert): Promise<AlertAttempt & { readonly final?: boolean }> {
     const sent = await this.sender.send(alert.url, alert.secret, `alert-${alert.id}`, alertBody(alert), Math.floor(this.options.now() / 1000));
-    return sent.delivered ? { delivered: true } : { delivered: false, error: sent.error };
+    return sent.delivered ? { delivered: true } : { delivered: false, error: sent.error, ...(sent.final ? { final: true } : {}) };
   }
 
   private report(e: unknown): void {
