@@ -299,6 +299,15 @@ describe("delivering alerts: retries, a receiver that stalls, giving up, a resta
       await gw.runtime.admin.setPlan(soon, { expires: inDays(12) });
       expect(await gw.runtime.alerts.recordExpiring(now)).toBe(1);
       expect((await told(soon))[0]).toEqual(["expiry", inDays(12), 14, 12]);
+      // Pruned after 30 days, but an expiry alert not before its last day: one asked for 60 days ahead is told once
+      // (last: the clock only moves on from here).
+      const far = await make(inDays(50), 60);
+      expect(await gw.runtime.alerts.recordExpiring(now)).toBe(1);
+      expect(await deliveries.poll()).toBe(2); // its and the later last day's: delivered, prunable once old enough
+      const month = now + 31 * 86_400_000;
+      await gw.runtime.alerts.claimDue(month, 100, 1000); // settles nothing due; prunes
+      expect(await gw.runtime.alerts.recordExpiring(month)).toBe(0);
+      expect(await told(far)).toEqual([["expiry", inDays(50), 60, 50]]);
     } finally {
       await gw.close();
     }
@@ -534,6 +543,20 @@ describe("the shared store's alerts", () => {
     expect(recorded.reduce((a, b) => a + b, 0)).toBe(1);
     const rows = (await pools[0]!.query("SELECT kind, day, level::int AS level, value::int AS value FROM alerts WHERE account = $1", [account.key])).rows;
     expect(rows).toEqual([{ kind: "expiry", day: expires, level: 7, value: 5 }]);
+    // Delivered, and a month later pruned only once its last day has passed: not recorded again meanwhile.
+    const [due] = (await outboxes[0]!.claimDue(Date.now() + 1000, 100, 1000)).filter((a) => a.account === account.key);
+    await outboxes[0]!.settle(due!.id, { delivered: true }, Date.now(), undefined);
+    const fresh = new PostgresAlertOutbox(pools[1]!); // prunes on its first claim
+    await fresh.claimDue(Date.now() + 31 * 86_400_000, 100, 1000);
+    expect((await pools[0]!.query("SELECT count(*)::int AS n FROM alerts WHERE account = $1", [account.key])).rows[0].n).toBe(0); // its day passed: pruned
+    const later = nextDays(dayOf(Date.now(), "Asia/Shanghai"), 40);
+    await admin.setPlan(account.key, { expires: later });
+    await admin.setAlerts(account.key, { url: "https://hooks.example.com/x", usagePercents: [], expiryDays: 60 });
+    expect(await fresh.recordExpiring(Date.now())).toBe(1);
+    const [next] = (await fresh.claimDue(Date.now() + 1000, 100, 1000)).filter((a) => a.account === account.key);
+    await fresh.settle(next!.id, { delivered: true }, Date.now(), undefined);
+    await new PostgresAlertOutbox(pools[1]!).claimDue(Date.now() + 31 * 86_400_000, 100, 1000);
+    expect(await fresh.recordExpiring(Date.now() + 31 * 86_400_000)).toBe(0); // kept until its last day: told once
   });
 
   it("tells a balance floor crossed by a commit's deduction, and not one a top-up raised the balance past", async () => {

@@ -3,7 +3,11 @@ import { expiringAlerts, type AlertAttempt, type AlertOutbox, type AlertRecord, 
 import { alertFromRow, dueAlertFromRow, type AlertRow } from "../alert-row.ts";
 import { writeTransaction } from "./sqlite-database.ts";
 
-/** Alerts delivered or given up are kept this long, then pruned (at most once an hour). */
+/**
+ * Alerts delivered or given up are kept this long, then pruned (at most once
+ * an hour); a key's expiry alert at least until its last day has passed, so
+ * one asked for more than this many days ahead is not recorded again.
+ */
 export const alertsKeptMs = 30 * 86_400_000;
 
 /**
@@ -35,7 +39,7 @@ export class SqliteAlertOutbox implements AlertOutbox {
     this.failed = db.prepare("UPDATE alerts SET next_at = ?, claimed_until = 0, last_error = ? WHERE id = ?");
     this.byAccount = db.prepare("SELECT * FROM alerts WHERE account = ? ORDER BY id DESC LIMIT ?");
     this.byAccount.setReadBigInts(true);
-    this.prune = db.prepare("DELETE FROM alerts WHERE next_at IS NULL AND at < ?");
+    this.prune = db.prepare("DELETE FROM alerts WHERE next_at IS NULL AND at < ?1 AND (kind <> 'expiry' OR day < date(?2 / 1000, 'unixepoch', '-1 day'))");
     this.watched = db.prepare(
       "SELECT key, expires, zone, CAST(json_extract(alerts, '$.expiryDays') AS INTEGER) AS expiryDays FROM accounts WHERE alerts IS NOT NULL AND status = 'active' AND json_extract(alerts, '$.expiryDays') IS NOT NULL",
     );
@@ -57,7 +61,7 @@ export class SqliteAlertOutbox implements AlertOutbox {
       writeTransaction(this.db, () => {
         if (now - this.prunedAt >= 3_600_000) {
           this.prunedAt = now;
-          this.prune.run(now - alertsKeptMs);
+          this.prune.run(now - alertsKeptMs, now);
         }
         const rows = this.due.all({ now, limit }) as unknown as (AlertRow & { url: string | null; secret: string | null })[];
         for (const r of rows) this.claim.run(now + claimMs, r.id);

@@ -23,7 +23,10 @@ export class PostgresAlertOutbox implements AlertOutbox {
   async claimDue(now: number, limit: number, claimMs: number): Promise<DueAlert[]> {
     if (now - this.prunedAt >= 3_600_000) {
       this.prunedAt = now;
-      await this.pool.query("DELETE FROM alerts WHERE next_at IS NULL AND at < $1", [now - alertsKeptMs]);
+      await this.pool.query(
+        "DELETE FROM alerts WHERE next_at IS NULL AND at < $1 AND (kind <> 'expiry' OR day < to_char(to_timestamp($2 / 1000.0) AT TIME ZONE 'UTC' - interval '1 day', 'YYYY-MM-DD'))",
+        [now - alertsKeptMs, now],
+      );
     }
     const { rows } = await this.pool.query<AlertRow & { url: string | null; secret: string | null }>(
       `WITH due AS (
