@@ -97,7 +97,7 @@ export interface RuntimeOptions {
    * Deliver the usage alerts the store records (`serve`, where GATEWAY_ALERTS is on); the CLI's runtimes do not.
    * `intervalMs` overrides how often due alerts are looked for (tests).
    */
-  readonly deliverAlerts?: boolean | { readonly intervalMs: number; readonly timeoutMs?: number };
+  readonly deliverAlerts?: boolean | { readonly intervalMs: number };
 }
 
 function translationEngine(config: GatewayConfig): TranslationEngine | undefined {
@@ -380,18 +380,21 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
   );
   const readiness = new Readiness(stores.checks);
   const deliverAlerts = options.deliverAlerts;
-  const alertHosts = alertHostList(config);
+  // One sender for the alerts delivered and the tests an operator sends, under the operator's hosts.
+  const alertSender = new AlertSender(defaultAlertDeliveryOptions.timeoutMs, alertHostList(config));
   const deliveries =
     deliverAlerts === undefined || deliverAlerts === false
       ? undefined
-      : new AlertDeliveries(stores.alerts, {
-          ...(typeof deliverAlerts === "object" ? deliverAlerts : {}),
-          hosts: alertHosts,
-          onAttempt: (kind, outcome) => telemetry.alertAttempt(kind, outcome),
-          onError: (e) => (log?.warn ?? log?.error)?.call(log, { err: e }, "usage alerts could not be read from the store; they are tried again"),
-        });
+      : new AlertDeliveries(
+          stores.alerts,
+          {
+            ...(typeof deliverAlerts === "object" ? deliverAlerts : {}),
+            onAttempt: (kind, outcome) => telemetry.alertAttempt(kind, outcome),
+            onError: (e) => (log?.warn ?? log?.error)?.call(log, { err: e }, "usage alerts could not be read from the store; they are tried again"),
+          },
+          alertSender,
+        );
   deliveries?.start();
-  const alertSender = new AlertSender(defaultAlertDeliveryOptions.timeoutMs, alertHosts);
   const cache = stores.cache;
   if (cache !== undefined) telemetry.watchCache(() => cache.bytes);
   return {
@@ -402,7 +405,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
     alerts: stores.alerts,
     alertSender,
     accounts,
-    admin: new AccountAdmin(accounts, meter, clock, operations, "gateway", alertHosts),
+    admin: new AccountAdmin(accounts, meter, clock, operations, "gateway", alertHostList(config)),
     admins: new AdminTokens(stores.admins, clock),
     meter,
     switches,

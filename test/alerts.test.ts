@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { alertAttempts, alertHostAllowed, checkAlertSettings } from "../src/core/alerts.ts";
-import { AlertDeliveries } from "../src/exporters/alert-webhooks.ts";
+import { AlertDeliveries, AlertSender } from "../src/exporters/alert-webhooks.ts";
 import { toJsonString } from "@bufbuild/protobuf";
 import { AccountEventKind, AccountSchema, AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import { AccountService } from "../src/gen/gateway/account/v1/account_pb.js";
@@ -422,11 +422,13 @@ describe("delivering alerts: retries, a receiver that stalls, giving up, a resta
       // The early account's test and its real alert are refused here, before any connection: nothing is sent to 10.255.255.1.
       expect(await c.testAlerts({ key: early.key }, ok)).toMatchObject({ delivered: false, status: 0, error: "the alert URL's host is not one this gateway sends alerts to (GATEWAY_ALERT_HOSTS)", elapsedMs: 0 });
       await legacyGet(gw.base, "/retail/item_get/", { key: early.key, secret: early.secret, num_iid: demo.retailNumIid });
-      const deliveries = new AlertDeliveries(gw.runtime.alerts, { hosts: ["127.0.0.1", ".example.com"] });
+      const sender = new AlertSender(5000, ["127.0.0.1", ".example.com"]);
+      const deliveries = new AlertDeliveries(gw.runtime.alerts, {}, sender);
       expect(await deliveries.poll()).toBe(1);
       const [given] = await gw.runtime.alerts.recent(early.key, 1);
       expect([given!.attempts, given!.nextAt, given!.deliveredAt, given!.lastError]).toEqual([1, undefined, undefined, "the alert URL's host is not one this gateway sends alerts to (GATEWAY_ALERT_HOSTS)"]);
       await deliveries.stop();
+      await sender.close();
     } finally {
       await gw.close();
     }

@@ -12,8 +12,6 @@ export interface AlertDeliveryOptions {
   readonly batch: number;
   /** How often keys near their last day are looked for (AlertOutbox.recordExpiring). */
   readonly expiryEveryMs: number;
-  /** Where alerts may go (GATEWAY_ALERT_HOSTS); empty: anywhere. */
-  readonly hosts: readonly string[];
   /** Wall time (ms): alerts are recorded and retried by the store's clock, not a test's. */
   readonly now: () => number;
   /** Told of each attempt's end. */
@@ -27,7 +25,6 @@ export const defaultAlertDeliveryOptions: AlertDeliveryOptions = {
   timeoutMs: 5000,
   batch: 16,
   expiryEveryMs: 600_000,
-  hosts: [],
   now: Date.now,
   onAttempt: () => {},
   onError: () => {},
@@ -107,11 +104,15 @@ export class AlertDeliveries {
   private erredAt = -Infinity;
   private expiryAt = -Infinity;
   private readonly sender: AlertSender;
+  /** Whether the sender is this deliverer's own, to close when it stops (not one it was handed). */
+  private readonly ownSender: boolean;
 
-  constructor(outbox: AlertOutbox, options: Partial<AlertDeliveryOptions> = {}) {
+  /** `sender`: what POSTs the alerts (the runtime's one, with the operator's hosts); by default one of its own, any host, `timeoutMs` a POST. */
+  constructor(outbox: AlertOutbox, options: Partial<AlertDeliveryOptions> = {}, sender?: AlertSender) {
     this.outbox = outbox;
     this.options = { ...defaultAlertDeliveryOptions, ...options };
-    this.sender = new AlertSender(this.options.timeoutMs, this.options.hosts);
+    this.sender = sender ?? new AlertSender(this.options.timeoutMs);
+    this.ownSender = sender === undefined;
   }
 
   /** Looks at once (what waited through a restart goes out now), then every `intervalMs`, and again at once after a full batch. */
@@ -132,7 +133,7 @@ export class AlertDeliveries {
     this.stopped = true;
     clearTimeout(this.timer);
     await this.running?.catch(() => 0);
-    await this.sender.close();
+    if (this.ownSender) await this.sender.close();
   }
 
   /** Claims the alerts due now and makes one attempt at each; resolves with how many it attempted. One poll at a time. */

@@ -57,13 +57,20 @@ export class SqliteAlertOutbox implements AlertOutbox {
   }
 
   claimDue(now: number, limit: number, claimMs: number): Promise<DueAlert[]> {
+    const prune = now - this.prunedAt >= 3_600_000;
+    const due = () => this.due.all({ now, limit }) as unknown as (AlertRow & { url: string | null; secret: string | null })[];
+    // Looked for once a second on the connection that serves calls: with nothing due and nothing to prune, a read
+    // is all it takes, not the write lock. This process is the only one that claims, so what it read is still due.
+    const read = prune ? undefined : due();
+    if (read?.length === 0) return Promise.resolve([]);
     return Promise.resolve(
       writeTransaction(this.db, () => {
-        if (now - this.prunedAt >= 3_600_000) {
+        if (prune) {
           this.prunedAt = now;
           this.prune.run(now - alertsKeptMs, now);
         }
-        const rows = this.due.all({ now, limit }) as unknown as (AlertRow & { url: string | null; secret: string | null })[];
+        // With a prune, what is due is read after it, in the same transaction.
+        const rows = read ?? due();
         for (const r of rows) this.claim.run(now + claimMs, r.id);
         return rows.map((r) => ({ ...dueAlertFromRow(r), attempts: Number(r.attempts) + 1 }));
       }),

@@ -5,7 +5,8 @@ import type { Gateway } from "../../core/gateway.ts";
 import { formatRate } from "../../core/call-rate.ts";
 import { usageSums, type UsageTotal } from "../../core/meter.ts";
 import { formatMoney } from "../../core/money.ts";
-import { alertData, alertTypes, shownAlertUrl } from "../../core/alerts.ts";
+import { alertData, shownAlertUrl } from "../../core/alerts.ts";
+import { alertFields, alertLineFields } from "./alert-fields.ts";
 import { operations as allOperations } from "../../operations/index.ts";
 import { usageTotalFields } from "./usage-fields.ts";
 import {
@@ -80,12 +81,7 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
           ...(rate !== undefined ? { rateRemaining: rate.left, rateResetMs: BigInt(Math.ceil(rate.resetMs)) } : {}),
           ...(a.alerts !== undefined
             ? {
-                alerts: create(MyAlertsSchema, {
-                  to: shownAlertUrl(a.alerts.url),
-                  usagePercents: [...a.alerts.usagePercents],
-                  ...(a.alerts.balanceBelow !== undefined ? { balanceBelow: formatMoney(a.alerts.balanceBelow) } : {}),
-                  ...(a.alerts.expiryDays !== undefined ? { expiryDays: a.alerts.expiryDays } : {}),
-                }),
+                alerts: create(MyAlertsSchema, { to: shownAlertUrl(a.alerts.url), ...alertLineFields(a.alerts) }),
               }
             : {}),
         });
@@ -96,16 +92,7 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
         const alerts = await gateway.ownAlerts(account, req.limit === 0 ? 50 : Math.min(req.limit, 500));
         return create(ListMyAlertsResponseSchema, {
           alerts: alerts.map((r) =>
-            create(MyAlertSchema, {
-              id: `alert-${r.id}`,
-              type: alertTypes[r.kind],
-              createdAtMs: BigInt(r.at),
-              dataJson: JSON.stringify(alertData(r)),
-              attempts: r.attempts,
-              ...(r.deliveredAt !== undefined ? { deliveredAtMs: BigInt(r.deliveredAt) } : {}),
-              ...(r.nextAt !== undefined ? { nextAttemptMs: BigInt(r.nextAt) } : {}),
-              lastError: r.lastError,
-            }),
+            create(MyAlertSchema, { ...alertFields(r), dataJson: JSON.stringify(alertData(r)) }),
           ),
         });
       },

@@ -37,7 +37,8 @@ import {
   type CallRate as CallRateMessage,
 } from "../../gen/gateway/admin/v1/admin_pb.js";
 import type { CallRate } from "../../core/call-rate.ts";
-import { alertTypes, type AlertOutbox, type AlertPost, type AlertRecord } from "../../core/alerts.ts";
+import type { AlertOutbox, AlertPost, AlertRecord } from "../../core/alerts.ts";
+import { alertFields, alertLineFields } from "./alert-fields.ts";
 
 const states = { enabled: OperationState.ENABLED, stopped: OperationState.STOPPED } as const;
 const changeKinds = { opening: BalanceChangeKind.OPENING, "top-up": BalanceChangeKind.TOP_UP, carried: BalanceChangeKind.CARRIED, unbilled: BalanceChangeKind.UNBILLED } as const;
@@ -73,12 +74,7 @@ function accountMessage(a: Account): AccountMessage {
     ...(a.allowedFrom !== undefined ? { allowedFrom: create(AllowedFromSchema, { addresses: [...a.allowedFrom] }) } : {}),
     ...(a.alerts !== undefined
       ? {
-          alerts: create(AlertsSchema, {
-            url: a.alerts.url,
-            usagePercents: [...a.alerts.usagePercents],
-            ...(a.alerts.balanceBelow !== undefined ? { balanceBelow: formatMoney(a.alerts.balanceBelow) } : {}),
-            ...(a.alerts.expiryDays !== undefined ? { expiryDays: a.alerts.expiryDays } : {}),
-          }),
+          alerts: create(AlertsSchema, { url: a.alerts.url, ...alertLineFields(a.alerts) }),
         }
       : {}),
   });
@@ -86,19 +82,13 @@ function accountMessage(a: Account): AccountMessage {
 
 function alertMessage(a: AlertRecord): AlertMessage {
   return create(AlertSchema, {
-    id: `alert-${a.id}`,
-    type: alertTypes[a.kind],
-    createdAtMs: BigInt(a.at),
+    ...alertFields(a),
     day: a.day,
     ...(a.kind === "usage"
       ? { percent: Number(a.level), calls: a.value, dailyMax: a.limit }
       : a.kind === "balance"
         ? { balance: formatMoney(a.value), below: formatMoney(a.level) }
         : { daysLeft: Number(a.value) }),
-    attempts: a.attempts,
-    ...(a.deliveredAt !== undefined ? { deliveredAtMs: BigInt(a.deliveredAt) } : {}),
-    ...(a.nextAt !== undefined ? { nextAttemptMs: BigInt(a.nextAt) } : {}),
-    lastError: a.lastError,
   });
 }
 
