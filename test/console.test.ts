@@ -95,6 +95,28 @@ describe("the console", () => {
     await page.close();
   });
 
+  it("creates an account under an external id once: the same form sent again finds it, with no secret", async () => {
+    const { page } = await signedIn();
+    const fill = async () => {
+      await page.getByLabel("Name").fill("billing-made");
+      await page.getByLabel("External id").fill("cus_browser_1");
+      await page.getByLabel("Prepaid balance").fill("3");
+      await page.getByRole("button", { name: "Create account" }).click();
+    };
+    await fill();
+    const key = (await page.getByTestId("new-key").textContent())!;
+    await page.getByRole("button", { name: "I have stored it" }).click();
+    await fill();
+    await expect.poll(() => page.getByText(/was made before with this external id/).textContent()).toContain(key);
+    expect(await page.getByTestId("new-secret").count()).toBe(0);
+    expect((await gw.runtime.admin.get(key)).balance).toBe(3_000_000n);
+    await page.getByLabel("Search accounts").fill("CUS_BROWSER");
+    // The accounts' own rows (the account made is open, and its detail has tables of its own).
+    await expect.poll(() => page.locator("table.accounts > tbody > tr[data-key]").count()).toBe(1);
+    expect(await page.locator(`tr[data-key="${key}"]`).textContent()).toContain("external id cus_browser_1");
+    await page.close();
+  });
+
   it("searches, stops and resumes an account, disables an operation, sets the plan, tops up and rotates the secret", async () => {
     const { key, secret } = await gw.newAccount({ name: "ops-target", balance: 1_000_000n });
     // Signed in as a named admin: its changes are recorded under its name.

@@ -34,7 +34,7 @@ beforeAll(async () => {
   // An embedded gateway with some history: a prepaid account that paid for calls, a refusal, a switch.
   const gw = await startGateway({ dataDir });
   try {
-    const paying = await gw.newAccount({ name: "paying", balance: 5_000_000n, prices: new Map([["retail/item_get", 250_000n]]), rate: { calls: 600, seconds: 60, burst: 50 }, allowedFrom: ["127.0.0.1", "2001:db8::/32"] });
+    const paying = await gw.newAccount({ name: "paying", externalId: "cus_paying", balance: 5_000_000n, prices: new Map([["retail/item_get", 250_000n]]), rate: { calls: 600, seconds: 60, burst: 50 }, allowedFrom: ["127.0.0.1", "2001:db8::/32"] });
     for (let i = 0; i < 3; i++) await legacyGet(gw.base, "/retail/item_get/", { key: paying.key, secret: paying.secret, num_iid: demo.retailNumIid });
     await legacyGet(gw.base, "/retail/item_get/", { key: paying.key, secret: "wrong", num_iid: demo.retailNumIid });
     // A fourth call, named by an Idempotency-Key: its key is kept with its charge.
@@ -94,6 +94,8 @@ describe("gateway migrate --to postgres://…", () => {
     expect(arrivals).toHaveLength(1);
     expect(BigInt(arrivals[0].tat)).toBeGreaterThan(BigInt(Date.now() - 60_000) * 1_000_000n);
     expect(account.allowed_from).toEqual(["127.0.0.1", "2001:db8::/32"]);
+    // Its external id and the digest of the request that made it: the same creation sent to the shared store is a repeat.
+    expect([account.external_id, account.created_with]).toEqual(["cus_paying", expect.stringMatching(/^[0-9a-f]{64}$/)]);
     // The charged call's idempotency key, so a retry after the move is still answered again, not charged.
     expect((await pool.query("SELECT request_id, token FROM idempotency_keys WHERE account = $1 AND key = 'migrated-1'", [embedded.paying!.key])).rows).toEqual([{ request_id: keyedRequestId, token: null }]);
     // The balance's record comes with it, and the next change recorded there follows it.

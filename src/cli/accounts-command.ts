@@ -15,6 +15,7 @@ export function describeAccount(a: Account) {
   return {
     key: a.key,
     name: a.name,
+    ...(a.externalId !== undefined ? { externalId: a.externalId } : {}),
     status: a.status,
     operations: Object.fromEntries(a.operations),
     max: a.dailyMax,
@@ -135,6 +136,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
             ...planFlags,
             json: { type: "boolean", default: false },
             name: { type: "string" },
+            "external-id": { type: "string" },
             balance: { type: "string" },
             operations: { type: "string" },
             price: { type: "string", multiple: true },
@@ -146,7 +148,8 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         const burst = wholeNumber("burst", values.burst);
         if (burst !== undefined && values.rate === undefined) throw new AccountAdminError("--burst needs a --rate");
         const rate = rateFlags(values.rate, burst);
-        const { account, secret } = await admin.create({
+        const { account, secret, repeated } = await admin.create({
+          ...(values["external-id"] !== undefined ? { externalId: values["external-id"] } : {}),
           ...(rate ? { rate } : {}),
           // `--allow-from 10.0.0.0/8,203.0.113.7` or `any`, read as the AdminService reads its list.
           ...(values["allow-from"] !== undefined ? { allowedFrom: [values["allow-from"]] } : {}),
@@ -160,7 +163,11 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
           ...(priceMap !== undefined ? { prices: priceMap } : {}),
         });
         if (values.json) {
-          console.log(JSON.stringify({ ...describeAccount(account), secret }));
+          console.log(JSON.stringify({ ...describeAccount(account), secret, ...(repeated ? { repeated } : {}) }));
+        } else if (repeated) {
+          // Made before by the same request: its secret was shown then, and is not kept.
+          console.log(`key:    ${account.key}\n(made before for the external id ${account.externalId}, with these settings: its secret was shown then; accounts rotate-secret makes a new one)`);
+          console.log(JSON.stringify(describeAccount(account)));
         } else {
           console.log(`key:    ${account.key}\nsecret: ${secret}\n(the secret is shown once; only its hash is stored)`);
           console.log(JSON.stringify(describeAccount(account)));

@@ -74,7 +74,7 @@ function rateRequest(text: string | undefined, burst: string | undefined, plan: 
   return { rate };
 }
 
-function createForm(shell: Shell, done: (key: string, secret: string) => void): HTMLElement {
+function createForm(shell: Shell, done: (key: string, secret: string, repeated: boolean) => void): HTMLElement {
   const status = h("div", { "aria-live": "polite" });
   const ops = shell.operations.map((op) => ({ op, box: h("input", { type: "checkbox", name: `op:${op.id}`, checked: true }), price: h("input", { name: `price:${op.id}`, inputmode: "decimal", placeholder: "free" }) }));
   const form = h(
@@ -90,6 +90,7 @@ function createForm(shell: Shell, done: (key: string, secret: string) => void): 
         try {
           const res = await shell.client.createAccount({
             name: v.name ?? "",
+            externalId: v.externalId ?? "",
             ...(v.dailyMax ? { dailyMax: BigInt(v.dailyMax) } : {}),
             ...(v.concurrency ? { concurrency: Number(v.concurrency) } : {}),
             ...rateRequest(v.rate, v.burst, false),
@@ -101,7 +102,7 @@ function createForm(shell: Shell, done: (key: string, secret: string) => void): 
           });
           form.reset();
           status.replaceChildren();
-          done(res.account!.key, res.secret);
+          done(res.account!.key, res.secret, res.repeated);
         } catch (err) {
           if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
           status.replaceChildren(notice("error", err instanceof RangeError || err instanceof SyntaxError ? `Not accepted: ${err.message}` : inWords(err)));
@@ -113,6 +114,7 @@ function createForm(shell: Shell, done: (key: string, secret: string) => void): 
       "div",
       { class: "grid" },
       field("Name", h("input", { name: "name", required: true, maxlength: 200 })),
+      field("External id", h("input", { name: "externalId", maxlength: 128, pattern: "[!-~]+" }), "your own id for it (a customer id); sent again, it finds this account, not a new one"),
       field("Calls a day", h("input", { name: "dailyMax", inputmode: "numeric", pattern: "[0-9]+", placeholder: "10000" })),
       field("Calls at once", h("input", { name: "concurrency", inputmode: "numeric", pattern: "[0-9]+", placeholder: "20" })),
       field("Rate limit", h("input", { name: "rate", placeholder: "none" }), "calls per s, min or h: 10/s, 600/min"),
@@ -432,7 +434,12 @@ export async function accountsView(main: HTMLElement, shell: Shell): Promise<voi
       const row = h(
         "tr",
         { "data-key": a.key },
-        h("td", {}, h("button", { type: "button", class: "link", "aria-expanded": open === a.key ? "true" : "false", onclick: () => ((open = open === a.key ? undefined : a.key), render()) }, a.name || "(no name)")),
+        h(
+          "td",
+          {},
+          h("button", { type: "button", class: "link", "aria-expanded": open === a.key ? "true" : "false", onclick: () => ((open = open === a.key ? undefined : a.key), render()) }, a.name || "(no name)"),
+          ...(a.externalId !== "" ? [h("div", { class: "muted" }, `external id ${a.externalId}`)] : []),
+        ),
         h("td", {}, h("code", {}, a.key)),
         h("td", {}, h("span", { class: `badge ${a.status === AccountStatus.ACTIVE ? "active" : "stopped"}` }, a.status === AccountStatus.ACTIVE ? "active" : "stopped")),
         h("td", { class: "num" }, String(a.dailyMax)),
@@ -495,9 +502,11 @@ export async function accountsView(main: HTMLElement, shell: Shell): Promise<voi
     news,
     h("div", { class: "filters", role: "search" }, field("Search accounts", search), field("Status", statusFilter)),
     list,
-    createForm(shell, (key, secret) => {
+    createForm(shell, (key, secret, repeated) => {
       open = key;
-      void refresh(`Account ${key} created.`, { key, secret });
+      // Made before by the same request (its external id): its secret was shown then and is not kept.
+      if (repeated) void refresh(`Account ${key} was made before with this external id and these settings; its secret was shown then (Rotate secret makes a new one).`);
+      else void refresh(`Account ${key} created.`, { key, secret });
     }),
   );
   await refresh();

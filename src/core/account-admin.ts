@@ -1,6 +1,7 @@
+import { createHash } from "node:crypto";
 import type { OperationContract, OperationId } from "../contract/operations.ts";
 import { fieldChanges, type AccountChangeKind, type AccountFields, type FieldChange } from "./account-history.ts";
-import type { AccountStore } from "./account-store.ts";
+import { ExternalIdTaken, type AccountStore } from "./account-store.ts";
 import { BalanceReferenceConflict, type Meter, type RecordedBalanceChange } from "./meter.ts";
 import { browserSignature, newKey, newNonce, newSecret, sealSecret, type Account, type OperationState } from "./accounts.ts";
 import type { SignedCall } from "../contract/browser-signature.ts";
@@ -96,6 +97,39 @@ export class AccountNotFoundError extends AccountAdminError {
   override name = "AccountNotFoundError";
 }
 
+/** A creation naming an external id that an account made by another request has (AccountAdmin.create). */
+export class AccountExistsError extends AccountAdminError {
+  override name = "AccountExistsError";
+}
+
+/** What a new account may name as its external id: 1 to 128 printable ASCII characters, as a top-up's reference. */
+const externalIdForm = /^[\x21-\x7e]{1,128}$/;
+
+/** A new account's plan as one text, for telling a creation sent again from another with the same external id: the settings as asked, defaults filled in, lists in one order. */
+function planDigest(p: AccountPlan, allowedFrom: readonly string[] | undefined): string {
+  const sorted = <T>(xs: Iterable<T>) => [...xs].sort((a, b) => (String(a) < String(b) ? -1 : String(a) > String(b) ? 1 : 0));
+  const asked = [
+    p.name,
+    p.dailyMax,
+    p.concurrency,
+    p.rate === undefined ? null : [p.rate.calls, p.rate.seconds, p.rate.burst],
+    allowedFrom === undefined ? null : sorted(allowedFrom),
+    p.balance === undefined ? null : p.balance.toString(),
+    sorted([...p.prices].map(([op, price]) => `${op}=${price}`)),
+    p.expires,
+    p.zone,
+    sorted(p.operations),
+  ];
+  return createHash("sha256").update(JSON.stringify(asked)).digest("hex");
+}
+
+/** A new account: its secret (shown once; empty when `repeated`), and whether it is one an earlier creation with the same external id made. */
+export interface CreatedAccount {
+  readonly account: Account;
+  readonly secret: string;
+  readonly repeated: boolean;
+}
+
 function validDay(day: string): boolean {
   if (!isoDay.test(day)) return false;
   const t = Date.parse(`${day}T00:00:00Z`);
@@ -173,20 +207,33 @@ export class AccountAdmin {
     return next;
   }
 
-  /** Creates an account; the secret is returned once and only its hash is kept. */
-  async create(plan: Partial<AccountPlan> = {}): Promise<{ account: Account; secret: string }> {
-    const p: AccountPlan = { ...defaultPlan, operations: this.operations.map((op) => op.id), ...plan };
+  /**
+   * Creates an account; the secret is returned once and only its hash is
+   * kept. With an external id (the operator's own id for the account),
+   * creation may be sent again safely: while an account has the id, the
+   * same request answers that account (`repeated`, no secret, nothing
+   * credited again) and another request is refused (AccountExistsError).
+   */
+  async create(plan: Partial<AccountPlan> & { readonly externalId?: string | undefined } = {}): Promise<CreatedAccount> {
+    const { externalId, ...asked } = plan;
+    const p: AccountPlan = { ...defaultPlan, operations: this.operations.map((op) => op.id), ...asked };
     checkLimits(p);
     const allowedFrom = p.allowedFrom === undefined ? undefined : allowedAddresses(p.allowedFrom);
+    const operations = p.operations.map((name) => this.operation(name));
+    const prices = new Map([...p.prices].map(([name, price]) => [this.operation(name), price]));
+    if (p.balance !== undefined && p.balance < 0n) throw new AccountAdminError("the opening balance cannot be negative");
+    if (externalId !== undefined && !externalIdForm.test(externalId)) throw new AccountAdminError("an external id must be 1 to 128 printable ASCII characters, no spaces");
+    const createdWith = externalId === undefined ? undefined : planDigest({ ...p, operations, prices }, allowedFrom);
+    if (externalId !== undefined) {
+      const made = await this.store.findByExternalId(externalId);
+      if (made !== undefined) return this.madeBefore(made, externalId, createdWith!);
+    }
     let expires = p.expires;
     if (expires === "") {
       const d = new Date(`${dayOf(this.clock.now(), p.zone)}T00:00:00Z`);
       d.setUTCFullYear(d.getUTCFullYear() + 1);
       expires = d.toISOString().slice(0, 10);
     }
-    const operations = p.operations.map((name) => this.operation(name));
-    const prices = new Map([...p.prices].map(([name, price]) => [this.operation(name), price]));
-    if (p.balance !== undefined && p.balance < 0n) throw new AccountAdminError("the opening balance cannot be negative");
     const secret = newSecret();
     const account: Account = {
       key: newKey(),
@@ -203,16 +250,42 @@ export class AccountAdmin {
       expires,
       zone: p.zone,
       createdAt: this.clock.now(),
+      ...(externalId !== undefined ? { externalId, createdWith } : {}),
     };
     // The balance first: an account must never exist, even for a moment, unbilled when it should be prepaid.
     if (account.balance !== undefined) await this.balances.adjustBalance(account.key, { kind: "opening", amount: account.balance, at: account.createdAt, by: this.by });
-    await this.store.insert(account, { at: account.createdAt, kind: "created", by: this.by, changes: fieldChanges(undefined, account) });
-    return { account, secret };
+    try {
+      await this.store.insert(account, { at: account.createdAt, kind: "created", by: this.by, changes: fieldChanges(undefined, account) });
+    } catch (e) {
+      // The same id made at the same moment elsewhere (another replica, the CLI): that one stands, and this key's
+      // opening balance is taken back (recorded as unbilled under a key no account has, so the sum of balances holds).
+      if (!(e instanceof ExternalIdTaken)) throw e;
+      if (account.balance !== undefined) await this.balances.adjustBalance(account.key, { kind: "unbilled", at: this.clock.now(), by: this.by });
+      const made = await this.store.findByExternalId(e.externalId);
+      if (made === undefined) throw e;
+      return this.madeBefore(made, e.externalId, createdWith!);
+    }
+    return { account, secret, repeated: false };
+  }
+
+  /** A creation naming an account's external id: that account, if it was made by the same request; refused if not. */
+  private madeBefore(made: Account, externalId: string, createdWith: string): CreatedAccount {
+    if (made.createdWith !== createdWith) {
+      throw new AccountExistsError(`the external id ${externalId} is account ${made.key}'s, made with other settings: send the same settings again, or change the account with its own calls`);
+    }
+    return { account: made, secret: "", repeated: true };
   }
 
   async get(key: string): Promise<Account> {
     const account = await this.store.find(key);
     if (account === undefined) throw new AccountNotFoundError(`no account has the key ${key}`);
+    return account;
+  }
+
+  /** The account with an external id (the operator's own id for it). */
+  async byExternalId(externalId: string): Promise<Account> {
+    const account = await this.store.findByExternalId(externalId);
+    if (account === undefined) throw new AccountNotFoundError(externalIdForm.test(externalId) ? `no account has the external id ${externalId}` : "no account has this external id");
     return account;
   }
 

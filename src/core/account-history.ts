@@ -33,8 +33,8 @@ export interface AccountEdit {
   readonly change: AccountChange;
 }
 
-/** What an operator can change of an account: everything but its key, creation time and balance (the meter's). */
-export type AccountFields = Partial<Omit<Account, "key" | "createdAt" | "balance">>;
+/** What an operator can change of an account: everything but its key, external id, creation and balance (the meter's). */
+export type AccountFields = Partial<Omit<Account, "key" | "createdAt" | "balance" | "externalId" | "createdWith">>;
 
 const instant = (ms: number) => new Date(ms).toISOString();
 
@@ -42,6 +42,8 @@ const instant = (ms: number) => new Date(ms).toISOString();
 function settings(a: Account): Map<string, string> {
   const out = new Map<string, string>([
     ["name", a.name],
+    // Only where one was given (it is given once, when the account is made).
+    ...(a.externalId === undefined ? [] : [["externalId", a.externalId] as [string, string]]),
     ["status", a.status],
     ["dailyMax", String(a.dailyMax)],
     ["concurrency", String(a.concurrency)],

@@ -2,9 +2,19 @@ import type { AccountChange, AccountEdit } from "./account-history.ts";
 import type { Account } from "./accounts.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
 
+/** A new account's external id is another account's already (AccountStore.insert): nothing was stored. */
+export class ExternalIdTaken extends Error {
+  override name = "ExternalIdTaken";
+  readonly externalId: string;
+  constructor(externalId: string) {
+    super("another account has this external id");
+    this.externalId = externalId;
+  }
+}
+
 /** Which accounts a store lists (AccountStore.listing). */
 export interface AccountListing {
-  /** Lowercase text a key or a name (lowercased, Unicode-wise) must hold; empty: any. */
+  /** Lowercase text a key, a name or an external id (lowercased, Unicode-wise) must hold; empty: any. */
   readonly text: string;
   readonly status: Account["status"] | undefined;
   /** Only accounts after this one in list()'s order; undefined: from the first. */
@@ -28,7 +38,14 @@ export interface AccountStore {
    * how many accounts match the filter in all.
    */
   listing(ask: AccountListing): Promise<{ readonly accounts: Account[]; readonly total: number }>;
-  /** Stores a new account with the record of its creation, in one transaction; its `balance` is not stored here but by the meter (Meter.adjustBalance). */
+  /** The account with this external id (Account.externalId), read as committed. */
+  findByExternalId(externalId: string): Promise<Account | undefined>;
+  /**
+   * Stores a new account with the record of its creation, in one
+   * transaction; its `balance` is not stored here but by the meter
+   * (Meter.adjustBalance). Throws ExternalIdTaken, storing nothing, when
+   * another account has its external id.
+   */
   insert(account: Account, created: AccountChange): Promise<void>;
   /**
    * Changes an account's settings (anything but the balance, which is the

@@ -54,6 +54,14 @@ export interface Account {
   /** IANA zone whose midnight starts the account's day. */
   readonly zone: string;
   readonly createdAt: number;
+  /**
+   * The operator's own id for the account (a customer or tenant in its
+   * billing system), given when it was made; no two accounts share one.
+   * Undefined: none.
+   */
+  readonly externalId?: string | undefined;
+  /** What the request that made an account with an external id asked for, as a digest: a second request with the id is a repeat only if it asked for the same (AccountAdmin.create). */
+  readonly createdWith?: string | undefined;
 }
 
 /**

@@ -33,13 +33,15 @@ export interface AccountRow {
   /** Alert settings as JSON (`AlertsJson`), or null for none. */
   readonly alerts?: string | AlertsJson | null;
   readonly alert_secret?: string | null;
+  readonly external_id?: string | null;
+  readonly created_with?: string | null;
   readonly created_at: number | bigint | string;
   readonly balance: bigint | string | null;
 }
 
 /** The columns an account is written with (the balance is the meter's), in the order the PostgreSQL store binds them (`created_at` last). */
 export const accountColumns = [
-  "key", "name", "secret_hash", "secret_salt", "legacy_signing_key", "hmac_key", "status", "operations", "daily_max", "concurrency", "prices", "expires", "zone", "previous_secret", "rate", "allowed_from", "alerts", "alert_secret", "created_at",
+  "key", "name", "secret_hash", "secret_salt", "legacy_signing_key", "hmac_key", "status", "operations", "daily_max", "concurrency", "prices", "expires", "zone", "previous_secret", "rate", "allowed_from", "alerts", "alert_secret", "external_id", "created_with", "created_at",
 ] as const;
 
 /** Alert settings as both stores keep them: the floor as a decimal string of micro-units (the stores' triggers read `usage` and `below`). */
@@ -87,6 +89,7 @@ export function accountFromRow(r: AccountRow): Account {
     expires: r.expires,
     zone: r.zone,
     createdAt: Number(r.created_at),
+    ...(r.external_id === null || r.external_id === undefined ? {} : { externalId: r.external_id, createdWith: r.created_with ?? undefined }),
   };
 }
 
@@ -111,6 +114,8 @@ export function accountToRow(a: Omit<Account, "balance">): Record<(typeof accoun
     allowed_from: a.allowedFrom === undefined ? null : JSON.stringify(a.allowedFrom),
     alerts: a.alerts === undefined ? null : alertsToJson(a.alerts),
     alert_secret: a.alertSecret ?? null,
+    external_id: a.externalId ?? null,
+    created_with: a.createdWith ?? null,
     created_at: a.createdAt,
   };
 }

@@ -21,7 +21,7 @@ export interface GatewayFixture {
   readonly config: GatewayConfig;
   /** An active account with both operations. */
   readonly account: { readonly key: string; readonly secret: string };
-  newAccount(plan?: Partial<AccountPlan>): Promise<{ key: string; secret: string }>;
+  newAccount(plan?: Partial<AccountPlan> & { externalId?: string }): Promise<{ key: string; secret: string }>;
   /** A core over this fixture's real stores, with other catalogue sources and no response cache. */
   gatewayWith(sources: ReadonlyMap<string, CatalogueSource>, log?: { error(obj: unknown, msg: string): void }): Gateway;
   close(): Promise<void>;
@@ -52,7 +52,7 @@ export async function startGateway(
   const app = await buildApp({ ...appOptions(config, runtime, { ...(logger ? { logger } : {}), adminToken }), ...(logger ? {} : { logLevel: false as const }), ...options.app });
   await app.listen({ host: "127.0.0.1", port: 0 });
   const port = (app.server.address() as { port: number }).port;
-  const newAccount = async (plan: Partial<AccountPlan> = {}) => {
+  const newAccount = async (plan: Partial<AccountPlan> & { externalId?: string } = {}) => {
     const { account, secret } = await runtime.admin.create(plan);
     return { key: account.key, secret };
   };

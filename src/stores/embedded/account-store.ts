@@ -1,6 +1,6 @@
 import type { DatabaseSync, StatementSync } from "node:sqlite";
 import type { AccountChange, AccountEdit } from "../../core/account-history.ts";
-import type { AccountListing, AccountStore } from "../../core/account-store.ts";
+import { ExternalIdTaken, type AccountListing, type AccountStore } from "../../core/account-store.ts";
 import type { Account } from "../../core/accounts.ts";
 import { accountChangeFromRow, accountColumns, accountFromRow, accountToRow, changedColumns, changesToJson, type AccountChangeRow, type AccountRow } from "../account-row.ts";
 import type { ChangeWatch } from "./change-watch.ts";
@@ -18,6 +18,7 @@ export class SqliteAccountStore implements AccountStore {
   private readonly cached = new Map<string, Account | undefined>();
   private seenVersion = -1;
   private readonly byKey: StatementSync;
+  private readonly byExternalId: StatementSync;
   private readonly all: StatementSync;
   private readonly insertRow: StatementSync;
   /** An UPDATE per set of columns a change writes. */
@@ -35,6 +36,8 @@ export class SqliteAccountStore implements AccountStore {
     const read = "SELECT a.*, b.micros AS balance FROM accounts a LEFT JOIN balances b ON b.account = a.key";
     this.byKey = db.prepare(`${read} WHERE a.key = ?`);
     this.byKey.setReadBigInts(true);
+    this.byExternalId = db.prepare(`${read} WHERE a.external_id = ?`);
+    this.byExternalId.setReadBigInts(true);
     this.all = db.prepare(`${read} ORDER BY a.created_at, a.key`);
     this.all.setReadBigInts(true);
     this.insertRow = db.prepare(`INSERT INTO accounts (${accountColumns.join(", ")}) VALUES (${accountColumns.map((c) => `:${c}`).join(", ")})`);
@@ -64,6 +67,11 @@ export class SqliteAccountStore implements AccountStore {
     this.cached.delete(key);
   }
 
+  async findByExternalId(externalId: string): Promise<Account | undefined> {
+    const row = this.byExternalId.get(externalId) as AccountRow | undefined;
+    return row === undefined ? undefined : accountFromRow(row);
+  }
+
   async list(): Promise<Account[]> {
     return (this.all.all() as unknown as AccountRow[]).map(accountFromRow);
   }
@@ -74,7 +82,7 @@ export class SqliteAccountStore implements AccountStore {
     if (sql === undefined) {
       const filter = ["1"];
       // SQLite's own lower() folds ASCII only: gw_lower is JavaScript's, as the text was lowered with.
-      if (ask.text !== "") filter.push("(instr(gw_lower(a.key), :text) > 0 OR instr(gw_lower(a.name), :text) > 0)");
+      if (ask.text !== "") filter.push("(instr(gw_lower(a.key), :text) > 0 OR instr(gw_lower(a.name), :text) > 0 OR instr(gw_lower(coalesce(a.external_id, '')), :text) > 0)");
       if (ask.status !== undefined) filter.push("a.status = :status");
       const where = filter.join(" AND ");
       // A row value, which the index on (created_at, key) answers from where the last page ended.
@@ -97,10 +105,16 @@ export class SqliteAccountStore implements AccountStore {
   }
 
   async insert(account: Account, created: AccountChange): Promise<void> {
-    writeTransaction(this.db, () => {
-      this.insertRow.run(accountToRow(account));
-      this.record(account.key, created);
-    });
+    try {
+      writeTransaction(this.db, () => {
+        this.insertRow.run(accountToRow(account));
+        this.record(account.key, created);
+      });
+    } catch (e) {
+      // SQLITE_CONSTRAINT_UNIQUE on the one unique column a new account can meet (its key is new).
+      if (account.externalId !== undefined && (e as { errcode?: number }).errcode === 2067 && /external_id/.test((e as Error).message)) throw new ExternalIdTaken(account.externalId);
+      throw e;
+    }
     this.forget(account.key);
   }
 

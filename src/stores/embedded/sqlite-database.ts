@@ -231,6 +231,12 @@ export const migrations: readonly string[] = [
         (SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER) AS now) t
       WHERE f.below IS NOT NULL AND old.micros >= f.below AND new.micros < f.below;
   END;`,
+  // 21: the operator's own id for an account (a customer in its billing system), unique where given, and a digest
+  // of what the request that made it asked for: a creation sent again with the id is answered with the account it
+  // made, not a second one (src/core/account-admin.ts; the shared store's is PostgreSQL step 19).
+  `ALTER TABLE accounts ADD COLUMN external_id TEXT;
+  ALTER TABLE accounts ADD COLUMN created_with TEXT;
+  CREATE UNIQUE INDEX accounts_external_id ON accounts (external_id) WHERE external_id IS NOT NULL;`,
 ];
 
 /**

@@ -1,6 +1,6 @@
 import type pg from "pg";
 import type { AccountChange, AccountEdit } from "../../core/account-history.ts";
-import type { AccountListing, AccountStore } from "../../core/account-store.ts";
+import { ExternalIdTaken, type AccountListing, type AccountStore } from "../../core/account-store.ts";
 import type { Account } from "../../core/accounts.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
 import { accountChangeFromRow, accountColumns, accountFromRow, accountToRow, changedColumns, changesToJson, type AccountChangeRow, type AccountRow } from "../account-row.ts";
@@ -10,7 +10,7 @@ import { databaseFault, inTransaction } from "./postgres-database.ts";
 export const accountFreshMs = 1000;
 
 const read = `SELECT a.key, a.name, a.secret_hash, a.secret_salt, a.legacy_signing_key, a.hmac_key, a.status, a.operations, a.daily_max::text AS daily_max,
-    a.concurrency, a.prices, a.expires, a.zone, a.previous_secret, a.rate, a.allowed_from, a.alerts, a.alert_secret, a.created_at::text AS created_at, b.micros::text AS balance
+    a.concurrency, a.prices, a.expires, a.zone, a.previous_secret, a.rate, a.allowed_from, a.alerts, a.alert_secret, a.external_id, a.created_with, a.created_at::text AS created_at, b.micros::text AS balance
   FROM accounts a LEFT JOIN balances b ON b.account = a.key`;
 
 interface Reading {
@@ -77,6 +77,11 @@ export class PostgresAccountStore implements AccountStore {
     return account;
   }
 
+  async findByExternalId(externalId: string): Promise<Account | undefined> {
+    const r = await this.pool.query<AccountRow>(`${read} WHERE a.external_id = $1`, [externalId]);
+    return r.rows[0] === undefined ? undefined : accountFromRow(r.rows[0]);
+  }
+
   async list(): Promise<Account[]> {
     // Keys by code unit ("C"), as the embedded store and JavaScript order them, not by the database's collation.
     return (await this.pool.query<AccountRow>(`${read} ORDER BY a.created_at, a.key COLLATE "C"`)).rows.map(accountFromRow);
@@ -87,7 +92,7 @@ export class PostgresAccountStore implements AccountStore {
     const filter = ["true"];
     if (ask.text !== "") {
       params.push(ask.text);
-      filter.push(`(strpos(lower(a.key), $${params.length}) > 0 OR strpos(lower(a.name), $${params.length}) > 0)`);
+      filter.push(`(strpos(lower(a.key), $${params.length}) > 0 OR strpos(lower(a.name), $${params.length}) > 0 OR strpos(lower(coalesce(a.external_id, '')), $${params.length}) > 0)`);
     }
     if (ask.status !== undefined) {
       params.push(ask.status);
@@ -121,11 +126,18 @@ export class PostgresAccountStore implements AccountStore {
     const row = accountToRow(account);
     const n = accountColumns.length;
     // The account and the record of its creation in one statement, so one transaction.
-    await this.pool.query(
-      `WITH made AS (INSERT INTO accounts (${accountColumns.join(", ")}) VALUES (${accountColumns.map((_, i) => `$${i + 1}`).join(", ")}) RETURNING key)
-       INSERT INTO account_changes (account, at, kind, actor, changes) SELECT key, $${n + 1}, $${n + 2}, $${n + 3}, $${n + 4}::jsonb FROM made`,
-      [...accountColumns.map((c) => row[c]), String(created.at), created.kind, created.by, changesToJson(created)],
-    );
+    try {
+      await this.pool.query(
+        `WITH made AS (INSERT INTO accounts (${accountColumns.join(", ")}) VALUES (${accountColumns.map((_, i) => `$${i + 1}`).join(", ")}) RETURNING key)
+         INSERT INTO account_changes (account, at, kind, actor, changes) SELECT key, $${n + 1}, $${n + 2}, $${n + 3}, $${n + 4}::jsonb FROM made`,
+        [...accountColumns.map((c) => row[c]), String(created.at), created.kind, created.by, changesToJson(created)],
+      );
+    } catch (e) {
+      const fault = e as { code?: string; constraint?: string };
+      // unique_violation on the one unique column a new account can meet (its key is new).
+      if (fault.code === "23505" && fault.constraint === "accounts_external_id") throw new ExternalIdTaken(account.externalId ?? "");
+      throw e;
+    }
     this.forget(account.key);
   }
 

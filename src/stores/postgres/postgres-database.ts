@@ -528,6 +528,11 @@ export const migrations: readonly string[] = [
     RETURN NULL;
   END $$;
   CREATE TRIGGER balance_alerts AFTER UPDATE OF micros ON balances FOR EACH ROW EXECUTE FUNCTION gw_balance_alerts();`,
+  // 19: the operator's own id for an account, unique where given, and a digest of the request that made it (as the
+  // embedded store's step 21).
+  `ALTER TABLE accounts ADD COLUMN external_id text;
+  ALTER TABLE accounts ADD COLUMN created_with text;
+  CREATE UNIQUE INDEX accounts_external_id ON accounts (external_id) WHERE external_id IS NOT NULL;`,
 ];
 
 /** What a call is told when the shared database does not answer. */

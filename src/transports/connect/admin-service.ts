@@ -5,7 +5,7 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import type { OperationId } from "../../contract/operations.ts";
 import { chargeOf } from "../../contract/error-codes.ts";
 import { usageTotalFields } from "./usage-fields.ts";
-import { AccountAdminError, AccountNotFoundError, usageAddress, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
+import { AccountAdminError, AccountExistsError, AccountNotFoundError, usageAddress, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
 import { AccountPageError } from "../../core/account-pages.ts";
 import type { Account } from "../../core/accounts.ts";
 import type { AddressLockout } from "../../core/address-lockout.ts";
@@ -69,6 +69,7 @@ function accountMessage(a: Account): AccountMessage {
     expires: a.expires,
     zone: a.zone,
     createdAtMs: BigInt(a.createdAt),
+    externalId: a.externalId ?? "",
     ...(a.previousSecret !== undefined && a.previousSecret.until > Date.now() ? { oldSecretUntilMs: BigInt(a.previousSecret.until) } : {}),
     ...(a.rate !== undefined ? { rate: create(CallRateSchema, a.rate) } : {}),
     ...(a.allowedFrom !== undefined ? { allowedFrom: create(AllowedFromSchema, { addresses: [...a.allowedFrom] }) } : {}),
@@ -177,6 +178,7 @@ export function requireAdminToken(token: string, lockout: AddressLockout, teleme
 /** An operator mistake as an RPC error; anything else is passed on as internal. */
 function adminError(e: unknown): never {
   if (e instanceof AccountNotFoundError) throw new ConnectError(e.message, Code.NotFound);
+  if (e instanceof AccountExistsError) throw new ConnectError(e.message, Code.AlreadyExists);
   if (e instanceof AccountAdminError || e instanceof MoneyError || e instanceof AccountPageError) throw new ConnectError(e.message, Code.InvalidArgument);
   throw e;
 }
@@ -230,8 +232,9 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
       AdminService,
       {
         createAccount: guarded(async (req, ctx) => {
-          const { account, secret } = await by(ctx).create({
+          const { account, secret, repeated } = await by(ctx).create({
             name: req.name,
+            ...(req.externalId !== "" ? { externalId: req.externalId } : {}),
             ...(req.dailyMax !== undefined ? { dailyMax: Number(req.dailyMax) } : {}),
             ...(req.concurrency !== undefined ? { concurrency: req.concurrency } : {}),
             balance: money(req.balance),
@@ -242,7 +245,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
             rate: rateOf(req.rate, false) ?? undefined,
             ...(req.allowedFrom !== undefined && req.allowedFrom.addresses.length > 0 ? { allowedFrom: req.allowedFrom.addresses } : {}),
           });
-          return { account: accountMessage(account), secret };
+          return { account: accountMessage(account), secret, repeated };
         }),
         whoAmI: guarded((_req, ctx) => ({ name: ctx.values.get(adminNameKey), actor: actor(ctx), address: ctx.values.get(clientIpKey) })),
         listAccounts: guarded(async (req) => {
@@ -251,7 +254,10 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           const page = await admin.page({ query: req.query, status, pageSize: req.pageSize, pageToken: req.pageToken });
           return { accounts: page.accounts.map(accountMessage), nextPageToken: page.nextPageToken, totalSize: page.totalSize };
         }),
-        getAccount: guarded(async (req) => ({ account: accountMessage(await admin.get(req.key)) })),
+        getAccount: guarded(async (req) => {
+          if (req.key !== "" && req.externalId !== "") throw new AccountAdminError("ask for an account by its key or by its external id, not both");
+          return { account: accountMessage(req.externalId !== "" ? await admin.byExternalId(req.externalId) : await admin.get(req.key)) };
+        }),
         stopAccount: guarded(async (req, ctx) => ({ account: accountMessage(await by(ctx).setStatus(req.key, "stopped")) })),
         resumeAccount: guarded(async (req, ctx) => ({ account: accountMessage(await by(ctx).setStatus(req.key, "active")) })),
         setPlan: guarded(async (req, ctx) => ({

@@ -151,6 +151,13 @@ export declare type Account = Message<"gateway.admin.v1.Account"> & {
    * @generated from field: gateway.admin.v1.Alerts alerts = 15;
    */
   alerts?: Alerts | undefined;
+
+  /**
+   * The operator's own id for the account, given when it was made; empty: none.
+   *
+   * @generated from field: string external_id = 16;
+   */
+  externalId: string;
 };
 
 /**
@@ -574,6 +581,18 @@ export declare type CreateAccountRequest = Message<"gateway.admin.v1.CreateAccou
    * @generated from field: gateway.admin.v1.AllowedFrom allowed_from = 10;
    */
   allowedFrom?: AllowedFrom | undefined;
+
+  /**
+   * The operator's own id for the account (a customer, tenant or contract id in
+   * its billing system), 1 to 128 printable ASCII characters; empty: none. No two
+   * accounts share one, so creation can be sent again safely: the same id with
+   * the same settings answers the account it made (`repeated`, no secret, nothing
+   * credited again); with other settings it is refused (ALREADY_EXISTS). Systems
+   * that create accounts from events delivered at least once should name one.
+   *
+   * @generated from field: string external_id = 11;
+   */
+  externalId: string;
 };
 
 /**
@@ -592,9 +611,19 @@ export declare type CreateAccountResponse = Message<"gateway.admin.v1.CreateAcco
   account?: Account | undefined;
 
   /**
+   * Shown once, when the account is made; empty when `repeated`.
+   *
    * @generated from field: string secret = 2;
    */
   secret: string;
+
+  /**
+   * The external id named an account made before by the same request: that account,
+   * unchanged, and no secret (it was shown when it was made; RotateSecret makes a new one).
+   *
+   * @generated from field: bool repeated = 3;
+   */
+  repeated: boolean;
 };
 
 /**
@@ -626,7 +655,7 @@ export declare type ListAccountsRequest = Message<"gateway.admin.v1.ListAccounts
   pageToken: string;
 
   /**
-   * Only accounts whose key or name holds this text, in any case; empty: any.
+   * Only accounts whose key, name or external id holds this text, in any case; empty: any.
    *
    * @generated from field: string query = 3;
    */
@@ -681,9 +710,18 @@ export declare const ListAccountsResponseSchema: GenMessage<ListAccountsResponse
  */
 export declare type GetAccountRequest = Message<"gateway.admin.v1.GetAccountRequest"> & {
   /**
+   * The account's key, or empty with `external_id`.
+   *
    * @generated from field: string key = 1;
    */
   key: string;
+
+  /**
+   * The account's external id (CreateAccountRequest.external_id), asked instead of its key.
+   *
+   * @generated from field: string external_id = 2;
+   */
+  externalId: string;
 };
 
 /**
@@ -1865,7 +1903,8 @@ export declare const AccountEventKindSchema: GenEnum<AccountEventKind>;
  */
 export declare const AdminService: GenService<{
   /**
-   * Creates an account; its secret is returned here once and never again.
+   * Creates an account; its secret is returned here once and never again. With an
+   * external id it may be sent again safely (CreateAccountRequest.external_id).
    *
    * @generated from rpc gateway.admin.v1.AdminService.CreateAccount
    */
