@@ -38,13 +38,18 @@ async function until<T>(what: () => T | undefined, ms = 10_000): Promise<T> {
   }
 }
 
-/** Checks a delivery's Gateway-Signature as a receiver would: HMAC-SHA256 of `<t>.<body>` under the secret. */
+/** A delivery's Gateway-Signature as a receiver reads it: its time, and each `v1` (one per secret it was signed with). */
+function signatures(d: Delivery): { t: string; v1: string[] } | undefined {
+  const m = /^t=(\d+)((?:,v1=[0-9a-f]{64})+)$/.exec(String(d.headers["gateway-signature"]));
+  return m === null ? undefined : { t: m[1]!, v1: m[2]!.split(",v1=").slice(1) };
+}
+
+/** Checks a delivery's Gateway-Signature as a receiver would: HMAC-SHA256 of `<t>.<body>` under the secret, matching any `v1`. */
 function signedBy(d: Delivery, secret: string): boolean {
-  const m = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(String(d.headers["gateway-signature"]));
-  if (m === null) return false;
-  const t = Number(m[1]);
-  if (Math.abs(Date.now() / 1000 - t) > 300) return false;
-  return createHmac("sha256", secret).update(`${m[1]}.${d.body}`).digest("hex") === m[2];
+  const sig = signatures(d);
+  if (sig === undefined) return false;
+  if (Math.abs(Date.now() / 1000 - Number(sig.t)) > 300) return false;
+  return sig.v1.includes(createHmac("sha256", secret).update(`${sig.t}.${d.body}`).digest("hex"));
 }
 
 const ok = { headers: { authorization: `Bearer ${adminToken}` } };
@@ -181,6 +186,59 @@ describe("usage alerts, embedded", () => {
     const shown = (await c.getAccount({ key: a.key }, ok)).account!;
     expect(shown.alerts).toMatchObject({ url: "https://hooks.example.com/x", usagePercents: [], balanceBelow: "1" });
     expect(toJsonString(AccountSchema, shown)).not.toMatch(/whsec_/);
+  });
+
+  it("signs with the replaced secret too while a new one keeps it, then with the new one alone", async () => {
+    const a = await gw.newAccount({ dailyMax: 2 });
+    const c = admin();
+    const url = `${hooks.url}/rotating`;
+    // Only this account's deliveries (a retry of another test's may arrive meanwhile).
+    const mine = () => hooks.got.filter((d) => d.path === "/rotating");
+    const s1 = (await c.setAlerts({ key: a.key, alerts: { url, usagePercents: [50] } }, ok)).secret;
+    const before = Date.now();
+    const kept = await c.setAlerts({ key: a.key, alerts: { url, usagePercents: [50] }, newSecret: true, keepOldSeconds: 3600 }, ok);
+    const s2 = kept.secret;
+    expect(s2).toMatch(/^whsec_/);
+    expect(Number(kept.account!.alerts!.oldSecretUntilMs)).toBeGreaterThanOrEqual(before + 3_600_000);
+    expect(Number(kept.account!.alerts!.oldSecretUntilMs)).toBeLessThanOrEqual(Date.now() + 3_600_000);
+    // A test alert and a real one (the day's first call reaches 50% of 2): each with two v1, one per secret.
+    await c.testAlerts({ key: a.key }, ok);
+    expect(await call(a)).toBe("0000");
+    await until(() => (mine().length >= 2 ? true : undefined));
+    for (const d of mine()) {
+      expect(signatures(d)!.v1).toHaveLength(2);
+      expect([signedBy(d, s1), signedBy(d, s2), signedBy(d, "whsec_someone-else")]).toEqual([true, true, false]);
+    }
+    expect(mine().map((d) => (JSON.parse(d.body) as { type: string }).type).sort()).toEqual(["alert.test", "usage.threshold"]);
+    // The history says until when, never a secret.
+    const history = await c.getAccountHistory({ key: a.key }, ok);
+    const last = history.events.filter((e) => e.kind === AccountEventKind.ALERTS).at(-1)!;
+    expect(last.changes.map((ch) => [ch.field, ch.before, ch.after])).toEqual([["oldAlertSecretUntil", "", expect.stringMatching(/^\d{4}-\d\d-\d\dT/)], ["alertSecret", "", "made"]]);
+    for (const secret of [s1, s2]) expect(JSON.stringify(history.events.map((e) => e.changes))).not.toContain(secret);
+    // A new secret without keeping: the one kept stops as well.
+    hooks.got.length = 0;
+    const s3 = (await c.setAlerts({ key: a.key, alerts: { url, usagePercents: [50] }, newSecret: true }, ok)).secret;
+    expect((await c.getAccount({ key: a.key }, ok)).account!.alerts!.oldSecretUntilMs).toBeUndefined();
+    await c.testAlerts({ key: a.key }, ok);
+    const [alone] = await until(() => (mine().length >= 1 ? mine() : undefined));
+    expect([signatures(alone!)!.v1.length, signedBy(alone!, s3), signedBy(alone!, s2), signedBy(alone!, s1)]).toEqual([1, true, false, false]);
+    // Kept for a second: signed with both, then with the new one alone once the second has passed.
+    hooks.got.length = 0;
+    const s4 = (await c.setAlerts({ key: a.key, alerts: { url, usagePercents: [50] }, newSecret: true, keepOldSeconds: 1 }, ok)).secret;
+    await c.testAlerts({ key: a.key }, ok);
+    await new Promise((r) => setTimeout(r, 1100));
+    await c.testAlerts({ key: a.key }, ok);
+    const [during, after] = await until(() => (mine().length >= 2 ? mine() : undefined));
+    expect([signedBy(during!, s4), signedBy(during!, s3), signatures(after!)!.v1.length, signedBy(after!, s4)]).toEqual([true, true, 1, true]);
+    expect((await c.getAccount({ key: a.key }, ok)).account!.alerts!.oldSecretUntilMs).toBeUndefined();
+    // Refused: keeping without a new secret, or for more than 30 days; turning alerts off drops a kept secret with them.
+    for (const req of [{ keepOldSeconds: 60 }, { newSecret: true, keepOldSeconds: 31 * 86_400 }]) {
+      const e = await c.setAlerts({ key: a.key, alerts: { url, usagePercents: [50] }, ...req }, ok).then(() => undefined, ConnectError.from);
+      expect(e?.code, JSON.stringify(req)).toBe(Code.InvalidArgument);
+    }
+    await c.setAlerts({ key: a.key, alerts: { url, usagePercents: [50] }, newSecret: true, keepOldSeconds: 3600 }, ok);
+    await c.setAlerts({ key: a.key }, ok);
+    expect((await gw.runtime.accounts.find(a.key))!.previousAlertSecret).toBeUndefined();
   });
 
   it("refuses settings it cannot keep, without repeating the URL", async () => {
@@ -471,6 +529,13 @@ describe("delivering alerts: retries, a receiver that stalls, giving up, a resta
       hooks.answer = () => 500;
       const refused = await runCli(["accounts", "alerts", a.key, "--test"], env);
       expect([refused.code, refused.stdout]).toEqual([1, expect.stringMatching(/not delivered: answered HTTP 500/)]);
+      // A new secret keeping the old one a day: printed once, with until when the old one signs too.
+      const rolled = await runCli(["accounts", "alerts", a.key, "--new-secret", "--keep-old", "24h", "--json"], env);
+      const r = JSON.parse(rolled.stdout) as { secret: string; oldSecretUntil: string };
+      expect(r.secret).toMatch(/^whsec_/);
+      expect(Date.parse(r.oldSecretUntil) - Date.now()).toBeGreaterThan(86_300_000);
+      const keepAlone = await runCli(["accounts", "alerts", a.key, "--keep-old", "1h"], env);
+      expect([keepAlone.code, keepAlone.stderr]).toEqual([2, expect.stringMatching(/needs a new one/)]);
       const off = await runCli(["accounts", "alerts", a.key, "--off"], env);
       expect(off.stdout).toContain(`${a.key}: no alerts`);
       const bad = await runCli(["accounts", "alerts", a.key, "--at", "80"], env);
@@ -578,5 +643,10 @@ describe("the shared store's alerts", () => {
       { kind: "balance", level: "500000", value: "400000" },
       { kind: "balance", level: "500000", value: "400000" },
     ]);
+    // A new alert secret keeping the old one: the shared store's claim hands both to the deliverer.
+    const { secret: made } = await admin.setAlerts(account.key, { url: "https://hooks.example.com/x", usagePercents: [], balanceBelow: 500_000n }, { newSecret: true, keepOldMs: 60_000 });
+    const claimed = (await new PostgresAlertOutbox(pools[0]!).claimDue(Date.now(), 100, 30_000)).filter((d) => d.account === account.key);
+    expect(claimed).toHaveLength(2);
+    for (const d of claimed) expect([d.secret, d.previousSecret?.secret.startsWith("whsec_"), d.previousSecret!.until > Date.now()]).toEqual([made, true, true]);
   });
 });

@@ -291,6 +291,18 @@ describe("the console", () => {
       await form.getByRole("button", { name: "Send a test alert" }).click();
       await expect.poll(() => page.locator("body").textContent()).toMatch(/Send a test alert: alert-test-[0-9a-f]{12} delivered \(HTTP 204, \d+ ms\)\./);
       expect(JSON.parse(hooks.got.at(-1)!.body)).toMatchObject({ type: "alert.test", account: key });
+      // A new alert secret keeping the old one a day: the new one shown once, the old one said to sign until then.
+      await form.getByLabel("Keep the old alert secret").selectOption({ label: "1 day" });
+      page.once("dialog", (d) => void d.accept());
+      await form.getByRole("button", { name: "New alert secret" }).click();
+      await page.getByText("New alert secret: done.").waitFor();
+      const newAlertSecret = (await page.getByRole("region", { name: `Alert secret of ${key}` }).getByTestId("new-secret").textContent())!;
+      expect(newAlertSecret).toMatch(/^whsec_/);
+      expect(newAlertSecret).not.toBe(alertSecret);
+      await expect.poll(() => detail.getByTestId("old-alert-secret-until").textContent()).toMatch(/signed with the replaced alert secret too until/);
+      const rolled = await gw.runtime.admin.get(key);
+      expect([rolled.alertSecret, rolled.previousAlertSecret?.secret]).toEqual([newAlertSecret, alertSecret]);
+      expect(rolled.previousAlertSecret!.until - Date.now()).toBeGreaterThan(86_000_000);
       await form.getByRole("button", { name: "Turn alerts off" }).click();
       await page.getByText("Turn alerts off: done.").waitFor();
       expect((await gw.runtime.admin.get(key)).alerts).toBeUndefined();

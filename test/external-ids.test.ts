@@ -108,7 +108,7 @@ describe("an account's external id, through the AdminService and the CLI", () =>
     expect(text.stdout).toContain(`key:    ${made.key}`);
     expect(text.stdout).toMatch(/made before for the external id cus_eta.*its secret was shown then/);
     const other = await runCli(["accounts", "create", "--name", "Eta", "--external-id", "cus_eta", "--max", "60"], env);
-    expect(other.code).not.toBe(0);
+    expect(other.code).toBe(2);
     expect(other.stderr).toContain(made.key);
     const list = await runCli(["accounts", "list", "--query", "cus_eta", "--json"], env);
     expect((JSON.parse(list.stdout) as { key: string }[]).map((a) => a.key)).toEqual([made.key]);

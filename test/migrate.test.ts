@@ -24,6 +24,7 @@ const embedded: {
   charged?: number;
   adminToken?: string;
   alerted?: { key: string; alertSecret: string };
+  firstAlertSecret?: string;
   late?: string;
 } = {};
 let keyedRequestId = "";
@@ -48,7 +49,10 @@ beforeAll(async () => {
     // Usage alerts: one recorded and not yet delivered (this gateway delivers none); and an account whose alerts were
     // set after its calls had crossed the line, which has none to tell, on either store.
     const alerted = await gw.newAccount({ name: "alerted", dailyMax: 4 });
-    const { secret: alertSecret } = await gw.runtime.admin.setAlerts(alerted.key, { url: "https://hooks.example.com/a", usagePercents: [50, 100] });
+    const { secret: firstAlertSecret } = await gw.runtime.admin.setAlerts(alerted.key, { url: "https://hooks.example.com/a", usagePercents: [50, 100] });
+    // A new alert secret keeping the first signing for an hour: both move with the account.
+    const { secret: alertSecret } = await gw.runtime.admin.setAlerts(alerted.key, { url: "https://hooks.example.com/a", usagePercents: [50, 100] }, { newSecret: true, keepOldMs: 3_600_000 });
+    embedded.firstAlertSecret = firstAlertSecret!;
     const late = await gw.newAccount({ name: "late", dailyMax: 2 });
     for (const a of [alerted, alerted, late, late]) await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: demo.retailNumIid });
     await gw.runtime.admin.setAlerts(late.key, { url: "https://hooks.example.com/b", usagePercents: [50] });
@@ -131,8 +135,12 @@ describe("gateway migrate --to postgres://…", () => {
       { at: "1800000000000", operation: "wholesale/item_get", switched_on: true, actor: "cli ops@host" },
     ]);
     // Alerts: the settings and their secret, the one waiting with its id, and none made by the copy itself.
-    const alerted = (await pool.query("SELECT alerts, alert_secret FROM accounts WHERE key = $1", [embedded.alerted!.key])).rows[0];
-    expect(alerted).toEqual({ alerts: { url: "https://hooks.example.com/a", usage: [50, 100] }, alert_secret: embedded.alerted!.alertSecret });
+    const alerted = (await pool.query("SELECT alerts, alert_secret, previous_alert_secret FROM accounts WHERE key = $1", [embedded.alerted!.key])).rows[0];
+    expect(alerted).toEqual({
+      alerts: { url: "https://hooks.example.com/a", usage: [50, 100] },
+      alert_secret: embedded.alerted!.alertSecret,
+      previous_alert_secret: { secret: embedded.firstAlertSecret, until: expect.any(Number) },
+    });
     const waiting = (await pool.query("SELECT id::int AS id, account, kind, level::int AS level, value::int AS value, attempts, next_at IS NOT NULL AS due FROM alerts")).rows;
     expect(waiting.map(({ id: _, ...rest }) => rest)).toEqual([{ account: embedded.alerted!.key, kind: "usage", level: 50, value: 2, attempts: 0, due: true }]);
     expect((await pool.query("SELECT count(*)::int AS n FROM alerts WHERE account = $1", [embedded.late])).rows[0].n).toBe(0);

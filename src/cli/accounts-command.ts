@@ -295,15 +295,16 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
             "balance-below": { type: "string" },
             "expiry-days": { type: "string" },
             "new-secret": { type: "boolean", default: false },
+            "keep-old": { type: "string" },
             off: { type: "boolean", default: false },
             test: { type: "boolean", default: false },
             json: { type: "boolean", default: false },
           },
         });
         const [key] = positionals;
-        const usage = "usage: gateway accounts alerts KEY [--url URL] [--at PERCENT,…|none] [--balance-below AMOUNT|none] [--expiry-days N|none] [--new-secret] | --off | --test  [--json]";
+        const usage = "usage: gateway accounts alerts KEY [--url URL] [--at PERCENT,…|none] [--balance-below AMOUNT|none] [--expiry-days N|none] [--new-secret [--keep-old DURATION]] | --off | --test  [--json]";
         if (key === undefined) throw new AccountAdminError(usage);
-        const changing = values.url !== undefined || values.at !== undefined || values["balance-below"] !== undefined || values["expiry-days"] !== undefined || values["new-secret"];
+        const changing = values.url !== undefined || values.at !== undefined || values["balance-below"] !== undefined || values["expiry-days"] !== undefined || values["new-secret"] || values["keep-old"] !== undefined;
         if (values.off && changing) throw new AccountAdminError(`--off takes no other flag; ${usage}`);
         if (values.test) {
           if (values.off || changing) throw new AccountAdminError(`--test takes no other flag; ${usage}`);
@@ -328,15 +329,19 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
             ...(below === undefined ? (current?.balanceBelow !== undefined ? { balanceBelow: current.balanceBelow } : {}) : below === "none" ? {} : { balanceBelow: parseMoney(below) }),
             ...(expiry === undefined ? (current?.expiryDays !== undefined ? { expiryDays: current.expiryDays } : {}) : expiry === "none" ? {} : { expiryDays: wholeNumber("expiry-days", expiry) ?? 0 }),
           };
-          ({ account, secret } = await admin.setAlerts(key, settings, { newSecret: values["new-secret"] }));
+          const keepOldMs = values["keep-old"] === undefined ? 0 : duration("keep-old", values["keep-old"]);
+          ({ account, secret } = await admin.setAlerts(key, settings, { newSecret: values["new-secret"], keepOldMs }));
         }
         const recent = await admin.alerts(key, runtime.alerts, 20);
         if (values.json) {
-          console.log(JSON.stringify({ key, alerts: account.alerts === undefined ? null : formatAlertSettings(account.alerts), ...(secret !== undefined ? { secret } : {}), recent: recent.map(describeAlert) }));
+          const kept = account.previousAlertSecret !== undefined && account.previousAlertSecret.until > Date.now() ? { oldSecretUntil: new Date(account.previousAlertSecret.until).toISOString() } : {};
+          console.log(JSON.stringify({ key, alerts: account.alerts === undefined ? null : formatAlertSettings(account.alerts), ...(secret !== undefined ? { secret } : {}), ...kept, recent: recent.map(describeAlert) }));
           return 0;
         }
         console.log(`${key}: ${account.alerts === undefined ? "no alerts" : `alerts to ${formatAlertSettings(account.alerts)}`}`);
         if (secret !== undefined) console.log(`alert secret: ${secret}\n(shown once: the receiver checks each alert's Gateway-Signature with it)`);
+        const kept = account.previousAlertSecret;
+        if (secret !== undefined && kept !== undefined && kept.until > Date.now()) console.log(`the old alert secret signs too until ${new Date(kept.until).toISOString()} (a second v1 in Gateway-Signature)`);
         for (const a of recent.map(describeAlert)) {
           const d = a.data;
           const what = a.type === "usage.threshold" ? `${d.day} ${d.percent}% reached (${d.calls} of ${d.dailyMax})` : a.type === "balance.low" ? `balance ${d.balance} below ${d.below}` : `key's last day ${d.expires} (${d.daysLeft} days left)`;

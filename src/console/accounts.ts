@@ -23,6 +23,18 @@ export interface ShownSecret {
   readonly note?: string;
 }
 
+/** How long a new secret keeps the one it replaces working: not at all, an hour, a day or a week (seconds). */
+function keepOldSelect(name: string): HTMLSelectElement {
+  return h(
+    "select",
+    { name },
+    h("option", { value: "0" }, "not at all"),
+    h("option", { value: "3600" }, "1 hour"),
+    h("option", { value: "86400" }, "1 day"),
+    h("option", { value: "604800" }, "7 days"),
+  );
+}
+
 /** A secret shown once, with a copy button; it is not kept anywhere after the panel is closed. */
 function secretPanel({ key, secret, title = `New secret of ${key}`, note = "This secret is shown once. Store it now: the gateway keeps only a hash of it." }: ShownSecret): HTMLElement {
   const status = h("span", { "aria-live": "polite", class: "muted" });
@@ -328,6 +340,9 @@ function accountDetail(shell: Shell, account: Account, refresh: (message?: strin
     const made = (r as SetAlertsResponse).secret;
     return made ? { key, secret: made, title: `Alert secret of ${key}`, note: "This alert secret is shown once. Give it to the receiver: it checks each alert's Gateway-Signature with it." } : undefined;
   };
+  // How long a new alert secret keeps the one it replaces signing (SetAlerts' keepOldSeconds).
+  const keepOldAlert = keepOldSelect("keepOldAlert");
+  const oldAlertSecretUntil = account.alerts?.oldSecretUntilMs === undefined ? undefined : new Date(Number(account.alerts.oldSecretUntilMs));
   const alerts = h(
     "form",
     {
@@ -366,16 +381,26 @@ function accountDetail(shell: Shell, account: Account, refresh: (message?: strin
         "Send a test alert",
       ),
     account.alerts !== undefined && h("button", { type: "button", class: "secondary", onclick: act("Turn alerts off", () => shell.client.setAlerts({ key })) }, "Turn alerts off"),
+    account.alerts !== undefined && field("Keep the old alert secret", keepOldAlert),
+    account.alerts !== undefined &&
+      h(
+        "button",
+        {
+          type: "button",
+          class: "secondary",
+          onclick: () => {
+            const keepOldSeconds = Number(keepOldAlert.value);
+            const old = keepOldSeconds === 0 ? "Alerts stop being signed with the current one at once." : `Alerts are signed with the current one too for ${keepOldAlert.selectedOptions[0]!.text}.`;
+            if (!confirm(`Make a new alert secret for ${key}? ${old}`)) return;
+            void act("New alert secret", () => shell.client.setAlerts({ key, alerts: account.alerts, newSecret: true, keepOldSeconds }), alertSecret)();
+          },
+        },
+        "New alert secret",
+      ),
+    oldAlertSecretUntil !== undefined && h("p", { class: "muted", "data-testid": "old-alert-secret-until" }, `Alerts are signed with the replaced alert secret too until ${oldAlertSecretUntil.toLocaleString()}.`),
   );
   // How long a rotation keeps the secret it replaces working (RotateSecret's keepOldSeconds).
-  const keepOld = h(
-    "select",
-    { name: "keepOld" },
-    h("option", { value: "0" }, "not at all"),
-    h("option", { value: "3600" }, "1 hour"),
-    h("option", { value: "86400" }, "1 day"),
-    h("option", { value: "604800" }, "7 days"),
-  );
+  const keepOld = keepOldSelect("keepOld");
   const oldSecretUntil = account.oldSecretUntilMs === undefined ? undefined : new Date(Number(account.oldSecretUntilMs));
   return h(
     "section",

@@ -10,7 +10,7 @@ import { formatMoney, type Micros } from "./money.ts";
 import { checkRate, type CallRate } from "./call-rate.ts";
 import { accountPage, type AccountPage, type AccountPageRequest } from "./account-pages.ts";
 import { parseAllowedAddresses, usageAddressFilter } from "./allowed-addresses.ts";
-import { checkAlertSettings, newAlertSecret, testAlertBody, type AlertOutbox, type AlertPost, type AlertRecord, type AlertSent, type AlertSettings } from "./alerts.ts";
+import { alertSecretsAt, checkAlertSettings, newAlertSecret, testAlertBody, type AlertOutbox, type AlertPost, type AlertRecord, type AlertSent, type AlertSettings } from "./alerts.ts";
 
 /** What a new account gets unless told otherwise. */
 export interface AccountPlan {
@@ -343,8 +343,17 @@ export class AccountAdmin {
    * (alerts.ts), or turns its alerts off (null). The secret its alerts are
    * signed with is made when alerts are first set, or anew when asked
    * (`newSecret`), and returned then only; it is dropped with the alerts.
+   * A new secret may keep the one it replaces signing too for `keepOldMs`
+   * (at most 30 days; 0: it stops at once, with any kept before).
    */
-  async setAlerts(key: string, alerts: AlertSettings | null, options: { readonly newSecret?: boolean } = {}): Promise<{ readonly account: Account; readonly secret: string | undefined }> {
+  async setAlerts(
+    key: string,
+    alerts: AlertSettings | null,
+    options: { readonly newSecret?: boolean; readonly keepOldMs?: number } = {},
+  ): Promise<{ readonly account: Account; readonly secret: string | undefined }> {
+    const keepOldMs = options.keepOldMs ?? 0;
+    if (!Number.isSafeInteger(keepOldMs) || keepOldMs < 0 || keepOldMs > maxKeepOldMs) throw new AccountAdminError("the old alert secret can be kept for 0 to 30 days");
+    if (keepOldMs > 0 && options.newSecret !== true) throw new AccountAdminError("keeping the old alert secret needs a new one: ask for a new secret");
     let made: string | undefined;
     let checked: AlertSettings | undefined;
     if (alerts !== null) {
@@ -357,9 +366,12 @@ export class AccountAdmin {
       throw new AccountAdminError("a new alert secret needs alerts: this request turns them off");
     }
     const account = await this.edit(key, "alerts", (current) => {
-      if (checked === undefined) return { alerts: undefined, alertSecret: undefined };
+      if (checked === undefined) return { alerts: undefined, alertSecret: undefined, previousAlertSecret: undefined };
       made = current.alertSecret === undefined || options.newSecret === true ? newAlertSecret() : undefined;
-      return { alerts: checked, alertSecret: made ?? current.alertSecret };
+      if (made === undefined) return { alerts: checked };
+      // The replaced secret signs too until its time, where asked; otherwise it, and any kept before, stops now.
+      const kept = keepOldMs > 0 && current.alertSecret !== undefined ? { secret: current.alertSecret, until: this.clock.now() + keepOldMs } : undefined;
+      return { alerts: checked, alertSecret: made, previousAlertSecret: kept };
     });
     return { account, secret: made };
   }
@@ -370,7 +382,7 @@ export class AccountAdmin {
     if (account.alerts === undefined || account.alertSecret === undefined) throw new AccountAdminError("this account has no alerts to test: set them first");
     const now = this.clock.now();
     const { id, body } = testAlertBody(account.key, now);
-    return { id, ...(await post.send(account.alerts.url, account.alertSecret, id, body, Math.floor(now / 1000))) };
+    return { id, ...(await post.send(account.alerts.url, alertSecretsAt(account.alertSecret, account.previousAlertSecret, now), id, body, Math.floor(now / 1000))) };
   }
 
   /** The account's alerts, newest first: what each told, and whether it was delivered. */

@@ -59,6 +59,7 @@ function settings(a: Account): Map<string, string> {
   for (const [op, state] of [...a.operations].sort(([x], [y]) => (x < y ? -1 : 1))) out.set(`operations[${op}]`, state);
   for (const [op, price] of [...a.prices].sort(([x], [y]) => (x < y ? -1 : 1))) out.set(`prices[${op}]`, formatMoney(price));
   if (a.previousSecret !== undefined) out.set("oldSecretUntil", instant(a.previousSecret.until));
+  if (a.previousAlertSecret !== undefined) out.set("oldAlertSecretUntil", instant(a.previousAlertSecret.until));
   return out;
 }
 

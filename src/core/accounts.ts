@@ -5,7 +5,7 @@ import { sha256 } from "./sha256.ts";
 import type { OperationId } from "../contract/operations.ts";
 import type { Micros } from "./money.ts";
 import type { CallRate } from "./call-rate.ts";
-import type { AlertSettings } from "./alerts.ts";
+import type { AlertSettings, KeptAlertSecret } from "./alerts.ts";
 
 /** Whether an operation added to an account may be called. */
 export type OperationState = "enabled" | "stopped";
@@ -49,6 +49,8 @@ export interface Account {
   readonly alerts?: AlertSettings | undefined;
   /** What its alerts are signed with: made when alerts are set, kept while they stay set, shown once. */
   readonly alertSecret?: string | undefined;
+  /** The alert secret a new one replaced, still signed with until its time (a change of secret with a grace). */
+  readonly previousAlertSecret?: KeptAlertSecret | undefined;
   /** Last day the key works, `YYYY-MM-DD`, in the account's zone. */
   readonly expires: string;
   /** IANA zone whose midnight starts the account's day. */

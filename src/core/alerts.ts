@@ -61,6 +61,23 @@ export interface AlertRecord {
 export interface DueAlert extends AlertRecord {
   readonly url: string;
   readonly secret: string;
+  /** The secret the account's current one replaced, while alerts are still signed with it too. */
+  readonly previousSecret?: KeptAlertSecret | undefined;
+}
+
+/**
+ * An alert secret a new one replaced, still signed with until `until` (ms):
+ * a change of secret with a grace, so a receiver can take the new one
+ * without a moment where its check fails.
+ */
+export interface KeptAlertSecret {
+  readonly secret: string;
+  readonly until: number;
+}
+
+/** The secrets an alert sent at `now` is signed with: the account's own, and the one it replaced while that is kept. */
+export function alertSecretsAt(secret: string, previous: KeptAlertSecret | undefined, now: number): readonly string[] {
+  return previous !== undefined && now < previous.until ? [secret, previous.secret] : [secret];
 }
 
 /** How an attempt ended. */
@@ -115,7 +132,8 @@ export type AlertSent =
 
 /** What POSTs an alert, signed, to a URL (the exporter's AlertSender). */
 export interface AlertPost {
-  send(url: string, secret: string, id: string, body: string, unixSeconds: number): Promise<AlertSent>;
+  /** `secrets`: what it is signed with, one `v1` each (alertSignature). */
+  send(url: string, secrets: readonly string[], id: string, body: string, unixSeconds: number): Promise<AlertSent>;
 }
 
 /**
@@ -227,10 +245,13 @@ export function alertBody(a: AlertRecord): string {
  * The `Gateway-Signature` field of a delivery: `t=<unix seconds>,v1=<hex>`,
  * where the hex is HMAC-SHA256 under the account's alert secret of
  * `<t>.<body>`. A receiver recomputes it over the raw body and refuses old
- * times, so a captured delivery cannot be replayed later.
+ * times, so a captured delivery cannot be replayed later. While a replaced
+ * secret is kept, a second `v1` is signed with it (as Stripe does while a
+ * secret is rolled): a receiver accepts the delivery if any `v1` matches
+ * the secret it holds.
  */
-export function alertSignature(secret: string, unixSeconds: number, body: string): string {
-  return `t=${unixSeconds},v1=${createHmac("sha256", secret).update(`${unixSeconds}.${body}`).digest("hex")}`;
+export function alertSignature(secrets: readonly string[], unixSeconds: number, body: string): string {
+  return `t=${unixSeconds}${secrets.map((s) => `,v1=${createHmac("sha256", s).update(`${unixSeconds}.${body}`).digest("hex")}`).join("")}`;
 }
 
 /** Attempts after which an alert is given up: the last about 22 hours after the first. */

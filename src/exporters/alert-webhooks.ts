@@ -1,7 +1,7 @@
 import { Agent, request } from "undici";
 import type { AlertPost, AlertSent } from "../core/alerts.ts";
 import { alertHostAllowed, alertHostRefused } from "../core/alerts.ts";
-import { alertBody, alertRetryAt, alertSignature, type AlertAttempt, type AlertKind, type AlertOutbox, type DueAlert } from "../core/alerts.ts";
+import { alertBody, alertRetryAt, alertSecretsAt, alertSignature, type AlertAttempt, type AlertKind, type AlertOutbox, type DueAlert } from "../core/alerts.ts";
 
 export interface AlertDeliveryOptions {
   /** How often due alerts are looked for. */
@@ -55,7 +55,7 @@ export class AlertSender implements AlertPost {
     this.hosts = hosts;
   }
 
-  async send(url: string, secret: string, id: string, body: string, unixSeconds: number): Promise<AlertSent> {
+  async send(url: string, secrets: readonly string[], id: string, body: string, unixSeconds: number): Promise<AlertSent> {
     if (!alertHostAllowed(url, this.hosts)) return { delivered: false, status: undefined, error: alertHostRefused, ms: 0, final: true };
     const started = performance.now();
     const ms = () => Math.round(performance.now() - started);
@@ -68,7 +68,7 @@ export class AlertSender implements AlertPost {
           "content-type": "application/json",
           "user-agent": "product-data-gateway-alerts",
           "gateway-alert-id": id,
-          "gateway-signature": alertSignature(secret, unixSeconds, body),
+          "gateway-signature": alertSignature(secrets, unixSeconds, body),
         },
         body,
       });
@@ -179,7 +179,8 @@ export class AlertDeliveries {
   }
 
   private async post(alert: DueAlert): Promise<AlertAttempt & { readonly final?: boolean }> {
-    const sent = await this.sender.send(alert.url, alert.secret, `alert-${alert.id}`, alertBody(alert), Math.floor(this.options.now() / 1000));
+    const now = this.options.now();
+    const sent = await this.sender.send(alert.url, alertSecretsAt(alert.secret, alert.previousSecret, now), `alert-${alert.id}`, alertBody(alert), Math.floor(now / 1000));
     return sent.delivered ? { delivered: true } : { delivered: false, error: sent.error, ...(sent.final ? { final: true } : {}) };
   }
 

@@ -2,7 +2,7 @@ import type { OperationId } from "../contract/operations.ts";
 import type { AccountChange, AccountChangeKind, AccountFields } from "../core/account-history.ts";
 import type { Account, OperationState, PreviousSecret } from "../core/accounts.ts";
 import type { CallRate } from "../core/call-rate.ts";
-import type { AlertSettings } from "../core/alerts.ts";
+import type { AlertSettings, KeptAlertSecret } from "../core/alerts.ts";
 
 /**
  * An account as both SQL stores keep it: the same columns, operations and
@@ -33,6 +33,8 @@ export interface AccountRow {
   /** Alert settings as JSON (`AlertsJson`), or null for none. */
   readonly alerts?: string | AlertsJson | null;
   readonly alert_secret?: string | null;
+  /** The replaced alert secret still signed with, as JSON (`KeptAlertSecret`), or null. */
+  readonly previous_alert_secret?: string | KeptAlertSecret | null;
   readonly external_id?: string | null;
   readonly created_with?: string | null;
   readonly created_at: number | bigint | string;
@@ -41,7 +43,7 @@ export interface AccountRow {
 
 /** The columns an account is written with (the balance is the meter's), in the order the PostgreSQL store binds them (`created_at` last). */
 export const accountColumns = [
-  "key", "name", "secret_hash", "secret_salt", "legacy_signing_key", "hmac_key", "status", "operations", "daily_max", "concurrency", "prices", "expires", "zone", "previous_secret", "rate", "allowed_from", "alerts", "alert_secret", "external_id", "created_with", "created_at",
+  "key", "name", "secret_hash", "secret_salt", "legacy_signing_key", "hmac_key", "status", "operations", "daily_max", "concurrency", "prices", "expires", "zone", "previous_secret", "rate", "allowed_from", "alerts", "alert_secret", "previous_alert_secret", "external_id", "created_with", "created_at",
 ] as const;
 
 /** Alert settings as both stores keep them: the floor as a decimal string of micro-units (the stores' triggers read `usage` and `below`). */
@@ -84,6 +86,7 @@ export function accountFromRow(r: AccountRow): Account {
     allowedFrom: r.allowed_from === null || r.allowed_from === undefined ? undefined : json<string[]>(r.allowed_from),
     alerts: r.alerts === null || r.alerts === undefined ? undefined : alertsFromJson(json<AlertsJson>(r.alerts)),
     alertSecret: r.alert_secret ?? undefined,
+    previousAlertSecret: r.previous_alert_secret === null || r.previous_alert_secret === undefined ? undefined : json<KeptAlertSecret>(r.previous_alert_secret),
     balance: r.balance === null ? undefined : BigInt(r.balance),
     prices: new Map(Object.entries(json<Record<string, string>>(r.prices)).map(([op, micros]) => [op as OperationId, BigInt(micros)])),
     expires: r.expires,
@@ -114,6 +117,7 @@ export function accountToRow(a: Omit<Account, "balance">): Record<(typeof accoun
     allowed_from: a.allowedFrom === undefined ? null : JSON.stringify(a.allowedFrom),
     alerts: a.alerts === undefined ? null : alertsToJson(a.alerts),
     alert_secret: a.alertSecret ?? null,
+    previous_alert_secret: a.previousAlertSecret === undefined ? null : JSON.stringify({ secret: a.previousAlertSecret.secret, until: a.previousAlertSecret.until }),
     external_id: a.externalId ?? null,
     created_with: a.createdWith ?? null,
     created_at: a.createdAt,
@@ -138,6 +142,7 @@ const fieldColumns: Record<keyof Required<AccountFields>, Column> = {
   allowedFrom: "allowed_from",
   alerts: "alerts",
   alertSecret: "alert_secret",
+  previousAlertSecret: "previous_alert_secret",
   prices: "prices",
   expires: "expires",
   zone: "zone",

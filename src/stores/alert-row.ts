@@ -1,4 +1,4 @@
-import type { AlertKind, AlertRecord, DueAlert } from "../core/alerts.ts";
+import type { AlertKind, AlertRecord, DueAlert, KeptAlertSecret } from "../core/alerts.ts";
 
 /** An alert as both SQL stores keep it (SQLite hands integers as bigint or number, PostgreSQL int8 as text). */
 export interface AlertRow {
@@ -36,6 +36,7 @@ export function alertFromRow(r: AlertRow): AlertRecord {
 }
 
 /** A claimed alert with the account's URL and secret as they are now (none when its alerts were turned off since). */
-export function dueAlertFromRow(r: AlertRow & { readonly url: string | null; readonly secret: string | null }): DueAlert {
-  return { ...alertFromRow(r), url: r.url ?? "", secret: r.secret ?? "" };
+export function dueAlertFromRow(r: AlertRow & { readonly url: string | null; readonly secret: string | null; readonly previous: string | KeptAlertSecret | null }): DueAlert {
+  const previous = r.previous === null ? undefined : typeof r.previous === "string" ? (JSON.parse(r.previous) as KeptAlertSecret) : r.previous;
+  return { ...alertFromRow(r), url: r.url ?? "", secret: r.secret ?? "", ...(previous !== undefined ? { previousSecret: previous } : {}) };
 }

@@ -30,7 +30,7 @@ export class SqliteAlertOutbox implements AlertOutbox {
   constructor(db: DatabaseSync) {
     this.db = db;
     this.due = db.prepare(
-      `SELECT l.*, json_extract(a.alerts, '$.url') AS url, a.alert_secret AS secret FROM alerts l LEFT JOIN accounts a ON a.key = l.account
+      `SELECT l.*, json_extract(a.alerts, '$.url') AS url, a.alert_secret AS secret, a.previous_alert_secret AS previous FROM alerts l LEFT JOIN accounts a ON a.key = l.account
        WHERE l.next_at IS NOT NULL AND l.next_at <= :now AND l.claimed_until <= :now ORDER BY l.next_at, l.id LIMIT :limit`,
     );
     this.due.setReadBigInts(true);
@@ -58,7 +58,7 @@ export class SqliteAlertOutbox implements AlertOutbox {
 
   claimDue(now: number, limit: number, claimMs: number): Promise<DueAlert[]> {
     const prune = now - this.prunedAt >= 3_600_000;
-    const due = () => this.due.all({ now, limit }) as unknown as (AlertRow & { url: string | null; secret: string | null })[];
+    const due = () => this.due.all({ now, limit }) as unknown as (AlertRow & { url: string | null; secret: string | null; previous: string | null })[];
     // Looked for once a second on the connection that serves calls: with nothing due and nothing to prune, a read
     // is all it takes, not the write lock. This process is the only one that claims, so what it read is still due.
     const read = prune ? undefined : due();

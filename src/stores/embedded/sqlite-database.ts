@@ -237,6 +237,9 @@ export const migrations: readonly string[] = [
   `ALTER TABLE accounts ADD COLUMN external_id TEXT;
   ALTER TABLE accounts ADD COLUMN created_with TEXT;
   CREATE UNIQUE INDEX accounts_external_id ON accounts (external_id) WHERE external_id IS NOT NULL;`,
+  // 22: the alert secret a new one replaced, still signed with until a time (JSON: secret, until), so a receiver
+  // can move to the new one with no moment where its check fails (the shared store's is PostgreSQL step 20).
+  `ALTER TABLE accounts ADD COLUMN previous_alert_secret TEXT;`,
 ];
 
 /**

@@ -10,7 +10,7 @@ import { databaseFault, inTransaction } from "./postgres-database.ts";
 export const accountFreshMs = 1000;
 
 const read = `SELECT a.key, a.name, a.secret_hash, a.secret_salt, a.legacy_signing_key, a.hmac_key, a.status, a.operations, a.daily_max::text AS daily_max,
-    a.concurrency, a.prices, a.expires, a.zone, a.previous_secret, a.rate, a.allowed_from, a.alerts, a.alert_secret, a.external_id, a.created_with, a.created_at::text AS created_at, b.micros::text AS balance
+    a.concurrency, a.prices, a.expires, a.zone, a.previous_secret, a.rate, a.allowed_from, a.alerts, a.alert_secret, a.previous_alert_secret, a.external_id, a.created_with, a.created_at::text AS created_at, b.micros::text AS balance
   FROM accounts a LEFT JOIN balances b ON b.account = a.key`;
 
 interface Reading {

@@ -1,5 +1,5 @@
 import type pg from "pg";
-import { expiringAlerts, type AlertAttempt, type AlertOutbox, type AlertRecord, type DueAlert, type ExpiryWatch } from "../../core/alerts.ts";
+import { expiringAlerts, type AlertAttempt, type AlertOutbox, type AlertRecord, type DueAlert, type ExpiryWatch, type KeptAlertSecret } from "../../core/alerts.ts";
 import { alertFromRow, dueAlertFromRow, type AlertRow } from "../alert-row.ts";
 import { alertsKeptMs } from "../embedded/alert-outbox.ts";
 
@@ -28,13 +28,13 @@ export class PostgresAlertOutbox implements AlertOutbox {
         [now - alertsKeptMs, now],
       );
     }
-    const { rows } = await this.pool.query<AlertRow & { url: string | null; secret: string | null }>(
+    const { rows } = await this.pool.query<AlertRow & { url: string | null; secret: string | null; previous: KeptAlertSecret | null }>(
       `WITH due AS (
          SELECT id FROM alerts WHERE next_at IS NOT NULL AND next_at <= $1 AND claimed_until <= $1 ORDER BY next_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
        ), claimed AS (
          UPDATE alerts SET attempts = attempts + 1, claimed_until = $1 + $3 FROM due WHERE alerts.id = due.id RETURNING alerts.*
        )
-       SELECT ${columns}, a.alerts ->> 'url' AS url, a.alert_secret AS secret FROM claimed l LEFT JOIN accounts a ON a.key = l.account ORDER BY l.next_at, l.id`,
+       SELECT ${columns}, a.alerts ->> 'url' AS url, a.alert_secret AS secret, a.previous_alert_secret AS previous FROM claimed l LEFT JOIN accounts a ON a.key = l.account ORDER BY l.next_at, l.id`,
       [now, limit, claimMs],
     );
     return rows.map(dueAlertFromRow);

@@ -34,11 +34,11 @@ const copies: readonly TableCopy[] = [
     columns: [
       ["key", "text"], ["name", "text"], ["secret_hash", "text"], ["secret_salt", "text"], ["legacy_signing_key", "text"], ["hmac_key", "text"],
       ["status", "text"], ["operations", "jsonb"], ["daily_max", "bigint"], ["concurrency", "integer"], ["prices", "jsonb"], ["expires", "text"],
-      ["zone", "text"], ["previous_secret", "jsonb"], ["rate", "jsonb"], ["allowed_from", "jsonb"], ["alerts", "jsonb"], ["alert_secret", "text"],
+      ["zone", "text"], ["previous_secret", "jsonb"], ["rate", "jsonb"], ["allowed_from", "jsonb"], ["alerts", "jsonb"], ["alert_secret", "text"], ["previous_alert_secret", "jsonb"],
       ["external_id", "text"], ["created_with", "text"], ["created_at", "bigint"],
     ],
     select:
-      "SELECT key, name, secret_hash, secret_salt, legacy_signing_key, hmac_key, status, operations, daily_max, concurrency, prices, expires, zone, previous_secret, rate, allowed_from, alerts, alert_secret, external_id, created_with, created_at FROM accounts",
+      "SELECT key, name, secret_hash, secret_salt, legacy_signing_key, hmac_key, status, operations, daily_max, concurrency, prices, expires, zone, previous_secret, rate, allowed_from, alerts, alert_secret, previous_alert_secret, external_id, created_with, created_at FROM accounts",
     count: "SELECT count(*) AS n FROM accounts",
   },
   {

@@ -533,6 +533,8 @@ export const migrations: readonly string[] = [
   `ALTER TABLE accounts ADD COLUMN external_id text;
   ALTER TABLE accounts ADD COLUMN created_with text;
   CREATE UNIQUE INDEX accounts_external_id ON accounts (external_id) WHERE external_id IS NOT NULL;`,
+  // 20: the alert secret a new one replaced, still signed with until a time (as the embedded store's step 22).
+  `ALTER TABLE accounts ADD COLUMN previous_alert_secret jsonb;`,
 ];
 
 /** What a call is told when the shared database does not answer. */

@@ -75,7 +75,11 @@ function accountMessage(a: Account): AccountMessage {
     ...(a.allowedFrom !== undefined ? { allowedFrom: create(AllowedFromSchema, { addresses: [...a.allowedFrom] }) } : {}),
     ...(a.alerts !== undefined
       ? {
-          alerts: create(AlertsSchema, { url: a.alerts.url, ...alertLineFields(a.alerts) }),
+          alerts: create(AlertsSchema, {
+            url: a.alerts.url,
+            ...alertLineFields(a.alerts),
+            ...(a.previousAlertSecret !== undefined && a.previousAlertSecret.until > Date.now() ? { oldSecretUntilMs: BigInt(a.previousAlertSecret.until) } : {}),
+          }),
         }
       : {}),
   });
@@ -341,7 +345,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
                   ...(a.balanceBelow !== undefined ? { balanceBelow: parseMoney(a.balanceBelow) } : {}),
                   ...(a.expiryDays !== undefined ? { expiryDays: a.expiryDays } : {}),
                 },
-            { newSecret: req.newSecret },
+            { newSecret: req.newSecret, keepOldMs: req.keepOldSeconds * 1000 },
           );
           return { account: accountMessage(account), secret: secret ?? "" };
         }),

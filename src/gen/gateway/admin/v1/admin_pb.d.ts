@@ -203,6 +203,14 @@ export declare type Alerts = Message<"gateway.admin.v1.Alerts"> & {
    * @generated from field: optional uint32 expiry_days = 4;
    */
   expiryDays?: number | undefined;
+
+  /**
+   * Until when alerts are signed with the secret a new one replaced as well
+   * (SetAlertsRequest.keep_old_seconds); unset when none is kept. Read only.
+   *
+   * @generated from field: optional int64 old_secret_until_ms = 5;
+   */
+  oldSecretUntilMs?: bigint | undefined;
 };
 
 /**
@@ -228,11 +236,22 @@ export declare type SetAlertsRequest = Message<"gateway.admin.v1.SetAlertsReques
   alerts?: Alerts | undefined;
 
   /**
-   * Make a new secret even if the account has one; the old one stops at once.
+   * Make a new secret even if the account has one; the old one stops at once,
+   * unless `keep_old_seconds` says otherwise.
    *
    * @generated from field: bool new_secret = 3;
    */
   newSecret: boolean;
+
+  /**
+   * With `new_secret`: how long alerts are still signed with the old secret too
+   * (a second `v1` in Gateway-Signature), so receivers can move to the new one
+   * without a moment where either check fails; at most 30 days. 0: the old one
+   * stops at once, and so does any secret an earlier change was still keeping.
+   *
+   * @generated from field: uint32 keep_old_seconds = 4;
+   */
+  keepOldSeconds: number;
 };
 
 /**
