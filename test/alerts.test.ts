@@ -215,7 +215,13 @@ describe("usage alerts, embedded", () => {
     const last = history.events.filter((e) => e.kind === AccountEventKind.ALERTS).at(-1)!;
     expect(last.changes.map((ch) => [ch.field, ch.before, ch.after])).toEqual([["oldAlertSecretUntil", "", expect.stringMatching(/^\d{4}-\d\d-\d\dT/)], ["alertSecret", "", "made"]]);
     for (const secret of [s1, s2]) expect(JSON.stringify(history.events.map((e) => e.changes))).not.toContain(secret);
-    // A new secret without keeping: the one kept stops as well.
+    // Asked for again (its answer lost): the secret receivers hold still signs, beside both new ones.
+    hooks.got.length = 0;
+    const s2b = (await c.setAlerts({ key: a.key, alerts: { url, usagePercents: [50] }, newSecret: true, keepOldSeconds: 3600 }, ok)).secret;
+    await c.testAlerts({ key: a.key }, ok);
+    const [thrice] = await until(() => (mine().length >= 1 ? mine() : undefined));
+    expect([signatures(thrice!)!.v1.length, signedBy(thrice!, s1), signedBy(thrice!, s2), signedBy(thrice!, s2b)]).toEqual([3, true, true, true]);
+    // A new secret without keeping: those kept stop as well.
     hooks.got.length = 0;
     const s3 = (await c.setAlerts({ key: a.key, alerts: { url, usagePercents: [50] }, newSecret: true }, ok)).secret;
     expect((await c.getAccount({ key: a.key }, ok)).account!.alerts!.oldSecretUntilMs).toBeUndefined();
@@ -238,7 +244,7 @@ describe("usage alerts, embedded", () => {
     }
     await c.setAlerts({ key: a.key, alerts: { url, usagePercents: [50] }, newSecret: true, keepOldSeconds: 3600 }, ok);
     await c.setAlerts({ key: a.key }, ok);
-    expect((await gw.runtime.accounts.find(a.key))!.previousAlertSecret).toBeUndefined();
+    expect((await gw.runtime.accounts.find(a.key))!.previousAlertSecrets).toBeUndefined();
   });
 
   it("refuses settings it cannot keep, without repeating the URL", async () => {
@@ -647,6 +653,6 @@ describe("the shared store's alerts", () => {
     const { secret: made } = await admin.setAlerts(account.key, { url: "https://hooks.example.com/x", usagePercents: [], balanceBelow: 500_000n }, { newSecret: true, keepOldMs: 60_000 });
     const claimed = (await new PostgresAlertOutbox(pools[0]!).claimDue(Date.now(), 100, 30_000)).filter((d) => d.account === account.key);
     expect(claimed).toHaveLength(2);
-    for (const d of claimed) expect([d.secret, d.previousSecret?.secret.startsWith("whsec_"), d.previousSecret!.until > Date.now()]).toEqual([made, true, true]);
+    for (const d of claimed) expect([d.secret, d.previousSecrets?.length, d.previousSecrets![0]!.secret.startsWith("whsec_"), d.previousSecrets![0]!.until > Date.now()]).toEqual([made, 1, true, true]);
   });
 });

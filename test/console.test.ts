@@ -219,7 +219,7 @@ describe("the console", () => {
     expect((await legacyGet(gw.base, "/retail/item_get/", { key, secret: rotated, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
     expect((await legacyGet(gw.base, "/retail/item_get/", { key, secret: kept, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
     await page.getByTestId("old-secret-until").waitFor();
-    expect(Math.abs((await gw.runtime.admin.get(key)).previousSecret!.until - (Date.now() + 86_400_000))).toBeLessThan(60_000);
+    expect(Math.abs((await gw.runtime.admin.get(key)).previousSecrets![0]!.until - (Date.now() + 86_400_000))).toBeLessThan(60_000);
     await page.screenshot({ path: join(shots, "4-account-detail.png"), fullPage: true });
 
     // Everything above, in the account's history, newest first; it stays open while the detail is drawn again.
@@ -301,8 +301,8 @@ describe("the console", () => {
       expect(newAlertSecret).not.toBe(alertSecret);
       await expect.poll(() => detail.getByTestId("old-alert-secret-until").textContent()).toMatch(/signed with the replaced alert secret too until/);
       const rolled = await gw.runtime.admin.get(key);
-      expect([rolled.alertSecret, rolled.previousAlertSecret?.secret]).toEqual([newAlertSecret, alertSecret]);
-      expect(rolled.previousAlertSecret!.until - Date.now()).toBeGreaterThan(86_000_000);
+      expect([rolled.alertSecret, rolled.previousAlertSecrets?.map((k) => k.secret)]).toEqual([newAlertSecret, [alertSecret]]);
+      expect(rolled.previousAlertSecrets![0]!.until - Date.now()).toBeGreaterThan(86_000_000);
       await form.getByRole("button", { name: "Turn alerts off" }).click();
       await page.getByText("Turn alerts off: done.").waitFor();
       expect((await gw.runtime.admin.get(key)).alerts).toBeUndefined();

@@ -90,8 +90,8 @@ describe("gateway migrate --to postgres://…", () => {
     expect(JSON.stringify(account)).not.toContain(embedded.paying!.secret);
     expect(account.balance).toBe("4000000");
     expect(account.prices).toEqual({ "retail/item_get": "250000" });
-    expect(account.previous_secret.secretHash).toMatch(/^[0-9a-f]{64}$/);
-    expect(account.previous_secret.until).toBeGreaterThan(Date.now());
+    expect(account.previous_secret[0].secretHash).toMatch(/^[0-9a-f]{64}$/);
+    expect(account.previous_secret[0].until).toBeGreaterThan(Date.now());
     expect(account.rate).toEqual({ calls: 600, seconds: 60, burst: 50 });
     // And its place under the rate, so the first calls on the shared store are held to it (four calls, 100 ms each).
     const arrivals = (await pool.query("SELECT tat::text AS tat FROM rate_arrivals WHERE account = $1", [embedded.paying!.key])).rows;
@@ -139,7 +139,7 @@ describe("gateway migrate --to postgres://…", () => {
     expect(alerted).toEqual({
       alerts: { url: "https://hooks.example.com/a", usage: [50, 100] },
       alert_secret: embedded.alerted!.alertSecret,
-      previous_alert_secret: { secret: embedded.firstAlertSecret, until: expect.any(Number) },
+      previous_alert_secret: [{ secret: embedded.firstAlertSecret, until: expect.any(Number) }],
     });
     const waiting = (await pool.query("SELECT id::int AS id, account, kind, level::int AS level, value::int AS value, attempts, next_at IS NOT NULL AS due FROM alerts")).rows;
     expect(waiting.map(({ id: _, ...rest }) => rest)).toEqual([{ account: embedded.alerted!.key, kind: "usage", level: 50, value: 2, attempts: 0, due: true }]);

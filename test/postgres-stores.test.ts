@@ -79,10 +79,10 @@ describe("accounts", () => {
     await waitFor(async () => secretMatches((await two.accounts.find(account.key))!, rotated, Date.now()), true);
     const seenAfter = (await two.accounts.find(account.key))!;
     expect(secretMatches(seenAfter, secret, Date.now())).toBe(true);
-    expect(secretMatches(seenAfter, secret, seenAfter.previousSecret!.until)).toBe(false);
-    expect(seenAfter.previousSecret).toMatchObject({ secretHash: account.secretHash, legacySigningKey: account.legacySigningKey, hmacKey: account.hmacKey });
+    expect(secretMatches(seenAfter, secret, seenAfter.previousSecrets![0]!.until)).toBe(false);
+    expect(seenAfter.previousSecrets).toMatchObject([{ secretHash: account.secretHash, legacySigningKey: account.legacySigningKey, hmacKey: account.hmacKey }]);
     await one.admin.rotateSecret(account.key);
-    await waitFor(async () => (await two.accounts.find(account.key))!.previousSecret, undefined);
+    await waitFor(async () => (await two.accounts.find(account.key))!.previousSecrets, undefined);
 
     // The addresses the key works from, set on one replica, are the other's within a second; and removed.
     await one.admin.setPlan(account.key, { allowedFrom: ["10.0.0.0/8", "2001:db8::/32"] });

@@ -202,26 +202,67 @@ describe("a rotation that keeps the old secret for a while", () => {
   }
   const ok = ["0000", "0000", "0000"];
   const refused = ["4005", "4005", "4005"];
+  /** Into the next second: the legacy signed form signs the second (its dateline), and a sign sent twice is a replay. */
+  const nextSecond = () => new Promise((r) => setTimeout(r, 1020 - (Date.now() % 1000)));
 
   it("accepts both secrets in every form until the grace ends, then the new one alone", async () => {
     const a = await gw.newAccount({});
     const secret = await gw.runtime.admin.rotateSecret(a.key, 1500);
-    const until = (await gw.runtime.admin.get(a.key)).previousSecret!.until;
+    const until = (await gw.runtime.admin.get(a.key)).previousSecrets![0]!.until;
     expect(until - Date.now()).toBeGreaterThan(500);
     expect({ old: await everyForm(a.key, a.secret), new: await everyForm(a.key, secret) }).toEqual({ old: ok, new: ok });
     await new Promise((r) => setTimeout(r, Math.max(0, until - Date.now()) + 50));
     expect({ old: await everyForm(a.key, a.secret), new: await everyForm(a.key, secret) }).toEqual({ old: refused, new: ok });
   });
 
-  it("keeps one old secret at most, and a rotation without a grace ends any grace at once", async () => {
+  it("keeps the secret every caller uses when a rotation is sent again, up to three old secrets, and a rotation without a grace ends every grace at once", async () => {
+    const a = await gw.newAccount({});
+    // A rotation whose answer was lost, sent again: the secret in use (the first) still works, as does the one the lost answer held.
+    const lost = await gw.runtime.admin.rotateSecret(a.key, 60_000);
+    const second = await gw.runtime.admin.rotateSecret(a.key, 60_000);
+    expect({ first: await everyForm(a.key, a.secret), lost: await everyForm(a.key, lost), second: await everyForm(a.key, second) }).toEqual({ first: ok, lost: ok, second: ok });
+    // Each keeps its own time: a shorter grace given later ends first.
+    const third = await gw.runtime.admin.rotateSecret(a.key, 1500);
+    const kept = (await gw.runtime.admin.get(a.key)).previousSecrets!;
+    expect(kept.map((k) => k.until - Date.now() > 30_000)).toEqual([false, true, true]);
+    await new Promise((r) => setTimeout(r, Math.max(0, kept[0]!.until - Date.now()) + 50));
+    expect({ first: await everyForm(a.key, a.secret), lost: await everyForm(a.key, lost), second: await everyForm(a.key, second), third: await everyForm(a.key, third) }).toEqual({
+      first: ok,
+      lost: ok,
+      second: refused,
+      third: ok,
+    });
+    // Three old secrets at most: a fourth kept ends the oldest's grace.
+    const fourth = await gw.runtime.admin.rotateSecret(a.key, 60_000);
+    const fifth = await gw.runtime.admin.rotateSecret(a.key, 60_000);
+    await nextSecond();
+    expect({ first: await everyForm(a.key, a.secret), lost: await everyForm(a.key, lost), third: await everyForm(a.key, third), fourth: await everyForm(a.key, fourth), fifth: await everyForm(a.key, fifth) }).toEqual({
+      first: refused,
+      lost: ok,
+      third: ok,
+      fourth: ok,
+      fifth: ok,
+    });
+    // The API says until when the last of them works; the history says the same.
+    const shown = (await gw.runtime.admin.get(a.key)).previousSecrets!;
+    expect(shown).toHaveLength(3);
+    const sixth = await gw.runtime.admin.rotateSecret(a.key);
+    await nextSecond();
+    expect({ fifth: await everyForm(a.key, fifth), lost: await everyForm(a.key, lost), sixth: await everyForm(a.key, sixth) }).toEqual({ fifth: refused, lost: refused, sixth: ok });
+    expect((await gw.runtime.admin.get(a.key)).previousSecrets).toBeUndefined();
+  });
+
+  it("reads a grace kept as one secret, as stores kept it before a rotation could keep several", async () => {
     const a = await gw.newAccount({});
     const second = await gw.runtime.admin.rotateSecret(a.key, 60_000);
-    const third = await gw.runtime.admin.rotateSecret(a.key, 60_000);
-    // The one before the last rotation is kept; the first is gone.
-    expect({ first: await everyForm(a.key, a.secret), second: await everyForm(a.key, second), third: await everyForm(a.key, third) }).toEqual({ first: refused, second: ok, third: ok });
-    const fourth = await gw.runtime.admin.rotateSecret(a.key);
-    expect({ third: await everyForm(a.key, third), fourth: await everyForm(a.key, fourth) }).toEqual({ third: refused, fourth: ok });
-    expect((await gw.runtime.admin.get(a.key)).previousSecret).toBeUndefined();
+    const db = new DatabaseSync(join(gw.config.dataDir, "gateway.db"));
+    db.prepare("UPDATE accounts SET previous_secret = json_extract(previous_secret, '$[0]') WHERE key = ?").run(a.key);
+    expect(JSON.parse((db.prepare("SELECT previous_secret FROM accounts WHERE key = ?").get(a.key) as { previous_secret: string }).previous_secret)).toMatchObject({ secretHash: expect.any(String) });
+    db.close();
+    // Another process's commit: the gateway reads the account again within the change watch's interval.
+    await expect.poll(async () => (await everyForm(a.key, a.secret)).join(), { timeout: 3000 }).toBe(ok.join());
+    expect(await everyForm(a.key, second)).toEqual(ok);
+    expect((await gw.runtime.admin.get(a.key)).previousSecrets).toHaveLength(1);
     // Bounds: from no grace to 30 days.
     await expect(gw.runtime.admin.rotateSecret(a.key, 31 * 86_400_000)).rejects.toThrow("the old secret can be kept for at most 30 days (2592000 s), not 2678400 s");
     await expect(gw.runtime.admin.rotateSecret(a.key, -1000)).rejects.toThrow("not -1 s");

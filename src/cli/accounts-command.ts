@@ -4,6 +4,7 @@ import { AccountAdminError, type AccountEvent, type AccountPlan, type BalanceSta
 import type { Account } from "../core/accounts.ts";
 import { formatDateTime } from "../core/clock.ts";
 import { formatMoney, parseMoney, type Micros } from "../core/money.ts";
+import { keptUntil, stillKept } from "../core/secret-grace.ts";
 import { formatRate, parseRate, type CallRate } from "../core/call-rate.ts";
 import { formatAllowedAddresses } from "../core/allowed-addresses.ts";
 import { openRuntime, type Runtime } from "../runtime.ts";
@@ -230,10 +231,13 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         if (key === undefined) throw new AccountAdminError("usage: gateway accounts rotate-secret KEY [--keep-old DURATION] [--json]");
         const secret = await admin.rotateSecret(key, values["keep-old"] === undefined ? 0 : duration("keep-old", values["keep-old"]));
         const account = await admin.get(key);
-        const until = account.previousSecret?.until;
+        const kept = stillKept(account.previousSecrets, Date.now());
+        // The secret this rotation replaced comes first; earlier ones still kept keep their own times.
+        const until = kept[0]?.until;
         if (values.json) console.log(JSON.stringify({ key, secret, oldSecretUntil: until === undefined ? null : new Date(until).toISOString() }));
         else {
-          const old = until === undefined ? "the old secret no longer works" : `the old secret still works until ${formatDateTime(until, account.zone)} ${account.zone}`;
+          const earlier = kept.length > 1 ? `, and ${kept.length - 1} replaced before it until their own times` : "";
+          const old = until === undefined ? "the old secret no longer works" : `the old secret still works until ${formatDateTime(until, account.zone)} ${account.zone}${earlier}`;
           console.log(`key:    ${key}\nsecret: ${secret}\n(${old}; the new one is shown once)`);
         }
         return 0;
@@ -334,14 +338,15 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         }
         const recent = await admin.alerts(key, runtime.alerts, 20);
         if (values.json) {
-          const kept = account.previousAlertSecret !== undefined && account.previousAlertSecret.until > Date.now() ? { oldSecretUntil: new Date(account.previousAlertSecret.until).toISOString() } : {};
+          const keptTill = keptUntil(account.previousAlertSecrets, Date.now());
+          const kept = keptTill !== undefined ? { oldSecretUntil: new Date(keptTill).toISOString() } : {};
           console.log(JSON.stringify({ key, alerts: account.alerts === undefined ? null : formatAlertSettings(account.alerts), ...(secret !== undefined ? { secret } : {}), ...kept, recent: recent.map(describeAlert) }));
           return 0;
         }
         console.log(`${key}: ${account.alerts === undefined ? "no alerts" : `alerts to ${formatAlertSettings(account.alerts)}`}`);
         if (secret !== undefined) console.log(`alert secret: ${secret}\n(shown once: the receiver checks each alert's Gateway-Signature with it)`);
-        const kept = account.previousAlertSecret;
-        if (secret !== undefined && kept !== undefined && kept.until > Date.now()) console.log(`the old alert secret signs too until ${new Date(kept.until).toISOString()} (a second v1 in Gateway-Signature)`);
+        const keptTill = keptUntil(account.previousAlertSecrets, Date.now());
+        if (secret !== undefined && keptTill !== undefined) console.log(`the old alert secret signs too until ${new Date(keptTill).toISOString()} (a second v1 in Gateway-Signature)`);
         for (const a of recent.map(describeAlert)) {
           const d = a.data;
           const what = a.type === "usage.threshold" ? `${d.day} ${d.percent}% reached (${d.calls} of ${d.dailyMax})` : a.type === "balance.low" ? `balance ${d.balance} below ${d.below}` : `key's last day ${d.expires} (${d.daysLeft} days left)`;

@@ -11,6 +11,7 @@ import { checkRate, type CallRate } from "./call-rate.ts";
 import { accountPage, type AccountPage, type AccountPageRequest } from "./account-pages.ts";
 import { parseAllowedAddresses, usageAddressFilter } from "./allowed-addresses.ts";
 import { alertSecretsAt, checkAlertSettings, newAlertSecret, testAlertBody, type AlertOutbox, type AlertPost, type AlertRecord, type AlertSent, type AlertSettings } from "./alerts.ts";
+import { keepReplaced } from "./secret-grace.ts";
 
 /** What a new account gets unless told otherwise. */
 export interface AccountPlan {
@@ -366,12 +367,14 @@ export class AccountAdmin {
       throw new AccountAdminError("a new alert secret needs alerts: this request turns them off");
     }
     const account = await this.edit(key, "alerts", (current) => {
-      if (checked === undefined) return { alerts: undefined, alertSecret: undefined, previousAlertSecret: undefined };
+      if (checked === undefined) return { alerts: undefined, alertSecret: undefined, previousAlertSecrets: undefined };
       made = current.alertSecret === undefined || options.newSecret === true ? newAlertSecret() : undefined;
       if (made === undefined) return { alerts: checked };
-      // The replaced secret signs too until its time, where asked; otherwise it, and any kept before, stops now.
-      const kept = keepOldMs > 0 && current.alertSecret !== undefined ? { secret: current.alertSecret, until: this.clock.now() + keepOldMs } : undefined;
-      return { alerts: checked, alertSecret: made, previousAlertSecret: kept };
+      // The replaced secret signs too until its time, where asked, beside any kept before (a new secret asked for
+      // twice keeps the first working); otherwise it, and any kept before, stops now.
+      const now = this.clock.now();
+      const kept = keepOldMs > 0 && current.alertSecret !== undefined ? keepReplaced(current.previousAlertSecrets, { secret: current.alertSecret, until: now + keepOldMs }, now) : undefined;
+      return { alerts: checked, alertSecret: made, previousAlertSecrets: kept };
     });
     return { account, secret: made };
   }
@@ -382,7 +385,7 @@ export class AccountAdmin {
     if (account.alerts === undefined || account.alertSecret === undefined) throw new AccountAdminError("this account has no alerts to test: set them first");
     const now = this.clock.now();
     const { id, body } = testAlertBody(account.key, now);
-    return { id, ...(await post.send(account.alerts.url, alertSecretsAt(account.alertSecret, account.previousAlertSecret, now), id, body, Math.floor(now / 1000))) };
+    return { id, ...(await post.send(account.alerts.url, alertSecretsAt(account.alertSecret, account.previousAlertSecrets, now), id, body, Math.floor(now / 1000))) };
   }
 
   /** The account's alerts, newest first: what each told, and whether it was delivered. */
@@ -475,8 +478,10 @@ export class AccountAdmin {
    * Replaces the secret; the new one is returned once. With `keepOldMs`,
    * the old one is still accepted for that long (plain and signed calls
    * alike), so callers can move to the new one without a moment where
-   * either is refused; without, it stops working at once, and so does any
-   * secret an earlier rotation was still keeping.
+   * either is refused, and so are those earlier rotations still keep (up to
+   * `maxKeptSecrets`): a rotation sent again because its answer was lost
+   * does not cut off the secret every caller still uses. Without, it stops
+   * working at once, and so does every secret earlier rotations were keeping.
    */
   async rotateSecret(key: string, keepOldMs = 0): Promise<string> {
     if (!Number.isInteger(keepOldMs) || keepOldMs < 0 || keepOldMs > maxKeepOldMs) {
@@ -485,13 +490,11 @@ export class AccountAdmin {
     const secret = newSecret();
     const sealed = sealSecret(secret);
     // The secret kept is the one committed now, not one read earlier: a rotation elsewhere in between is kept, not undone.
-    await this.edit(key, "secret", (account) => ({
-      ...sealed,
-      previousSecret:
-        keepOldMs === 0
-          ? undefined
-          : { secretHash: account.secretHash, secretSalt: account.secretSalt, legacySigningKey: account.legacySigningKey, hmacKey: account.hmacKey, until: this.clock.now() + keepOldMs },
-    }));
+    await this.edit(key, "secret", (account) => {
+      const now = this.clock.now();
+      const replaced = { secretHash: account.secretHash, secretSalt: account.secretSalt, legacySigningKey: account.legacySigningKey, hmacKey: account.hmacKey, until: now + keepOldMs };
+      return { ...sealed, previousSecrets: keepOldMs === 0 ? undefined : keepReplaced(account.previousSecrets, replaced, now) };
+    });
     return secret;
   }
 

@@ -58,8 +58,12 @@ function settings(a: Account): Map<string, string> {
   ]);
   for (const [op, state] of [...a.operations].sort(([x], [y]) => (x < y ? -1 : 1))) out.set(`operations[${op}]`, state);
   for (const [op, price] of [...a.prices].sort(([x], [y]) => (x < y ? -1 : 1))) out.set(`prices[${op}]`, formatMoney(price));
-  if (a.previousSecret !== undefined) out.set("oldSecretUntil", instant(a.previousSecret.until));
-  if (a.previousAlertSecret !== undefined) out.set("oldAlertSecretUntil", instant(a.previousAlertSecret.until));
+  // Until when a replaced secret works: the latest kept (each has its own time; secret-grace.ts).
+  const latest = (kept: readonly { readonly until: number }[] | undefined) => (kept === undefined || kept.length === 0 ? undefined : instant(Math.max(...kept.map((k) => k.until))));
+  const oldSecretUntil = latest(a.previousSecrets);
+  if (oldSecretUntil !== undefined) out.set("oldSecretUntil", oldSecretUntil);
+  const oldAlertSecretUntil = latest(a.previousAlertSecrets);
+  if (oldAlertSecretUntil !== undefined) out.set("oldAlertSecretUntil", oldAlertSecretUntil);
   return out;
 }
 

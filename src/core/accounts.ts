@@ -6,6 +6,7 @@ import type { OperationId } from "../contract/operations.ts";
 import type { Micros } from "./money.ts";
 import type { CallRate } from "./call-rate.ts";
 import type { AlertSettings, KeptAlertSecret } from "./alerts.ts";
+import { stillKept, type Grace } from "./secret-grace.ts";
 
 /** Whether an operation added to an account may be called. */
 export type OperationState = "enabled" | "stopped";
@@ -24,8 +25,8 @@ export interface Account {
    */
   readonly legacySigningKey?: string | undefined;
   readonly hmacKey?: string | undefined;
-  /** The secret before the last rotation, while it is still accepted (a rotation with a grace). */
-  readonly previousSecret?: PreviousSecret | undefined;
+  /** The secrets rotations replaced, each still accepted until its time (a rotation with a grace), newest first (secret-grace.ts). */
+  readonly previousSecrets?: readonly PreviousSecret[] | undefined;
   readonly status: "active" | "stopped";
   /** Operations added to the account; absent ones answer 4012. */
   readonly operations: ReadonlyMap<OperationId, OperationState>;
@@ -49,8 +50,8 @@ export interface Account {
   readonly alerts?: AlertSettings | undefined;
   /** What its alerts are signed with: made when alerts are set, kept while they stay set, shown once. */
   readonly alertSecret?: string | undefined;
-  /** The alert secret a new one replaced, still signed with until its time (a change of secret with a grace). */
-  readonly previousAlertSecret?: KeptAlertSecret | undefined;
+  /** The alert secrets new ones replaced, each still signed with until its time (a change of secret with a grace), newest first. */
+  readonly previousAlertSecrets?: readonly KeptAlertSecret[] | undefined;
   /** Last day the key works, `YYYY-MM-DD`, in the account's zone. */
   readonly expires: string;
   /** IANA zone whose midnight starts the account's day. */
@@ -71,18 +72,16 @@ export interface Account {
  * `until` (ms): a rotation with a grace, so the callers of a team can move
  * to the new secret one by one, with no moment where either is refused.
  */
-export interface PreviousSecret {
+export interface PreviousSecret extends Grace {
   readonly secretHash: string;
   readonly secretSalt: string;
   readonly legacySigningKey?: string | undefined;
   readonly hmacKey?: string | undefined;
-  readonly until: number;
 }
 
-/** The replaced secret if it is still accepted at `now`. */
-export function previousSecretAt(account: Account, now: number): PreviousSecret | undefined {
-  const previous = account.previousSecret;
-  return previous !== undefined && now < previous.until ? previous : undefined;
+/** The replaced secrets still accepted at `now`, newest first. */
+export function previousSecretsAt(account: Account, now: number): readonly PreviousSecret[] {
+  return stillKept(account.previousSecrets, now);
 }
 
 export type NewAccount = Omit<Account, "secretHash" | "secretSalt" | "createdAt">;
@@ -175,6 +174,6 @@ function digestMatches(sealed: Account | PreviousSecret, presented: string): boo
 /** Constant-time check of a presented secret against the stored hash, and within a rotation's grace against the replaced one's. */
 export function secretMatches(account: Account, presented: string, now: number): boolean {
   if (digestMatches(account, presented)) return true;
-  const previous = previousSecretAt(account, now);
-  return previous !== undefined && digestMatches(previous, presented);
+  for (const previous of previousSecretsAt(account, now)) if (digestMatches(previous, presented)) return true;
+  return false;
 }

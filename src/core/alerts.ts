@@ -1,6 +1,7 @@
 import { createHmac, randomBytes } from "node:crypto";
 import { dayOf } from "./clock.ts";
 import { formatMoney, type Micros } from "./money.ts";
+import { stillKept, type Grace } from "./secret-grace.ts";
 
 /**
  * Usage alerts: an account may name a URL that the gateway tells, by a
@@ -61,23 +62,22 @@ export interface AlertRecord {
 export interface DueAlert extends AlertRecord {
   readonly url: string;
   readonly secret: string;
-  /** The secret the account's current one replaced, while alerts are still signed with it too. */
-  readonly previousSecret?: KeptAlertSecret | undefined;
+  /** The secrets the account's current one replaced, while alerts are still signed with them too (newest first). */
+  readonly previousSecrets?: readonly KeptAlertSecret[] | undefined;
 }
 
 /**
  * An alert secret a new one replaced, still signed with until `until` (ms):
  * a change of secret with a grace, so a receiver can take the new one
- * without a moment where its check fails.
+ * without a moment where its check fails (secret-grace.ts).
  */
-export interface KeptAlertSecret {
+export interface KeptAlertSecret extends Grace {
   readonly secret: string;
-  readonly until: number;
 }
 
-/** The secrets an alert sent at `now` is signed with: the account's own, and the one it replaced while that is kept. */
-export function alertSecretsAt(secret: string, previous: KeptAlertSecret | undefined, now: number): readonly string[] {
-  return previous !== undefined && now < previous.until ? [secret, previous.secret] : [secret];
+/** The secrets an alert sent at `now` is signed with: the account's own, then those it replaced that are still kept. */
+export function alertSecretsAt(secret: string, previous: readonly KeptAlertSecret[] | undefined, now: number): readonly string[] {
+  return [secret, ...stillKept(previous, now).map((k) => k.secret)];
 }
 
 /** How an attempt ended. */

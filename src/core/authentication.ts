@@ -3,7 +3,7 @@ import { AddressNotAllowed, addressAllowed } from "./allowed-addresses.ts";
 import type { OperationContract as Operation } from "../contract/operations.ts";
 import { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 import type { AccountStore } from "./account-store.ts";
-import { browserSignature, previousSecretAt, sameHex, secretMatches, type Account } from "./accounts.ts";
+import { browserSignature, previousSecretsAt, sameHex, secretMatches, type Account } from "./accounts.ts";
 import { dayOf, zonedTimeToEpoch } from "./clock.ts";
 import { GatewayError } from "./gateway-error.ts";
 import { legacySign } from "./legacy-signature.ts";
@@ -62,8 +62,7 @@ const maxKeyLength = 64;
 function signingKeys(account: Account, kind: "legacySigningKey" | "hmacKey", now: number): string[] {
   const keys: string[] = [];
   if (account[kind] !== undefined) keys.push(account[kind]);
-  const previous = previousSecretAt(account, now)?.[kind];
-  if (previous !== undefined) keys.push(previous);
+  for (const previous of previousSecretsAt(account, now)) if (previous[kind] !== undefined) keys.push(previous[kind]);
   return keys;
 }
 

@@ -180,7 +180,7 @@ export class AlertDeliveries {
 
   private async post(alert: DueAlert): Promise<AlertAttempt & { readonly final?: boolean }> {
     const now = this.options.now();
-    const sent = await this.sender.send(alert.url, alertSecretsAt(alert.secret, alert.previousSecret, now), `alert-${alert.id}`, alertBody(alert), Math.floor(now / 1000));
+    const sent = await this.sender.send(alert.url, alertSecretsAt(alert.secret, alert.previousSecrets, now), `alert-${alert.id}`, alertBody(alert), Math.floor(now / 1000));
     return sent.delivered ? { delivered: true } : { delivered: false, error: sent.error, ...(sent.final ? { final: true } : {}) };
   }
 

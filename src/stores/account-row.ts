@@ -3,6 +3,7 @@ import type { AccountChange, AccountChangeKind, AccountFields } from "../core/ac
 import type { Account, OperationState, PreviousSecret } from "../core/accounts.ts";
 import type { CallRate } from "../core/call-rate.ts";
 import type { AlertSettings, KeptAlertSecret } from "../core/alerts.ts";
+import { keptFromJson } from "../core/secret-grace.ts";
 
 /**
  * An account as both SQL stores keep it: the same columns, operations and
@@ -24,8 +25,8 @@ export interface AccountRow {
   readonly prices: string | Record<string, string>;
   readonly expires: string;
   readonly zone: string;
-  /** The replaced secret still accepted, as JSON (`PreviousSecret`), or null. */
-  readonly previous_secret: string | PreviousSecret | null;
+  /** The replaced secrets still accepted, as a JSON list (`PreviousSecret`; one object as kept before a rotation could keep several), or null. */
+  readonly previous_secret: string | PreviousSecret | PreviousSecret[] | null;
   /** The rate limit as JSON (`CallRate`), or null for none. */
   readonly rate: string | CallRate | null;
   /** The addresses the key works from, as a JSON list, or null for anywhere. */
@@ -33,8 +34,8 @@ export interface AccountRow {
   /** Alert settings as JSON (`AlertsJson`), or null for none. */
   readonly alerts?: string | AlertsJson | null;
   readonly alert_secret?: string | null;
-  /** The replaced alert secret still signed with, as JSON (`KeptAlertSecret`), or null. */
-  readonly previous_alert_secret?: string | KeptAlertSecret | null;
+  /** The replaced alert secrets still signed with, as a JSON list (`KeptAlertSecret`), or null. */
+  readonly previous_alert_secret?: string | KeptAlertSecret | KeptAlertSecret[] | null;
   readonly external_id?: string | null;
   readonly created_with?: string | null;
   readonly created_at: number | bigint | string;
@@ -77,7 +78,7 @@ export function accountFromRow(r: AccountRow): Account {
     secretSalt: r.secret_salt,
     legacySigningKey: r.legacy_signing_key ?? undefined,
     hmacKey: r.hmac_key ?? undefined,
-    previousSecret: r.previous_secret === null || r.previous_secret === undefined ? undefined : json<PreviousSecret>(r.previous_secret),
+    previousSecrets: keptFromJson(r.previous_secret === null || r.previous_secret === undefined ? undefined : json<PreviousSecret | PreviousSecret[]>(r.previous_secret)),
     status: r.status === "stopped" ? "stopped" : "active",
     operations: new Map(Object.entries(json<Record<string, OperationState>>(r.operations))) as Map<OperationId, OperationState>,
     dailyMax: Number(r.daily_max),
@@ -86,7 +87,7 @@ export function accountFromRow(r: AccountRow): Account {
     allowedFrom: r.allowed_from === null || r.allowed_from === undefined ? undefined : json<string[]>(r.allowed_from),
     alerts: r.alerts === null || r.alerts === undefined ? undefined : alertsFromJson(json<AlertsJson>(r.alerts)),
     alertSecret: r.alert_secret ?? undefined,
-    previousAlertSecret: r.previous_alert_secret === null || r.previous_alert_secret === undefined ? undefined : json<KeptAlertSecret>(r.previous_alert_secret),
+    previousAlertSecrets: keptFromJson(r.previous_alert_secret === null || r.previous_alert_secret === undefined ? undefined : json<KeptAlertSecret | KeptAlertSecret[]>(r.previous_alert_secret)),
     balance: r.balance === null ? undefined : BigInt(r.balance),
     prices: new Map(Object.entries(json<Record<string, string>>(r.prices)).map(([op, micros]) => [op as OperationId, BigInt(micros)])),
     expires: r.expires,
@@ -112,12 +113,12 @@ export function accountToRow(a: Omit<Account, "balance">): Record<(typeof accoun
     prices: JSON.stringify(Object.fromEntries([...a.prices].map(([op, micros]) => [op, micros.toString()]))),
     expires: a.expires,
     zone: a.zone,
-    previous_secret: a.previousSecret === undefined ? null : JSON.stringify(a.previousSecret),
+    previous_secret: a.previousSecrets === undefined || a.previousSecrets.length === 0 ? null : JSON.stringify(a.previousSecrets),
     rate: a.rate === undefined ? null : JSON.stringify({ calls: a.rate.calls, seconds: a.rate.seconds, burst: a.rate.burst }),
     allowed_from: a.allowedFrom === undefined ? null : JSON.stringify(a.allowedFrom),
     alerts: a.alerts === undefined ? null : alertsToJson(a.alerts),
     alert_secret: a.alertSecret ?? null,
-    previous_alert_secret: a.previousAlertSecret === undefined ? null : JSON.stringify({ secret: a.previousAlertSecret.secret, until: a.previousAlertSecret.until }),
+    previous_alert_secret: a.previousAlertSecrets === undefined || a.previousAlertSecrets.length === 0 ? null : JSON.stringify(a.previousAlertSecrets.map((k) => ({ secret: k.secret, until: k.until }))),
     external_id: a.externalId ?? null,
     created_with: a.createdWith ?? null,
     created_at: a.createdAt,
@@ -133,7 +134,7 @@ const fieldColumns: Record<keyof Required<AccountFields>, Column> = {
   secretSalt: "secret_salt",
   legacySigningKey: "legacy_signing_key",
   hmacKey: "hmac_key",
-  previousSecret: "previous_secret",
+  previousSecrets: "previous_secret",
   status: "status",
   operations: "operations",
   dailyMax: "daily_max",
@@ -142,7 +143,7 @@ const fieldColumns: Record<keyof Required<AccountFields>, Column> = {
   allowedFrom: "allowed_from",
   alerts: "alerts",
   alertSecret: "alert_secret",
-  previousAlertSecret: "previous_alert_secret",
+  previousAlertSecrets: "previous_alert_secret",
   prices: "prices",
   expires: "expires",
   zone: "zone",

@@ -1,4 +1,5 @@
 import type { AlertKind, AlertRecord, DueAlert, KeptAlertSecret } from "../core/alerts.ts";
+import { keptFromJson } from "../core/secret-grace.ts";
 
 /** An alert as both SQL stores keep it (SQLite hands integers as bigint or number, PostgreSQL int8 as text). */
 export interface AlertRow {
@@ -36,7 +37,9 @@ export function alertFromRow(r: AlertRow): AlertRecord {
 }
 
 /** A claimed alert with the account's URL and secret as they are now (none when its alerts were turned off since). */
-export function dueAlertFromRow(r: AlertRow & { readonly url: string | null; readonly secret: string | null; readonly previous: string | KeptAlertSecret | null }): DueAlert {
-  const previous = r.previous === null ? undefined : typeof r.previous === "string" ? (JSON.parse(r.previous) as KeptAlertSecret) : r.previous;
-  return { ...alertFromRow(r), url: r.url ?? "", secret: r.secret ?? "", ...(previous !== undefined ? { previousSecret: previous } : {}) };
+export function dueAlertFromRow(
+  r: AlertRow & { readonly url: string | null; readonly secret: string | null; readonly previous: string | KeptAlertSecret | KeptAlertSecret[] | null },
+): DueAlert {
+  const previous = keptFromJson(typeof r.previous === "string" ? (JSON.parse(r.previous) as KeptAlertSecret[]) : r.previous);
+  return { ...alertFromRow(r), url: r.url ?? "", secret: r.secret ?? "", ...(previous !== undefined ? { previousSecrets: previous } : {}) };
 }

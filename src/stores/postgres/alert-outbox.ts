@@ -28,7 +28,7 @@ export class PostgresAlertOutbox implements AlertOutbox {
         [now - alertsKeptMs, now],
       );
     }
-    const { rows } = await this.pool.query<AlertRow & { url: string | null; secret: string | null; previous: KeptAlertSecret | null }>(
+    const { rows } = await this.pool.query<AlertRow & { url: string | null; secret: string | null; previous: KeptAlertSecret | KeptAlertSecret[] | null }>(
       `WITH due AS (
          SELECT id FROM alerts WHERE next_at IS NOT NULL AND next_at <= $1 AND claimed_until <= $1 ORDER BY next_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
        ), claimed AS (

@@ -5,6 +5,7 @@ import type { Gateway } from "../../core/gateway.ts";
 import { formatRate } from "../../core/call-rate.ts";
 import { usageSums, type UsageTotal } from "../../core/meter.ts";
 import { formatMoney } from "../../core/money.ts";
+import { keptUntil } from "../../core/secret-grace.ts";
 import { alertData, shownAlertUrl } from "../../core/alerts.ts";
 import { alertFields, alertLineFields } from "./alert-fields.ts";
 import { operations as allOperations } from "../../operations/index.ts";
@@ -57,6 +58,7 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
       async getMyAccount(_req, ctx) {
         const { account: a, requestId, now } = await caller(ctx, {});
         const { day: today, usage, balance, rate } = await gateway.ownStanding(a, now);
+        const oldUntil = keptUntil(a.previousSecrets, now);
         return create(GetMyAccountResponseSchema, {
           key: a.key,
           name: a.name,
@@ -75,7 +77,7 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
           prices: Object.fromEntries([...a.prices].map(([op, price]) => [op, formatMoney(price)])),
           operations: Object.fromEntries([...a.operations].map(([op, state]) => [op, state === "enabled" ? OperationState.ENABLED : OperationState.STOPPED])),
           allowedFrom: [...(a.allowedFrom ?? [])],
-          ...(a.previousSecret !== undefined && a.previousSecret.until > now ? { oldSecretUntilMs: BigInt(a.previousSecret.until) } : {}),
+          ...(oldUntil !== undefined ? { oldSecretUntilMs: BigInt(oldUntil) } : {}),
           clientIp: ctx.values.get(clientIpKey),
           requestId,
           ...(rate !== undefined ? { rateRemaining: rate.left, rateResetMs: BigInt(Math.ceil(rate.resetMs)) } : {}),

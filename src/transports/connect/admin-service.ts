@@ -8,6 +8,7 @@ import { usageTotalFields } from "./usage-fields.ts";
 import { AccountAdminError, AccountExistsError, AccountNotFoundError, usageAddress, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
 import { AccountPageError } from "../../core/account-pages.ts";
 import type { Account } from "../../core/accounts.ts";
+import { keptUntil } from "../../core/secret-grace.ts";
 import type { AddressLockout } from "../../core/address-lockout.ts";
 import { noTelemetry, type Telemetry } from "../../core/telemetry.ts";
 import { clientIpKey } from "./context.ts";
@@ -56,6 +57,11 @@ const eventKinds: Record<AccountEvent["kind"], AccountEventKind> = {
   unbilled: AccountEventKind.UNBILLED,
 };
 
+/** `old_secret_until_ms` where a replaced secret still works. */
+function untilMs(until: number | undefined): { oldSecretUntilMs?: bigint } {
+  return until === undefined ? {} : { oldSecretUntilMs: BigInt(until) };
+}
+
 function accountMessage(a: Account): AccountMessage {
   return create(AccountSchema, {
     key: a.key,
@@ -70,7 +76,7 @@ function accountMessage(a: Account): AccountMessage {
     zone: a.zone,
     createdAtMs: BigInt(a.createdAt),
     externalId: a.externalId ?? "",
-    ...(a.previousSecret !== undefined && a.previousSecret.until > Date.now() ? { oldSecretUntilMs: BigInt(a.previousSecret.until) } : {}),
+    ...untilMs(keptUntil(a.previousSecrets, Date.now())),
     ...(a.rate !== undefined ? { rate: create(CallRateSchema, a.rate) } : {}),
     ...(a.allowedFrom !== undefined ? { allowedFrom: create(AllowedFromSchema, { addresses: [...a.allowedFrom] }) } : {}),
     ...(a.alerts !== undefined
@@ -78,7 +84,7 @@ function accountMessage(a: Account): AccountMessage {
           alerts: create(AlertsSchema, {
             url: a.alerts.url,
             ...alertLineFields(a.alerts),
-            ...(a.previousAlertSecret !== undefined && a.previousAlertSecret.until > Date.now() ? { oldSecretUntilMs: BigInt(a.previousAlertSecret.until) } : {}),
+            ...untilMs(keptUntil(a.previousAlertSecrets, Date.now())),
           }),
         }
       : {}),

@@ -137,7 +137,8 @@ export declare type GetMyAccountResponse = Message<"gateway.account.v1.GetMyAcco
   allowedFrom: string[];
 
   /**
-   * Until when the secret a rotation replaced is still accepted; unset when none is.
+   * Until when a secret a rotation replaced is still accepted (the latest, where
+   * rotations keep several); unset when none is.
    *
    * @generated from field: optional int64 old_secret_until_ms = 18;
    */

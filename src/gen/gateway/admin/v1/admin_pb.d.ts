@@ -125,7 +125,8 @@ export declare type Account = Message<"gateway.admin.v1.Account"> & {
   createdAtMs: bigint;
 
   /**
-   * Until when the secret a rotation replaced is still accepted; unset when none is.
+   * Until when a secret a rotation replaced is still accepted (the latest, where
+   * rotations keep several); unset when none is.
    *
    * @generated from field: optional int64 old_secret_until_ms = 12;
    */
@@ -205,8 +206,9 @@ export declare type Alerts = Message<"gateway.admin.v1.Alerts"> & {
   expiryDays?: number | undefined;
 
   /**
-   * Until when alerts are signed with the secret a new one replaced as well
-   * (SetAlertsRequest.keep_old_seconds); unset when none is kept. Read only.
+   * Until when alerts are signed with a secret a new one replaced as well
+   * (SetAlertsRequest.keep_old_seconds; the latest, where several are kept);
+   * unset when none is kept. Read only.
    *
    * @generated from field: optional int64 old_secret_until_ms = 5;
    */
