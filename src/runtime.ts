@@ -29,6 +29,7 @@ import { ChangeWatch } from "./stores/embedded/change-watch.ts";
 import { EmbeddedCatalogue } from "./stores/embedded/catalogue-store.ts";
 import { openDatabase } from "./stores/embedded/sqlite-database.ts";
 import { WalCheckpointer } from "./stores/embedded/wal-checkpointer.ts";
+import { InThreadReader, ThreadReader } from "./stores/embedded/sql-reader.ts";
 import { SqliteMeter } from "./stores/embedded/meter.ts";
 import { SqliteOperatorSwitches } from "./stores/embedded/operator-switches.ts";
 import { SqliteReplayGuard } from "./stores/embedded/replay-guard.ts";
@@ -161,7 +162,12 @@ export function sharedMode(config: Pick<GatewayConfig, "databaseUrl" | "redisUrl
 function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | undefined, telemetry: Telemetry): Stores {
   const db = openDatabase(databasePath(config), { maxBytes: config.storeMaxBytes });
   const watch = new ChangeWatch(db);
-  const accounts = new SqliteAccountStore(db, watch);
+  // Reports (usage totals, account listings) on a thread of their own, started by the first: on the serving
+  // connection, one over a large ledger stopped every call until it was done (sql-reader.ts).
+  const reports = new ThreadReader(databasePath(config), new InThreadReader(db), (e) =>
+    (log?.warn ?? log?.error)?.call(log, { err: e }, "the store's report thread stopped; reports run on the serving thread"),
+  );
+  const accounts = new SqliteAccountStore(db, watch, reports);
   // The ledger's commits are what fill the WAL while serving: a thread helps copy it (started by the first commit,
   // so a CLI command that records no call starts none).
   let checkpoints: WalCheckpointer | undefined;
@@ -173,6 +179,7 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
       for (const key of keys) accounts.forget(key);
     },
     refusalAddressesPerDay: config.refusalAddressesPerDay,
+    reader: reports,
     dataDir: config.dataDir,
     minFreeBytes: config.minFreeMb * 1048576,
     onHealth: (problem, detail) => {
@@ -236,6 +243,7 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
     close: async () => {
       clearInterval(retention);
       meter.flush();
+      await reports.close();
       await checkpoints?.close();
       db.close();
     },

@@ -4,7 +4,8 @@ import { ExternalIdTaken, type AccountListing, type AccountStore } from "../../c
 import type { Account } from "../../core/accounts.ts";
 import { accountChangeFromRow, accountColumns, accountFromRow, accountToRow, changedColumns, changesToJson, type AccountChangeRow, type AccountRow } from "../account-row.ts";
 import type { ChangeWatch } from "./change-watch.ts";
-import { readTransaction, writeTransaction } from "./sqlite-database.ts";
+import { writeTransaction } from "./sqlite-database.ts";
+import { InThreadReader, type SqlReader } from "./sql-reader.ts";
 
 /**
  * Accounts in the embedded SQLite store. Lookups are served from memory;
@@ -26,11 +27,15 @@ export class SqliteAccountStore implements AccountStore {
   private readonly insertChange: StatementSync;
   private readonly changesOf: StatementSync;
   /** ListAccounts' statements, by the filter's shape. */
-  private readonly listings = new Map<string, { rows: StatementSync; count: StatementSync }>();
+  private readonly listings = new Map<string, { rows: string; count: string }>();
+  /** Where listings run (sql-reader.ts): a search reads every account. */
+  private readonly reader: SqlReader;
 
-  constructor(db: DatabaseSync, watch: ChangeWatch) {
+  /** `reader`: where ListAccounts' listings run; by default on `db` itself. */
+  constructor(db: DatabaseSync, watch: ChangeWatch, reader?: SqlReader) {
     this.db = db;
     this.watch = watch;
+    this.reader = reader ?? new InThreadReader(db);
     // Balances are micro-units: read every integer as bigint, never as a float.
     // The balance is read beside the account; only the meter writes it.
     const read = "SELECT a.*, b.micros AS balance FROM accounts a LEFT JOIN balances b ON b.account = a.key";
@@ -88,20 +93,20 @@ export class SqliteAccountStore implements AccountStore {
       // A row value, which the index on (created_at, key) answers from where the last page ended.
       const after = ask.after !== undefined ? " AND (a.created_at, a.key) > (:createdAt, :key)" : "";
       sql = {
-        rows: this.db.prepare(`SELECT a.*, b.micros AS balance FROM accounts a LEFT JOIN balances b ON b.account = a.key WHERE ${where}${after} ORDER BY a.created_at, a.key${ask.limit > 0 ? " LIMIT :limit" : ""}`),
-        count: this.db.prepare(`SELECT count(*) AS n FROM accounts a WHERE ${where}`),
+        rows: `SELECT a.*, b.micros AS balance FROM accounts a LEFT JOIN balances b ON b.account = a.key WHERE ${where}${after} ORDER BY a.created_at, a.key${ask.limit > 0 ? " LIMIT :limit" : ""}`,
+        count: `SELECT count(*) AS n FROM accounts a WHERE ${where}`,
       };
-      sql.rows.setReadBigInts(true);
       this.listings.set(shape, sql);
     }
     const { rows, count } = sql;
     const filterParams = { ...(ask.text !== "" ? { text: ask.text } : {}), ...(ask.status !== undefined ? { status: ask.status } : {}) };
     const rowParams = { ...filterParams, ...(ask.after !== undefined ? { createdAt: ask.after.createdAt, key: ask.after.key } : {}), ...(ask.limit > 0 ? { limit: ask.limit } : {}) };
     // One read: the page and the count as one moment left them.
-    return readTransaction(this.db, () => ({
-      accounts: (rows.all(rowParams) as unknown as AccountRow[]).map(accountFromRow),
-      total: Number((count.get(filterParams) as { n: number | bigint }).n),
-    }));
+    const [page, counted] = await this.reader.read([
+      { sql: rows, params: rowParams, bigints: true },
+      { sql: count, params: filterParams },
+    ]);
+    return { accounts: (page as unknown as AccountRow[]).map(accountFromRow), total: Number((counted![0] as { n: number | bigint }).n) };
   }
 
   async insert(account: Account, created: AccountChange): Promise<void> {

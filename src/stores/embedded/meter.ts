@@ -13,6 +13,7 @@ import { balanceShort, concurrencyReached, dailyMaxReached, rateReached } from "
 import type { Micros } from "../../core/money.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { readTransaction, writeTransaction } from "./sqlite-database.ts";
+import { InThreadReader, type SqlReader } from "./sql-reader.ts";
 import { keptMs, type IdempotencyKey, type KeyClaim, type TakenKey } from "../../core/idempotency.ts";
 
 export interface SqliteMeterOptions {
@@ -37,6 +38,8 @@ export interface SqliteMeterOptions {
   readonly onCommit: (seconds: number, rows: number) => void;
   /** The clock rate limits are measured with (Unix ms). */
   readonly now: () => number;
+  /** Where usage reports (`query`) run; undefined: on this connection (sql-reader.ts). */
+  readonly reader: SqlReader | undefined;
 }
 
 export const defaultMeterOptions: SqliteMeterOptions = {
@@ -49,6 +52,7 @@ export const defaultMeterOptions: SqliteMeterOptions = {
   onHealth: () => {},
   onCommit: () => {},
   now: Date.now,
+  reader: undefined,
 };
 
 /** Calls with no account, counted per day, operation, code, address and transport until the next commit. */
@@ -112,6 +116,8 @@ const accountKey = (account: string, part: string) => `${account}\u0000${part}`;
 export class SqliteMeter implements Meter {
   private readonly db: DatabaseSync;
   private readonly options: SqliteMeterOptions;
+  /** Where usage reports run (sql-reader.ts). */
+  private readonly reader: SqlReader;
   private readonly inFlight = new Map<string, number>();
   private readonly pendingCalls = new Map<string, number>();
   private readonly pendingAmount = new Map<string, bigint>();
@@ -152,6 +158,7 @@ export class SqliteMeter implements Meter {
   constructor(db: DatabaseSync, options: Partial<SqliteMeterOptions> = {}) {
     this.db = db;
     this.options = { ...defaultMeterOptions, ...options };
+    this.reader = this.options.reader ?? new InThreadReader(db);
     this.sql = {
       count: db.prepare(
         "INSERT INTO usage_daily (account, day, charged) VALUES (?, ?, ?) ON CONFLICT (account, day) DO UPDATE SET charged = charged + excluded.charged",
@@ -528,6 +535,8 @@ export class SqliteMeter implements Meter {
    * for) the counted calls that had no account.
    */
   async query(q: UsageQuery): Promise<UsageReport> {
+    // A report reads the whole range asked for: beside the serving thread where the gateway has a reader there.
+    const reader = this.reader;
     const where: string[] = [];
     const params: Record<string, string | number> = {};
     if (q.from !== undefined) (where.push("day >= :from"), (params.from = q.from));
@@ -543,10 +552,10 @@ export class SqliteMeter implements Meter {
     const folded = q.address === undefined && q.requestId === undefined;
     if (q.address !== undefined) {
       // The addresses held are matched here (a network, an IPv4 caller written as IPv6), then asked for by name.
-      const held = this.db.prepare(
-        `SELECT DISTINCT client_ip FROM ledger ${filter([...where, "client_ip IS NOT NULL"])}${refusals ? ` UNION SELECT client_ip FROM refusals ${filter(where)}` : ""}`,
-      );
-      params.addresses = JSON.stringify(addressesIn(q.address, (held.all(params) as { client_ip: string }[]).map((r) => r.client_ip)));
+      const [held] = await reader.read([
+        { sql: `SELECT DISTINCT client_ip FROM ledger ${filter([...where, "client_ip IS NOT NULL"])}${refusals ? ` UNION SELECT client_ip FROM refusals ${filter(where)}` : ""}`, params },
+      ]);
+      params.addresses = JSON.stringify(addressesIn(q.address, held!.map((r) => r.client_ip as string)));
       where.push("client_ip IN (SELECT value FROM json_each(:addresses))");
     }
     const address = (column: string) => (q.byAddress ? column : "''");
@@ -557,15 +566,18 @@ export class SqliteMeter implements Meter {
       ...(folded ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits FROM ledger_daily_totals ${filter(where)}`] : []),
       ...(refusals ? [`SELECT '' AS account, day, operation, error_code, charge, ${address("client_ip")} AS client_ip, calls, 0 AS amount, 0 AS cache_hits FROM refusals ${filter(where)}`] : []),
     ];
-    const totals = this.db.prepare(
-      `SELECT account, day, operation, error_code, charge, client_ip, sum(calls) AS calls, sum(amount) AS amount, sum(cache_hits) AS cache_hits FROM (${parts.join(" UNION ALL ")})
+    // The totals and the rows in one read: as one moment left them.
+    const [totals, rows] = await reader.read([
+      {
+        sql: `SELECT account, day, operation, error_code, charge, client_ip, sum(calls) AS calls, sum(amount) AS amount, sum(cache_hits) AS cache_hits FROM (${parts.join(" UNION ALL ")})
        GROUP BY account, day, operation, error_code, charge, client_ip ORDER BY day, account, operation, error_code, charge, client_ip`,
-    );
-    totals.setReadBigInts(true);
-    const rows = this.db.prepare(`SELECT * FROM ledger ${filter(where)} ORDER BY at DESC, request_id DESC LIMIT :limit`);
-    rows.setReadBigInts(true);
+        params,
+        bigints: true,
+      },
+      ...(q.rows ? [{ sql: `SELECT * FROM ledger ${filter(where)} ORDER BY at DESC, request_id DESC LIMIT :limit`, params: { ...params, limit: q.rows }, bigints: true }] : []),
+    ]);
     return {
-      totals: (totals.all(params) as Record<string, unknown>[]).map((t) => ({
+      totals: totals!.map((t) => ({
         account: (t.account as string) || undefined,
         day: t.day as string,
         operation: (t.operation as string) || undefined,
@@ -576,7 +588,7 @@ export class SqliteMeter implements Meter {
         cacheHits: Number(t.cache_hits),
         ...(q.byAddress ? { clientIp: t.client_ip as string } : {}),
       })),
-      rows: q.rows ? (rows.all({ ...params, limit: q.rows }) as Record<string, unknown>[]).map(rowFromSql) : [],
+      rows: rows === undefined ? [] : rows.map(rowFromSql),
     };
   }
 
