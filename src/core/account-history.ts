@@ -3,6 +3,7 @@ import { formatMoney } from "./money.ts";
 import { formatRate } from "./call-rate.ts";
 import { formatAllowedAddresses } from "./allowed-addresses.ts";
 import { formatAlertSettings } from "./alerts.ts";
+import { latestUntil } from "./secret-grace.ts";
 
 /** What an operator did to an account; balance moves are the meter's (`BalanceChange`) and are recorded there. */
 export type AccountChangeKind = "created" | "status" | "plan" | "operation" | "price" | "secret" | "alerts";
@@ -59,11 +60,10 @@ function settings(a: Account): Map<string, string> {
   for (const [op, state] of [...a.operations].sort(([x], [y]) => (x < y ? -1 : 1))) out.set(`operations[${op}]`, state);
   for (const [op, price] of [...a.prices].sort(([x], [y]) => (x < y ? -1 : 1))) out.set(`prices[${op}]`, formatMoney(price));
   // Until when a replaced secret works: the latest kept (each has its own time; secret-grace.ts).
-  const latest = (kept: readonly { readonly until: number }[] | undefined) => (kept === undefined || kept.length === 0 ? undefined : instant(Math.max(...kept.map((k) => k.until))));
-  const oldSecretUntil = latest(a.previousSecrets);
-  if (oldSecretUntil !== undefined) out.set("oldSecretUntil", oldSecretUntil);
-  const oldAlertSecretUntil = latest(a.previousAlertSecrets);
-  if (oldAlertSecretUntil !== undefined) out.set("oldAlertSecretUntil", oldAlertSecretUntil);
+  const oldSecretUntil = latestUntil(a.previousSecrets);
+  if (oldSecretUntil !== undefined) out.set("oldSecretUntil", instant(oldSecretUntil));
+  const oldAlertSecretUntil = latestUntil(a.previousAlertSecrets);
+  if (oldAlertSecretUntil !== undefined) out.set("oldAlertSecretUntil", instant(oldAlertSecretUntil));
   return out;
 }
 

@@ -24,10 +24,14 @@ export function keepReplaced<T extends Grace>(kept: readonly T[] | undefined, re
   return [replaced, ...stillKept(kept, now)].slice(0, maxKeptSecrets);
 }
 
+/** The latest time any of the kept secrets works until, whether or not it has passed; undefined for none. */
+export function latestUntil(kept: readonly Grace[] | undefined): number | undefined {
+  return kept === undefined || kept.length === 0 ? undefined : Math.max(...kept.map((k) => k.until));
+}
+
 /** Until when a replaced secret still works: the latest of those still working at `now`; undefined when none does. */
 export function keptUntil(kept: readonly Grace[] | undefined, now: number): number | undefined {
-  const working = stillKept(kept, now);
-  return working.length === 0 ? undefined : Math.max(...working.map((k) => k.until));
+  return latestUntil(stillKept(kept, now));
 }
 
 /** Kept secrets as a store holds them: a list, or one (as they were kept before a rotation could keep several); none as null. */

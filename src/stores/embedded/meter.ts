@@ -535,7 +535,7 @@ export class SqliteMeter implements Meter {
    * for) the counted calls that had no account.
    */
   async query(q: UsageQuery): Promise<UsageReport> {
-    // A report reads the whole range asked for: beside the serving thread where the gateway has a reader there.
+    // A report reads the whole range asked for: on the reader's thread where the gateway has one (sql-reader.ts).
     const reader = this.reader;
     const where: string[] = [];
     const params: Record<string, string | number> = {};
