@@ -30,9 +30,9 @@ commands:
   maintenance history [--json]       every switch into or out of maintenance: when, which, by whom
   admins add NAME | list | revoke NAME [--json]
                                      named admins, each with an admin token of its own (shown once)
-  usage [--account K] [--day D | --from D --to D] [--operation OP] [--code NNNN] [--rows N] [--json]
+  usage [--account K] [--day D | --from D --to D] [--operation OP] [--code NNNN] [--rows N|all] [--json]
         [--address IP|NET] [--by-address] [--request-id ID] [--csv]
-                                     the ledger's totals (and rows): from one address or network, per address, one call
+                                     the ledger's totals (and rows; all: every row, a page at a time): from one address or network, per address, one call
   import FILE.ndjson [--json]        load item records into the embedded catalogue
   migrate --to postgres://… [--json] copy the embedded data directory into an empty PostgreSQL database
 

@@ -2,7 +2,9 @@ import { parseArgs } from "node:util";
 import type { GatewayConfig } from "../config.ts";
 import { fourDigits } from "../contract/error-codes.ts";
 import { AccountAdminError, usageAddress } from "../core/account-admin.ts";
-import { csvText } from "../render/csv.ts";
+import { csvLines, csvText } from "../render/csv.ts";
+import { callPage, maxCallPageSize } from "../core/call-pages.ts";
+import type { LedgerRow, UsageQuery } from "../core/meter.ts";
 import { formatMoney } from "../core/money.ts";
 import type { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 import { openRuntime } from "../runtime.ts";
@@ -56,47 +58,80 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
   const address = values.address === undefined ? undefined : usageAddress(values.address);
   if (values.csv && values.json) throw new AccountAdminError("--csv and --json: one or the other");
   if (values.code !== undefined && !/^\d{4}$/.test(values.code)) throw new AccountAdminError("--code takes a four-digit code such as 0000 or 4013");
-  if (values.rows !== undefined && !/^\d{1,5}$/.test(values.rows)) throw new AccountAdminError("--rows takes a number up to 99999");
+  if (values.rows !== undefined && values.rows !== "all" && !/^\d{1,5}$/.test(values.rows)) throw new AccountAdminError("--rows takes a number up to 99999, or all");
+  const every = values.rows === "all";
+  // One call asked for by its id is shown as its row.
+  const rowCount = every ? 0 : values.rows === undefined ? (values["request-id"] === undefined ? 0 : 1) : Number(values.rows);
   const runtime = await openRuntime(config);
   try {
-    const report = await runtime.meter.query({
+    const filter: UsageQuery = {
       account: values.account,
       from: values.from ?? values.day,
       to: values.to ?? values.day,
       operation: values.operation === undefined ? undefined : runtime.admin.operation(values.operation),
       code: values.code === undefined ? undefined : (Number(values.code) as ErrorCode),
-      // One call asked for by its id is shown as its row.
-      rows: values.rows === undefined ? (values["request-id"] === undefined ? 0 : 1) : Number(values.rows),
       address,
-      byAddress: values["by-address"],
       requestId: values["request-id"],
-    });
+    };
+    const report = await runtime.meter.query({ ...filter, rows: rowCount, byAddress: values["by-address"] });
     const totals = report.totals.map((t) => ({ ...t, code: fourDigits(t.code), amount: formatMoney(t.amount) }));
-    const rows = report.rows.map((r) => ({ ...r, code: fourDigits(r.code), price: formatMoney(r.price) }));
+    // The rows asked for: with --rows all, every row of the filter, read and written a page at a time (call-pages.ts),
+    // so a month's ledger goes out whole without being held whole.
+    const meter = runtime.meter;
+    async function* rowPages(): AsyncGenerator<readonly LedgerRow[]> {
+      if (!every) {
+        yield report.rows;
+        return;
+      }
+      let pageToken = "";
+      do {
+        const page = await callPage(meter, { filter, pageSize: maxCallPageSize, pageToken });
+        yield page.rows;
+        pageToken = page.nextPageToken;
+      } while (pageToken !== "");
+    }
+    const shown = (r: LedgerRow) => ({ ...r, code: fourDigits(r.code), price: formatMoney(r.price) });
     if (values.json) {
-      console.log(JSON.stringify({ totals, rows }));
+      await write(`{"totals":${JSON.stringify(totals)},"rows":[`);
+      let first = true;
+      for await (const rows of rowPages()) {
+        if (rows.length === 0) continue;
+        await write(`${first ? "" : ","}${rows.map((r) => JSON.stringify(shown(r))).join(",")}`);
+        first = false;
+      }
+      await write("]}\n");
     } else if (values.csv) {
       // The rows when they are asked for, else the totals: one table a file, for a spreadsheet or a billing system.
       const by = values["by-address"];
-      process.stdout.write(
-        (values.rows !== undefined && Number(values.rows) > 0) || values["request-id"] !== undefined
-          ? csvText(
-              ["request_id", "time", "day", "account", "operation", "code", "charge", "price", "cache_hit", "latency_us", "transport", "client_ip"],
-              rows.map((r) => [r.requestId, new Date(r.at).toISOString(), r.day, r.account ?? "", r.operation ?? "", r.code, r.charge, r.price, r.cacheHit, r.latencyMicros, r.transport, r.clientIp ?? ""]),
-            )
-          : csvText(
-              ["day", "account", "operation", "code", "charge", "calls", "amount", "cache_hits", ...(by ? ["client_ip"] : [])],
-              totals.map((t) => [t.day, t.account ?? "", t.operation ?? "", t.code, t.charge, t.calls, t.amount, t.cacheHits, ...(by ? [t.clientIp ?? ""] : [])]),
-            ),
-      );
+      if (every || rowCount > 0) {
+        await write(csvText(["request_id", "time", "day", "account", "operation", "code", "charge", "price", "cache_hit", "latency_us", "transport", "client_ip"], []));
+        for await (const rows of rowPages()) {
+          await write(csvLines(rows.map(shown).map((r) => [r.requestId, new Date(r.at).toISOString(), r.day, r.account ?? "", r.operation ?? "", r.code, r.charge, r.price, r.cacheHit, r.latencyMicros, r.transport, r.clientIp ?? ""])));
+        }
+      } else {
+        await write(
+          csvText(
+            ["day", "account", "operation", "code", "charge", "calls", "amount", "cache_hits", ...(by ? ["client_ip"] : [])],
+            totals.map((t) => [t.day, t.account ?? "", t.operation ?? "", t.code, t.charge, t.calls, t.amount, t.cacheHits, ...(by ? [t.clientIp ?? ""] : [])]),
+          ),
+        );
+      }
     } else {
       // An address is empty where the ledger kept none (calls from before it did, days folded past retention).
       const from = (ip: string | undefined) => (ip === undefined ? "" : `  from ${ip || "(not kept)"}`);
       for (const t of totals) console.log(`${t.day}  ${t.account ?? "-"}  ${t.operation ?? "-"}  ${t.code}  ${t.charge.padEnd(9)}  ${t.calls} calls  ${t.amount}${from(t.clientIp)}`);
-      for (const r of rows) console.log(`${r.requestId}  ${new Date(r.at).toISOString()}  ${r.account ?? "-"}  ${r.operation ?? "-"}  ${r.code}  ${r.charge}  ${r.price}  ${r.transport}  ${r.clientIp ?? "-"}`);
+      for await (const rows of rowPages()) {
+        await write(rows.map(shown).map((r) => `${r.requestId}  ${new Date(r.at).toISOString()}  ${r.account ?? "-"}  ${r.operation ?? "-"}  ${r.code}  ${r.charge}  ${r.price}  ${r.transport}  ${r.clientIp ?? "-"}\n`).join(""));
+      }
     }
     return 0;
   } finally {
     await runtime.close();
   }
+}
+
+/** Writes to standard output, waiting while the reader is behind (a pipe to a slow consumer), so a long listing is never held whole. */
+async function write(text: string): Promise<void> {
+  if (text === "" || process.stdout.write(text)) return;
+  await new Promise<void>((resolve) => process.stdout.once("drain", resolve));
 }

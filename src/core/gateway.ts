@@ -1,3 +1,4 @@
+import { callPage, type CallPage } from "./call-pages.ts";
 import { create } from "@bufbuild/protobuf";
 import type { AlertOutbox, AlertRecord } from "./alerts.ts";
 import { errorCodeInfo, fourDigits } from "../contract/error-codes.ts";
@@ -458,6 +459,11 @@ export class Gateway {
   /** The ledger's totals of a caller's own calls (the AccountService): narrowed to its account whatever else is asked, and no rows. */
   ownUsage(account: Account, query: Pick<UsageQuery, "from" | "to" | "operation" | "byAddress">): Promise<UsageReport> {
     return this.ports.meter.query({ from: query.from, to: query.to, operation: query.operation, byAddress: query.byAddress, account: account.key });
+  }
+
+  /** A page of a caller's own calls (the AccountService): narrowed to its account whatever else is asked (call-pages.ts). */
+  ownCalls(account: Account, filter: Pick<UsageQuery, "from" | "to" | "operation" | "code" | "requestId">, page: { readonly pageSize: number; readonly pageToken: string }): Promise<CallPage> {
+    return callPage(this.ports.meter, { filter: { from: filter.from, to: filter.to, operation: filter.operation, code: filter.code, requestId: filter.requestId, account: account.key }, ...page });
   }
 
   /** Refuses (4008) a caller whose address is locked out for failed authentications, and counts it; at once where the lockout answers at once. */

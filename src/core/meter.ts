@@ -176,6 +176,20 @@ export interface UsageReport {
   readonly rows: readonly LedgerRow[];
 }
 
+/**
+ * A row's place in the order calls are listed in page by page (`Meter.calls`):
+ * by day, the newest first, and within a day by time, then request id, the
+ * newest first. For one account that is simply the newest first (its days
+ * follow its clock); across accounts of different zones, a day's calls come
+ * together. It is the order of the ledger's indexes, so a page is read from
+ * where the one before ended, never sorted from the range's start.
+ */
+export interface LedgerPlace {
+  readonly day: string;
+  readonly at: number;
+  readonly requestId: string;
+}
+
 /** The sums over usage totals: every call, the charged ones, what they cost and how many the cache answered. */
 export function usageSums(totals: readonly UsageTotal[]): { readonly calls: bigint; readonly chargedCalls: bigint; readonly amount: Micros; readonly cacheHits: bigint } {
   let calls = 0n;
@@ -237,6 +251,14 @@ export interface Meter {
    */
   rateArrival(account: string): MaybeAsync<bigint | undefined>;
   query(query: UsageQuery): Promise<UsageReport>;
+  /**
+   * The ledger's rows that match `query`'s filters (account, days, operation,
+   * code, address, request id; its `rows` and `byAddress` are not read), in
+   * `LedgerPlace` order from just past `after` (undefined: the newest), at
+   * most `limit` of them. Only calls made with an account are rows; days
+   * folded past retention have none.
+   */
+  calls(query: UsageQuery, after: LedgerPlace | undefined, limit: number): Promise<LedgerRow[]>;
   /**
    * Adds to an account's prepaid balance (a top-up), or makes it unbilled by
    * balance. The balance is the meter's own: charged calls deduct from it in

@@ -10,7 +10,12 @@
 export type CsvValue = string | number | bigint | boolean;
 
 export function csvText(header: readonly string[], rows: readonly (readonly CsvValue[])[]): string {
-  return [header, ...rows].map((row) => `${row.map(field).join(",")}\r\n`).join("");
+  return csvLines([header, ...rows]);
+}
+
+/** Lines of CSV, each ended by CRLF, with no header: what follows `csvText`'s, for a table written a part at a time. */
+export function csvLines(rows: readonly (readonly CsvValue[])[]): string {
+  return rows.map((row) => `${row.map(field).join(",")}\r\n`).join("");
 }
 
 function field(value: CsvValue): string {

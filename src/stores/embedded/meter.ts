@@ -2,7 +2,7 @@ import type { DatabaseSync, SQLInputValue, StatementSync } from "node:sqlite";
 import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
-import { BalanceReferenceConflict, type Admission, type BalanceChange, type BalanceRecord, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageQuery, type UsageReport, type UsageSummary } from "../../core/meter.ts";
+import { BalanceReferenceConflict, type Admission, type BalanceChange, type BalanceRecord, type LedgerPlace, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageQuery, type UsageReport, type UsageSummary } from "../../core/meter.ts";
 import { statfsSync } from "node:fs";
 import { errorCodeInfo } from "../../contract/error-codes.ts";
 import { previousDay } from "../../core/clock.ts";
@@ -537,27 +537,8 @@ export class SqliteMeter implements Meter {
   async query(q: UsageQuery): Promise<UsageReport> {
     // A report reads the whole range asked for: on the reader's thread where the gateway has one (sql-reader.ts).
     const reader = this.reader;
-    const where: string[] = [];
-    const params: Record<string, string | number> = {};
-    if (q.from !== undefined) (where.push("day >= :from"), (params.from = q.from));
-    if (q.to !== undefined) (where.push("day <= :to"), (params.to = q.to));
-    if (q.operation !== undefined) (where.push("operation = :operation"), (params.operation = q.operation));
-    if (q.code !== undefined) (where.push("error_code = :code"), (params.code = q.code));
-    if (q.requestId !== undefined) (where.push("request_id = :requestId"), (params.requestId = q.requestId));
-    if (q.account !== undefined) (where.push("account = :account"), (params.account = q.account));
+    const { where, params, refusals, folded } = await this.ledgerFilter(q);
     const filter = (w: string[]) => (w.length > 0 ? `WHERE ${w.join(" AND ")}` : "");
-    // Calls with no account are counted, not stored, and folded days keep totals: neither has a request id.
-    // (So the refusals are read only when no account is asked for, and one filter serves every part.)
-    const refusals = q.account === undefined && q.requestId === undefined;
-    const folded = q.address === undefined && q.requestId === undefined;
-    if (q.address !== undefined) {
-      // The addresses held are matched here (a network, an IPv4 caller written as IPv6), then asked for by name.
-      const [held] = await reader.read([
-        { sql: `SELECT DISTINCT client_ip FROM ledger ${filter([...where, "client_ip IS NOT NULL"])}${refusals ? ` UNION SELECT client_ip FROM refusals ${filter(where)}` : ""}`, params },
-      ]);
-      params.addresses = JSON.stringify(addressesIn(q.address, held!.map((r) => r.client_ip as string)));
-      where.push("client_ip IN (SELECT value FROM json_each(:addresses))");
-    }
     const address = (column: string) => (q.byAddress ? column : "''");
     const parts = [
       `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, ${address("coalesce(client_ip, '')")} AS client_ip,
@@ -574,7 +555,7 @@ export class SqliteMeter implements Meter {
         params,
         bigints: true,
       },
-      ...(q.rows ? [{ sql: `SELECT * FROM ledger ${filter(where)} ORDER BY at DESC, request_id DESC LIMIT :limit`, params: { ...params, limit: q.rows }, bigints: true }] : []),
+      ...(q.rows ? [{ sql: `SELECT * FROM ledger ${filter(where)} ORDER BY day DESC, at DESC, request_id DESC LIMIT :limit`, params: { ...params, limit: q.rows }, bigints: true }] : []),
     ]);
     return {
       totals: totals!.map((t) => ({
@@ -590,6 +571,56 @@ export class SqliteMeter implements Meter {
       })),
       rows: rows === undefined ? [] : rows.map(rowFromSql),
     };
+  }
+
+  async calls(q: UsageQuery, after: LedgerPlace | undefined, limit: number): Promise<LedgerRow[]> {
+    const { where, params } = await this.ledgerFilter(q, after !== undefined);
+    if (after !== undefined) {
+      // Where the page before ended, as the indexes order the rows (LedgerPlace): the index is entered there, not read
+      // from the range's newest end, and only the calls of the page's last millisecond are sorted (by request id).
+      where.push("(day, at) <= (:afterDay, :afterAt)", "(day, at, request_id) < (:afterDay, :afterAt, :afterId)");
+      Object.assign(params, { afterDay: after.day, afterAt: after.at, afterId: after.requestId });
+    }
+    const [rows] = await this.reader.read([
+      {
+        sql: `SELECT * FROM ledger ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY day DESC, at DESC, request_id DESC LIMIT :limit`,
+        params: { ...params, limit: Math.max(0, Math.floor(limit)) },
+        bigints: true,
+      },
+    ]);
+    return rows!.map(rowFromSql);
+  }
+
+  /**
+   * The conditions of a usage query's filters on the ledger (and the counted
+   * refusals and folded totals, which share its columns), and which of those
+   * two it can match: calls with no account are counted, not stored, and
+   * folded days keep totals, and neither has a request id.
+   */
+  private async ledgerFilter(q: UsageQuery, resumed = false): Promise<{ where: string[]; params: Record<string, string | number>; refusals: boolean; folded: boolean }> {
+    const where: string[] = [];
+    const params: Record<string, string | number> = {};
+    if (q.from !== undefined) (where.push("day >= :from"), (params.from = q.from));
+    // A page read on from a place (`calls`) bounds the index by the place: the last day, checked row by row (`+`),
+    // would have SQLite enter the index at that day's newest row and read down to the place.
+    if (q.to !== undefined) (where.push(resumed ? "+day <= :to" : "day <= :to"), (params.to = q.to));
+    if (q.operation !== undefined) (where.push("operation = :operation"), (params.operation = q.operation));
+    if (q.code !== undefined) (where.push("error_code = :code"), (params.code = q.code));
+    if (q.requestId !== undefined) (where.push("request_id = :requestId"), (params.requestId = q.requestId));
+    if (q.account !== undefined) (where.push("account = :account"), (params.account = q.account));
+    // (So the refusals are read only when no account is asked for, and one filter serves every part.)
+    const refusals = q.account === undefined && q.requestId === undefined;
+    const folded = q.address === undefined && q.requestId === undefined;
+    if (q.address !== undefined) {
+      // The addresses held are matched here (a network, an IPv4 caller written as IPv6), then asked for by name.
+      const filter = (w: string[]) => (w.length > 0 ? `WHERE ${w.join(" AND ")}` : "");
+      const [held] = await this.reader.read([
+        { sql: `SELECT DISTINCT client_ip FROM ledger ${filter([...where, "client_ip IS NOT NULL"])}${refusals ? ` UNION SELECT client_ip FROM refusals ${filter(where)}` : ""}`, params },
+      ]);
+      params.addresses = JSON.stringify(addressesIn(q.address, held!.map((r) => r.client_ip as string)));
+      where.push("client_ip IN (SELECT value FROM json_each(:addresses))");
+    }
+    return { where, params, refusals, folded };
   }
 
   /**

@@ -3,7 +3,7 @@ import type pg from "pg";
 import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
-import { BalanceReferenceConflict, type Admission, type BalanceChange, type BalanceRecord, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageQuery, type UsageReport, type UsageSummary } from "../../core/meter.ts";
+import { BalanceReferenceConflict, type Admission, type BalanceChange, type BalanceRecord, type LedgerPlace, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageQuery, type UsageReport, type UsageSummary } from "../../core/meter.ts";
 import { rateBounds } from "../../core/call-rate.ts";
 import { balanceShort, concurrencyReached, dailyMaxReached, rateReached } from "../../core/limit-refusals.ts";
 import type { Micros } from "../../core/money.ts";
@@ -434,29 +434,8 @@ export class PostgresMeter implements Meter {
   }
 
   async query(q: UsageQuery): Promise<UsageReport> {
-    const where: string[] = [];
-    const params: unknown[] = [];
-    const add = (sql: string, v: unknown) => where.push(sql.replace("?", `$${params.push(v)}`));
-    if (q.from !== undefined) add("day >= ?", q.from);
-    if (q.to !== undefined) add("day <= ?", q.to);
-    if (q.operation !== undefined) add("operation = ?", q.operation);
-    if (q.code !== undefined) add("error_code = ?", q.code);
-    if (q.requestId !== undefined) add("request_id = ?", q.requestId);
-    if (q.account !== undefined) add("account = ?", q.account);
+    const { where, params, refusals, folded } = await this.ledgerFilter(q);
     const filter = (w: string[]) => (w.length > 0 ? `WHERE ${w.join(" AND ")}` : "");
-    // Calls with no account are counted, not stored, and folded days keep totals: neither has a request id.
-    // (So the refusals are read only when no account is asked for, and one filter serves every part.)
-    const refusals = q.account === undefined && q.requestId === undefined;
-    const folded = q.address === undefined && q.requestId === undefined;
-    if (q.address !== undefined) {
-      // The addresses held are matched here (a network, an IPv4 caller written as IPv6), then asked for by name.
-      const held = await this.pool.query<{ client_ip: string }>(
-        `SELECT DISTINCT client_ip FROM ledger ${filter([...where, "client_ip IS NOT NULL"])}${refusals ? ` UNION SELECT client_ip FROM refusals ${filter(where)}` : ""}`,
-        params,
-      );
-      const n = params.push(addressesIn(q.address, held.rows.map((r) => r.client_ip)));
-      where.push(`client_ip = ANY($${n}::text[])`);
-    }
     const address = (column: string) => (q.byAddress ? column : "''");
     const parts = [
       `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, ${address("coalesce(client_ip, '')")} AS client_ip,
@@ -470,13 +449,7 @@ export class PostgresMeter implements Meter {
         GROUP BY account, day, operation, error_code, charge, client_ip ORDER BY day, account, operation, error_code, charge, client_ip COLLATE "C"`,
       params,
     );
-    const rows = q.rows
-      ? await this.pool.query<Record<string, unknown>>(
-          `SELECT request_id, at::text AS at, day, account, operation, error_code, charge, price::text AS price, cache_hit, latency_us::text AS latency_us, transport, client_ip
-             FROM ledger ${filter(where)} ORDER BY at DESC, request_id DESC LIMIT ${Math.max(0, Math.floor(q.rows))}`,
-          params,
-        )
-      : undefined;
+    const rows = q.rows ? await this.pool.query<Record<string, unknown>>(`${ledgerRows} ${filter(where)} ${inPlaceOrder} LIMIT ${Math.max(0, Math.floor(q.rows))}`, params) : undefined;
     return {
       totals: totals.rows.map((t) => ({
         account: t.account || undefined,
@@ -489,21 +462,55 @@ export class PostgresMeter implements Meter {
         cacheHits: Number(t.cache_hits),
         ...(q.byAddress ? { clientIp: t.client_ip! } : {}),
       })),
-      rows: (rows?.rows ?? []).map((r) => ({
-        requestId: r.request_id as string,
-        at: Number(r.at),
-        day: r.day as string,
-        account: (r.account as string | null) ?? undefined,
-        operation: (r.operation as string | null) ?? undefined,
-        code: Number(r.error_code) as ErrorCode,
-        charge: r.charge as ChargeClass,
-        price: BigInt(r.price as string),
-        cacheHit: r.cache_hit as boolean,
-        latencyMicros: Number(r.latency_us),
-        transport: r.transport as Transport,
-        clientIp: (r.client_ip as string | null) ?? undefined,
-      })),
+      rows: (rows?.rows ?? []).map(rowFromSql),
     };
+  }
+
+  async calls(q: UsageQuery, after: LedgerPlace | undefined, limit: number): Promise<LedgerRow[]> {
+    const { where, params } = await this.ledgerFilter(q);
+    if (after !== undefined) {
+      // Where the page before ended, as the indexes order the rows (LedgerPlace): the index is entered there, and
+      // only the calls of the page's last millisecond are sorted (by request id).
+      const [d, a, r] = [params.push(after.day), params.push(after.at), params.push(after.requestId)];
+      where.push(`(day, at) <= ($${d}, $${a})`, `(day, at, request_id COLLATE "C") < ($${d}, $${a}, $${r})`);
+    }
+    const rows = await this.pool.query<Record<string, unknown>>(
+      `${ledgerRows} ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""} ${inPlaceOrder} LIMIT ${Math.max(0, Math.floor(limit))}`,
+      params,
+    );
+    return rows.rows.map(rowFromSql);
+  }
+
+  /**
+   * The conditions of a usage query's filters on the ledger (and the counted
+   * refusals and folded totals, which share its columns), and which of those
+   * two it can match: calls with no account are counted, not stored, and
+   * folded days keep totals, and neither has a request id.
+   */
+  private async ledgerFilter(q: UsageQuery): Promise<{ where: string[]; params: unknown[]; refusals: boolean; folded: boolean }> {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    const add = (sql: string, v: unknown) => where.push(sql.replace("?", `$${params.push(v)}`));
+    if (q.from !== undefined) add("day >= ?", q.from);
+    if (q.to !== undefined) add("day <= ?", q.to);
+    if (q.operation !== undefined) add("operation = ?", q.operation);
+    if (q.code !== undefined) add("error_code = ?", q.code);
+    if (q.requestId !== undefined) add("request_id = ?", q.requestId);
+    if (q.account !== undefined) add("account = ?", q.account);
+    // (So the refusals are read only when no account is asked for, and one filter serves every part.)
+    const refusals = q.account === undefined && q.requestId === undefined;
+    const folded = q.address === undefined && q.requestId === undefined;
+    if (q.address !== undefined) {
+      // The addresses held are matched here (a network, an IPv4 caller written as IPv6), then asked for by name.
+      const filter = (w: string[]) => (w.length > 0 ? `WHERE ${w.join(" AND ")}` : "");
+      const held = await this.pool.query<{ client_ip: string }>(
+        `SELECT DISTINCT client_ip FROM ledger ${filter([...where, "client_ip IS NOT NULL"])}${refusals ? ` UNION SELECT client_ip FROM refusals ${filter(where)}` : ""}`,
+        params,
+      );
+      const n = params.push(addressesIn(q.address, held.rows.map((r) => r.client_ip)));
+      where.push(`client_ip = ANY($${n}::text[])`);
+    }
+    return { where, params, refusals, folded };
   }
 
   /** Commits what is queued, and waits for a commit already running. */
@@ -671,4 +678,32 @@ export class PostgresMeter implements Meter {
   private clearProblem(): void {
     this.failedAt = undefined;
   }
+}
+
+/** The ledger's columns as a row is read back (bigints as text, for exactness). */
+const ledgerRows = `SELECT request_id, at::text AS at, day, account, operation, error_code, charge, price::text AS price, cache_hit, latency_us::text AS latency_us, transport, client_ip FROM ledger`;
+
+/**
+ * The order calls are listed in (LedgerPlace): the order of the ledger's indexes, then request ids byte by byte, as
+ * SQLite compares them, whatever the database's collation. The columns are named with their table: `ledgerRows`
+ * reads `at` as text under the same name, and an ORDER BY takes an output column's name first (so QueryUsage's
+ * rows were sorted by the time's text, the same order only while every time has 13 digits).
+ */
+const inPlaceOrder = 'ORDER BY ledger.day DESC, ledger.at DESC, ledger.request_id COLLATE "C" DESC';
+
+function rowFromSql(r: Record<string, unknown>): LedgerRow {
+  return {
+    requestId: r.request_id as string,
+    at: Number(r.at),
+    day: r.day as string,
+    account: (r.account as string | null) ?? undefined,
+    operation: ((r.operation as string | null) ?? undefined) as OperationId | undefined,
+    code: Number(r.error_code) as ErrorCode,
+    charge: r.charge as ChargeClass,
+    price: BigInt(r.price as string),
+    cacheHit: r.cache_hit as boolean,
+    latencyMicros: Number(r.latency_us),
+    transport: r.transport as Transport,
+    clientIp: (r.client_ip as string | null) ?? undefined,
+  };
 }

@@ -535,6 +535,11 @@ export const migrations: readonly string[] = [
   CREATE UNIQUE INDEX accounts_external_id ON accounts (external_id) WHERE external_id IS NOT NULL;`,
   // 20: the alert secret a new one replaced, still signed with until a time (as the embedded store's step 22).
   `ALTER TABLE accounts ADD COLUMN previous_alert_secret jsonb;`,
+  // 21: the ledger's indexes in the order calls are listed page by page (as the embedded store's step 23).
+  `DROP INDEX ledger_by_account_day;
+  CREATE INDEX ledger_by_account_day ON ledger (account, day, at);
+  DROP INDEX ledger_by_day;
+  CREATE INDEX ledger_by_day ON ledger (day, at);`,
 ];
 
 /** What a call is told when the shared database does not answer. */

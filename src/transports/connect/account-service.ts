@@ -9,11 +9,15 @@ import { keptUntil } from "../../core/secret-grace.ts";
 import { alertData, shownAlertUrl } from "../../core/alerts.ts";
 import { alertFields, alertLineFields } from "./alert-fields.ts";
 import { operations as allOperations } from "../../operations/index.ts";
-import { usageTotalFields } from "./usage-fields.ts";
+import { callFields, usageTotalFields } from "./usage-fields.ts";
+import { CallPageError } from "../../core/call-pages.ts";
+import { fourDigits } from "../../contract/error-codes.ts";
 import {
   AccountService,
   AccountStatus,
+  CallSchema,
   GetMyAccountResponseSchema,
+  ListMyCallsResponseSchema,
   ListMyAlertsResponseSchema,
   MyAlertSchema,
   MyAlertsSchema,
@@ -89,6 +93,34 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
         });
       },
 
+      async listMyCalls(req, ctx) {
+        // A signature covers what the call asks, under the request's field names, each that is sent.
+        const params: Record<string, string | undefined> = {};
+        if (req.pageSize !== 0) params.page_size = String(req.pageSize);
+        if (req.pageToken !== "") params.page_token = req.pageToken;
+        if (req.from !== "") params.from = req.from;
+        if (req.to !== "") params.to = req.to;
+        if (req.operation !== "") params.operation = req.operation;
+        if (req.errorCode !== undefined) params.error_code = fourDigits(req.errorCode);
+        if (req.requestId !== "") params.request_id = req.requestId;
+        const who = await caller(ctx, params);
+        const refuse = (reason: string) =>
+          statusError(gateway.ownRefusal(ErrorCode.PARAM_ERROR, reason, who, ctx.values.get(clientIpKey)), { transport: who.transport });
+        checkUsageFilter(req, refuse);
+        try {
+          const page = await gateway.ownCalls(
+            who.account,
+            { from: req.from || undefined, to: req.to || undefined, operation: req.operation || undefined, code: req.errorCode, requestId: req.requestId || undefined },
+            { pageSize: req.pageSize, pageToken: req.pageToken },
+          );
+          return create(ListMyCallsResponseSchema, { calls: page.rows.map((r) => create(CallSchema, callFields(r))), nextPageToken: page.nextPageToken });
+        } catch (e) {
+          // A token out of place is the spec's own 4015 (wrong page token).
+          if (e instanceof CallPageError) throw e.of === "token" ? statusError(gateway.ownRefusal(ErrorCode.WRONG_PAGE_TOKEN, e.message, who, ctx.values.get(clientIpKey)), { transport: who.transport }) : refuse(e.message);
+          throw e;
+        }
+      },
+
       async listMyAlerts(req, ctx) {
         const { account } = await caller(ctx, req.limit === 0 ? {} : { limit: String(req.limit) });
         const alerts = await gateway.ownAlerts(account, req.limit === 0 ? 50 : Math.min(req.limit, 500));
@@ -111,12 +143,7 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
         // What cannot be asked is a 4003 with its status block, as a catalogue call's argument out of form.
         const refuse = (reason: string) =>
           statusError(gateway.ownRefusal(ErrorCode.PARAM_ERROR, reason, who, ctx.values.get(clientIpKey)), { transport: who.transport });
-        for (const [name, value] of [["from", req.from], ["to", req.to]] as const) {
-          if (value !== "" && !day.test(value)) throw refuse(`${name}: a day is YYYY-MM-DD, not ${JSON.stringify(value.slice(0, 32))}`);
-        }
-        if (req.operation !== "" && !allOperations.some((op) => op.id === req.operation)) {
-          throw refuse(`operation: ${JSON.stringify(req.operation.slice(0, 64))} is not an operation of this gateway (${allOperations.map((op) => op.id).join(", ")})`);
-        }
+        checkUsageFilter(req, refuse);
         const report = await gateway.ownUsage(a, { from: req.from || undefined, to: req.to || undefined, operation: req.operation || undefined, byAddress: req.byAddress });
         const sums = usageSums(report.totals);
         return create(QueryMyUsageResponseSchema, { totals: report.totals.map(totalMessage), ...sums, amount: formatMoney(sums.amount) });
@@ -126,4 +153,14 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
 
 function totalMessage(t: UsageTotal) {
   return create(UsageTotalSchema, usageTotalFields(t));
+}
+
+/** A team's usage filter that cannot be asked: a day not YYYY-MM-DD, an operation the gateway does not have (a 4003, thrown by `refuse`). */
+function checkUsageFilter(req: { readonly from: string; readonly to: string; readonly operation: string }, refuse: (reason: string) => Error): void {
+  for (const [name, value] of [["from", req.from], ["to", req.to]] as const) {
+    if (value !== "" && !day.test(value)) throw refuse(`${name}: a day is YYYY-MM-DD, not ${JSON.stringify(value.slice(0, 32))}`);
+  }
+  if (req.operation !== "" && !allOperations.some((op) => op.id === req.operation)) {
+    throw refuse(`operation: ${JSON.stringify(req.operation.slice(0, 64))} is not an operation of this gateway (${allOperations.map((op) => op.id).join(", ")})`);
+  }
 }

@@ -3,10 +3,10 @@ import { Code, ConnectError, createContextKey, type ConnectRouter, type HandlerC
 import type { AdminTokens } from "../../core/admin-tokens.ts";
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { OperationId } from "../../contract/operations.ts";
-import { chargeOf } from "../../contract/error-codes.ts";
-import { usageTotalFields } from "./usage-fields.ts";
+import { callFields, usageTotalFields } from "./usage-fields.ts";
 import { AccountAdminError, AccountExistsError, AccountNotFoundError, usageAddress, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
 import { AccountPageError } from "../../core/account-pages.ts";
+import { callPage, CallPageError } from "../../core/call-pages.ts";
 import type { Account } from "../../core/accounts.ts";
 import { keptUntil } from "../../core/secret-grace.ts";
 import type { AddressLockout } from "../../core/address-lockout.ts";
@@ -115,20 +115,7 @@ function totalMessage(t: UsageTotal) {
 }
 
 function rowMessage(r: LedgerRow) {
-  return create(UsageRowSchema, {
-    requestId: r.requestId,
-    atMs: BigInt(r.at),
-    day: r.day,
-    account: r.account ?? "",
-    operation: r.operation ?? "",
-    errorCode: r.code,
-    charge: chargeOf[r.charge],
-    price: formatMoney(r.price),
-    cacheHit: r.cacheHit,
-    latencyUs: BigInt(r.latencyMicros),
-    transport: r.transport,
-    clientIp: r.clientIp ?? "",
-  });
+  return create(UsageRowSchema, { account: r.account ?? "", ...callFields(r) });
 }
 
 function digest(s: string): Buffer {
@@ -189,7 +176,7 @@ export function requireAdminToken(token: string, lockout: AddressLockout, teleme
 function adminError(e: unknown): never {
   if (e instanceof AccountNotFoundError) throw new ConnectError(e.message, Code.NotFound);
   if (e instanceof AccountExistsError) throw new ConnectError(e.message, Code.AlreadyExists);
-  if (e instanceof AccountAdminError || e instanceof MoneyError || e instanceof AccountPageError) throw new ConnectError(e.message, Code.InvalidArgument);
+  if (e instanceof AccountAdminError || e instanceof MoneyError || e instanceof AccountPageError || e instanceof CallPageError) throw new ConnectError(e.message, Code.InvalidArgument);
   throw e;
 }
 
@@ -377,6 +364,25 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           });
           const sums = usageSums(report.totals);
           return { totals: report.totals.map(totalMessage), rows: report.rows.map(rowMessage), ...sums, amount: formatMoney(sums.amount) };
+        }),
+        listCalls: guarded(async (req) => {
+          for (const [name, value] of [["from", req.from], ["to", req.to]] as const) {
+            if (value !== "" && !/^\d{4}-\d{2}-\d{2}$/.test(value)) throw new AccountAdminError(`${name}: a day is YYYY-MM-DD, not ${JSON.stringify(value.slice(0, 32))}`);
+          }
+          const page = await callPage(meter, {
+            filter: {
+              account: req.account || undefined,
+              from: req.from || undefined,
+              to: req.to || undefined,
+              operation: req.operation ? admin.operation(req.operation) : undefined,
+              code: req.errorCode,
+              address: req.clientIp ? usageAddress(req.clientIp) : undefined,
+              requestId: req.requestId || undefined,
+            },
+            pageSize: req.pageSize,
+            pageToken: req.pageToken,
+          });
+          return { calls: page.rows.map(rowMessage), nextPageToken: page.nextPageToken };
         }),
       },
       { interceptors: [...(options.interceptors ?? []), requireAdminToken(options.token, options.lockout, options.telemetry, ports.admins)] },

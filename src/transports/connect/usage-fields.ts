@@ -1,5 +1,5 @@
 import { chargeOf } from "../../contract/error-codes.ts";
-import type { UsageTotal } from "../../core/meter.ts";
+import type { LedgerRow, UsageTotal } from "../../core/meter.ts";
 import { formatMoney } from "../../core/money.ts";
 
 /** A usage total's fields as both services' `UsageTotal` messages name them (the AdminService's adds the account). */
@@ -13,5 +13,22 @@ export function usageTotalFields(t: UsageTotal) {
     amount: formatMoney(t.amount),
     cacheHits: BigInt(t.cacheHits),
     clientIp: t.clientIp ?? "",
+  };
+}
+
+/** A ledger row's fields as both services' call messages name them (the AdminService's `UsageRow` adds the account). */
+export function callFields(r: LedgerRow) {
+  return {
+    requestId: r.requestId,
+    atMs: BigInt(r.at),
+    day: r.day,
+    operation: r.operation ?? "",
+    errorCode: r.code,
+    charge: chargeOf[r.charge],
+    price: formatMoney(r.price),
+    cacheHit: r.cacheHit,
+    latencyUs: BigInt(r.latencyMicros),
+    transport: r.transport,
+    clientIp: r.clientIp ?? "",
   };
 }

@@ -407,6 +407,170 @@ export declare type UsageTotal = Message<"gateway.account.v1.UsageTotal"> & {
 export declare const UsageTotalSchema: GenMessage<UsageTotal>;
 
 /**
+ * The calls come by day, the newest day first, and within a day the newest
+ * first. A page's token holds where it ended: calls made between two pages
+ * move nothing and none is listed twice. Ask again with `next_page_token`
+ * and the same filters; a token is refused with others (4003).
+ *
+ * @generated from message gateway.account.v1.ListMyCallsRequest
+ */
+export declare type ListMyCallsRequest = Message<"gateway.account.v1.ListMyCallsRequest"> & {
+  /**
+   * Calls a page, at most 10000 (more is taken as 10000); 0: 1000.
+   *
+   * @generated from field: int32 page_size = 1;
+   */
+  pageSize: number;
+
+  /**
+   * The `next_page_token` of the page before; empty: the first page.
+   *
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+
+  /**
+   * First and last day, inclusive, YYYY-MM-DD (the account's days); empty: no bound.
+   *
+   * @generated from field: string from = 3;
+   */
+  from: string;
+
+  /**
+   * @generated from field: string to = 4;
+   */
+  to: string;
+
+  /**
+   * One operation id (e.g. "retail/item_get"); empty: all.
+   *
+   * @generated from field: string operation = 5;
+   */
+  operation: string;
+
+  /**
+   * Only calls answered with this code (e.g. ERROR_CODE_BALANCE_INSUFFICIENT); unset: any.
+   *
+   * @generated from field: optional gateway.catalogue.v1.ErrorCode error_code = 6;
+   */
+  errorCode?: ErrorCode | undefined;
+
+  /**
+   * Only the call with this request id (its status block's request_id).
+   *
+   * @generated from field: string request_id = 7;
+   */
+  requestId: string;
+};
+
+/**
+ * Describes the message gateway.account.v1.ListMyCallsRequest.
+ * Use `create(ListMyCallsRequestSchema)` to create a new message.
+ */
+export declare const ListMyCallsRequestSchema: GenMessage<ListMyCallsRequest>;
+
+/**
+ * One call of the account, as its ledger row holds it.
+ *
+ * @generated from message gateway.account.v1.Call
+ */
+export declare type Call = Message<"gateway.account.v1.Call"> & {
+  /**
+   * The status block's request_id of its answer.
+   *
+   * @generated from field: string request_id = 1;
+   */
+  requestId: string;
+
+  /**
+   * @generated from field: int64 at_ms = 2;
+   */
+  atMs: bigint;
+
+  /**
+   * The account's day it counted under.
+   *
+   * @generated from field: string day = 3;
+   */
+  day: string;
+
+  /**
+   * @generated from field: string operation = 4;
+   */
+  operation: string;
+
+  /**
+   * @generated from field: gateway.catalogue.v1.ErrorCode error_code = 5;
+   */
+  errorCode: ErrorCode;
+
+  /**
+   * @generated from field: gateway.catalogue.v1.Charge charge = 6;
+   */
+  charge: Charge;
+
+  /**
+   * What it cost: the operation's price when charged, else 0.
+   *
+   * @generated from field: string price = 7;
+   */
+  price: string;
+
+  /**
+   * @generated from field: bool cache_hit = 8;
+   */
+  cacheHit: boolean;
+
+  /**
+   * @generated from field: int64 latency_us = 9;
+   */
+  latencyUs: bigint;
+
+  /**
+   * legacy, connect, grpc or grpc-web.
+   *
+   * @generated from field: string transport = 10;
+   */
+  transport: string;
+
+  /**
+   * The caller's address, as the answer's client_ip; empty for calls recorded before the ledger kept it.
+   *
+   * @generated from field: string client_ip = 11;
+   */
+  clientIp: string;
+};
+
+/**
+ * Describes the message gateway.account.v1.Call.
+ * Use `create(CallSchema)` to create a new message.
+ */
+export declare const CallSchema: GenMessage<Call>;
+
+/**
+ * @generated from message gateway.account.v1.ListMyCallsResponse
+ */
+export declare type ListMyCallsResponse = Message<"gateway.account.v1.ListMyCallsResponse"> & {
+  /**
+   * @generated from field: repeated gateway.account.v1.Call calls = 1;
+   */
+  calls: Call[];
+
+  /**
+   * What to ask with for the next page; empty on the last.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message gateway.account.v1.ListMyCallsResponse.
+ * Use `create(ListMyCallsResponseSchema)` to create a new message.
+ */
+export declare const ListMyCallsResponseSchema: GenMessage<ListMyCallsResponse>;
+
+/**
  * @generated from message gateway.account.v1.QueryMyUsageResponse
  */
 export declare type QueryMyUsageResponse = Message<"gateway.account.v1.QueryMyUsageResponse"> & {
@@ -539,6 +703,18 @@ export declare const AccountService: GenService<{
     methodKind: "unary";
     input: typeof QueryMyUsageRequestSchema;
     output: typeof QueryMyUsageResponseSchema;
+  },
+  /**
+   * The account's calls, each as the ledger holds it, a page at a time
+   * (AIP-158), newest first: every call it was charged for can be found by
+   * the request id its answer carried, and checked.
+   *
+   * @generated from rpc gateway.account.v1.AccountService.ListMyCalls
+   */
+  listMyCalls: {
+    methodKind: "unary";
+    input: typeof ListMyCallsRequestSchema;
+    output: typeof ListMyCallsResponseSchema;
   },
   /**
    * The account's usage alerts, newest first (README, "Usage alerts"): what

@@ -1237,7 +1237,8 @@ export declare type QueryUsageRequest = Message<"gateway.admin.v1.QueryUsageRequ
   errorCode?: ErrorCode | undefined;
 
   /**
-   * Also return up to this many rows, newest first.
+   * Also return up to this many rows (at most 10000), newest first, as ListCalls' first page of the
+   * same filters; ListCalls pages through the rest.
    *
    * @generated from field: int32 rows = 6;
    */
@@ -1274,6 +1275,101 @@ export declare type QueryUsageRequest = Message<"gateway.admin.v1.QueryUsageRequ
  * Use `create(QueryUsageRequestSchema)` to create a new message.
  */
 export declare const QueryUsageRequestSchema: GenMessage<QueryUsageRequest>;
+
+/**
+ * QueryUsage's filters, and a page. The calls come by day, the newest day
+ * first, and within a day the newest first (for one account, simply the
+ * newest first). A page's token holds where it ended: calls recorded between
+ * two pages move nothing and none is listed twice. Ask again with
+ * `next_page_token` and the same filters; a token is refused with others.
+ *
+ * @generated from message gateway.admin.v1.ListCallsRequest
+ */
+export declare type ListCallsRequest = Message<"gateway.admin.v1.ListCallsRequest"> & {
+  /**
+   * Calls a page, at most 10000 (more is taken as 10000); 0: 1000.
+   *
+   * @generated from field: int32 page_size = 1;
+   */
+  pageSize: number;
+
+  /**
+   * The `next_page_token` of the page before; empty: the first page.
+   *
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+
+  /**
+   * Each filter applies when set, as QueryUsageRequest's.
+   *
+   * @generated from field: string account = 3;
+   */
+  account: string;
+
+  /**
+   * First and last day, inclusive, YYYY-MM-DD (the account's days).
+   *
+   * @generated from field: string from = 4;
+   */
+  from: string;
+
+  /**
+   * @generated from field: string to = 5;
+   */
+  to: string;
+
+  /**
+   * @generated from field: string operation = 6;
+   */
+  operation: string;
+
+  /**
+   * @generated from field: optional gateway.catalogue.v1.ErrorCode error_code = 7;
+   */
+  errorCode?: ErrorCode | undefined;
+
+  /**
+   * An address or network (203.0.113.7, 10.0.0.0/8, 2001:db8::/32).
+   *
+   * @generated from field: string client_ip = 8;
+   */
+  clientIp: string;
+
+  /**
+   * @generated from field: string request_id = 9;
+   */
+  requestId: string;
+};
+
+/**
+ * Describes the message gateway.admin.v1.ListCallsRequest.
+ * Use `create(ListCallsRequestSchema)` to create a new message.
+ */
+export declare const ListCallsRequestSchema: GenMessage<ListCallsRequest>;
+
+/**
+ * @generated from message gateway.admin.v1.ListCallsResponse
+ */
+export declare type ListCallsResponse = Message<"gateway.admin.v1.ListCallsResponse"> & {
+  /**
+   * @generated from field: repeated gateway.admin.v1.UsageRow calls = 1;
+   */
+  calls: UsageRow[];
+
+  /**
+   * What to ask with for the next page; empty on the last.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message gateway.admin.v1.ListCallsResponse.
+ * Use `create(ListCallsResponseSchema)` to create a new message.
+ */
+export declare const ListCallsResponseSchema: GenMessage<ListCallsResponse>;
 
 /**
  * @generated from message gateway.admin.v1.UsageTotal
@@ -2089,6 +2185,18 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof QueryUsageRequestSchema;
     output: typeof QueryUsageResponseSchema;
+  },
+  /**
+   * The ledger's rows, every call made with an account, a page at a time
+   * (AIP-158), newest first: the whole of a month for a billing system's
+   * reconciliation, however large, each page as cheap as the first.
+   *
+   * @generated from rpc gateway.admin.v1.AdminService.ListCalls
+   */
+  listCalls: {
+    methodKind: "unary";
+    input: typeof ListCallsRequestSchema;
+    output: typeof ListCallsResponseSchema;
   },
   /**
    * Sets where and when the account is told of its usage and balance, by a
