@@ -465,6 +465,42 @@ describe("the console", () => {
     await page.close();
   });
 
+  it("shows a filter's calls fifty at a time, older ones on asking, and downloads every call shown", async () => {
+    const { key } = await gw.newAccount({ name: "calls-pages-team" });
+    // 120 calls of the account today, a second apart, written beside the gateway as the CLI's connection would.
+    const { DatabaseSync } = await import("node:sqlite");
+    const db = new DatabaseSync(join(gw.config.dataDir, "gateway.db"));
+    db.exec("PRAGMA busy_timeout = 5000");
+    const today = new Date().toISOString().slice(0, 10);
+    const insert = db.prepare(
+      "INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip) VALUES (?, ?, ?, ?, 'retail/item_get', 0, 'charged', 0, 0, 300, 'legacy', '192.0.2.9')",
+    );
+    const t0 = Date.now() - 200_000;
+    const ids = Array.from({ length: 120 }, (_, i) => `gw-9.${(0x6b100000 + i).toString(16)}`);
+    ids.forEach((id, i) => insert.run(id, t0 + i * 1000, today, key));
+    db.close();
+    const { page } = await signedIn();
+    await page.getByRole("link", { name: "Usage" }).click();
+    await page.getByRole("heading", { name: "Usage" }).waitFor();
+    await page.getByLabel("Account").selectOption(key);
+    await page.getByRole("button", { name: "Show usage" }).click();
+    await expect.poll(() => page.getByTestId("figure-calls").textContent()).toBe("120");
+    const latest = page.getByRole("table", { name: "Latest calls" });
+    expect(await page.getByTestId("calls-shown").textContent()).toBe("50 calls shown.");
+    await page.getByRole("button", { name: "Older calls" }).click();
+    await expect.poll(() => page.getByTestId("calls-shown").textContent()).toBe("100 calls shown.");
+    await page.getByRole("button", { name: "Older calls" }).click();
+    await expect.poll(() => page.getByTestId("calls-shown").textContent()).toBe("120 calls shown, every one of this filter.");
+    expect(await page.getByRole("button", { name: "Older calls" }).isVisible()).toBe(false);
+    // Newest first, each once, and the file holds every call shown.
+    expect(await latest.locator("tbody tr code").allTextContents()).toEqual([...ids].reverse());
+    const [file] = await Promise.all([page.waitForEvent("download"), page.getByRole("link", { name: "Download these calls (CSV)" }).click()]);
+    const lines = readFileSync((await file.path())!, "utf8").split("\r\n").filter((l) => l !== "");
+    expect(lines.slice(1).map((l) => l.split(",")[0])).toEqual([...ids].reverse());
+    await page.screenshot({ path: join(shots, "7b-usage-older-calls.png"), fullPage: true });
+    await page.close();
+  });
+
   it("lists accounts a page at a time, searched and filtered by the gateway, with more on asking", async () => {
     for (let i = 0; i < 105; i++) await gw.newAccount({ name: `bulk-${String(i).padStart(3, "0")}` });
     // Made after all of them (a moment later: accounts made in the same millisecond are in key order).

@@ -4,7 +4,7 @@
 // beneath, and where the calls came from. Every figure is QueryUsage's.
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
-import type { QueryUsageResponse } from "../gen/gateway/admin/v1/admin_pb.js";
+import type { ListCallsResponse, QueryUsageResponse, UsageRow } from "../gen/gateway/admin/v1/admin_pb.js";
 import { Charge } from "../gen/gateway/catalogue/v1/status_pb.js";
 import { fourDigits, inWords, isUnauthenticated } from "./api.ts";
 import { field, h, notice } from "./dom.ts";
@@ -92,6 +92,60 @@ function table(caption: string, head: string[], rows: (string | Node)[][], numer
   );
 }
 
+/** Calls a page of the usage view's "Latest calls" holds. */
+const callsPage = 50;
+
+function callCells(r: UsageRow): (string | Node)[] {
+  return [new Date(Number(r.atMs)).toISOString().replace("T", " ").slice(0, 19), h("code", {}, r.requestId), r.account || "(none)", r.operation, fourDigits(r.errorCode), r.transport, r.clientIp || "(not kept)", r.cacheHit ? "hit" : "", (Number(r.latencyUs) / 1000).toFixed(1), r.price];
+}
+
+/**
+ * The newest calls of the filter, a page at a time: "Older calls" reads the next page (ListCalls, from where the last
+ * ended) and adds it below, and the CSV link holds every call shown. `current`: whether this reading is still the one
+ * shown (a page answered after the form was sent again is dropped).
+ */
+function callsTable(first: ListCallsResponse, filter: { account: string; from: string; to: string; clientIp: string; requestId: string }, name: string, current: () => boolean, shell: Shell): HTMLElement {
+  const shown: UsageRow[] = [...first.calls];
+  let token = first.nextPageToken;
+  const csv = () =>
+    csvText(
+      ["request_id", "time", "day", "account", "operation", "code", "charge", "price", "cache_hit", "latency_us", "transport", "client_ip"],
+      shown.map((r) => [r.requestId, new Date(Number(r.atMs)).toISOString(), r.day, r.account, r.operation, fourDigits(r.errorCode), chargeNames[r.charge] ?? "", r.price, r.cacheHit, r.latencyUs, r.transport, r.clientIp]),
+    );
+  const link = download("Download these calls (CSV)", name, csv());
+  const box = table("Latest calls", ["Time", "Request id", "Account", "Operation", "Code", "Transport", "Address", "Cache", "Latency ms", "Price"], shown.map(callCells), [8, 9], link);
+  const body = box.querySelector("tbody")!;
+  const state = h("p", { class: "muted", "data-testid": "calls-shown" });
+  const more = h("button", { type: "button" }, "Older calls");
+  const told = () => {
+    state.textContent = `${shown.length} ${shown.length === 1 ? "call" : "calls"} shown${token === "" ? ", every one of this filter" : ""}.`;
+    more.hidden = token === "";
+  };
+  more.addEventListener("click", async () => {
+    more.disabled = true;
+    try {
+      const page = await shell.client.listCalls({ ...filter, pageSize: callsPage, pageToken: token });
+      if (!current()) return;
+      shown.push(...page.calls);
+      token = page.nextPageToken;
+      body.append(...page.calls.map((r) => h("tr", {}, ...callCells(r).map((c, i) => h("td", i >= 8 ? { class: "num" } : {}, c)))));
+      URL.revokeObjectURL(link.getAttribute("href")!);
+      const url = URL.createObjectURL(new Blob([csv()], { type: "text/csv;charset=utf-8" }));
+      held.push(url);
+      link.setAttribute("href", url);
+      told();
+    } catch (err) {
+      if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
+      state.replaceChildren(notice("error", inWords(err)));
+    } finally {
+      more.disabled = false;
+    }
+  });
+  told();
+  box.append(state, more);
+  return box;
+}
+
 export async function usageView(main: HTMLElement, shell: Shell, preset: { account?: string } = {}): Promise<void> {
   const picker = await accountPicker(shell, { name: "account", all: "All accounts", preset: preset.account });
   // Days are each account's own (its zone's midnight), which may be a day ahead of this browser's: the range ends tomorrow.
@@ -111,10 +165,13 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
     if (from.value > to.value) return out.replaceChildren(notice("error", "The first day is after the last."));
     out.replaceChildren(notice("ok", "Reading usage…"));
     let report: QueryUsageResponse;
+    let latest: ListCallsResponse;
+    // One call asked for by its id is found whatever its day.
+    const one = requestId.value.trim() !== "";
+    const filter = { account: account.value, from: one ? "" : from.value, to: one ? "" : to.value, clientIp: address.value.trim(), requestId: requestId.value.trim() };
     try {
-      // One call asked for by its id is found whatever its day.
-      const one = requestId.value.trim() !== "";
-      report = await shell.client.queryUsage({ account: account.value, from: one ? "" : from.value, to: one ? "" : to.value, rows: 50, clientIp: address.value.trim(), byAddress: true, requestId: requestId.value.trim() });
+      // The totals, and the first page of the calls (ListCalls), from which "Older calls" reads on.
+      [report, latest] = await Promise.all([shell.client.queryUsage({ ...filter, byAddress: true }), shell.client.listCalls({ ...filter, pageSize: callsPage })]);
     } catch (err) {
       if (reading !== asked) return;
       if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
@@ -181,20 +238,7 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
           ),
         ),
       ),
-      table(
-        "Latest calls",
-        ["Time", "Request id", "Account", "Operation", "Code", "Transport", "Address", "Cache", "Latency ms", "Price"],
-        report.rows.map((r) => [new Date(Number(r.atMs)).toISOString().replace("T", " ").slice(0, 19), h("code", {}, r.requestId), r.account || "(none)", r.operation, fourDigits(r.errorCode), r.transport, r.clientIp || "(not kept)", r.cacheHit ? "hit" : "", (Number(r.latencyUs) / 1000).toFixed(1), r.price]),
-        [8, 9],
-        download(
-          "Download these calls (CSV)",
-          `usage-calls-${from.value}-${to.value}.csv`,
-          csvText(
-            ["request_id", "time", "day", "account", "operation", "code", "charge", "price", "cache_hit", "latency_us", "transport", "client_ip"],
-            report.rows.map((r) => [r.requestId, new Date(Number(r.atMs)).toISOString(), r.day, r.account, r.operation, fourDigits(r.errorCode), chargeNames[r.charge] ?? "", r.price, r.cacheHit, r.latencyUs, r.transport, r.clientIp]),
-          ),
-        ),
-      ),
+      callsTable(latest, filter, `usage-calls-${from.value}-${to.value}.csv`, () => reading === asked, shell),
     );
   };
 
