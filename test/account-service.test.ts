@@ -5,7 +5,7 @@ import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } f
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { deriveSigningKey, newNonce, signCall } from "../src/client/browser-signature.ts";
 import { legacySign, legacySigningKey } from "../src/core/legacy-signature.ts";
-import { AccountService, AccountStatus, OperationState } from "../src/gen/gateway/account/v1/account_pb.js";
+import { AccountService, AccountStatus, BalanceChangeKind, OperationState } from "../src/gen/gateway/account/v1/account_pb.js";
 import { Charge, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { HealthCheckResponse_ServingStatus, Health } from "../src/gen/grpc/health/v1/health_pb.js";
 import { OwnReads } from "../src/core/own-reads.ts";
@@ -147,12 +147,35 @@ describe("QueryMyUsage", () => {
     const before = (await gw.runtime.meter.query({ account: a.key })).totals;
     for (let i = 0; i < 5; i++) await service().getMyAccount({}, plain(a));
     await service().queryMyUsage({}, plain(a));
+    await service().listMyCalls({}, plain(a));
+    await service().getMyBalanceStatement({}, plain(a));
     expect((await gw.runtime.meter.query({ account: a.key })).totals).toEqual(before);
     const me = await service().getMyAccount({}, plain(a));
     expect([me.today, me.remainingToday, me.balance]).toEqual([0n, 1n, "0.1"]);
     // Its one call of the day is still there to make.
     expect((await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
     expect((await service().getMyAccount({}, plain(a))).balance).toBe("0");
+  });
+
+  it("accounts for the team's balance as the operator's statement does: each top-up, with what calls took between", async () => {
+    const a = await gw.newAccount({ name: "statement-team", balance: 1_000_000n, prices: new Map([["retail/item_get", 50_000n]]) });
+    const item = () => legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: demo.retailNumIid });
+    for (let i = 0; i < 3; i++) await item();
+    await gw.runtime.admin.topUp(a.key, 500_000n, "pi_statement_1");
+    for (let i = 0; i < 2; i++) await item();
+    for (const transport of Object.keys(transports)) {
+      const mine = await service(transport).getMyBalanceStatement({}, plain(a));
+      expect(
+        [mine.balance, mine.takenSinceLast, mine.changes.map((c) => [BalanceChangeKind[c.kind], c.amount, c.balance, c.takenBefore, c.reference])],
+        transport,
+      ).toEqual(["1.25", "0.1", [["OPENING", "1", "1", "0", ""], ["TOP_UP", "0.5", "1.35", "0.15", "pi_statement_1"]]]);
+      // The operator's statement, figure for figure.
+      const theirs = await gw.runtime.admin.balanceStatement(a.key);
+      expect(mine.changes.map((c) => [Number(c.atMs), c.takenBefore])).toEqual(theirs.entries.map((e) => [e.at, (Number(e.takenBefore) / 1e6).toString()]));
+    }
+    // An account not billed by balance has no balance and nothing to account for.
+    const unbilled = await service().getMyBalanceStatement({}, plain(gw.account));
+    expect([unbilled.balance, unbilled.changes, unbilled.takenSinceLast]).toEqual([undefined, [], "0"]);
   });
 
   it("bounds how often one account reads itself (20 a second, 20 at once), with when to come back, and no other account with it", async () => {

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import type { OperationContract, OperationId } from "../contract/operations.ts";
 import { fieldChanges, type AccountChangeKind, type AccountFields, type FieldChange } from "./account-history.ts";
 import { ExternalIdTaken, type AccountStore } from "./account-store.ts";
-import { BalanceReferenceConflict, type Meter, type RecordedBalanceChange } from "./meter.ts";
+import { balanceAccounting, BalanceReferenceConflict, type BalanceAccounting, type Meter, type RecordedBalanceChange } from "./meter.ts";
 import { browserSignature, newKey, newNonce, newSecret, sealSecret, type Account, type OperationState } from "./accounts.ts";
 import type { SignedCall } from "../contract/browser-signature.ts";
 import { assertTimeZone, dayOf, type Clock } from "./clock.ts";
@@ -69,12 +69,8 @@ export function usageAddress(text: string): string {
 }
 
 /** An account's balance accounted for (`AccountAdmin.balanceStatement`). */
-export interface BalanceStatement {
+export interface BalanceStatement extends BalanceAccounting {
   readonly account: Account;
-  /** Oldest first; `takenBefore` is what charged calls took from the balance between the change before and this one. */
-  readonly entries: readonly (RecordedBalanceChange & { readonly takenBefore: Micros })[];
-  /** What charged calls took from the balance since the last change. */
-  readonly takenSinceLast: Micros;
 }
 
 /**
@@ -429,15 +425,8 @@ export class AccountAdmin {
     const known = await this.get(key);
     // The balance comes with its changes, as one moment left them: the account this process remembers may be
     // older than a top-up made elsewhere, and the statement would then show that top-up as taken by calls.
-    const { balance, changes } = await this.balances.balanceRecord(key);
-    const account: Account = { ...known, balance };
-    let before = 0n;
-    const entries = changes.map((c) => {
-      const entry = { ...c, takenBefore: before - ((c.balance ?? 0n) - c.amount) };
-      before = c.balance ?? 0n;
-      return entry;
-    });
-    return { account, entries, takenSinceLast: balance === undefined ? 0n : before - balance };
+    const record = await this.balances.balanceRecord(key);
+    return { account: { ...known, balance: record.balance }, ...balanceAccounting(record) };
   }
 
   /**

@@ -19,7 +19,7 @@ import type { Args, Operation } from "./operation.ts";
 import { createRequestIdGenerator } from "./request-id.ts";
 import { OwnReads } from "./own-reads.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
-import type { Admission, Meter, Transport, UsageQuery, UsageReport, UsageSummary } from "./meter.ts";
+import { balanceAccounting, type Admission, type BalanceAccounting, type Meter, type Transport, type UsageQuery, type UsageReport, type UsageSummary } from "./meter.ts";
 import type { Micros } from "./money.ts";
 import type { OperatorSwitches } from "./operator-switches.ts";
 import type { EntryMemo } from "./response-cache.ts";
@@ -459,6 +459,12 @@ export class Gateway {
   /** The ledger's totals of a caller's own calls (the AccountService): narrowed to its account whatever else is asked, and no rows. */
   ownUsage(account: Account, query: Pick<UsageQuery, "from" | "to" | "operation" | "byAddress">): Promise<UsageReport> {
     return this.ports.meter.query({ from: query.from, to: query.to, operation: query.operation, byAddress: query.byAddress, account: account.key });
+  }
+
+  /** A caller's own balance accounted for (the AccountService), read from the store as one moment left it. */
+  async ownStatement(account: Account): Promise<BalanceAccounting & { readonly balance: Micros | undefined }> {
+    const record = await this.ports.meter.balanceRecord(account.key);
+    return { balance: record.balance, ...balanceAccounting(record) };
   }
 
   /** A page of a caller's own calls (the AccountService): narrowed to its account whatever else is asked (call-pages.ts). */

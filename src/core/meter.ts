@@ -121,6 +121,29 @@ export interface BalanceRecord {
   readonly changes: readonly RecordedBalanceChange[];
 }
 
+/** A balance accounted for: each recorded change with what charged calls took from the balance between the change before and it, and what they took since the last. */
+export interface BalanceAccounting {
+  /** Oldest first. */
+  readonly entries: readonly (RecordedBalanceChange & { readonly takenBefore: Micros })[];
+  readonly takenSinceLast: Micros;
+}
+
+/**
+ * What charged calls took between a balance's recorded changes: every change
+ * that is not a call's price is recorded in the transaction that makes it,
+ * so between two changes only calls moved the balance, and the differences
+ * are exact. The operator's statement and a team's own read it alike.
+ */
+export function balanceAccounting(record: BalanceRecord): BalanceAccounting {
+  let before = 0n;
+  const entries = record.changes.map((c) => {
+    const entry = { ...c, takenBefore: before - ((c.balance ?? 0n) - c.amount) };
+    before = c.balance ?? 0n;
+    return entry;
+  });
+  return { entries, takenSinceLast: record.balance === undefined ? 0n : before - record.balance };
+}
+
 /** Charged calls of one account: today, yesterday and every day before. */
 export interface UsageSummary {
   readonly today: number;

@@ -15,7 +15,10 @@ import { fourDigits } from "../../contract/error-codes.ts";
 import {
   AccountService,
   AccountStatus,
+  BalanceChangeKind,
+  BalanceChangeSchema,
   CallSchema,
+  GetMyBalanceStatementResponseSchema,
   GetMyAccountResponseSchema,
   ListMyCallsResponseSchema,
   ListMyAlertsResponseSchema,
@@ -30,6 +33,7 @@ import { clientIpKey, requestIdKey } from "./context.ts";
 import { rpcTransportOf, statusError } from "./status-error.ts";
 
 const day = /^\d{4}-\d{2}-\d{2}$/;
+const changeKinds = { opening: BalanceChangeKind.OPENING, "top-up": BalanceChangeKind.TOP_UP, carried: BalanceChangeKind.CARRIED, unbilled: BalanceChangeKind.UNBILLED } as const;
 
 /**
  * The AccountService: a team reads its own account with its own key
@@ -119,6 +123,25 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
           if (e instanceof CallPageError) throw e.of === "token" ? statusError(gateway.ownRefusal(ErrorCode.WRONG_PAGE_TOKEN, e.message, who, ctx.values.get(clientIpKey)), { transport: who.transport }) : refuse(e.message);
           throw e;
         }
+      },
+
+      async getMyBalanceStatement(_req, ctx) {
+        const { account } = await caller(ctx, {});
+        const statement = await gateway.ownStatement(account);
+        return create(GetMyBalanceStatementResponseSchema, {
+          ...(statement.balance !== undefined ? { balance: formatMoney(statement.balance) } : {}),
+          changes: statement.entries.map((e) =>
+            create(BalanceChangeSchema, {
+              atMs: BigInt(e.at),
+              kind: changeKinds[e.kind],
+              amount: formatMoney(e.amount),
+              ...(e.balance !== undefined ? { balance: formatMoney(e.balance) } : {}),
+              takenBefore: formatMoney(e.takenBefore),
+              reference: e.reference,
+            }),
+          ),
+          takenSinceLast: formatMoney(statement.takenSinceLast),
+        });
       },
 
       async listMyAlerts(req, ctx) {

@@ -571,6 +571,99 @@ export declare type ListMyCallsResponse = Message<"gateway.account.v1.ListMyCall
 export declare const ListMyCallsResponseSchema: GenMessage<ListMyCallsResponse>;
 
 /**
+ * @generated from message gateway.account.v1.GetMyBalanceStatementRequest
+ */
+export declare type GetMyBalanceStatementRequest = Message<"gateway.account.v1.GetMyBalanceStatementRequest"> & {
+};
+
+/**
+ * Describes the message gateway.account.v1.GetMyBalanceStatementRequest.
+ * Use `create(GetMyBalanceStatementRequestSchema)` to create a new message.
+ */
+export declare const GetMyBalanceStatementRequestSchema: GenMessage<GetMyBalanceStatementRequest>;
+
+/**
+ * @generated from message gateway.account.v1.BalanceChange
+ */
+export declare type BalanceChange = Message<"gateway.account.v1.BalanceChange"> & {
+  /**
+   * @generated from field: int64 at_ms = 1;
+   */
+  atMs: bigint;
+
+  /**
+   * @generated from field: gateway.account.v1.BalanceChangeKind kind = 2;
+   */
+  kind: BalanceChangeKind;
+
+  /**
+   * What it added; for UNBILLED, minus what was dropped.
+   *
+   * @generated from field: string amount = 3;
+   */
+  amount: string;
+
+  /**
+   * The balance it left; unset once unbilled.
+   *
+   * @generated from field: optional string balance = 4;
+   */
+  balance?: string | undefined;
+
+  /**
+   * What charged calls took from the balance between the change before and this one.
+   *
+   * @generated from field: string taken_before = 5;
+   */
+  takenBefore: string;
+
+  /**
+   * The payment a top-up was for, as the operator named it; empty: none named.
+   *
+   * @generated from field: string reference = 6;
+   */
+  reference: string;
+};
+
+/**
+ * Describes the message gateway.account.v1.BalanceChange.
+ * Use `create(BalanceChangeSchema)` to create a new message.
+ */
+export declare const BalanceChangeSchema: GenMessage<BalanceChange>;
+
+/**
+ * @generated from message gateway.account.v1.GetMyBalanceStatementResponse
+ */
+export declare type GetMyBalanceStatementResponse = Message<"gateway.account.v1.GetMyBalanceStatementResponse"> & {
+  /**
+   * The balance now, as the ledger's last commit left it; unset: not billed by balance.
+   *
+   * @generated from field: optional string balance = 1;
+   */
+  balance?: string | undefined;
+
+  /**
+   * Oldest first.
+   *
+   * @generated from field: repeated gateway.account.v1.BalanceChange changes = 2;
+   */
+  changes: BalanceChange[];
+
+  /**
+   * What charged calls took from the balance since the last change.
+   *
+   * @generated from field: string taken_since_last = 3;
+   */
+  takenSinceLast: string;
+};
+
+/**
+ * Describes the message gateway.account.v1.GetMyBalanceStatementResponse.
+ * Use `create(GetMyBalanceStatementResponseSchema)` to create a new message.
+ */
+export declare const GetMyBalanceStatementResponseSchema: GenMessage<GetMyBalanceStatementResponse>;
+
+/**
  * @generated from message gateway.account.v1.QueryMyUsageResponse
  */
 export declare type QueryMyUsageResponse = Message<"gateway.account.v1.QueryMyUsageResponse"> & {
@@ -672,6 +765,49 @@ export enum OperationState {
 export declare const OperationStateSchema: GenEnum<OperationState>;
 
 /**
+ * @generated from enum gateway.account.v1.BalanceChangeKind
+ */
+export enum BalanceChangeKind {
+  /**
+   * @generated from enum value: BALANCE_CHANGE_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The balance the account was made with.
+   *
+   * @generated from enum value: BALANCE_CHANGE_KIND_OPENING = 1;
+   */
+  OPENING = 1,
+
+  /**
+   * Money added later.
+   *
+   * @generated from enum value: BALANCE_CHANGE_KIND_TOP_UP = 2;
+   */
+  TOP_UP = 2,
+
+  /**
+   * The balance the account held when its store began recording changes (an upgrade).
+   *
+   * @generated from enum value: BALANCE_CHANGE_KIND_CARRIED = 3;
+   */
+  CARRIED = 3,
+
+  /**
+   * The balance dropped: the account is no longer billed by balance.
+   *
+   * @generated from enum value: BALANCE_CHANGE_KIND_UNBILLED = 4;
+   */
+  UNBILLED = 4,
+}
+
+/**
+ * Describes the enum gateway.account.v1.BalanceChangeKind.
+ */
+export declare const BalanceChangeKindSchema: GenEnum<BalanceChangeKind>;
+
+/**
  * A team reads its own account with its own key: its plan, where it stands
  * today, its balance and its usage, without asking an operator. The
  * credentials are a catalogue call's (x-api-key and x-api-secret, the key in
@@ -715,6 +851,19 @@ export declare const AccountService: GenService<{
     methodKind: "unary";
     input: typeof ListMyCallsRequestSchema;
     output: typeof ListMyCallsResponseSchema;
+  },
+  /**
+   * The account's prepaid balance accounted for: every top-up and other
+   * change of it, oldest first, each with what charged calls took between
+   * the change before and it, and what they took since the last. With
+   * ListMyCalls, a team can check its bill to the call.
+   *
+   * @generated from rpc gateway.account.v1.AccountService.GetMyBalanceStatement
+   */
+  getMyBalanceStatement: {
+    methodKind: "unary";
+    input: typeof GetMyBalanceStatementRequestSchema;
+    output: typeof GetMyBalanceStatementResponseSchema;
   },
   /**
    * The account's usage alerts, newest first (README, "Usage alerts"): what
