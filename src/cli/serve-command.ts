@@ -40,7 +40,7 @@ function banner(base: string, tls: boolean, demo: { key: string; secret: string 
     "Connect (JSON over HTTP/1.1):",
     ...examples.flatMap(({ op, args }) => [`  curl -H 'content-type: application/json' ${headers} \\`, `    -d '${jsonBody(op, args)}' ${rpcPath(op)}`]),
     "",
-    "The account's own standing (its day's calls, balance, plan; QueryMyUsage for its usage), read with its key, not charged:",
+    "The account's own standing (its day's calls, balance, plan; QueryMyUsage for its usage, ListMyCalls for each call, GetMyBalanceStatement for its balance), read with its key, not charged:",
     `  curl -H 'content-type: application/json' ${headers} \\`,
     `    -d '{}' ${base}/gateway.account.v1.AccountService/GetMyAccount`,
     "",
