@@ -11,8 +11,8 @@ import { join } from "node:path";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { deriveSigningKey, newNonce, signCall } from "../src/client/browser-signature.ts";
-import { callPage, CallPageError, maxCallPageSize } from "../src/core/call-pages.ts";
-import type { LedgerRow, Meter, UsageQuery } from "../src/core/meter.ts";
+import { callPage, CallPageError, maxCallPageSize, totalsPage } from "../src/core/usage-pages.ts";
+import { usageSums, type LedgerRow, type Meter, type UsageQuery } from "../src/core/meter.ts";
 import { AccountService } from "../src/gen/gateway/account/v1/account_pb.js";
 import { AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import { ErrorCode, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
@@ -70,6 +70,8 @@ async function everyPage(meter: Pick<Meter, "calls">, filter: UsageQuery, pageSi
     ids.push(...page.rows.map((r) => r.requestId));
     pageToken = page.nextPageToken;
     pages++;
+    // A listing that does not move on ends here, failed, rather than never.
+    expect(pages).toBeLessThanOrEqual(3000);
   } while (pageToken !== "");
   return { ids, pages };
 }
@@ -210,6 +212,37 @@ describe.each([
     expect((await callPage(store.meter, { filter, pageSize: 40 })).rows.map((r) => r.requestId)).toEqual(later.map((r) => r.requestId).reverse());
   });
 
+  it.each([
+    ["every total", {}],
+    ["per address", { byAddress: true }],
+    ["one account's per address over two days", { account: "acct1", from: "2026-10-02", byAddress: true }],
+  ] as [string, UsageQuery][])("pages %s in their order, each once, with the sums over them all on every page", async (_what, filter) => {
+    const whole = await store.meter.query(filter);
+    expect(whole.totals.length).toBeGreaterThan(5);
+    const sums = usageSums(whole.totals);
+    for (const size of [7, 10_000]) {
+      const seen: (typeof whole.totals)[number][] = [];
+      let pageToken = "";
+      do {
+        const page = await totalsPage(store.meter, { filter: { ...filter, rows: 3 }, pageSize: size, pageToken });
+        expect(page.sums).toEqual(sums);
+        // The rows come with the first page only.
+        expect(page.rows).toHaveLength(seen.length === 0 ? 3 : 0);
+        expect(page.totals.length).toBeLessThanOrEqual(size);
+        seen.push(...page.totals);
+        pageToken = page.nextPageToken;
+        // A listing that does not move on ends here, failed, rather than never.
+        expect(seen.length).toBeLessThanOrEqual(whole.totals.length);
+      } while (pageToken !== "");
+      expect(seen).toEqual(whole.totals);
+    }
+    // A token is good only for its filter, by_address included, and only with a page size.
+    const first = await totalsPage(store.meter, { filter, pageSize: 2 });
+    await expect(totalsPage(store.meter, { filter: { ...filter, byAddress: !filter.byAddress }, pageSize: 2, pageToken: first.nextPageToken })).rejects.toThrow(/given for another filter/);
+    await expect(callPage(store.meter, { filter, pageSize: 2, pageToken: first.nextPageToken })).rejects.toThrow(/not one this gateway gave|given for another filter/);
+    await expect(totalsPage(store.meter, { filter, pageToken: first.nextPageToken })).rejects.toThrow(/goes with a page size/);
+  });
+
   it("reads a page deep in the ledger along an index, never sorting the range", async () => {
     const cases: UsageQuery[] = [{}, { account: "acct0" }, { from: "2026-10-01", to: "2026-10-02" }, { account: "acct2", from: "2026-10-02", to: "2026-10-03" }];
     for (const filter of cases) {
@@ -334,6 +367,11 @@ describe("ListCalls, ListMyCalls and the CLI over a running gateway", () => {
       const all = await admin.listCalls({}, ok);
       expect(all.calls.filter((c) => c.account === a.key).map((c) => c.requestId)).toEqual([...asked].reverse());
       expect(all.calls.filter((c) => c.account === b.key)).toHaveLength(1);
+      // QueryUsage's totals a page at a time, the sums over both pages on each.
+      const one = await admin.queryUsage({ account: a.key, pageSize: 1 }, ok);
+      const two = await admin.queryUsage({ account: a.key, pageSize: 1, pageToken: one.nextPageToken }, ok);
+      expect([one.totals.map((t) => t.errorCode), two.totals.map((t) => t.errorCode), two.nextPageToken]).toEqual([[ErrorCode.SUCCESS], [ErrorCode.PARAM_ERROR], ""]);
+      expect([one.calls, two.calls, one.chargedCalls, two.amount]).toEqual([6n, 6n, 5n, "0"]);
       const firstOfA = await admin.listCalls({ account: a.key, pageSize: 4 }, ok);
       expect((await admin.listCalls({ account: a.key, pageToken: firstOfA.nextPageToken }, ok)).calls.map((c) => c.requestId)).toEqual([asked[1], asked[0]]);
       for (const [req, message] of [

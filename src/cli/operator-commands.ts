@@ -3,7 +3,7 @@ import type { GatewayConfig } from "../config.ts";
 import { fourDigits } from "../contract/error-codes.ts";
 import { AccountAdminError, usageAddress } from "../core/account-admin.ts";
 import { csvLines, csvText } from "../render/csv.ts";
-import { callPage, maxCallPageSize } from "../core/call-pages.ts";
+import { callPage, maxCallPageSize } from "../core/usage-pages.ts";
 import type { LedgerRow, UsageQuery } from "../core/meter.ts";
 import { formatMoney } from "../core/money.ts";
 import type { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
@@ -75,7 +75,7 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
     };
     const report = await runtime.meter.query({ ...filter, rows: rowCount, byAddress: values["by-address"] });
     const totals = report.totals.map((t) => ({ ...t, code: fourDigits(t.code), amount: formatMoney(t.amount) }));
-    // The rows asked for: with --rows all, every row of the filter, read and written a page at a time (call-pages.ts),
+    // The rows asked for: with --rows all, every row of the filter, read and written a page at a time (usage-pages.ts),
     // so a month's ledger goes out whole without being held whole.
     const meter = runtime.meter;
     async function* rowPages(): AsyncGenerator<readonly LedgerRow[]> {

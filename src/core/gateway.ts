@@ -1,4 +1,4 @@
-import { callPage, type CallPage } from "./call-pages.ts";
+import { callPage, type CallPage } from "./usage-pages.ts";
 import { create } from "@bufbuild/protobuf";
 import type { AlertOutbox, AlertRecord } from "./alerts.ts";
 import { errorCodeInfo, fourDigits } from "../contract/error-codes.ts";
@@ -467,7 +467,7 @@ export class Gateway {
     return { balance: record.balance, ...balanceAccounting(record) };
   }
 
-  /** A page of a caller's own calls (the AccountService): narrowed to its account whatever else is asked (call-pages.ts). */
+  /** A page of a caller's own calls (the AccountService): narrowed to its account whatever else is asked (usage-pages.ts). */
   ownCalls(account: Account, filter: Pick<UsageQuery, "from" | "to" | "operation" | "code" | "requestId">, page: { readonly pageSize: number; readonly pageToken: string }): Promise<CallPage> {
     return callPage(this.ports.meter, { filter: { from: filter.from, to: filter.to, operation: filter.operation, code: filter.code, requestId: filter.requestId, account: account.key }, ...page });
   }

@@ -174,6 +174,26 @@ export interface UsageQuery {
    * counted rather than stored, and days folded past retention have none.
    */
   readonly requestId?: string | undefined;
+  /**
+   * Totals a page at a time (usage-pages.ts): at most `limit`, in the totals'
+   * order, from just past `after` (undefined: the first); the report then
+   * carries `sums` over every total. Undefined: every total at once.
+   */
+  readonly totalsPage?: { readonly after?: TotalPlace | undefined; readonly limit: number } | undefined;
+}
+
+/**
+ * A usage total's place in the order totals are reported in: by day, account,
+ * operation, code, charge and address (empty where the total has none), each
+ * compared as the store compares text.
+ */
+export interface TotalPlace {
+  readonly day: string;
+  readonly account: string;
+  readonly operation: string;
+  readonly code: number;
+  readonly charge: string;
+  readonly clientIp: string;
 }
 
 export interface UsageTotal {
@@ -197,6 +217,8 @@ export interface UsageTotal {
 export interface UsageReport {
   readonly totals: readonly UsageTotal[];
   readonly rows: readonly LedgerRow[];
+  /** With `totalsPage`, the sums over every total of the query, not only the page's (`usageSums` of them all). */
+  readonly sums?: UsageSums | undefined;
 }
 
 /**
@@ -213,8 +235,16 @@ export interface LedgerPlace {
   readonly requestId: string;
 }
 
-/** The sums over usage totals: every call, the charged ones, what they cost and how many the cache answered. */
-export function usageSums(totals: readonly UsageTotal[]): { readonly calls: bigint; readonly chargedCalls: bigint; readonly amount: Micros; readonly cacheHits: bigint } {
+/** Every call, the charged ones, what they cost and how many the cache answered. */
+export interface UsageSums {
+  readonly calls: bigint;
+  readonly chargedCalls: bigint;
+  readonly amount: Micros;
+  readonly cacheHits: bigint;
+}
+
+/** The sums over usage totals. */
+export function usageSums(totals: readonly UsageTotal[]): UsageSums {
   let calls = 0n;
   let chargedCalls = 0n;
   let amount = 0n;

@@ -1,5 +1,10 @@
 import { createHash } from "node:crypto";
-import type { LedgerPlace, LedgerRow, Meter, UsageQuery } from "./meter.ts";
+import type { LedgerPlace, LedgerRow, Meter, TotalPlace, UsageQuery, UsageReport, UsageSums } from "./meter.ts";
+import { usageSums } from "./meter.ts";
+
+// The usage ledger a page at a time (AIP-158): its calls (`callPage`) and its
+// totals (`totalsPage`). A page's token holds where it ended in the list's
+// order and a digest of the filter it was made under, never a position.
 
 /** Calls a page holds when the request names no size (AIP-158: the API's documented default). */
 export const defaultCallPageSize = 1000;
@@ -35,26 +40,46 @@ export class CallPageError extends Error {
   }
 }
 
-/** What a token is made for: the filter's fields that choose rows, so a token asked with another is known. */
-function filterDigest(f: UsageQuery): string {
-  const chosen = [f.account, f.from, f.to, f.operation, f.code, f.address, f.requestId].map((v) => (v === undefined ? null : String(v)));
+/** What a token is made for: the filter's fields that choose rows (and a list's own), so a token asked with another is known. */
+function filterDigest(f: UsageQuery, list: string): string {
+  const chosen = [list, f.account, f.from, f.to, f.operation, f.code, f.address, f.requestId, f.byAddress === true].map((v) => (v === undefined ? null : String(v)));
   return createHash("sha256").update(JSON.stringify(chosen)).digest("base64url").slice(0, 16);
 }
 
-function encode(place: LedgerPlace, digest: string): string {
-  return Buffer.from(JSON.stringify([place.day, place.at, place.requestId, digest]), "utf8").toString("base64url");
+function encode(place: readonly (string | number)[], digest: string): string {
+  return Buffer.from(JSON.stringify([...place, digest]), "utf8").toString("base64url");
 }
 
-function decode(token: string): { readonly place: LedgerPlace; readonly digest: string } {
+/** A token's place (its fields as `valid` takes them) and digest; anything else is a token this gateway did not give. */
+function decode<P>(token: string, valid: (fields: unknown[]) => P | undefined): { readonly place: P; readonly digest: string } {
   try {
-    const [day, at, requestId, digest] = JSON.parse(Buffer.from(token, "base64url").toString("utf8")) as unknown[];
-    if (typeof day === "string" && /^\d{4}-\d{2}-\d{2}$/.test(day) && Number.isSafeInteger(at) && typeof requestId === "string" && requestId.length <= 64 && typeof digest === "string") {
-      return { place: { day, at: at as number, requestId }, digest };
+    const fields = JSON.parse(Buffer.from(token, "base64url").toString("utf8")) as unknown;
+    if (Array.isArray(fields) && typeof fields.at(-1) === "string") {
+      const place = valid(fields.slice(0, -1));
+      if (place !== undefined) return { place, digest: fields.at(-1) as string };
     }
   } catch {
     // below
   }
   throw new CallPageError("token", "the page token is not one this gateway gave");
+}
+
+const isDay = (v: unknown): v is string => typeof v === "string" && /^\d{4}-\d{2}-\d{2}$/.test(v);
+const isText = (v: unknown): v is string => typeof v === "string" && v.length <= 256;
+
+function ledgerPlace([day, at, requestId]: unknown[]): LedgerPlace | undefined {
+  return isDay(day) && Number.isSafeInteger(at) && isText(requestId) ? { day, at: at as number, requestId } : undefined;
+}
+
+function totalPlace([day, account, operation, code, charge, clientIp]: unknown[]): TotalPlace | undefined {
+  return isDay(day) && isText(account) && isText(operation) && Number.isSafeInteger(code) && isText(charge) && isText(clientIp) ? { day, account, operation, code: code as number, charge, clientIp } : undefined;
+}
+
+/** The page size asked for as a count: 0 is `fallback`, more than `max` is `max`. */
+function pageSize(size: number | undefined, fallback: number, max: number): number {
+  const n = size ?? 0;
+  if (!Number.isInteger(n) || n < 0) throw new CallPageError("size", `the page size must be a whole number, 0 (${fallback === 0 ? "every one at once" : `the default, ${fallback}`}) or more`);
+  return n === 0 ? fallback : Math.min(n, max);
 }
 
 /**
@@ -69,20 +94,62 @@ function decode(token: string): { readonly place: LedgerPlace; readonly digest: 
  * another is refused, not answered wrongly.
  */
 export async function callPage(meter: Pick<Meter, "calls">, request: CallPageRequest): Promise<CallPage> {
-  const size = request.pageSize ?? 0;
-  if (!Number.isInteger(size) || size < 0) throw new CallPageError("size", "the page size must be a whole number, 0 (the default, 1000) or more");
-  const digest = filterDigest(request.filter);
-  let after: LedgerPlace | undefined;
-  if (request.pageToken) {
-    const token = decode(request.pageToken);
-    if (token.digest !== digest) throw new CallPageError("token", "the page token was given for another filter; ask the first page again");
-    after = token.place;
-  }
-  const take = size === 0 ? defaultCallPageSize : Math.min(size, maxCallPageSize);
+  const take = pageSize(request.pageSize, defaultCallPageSize, maxCallPageSize);
+  const digest = filterDigest(request.filter, "calls");
+  const after = request.pageToken ? placeFrom(request.pageToken, digest, ledgerPlace) : undefined;
   // One more than the page, to know whether another follows.
   const rows = await meter.calls(request.filter, after, take + 1);
   const more = rows.length > take;
   const page = more ? rows.slice(0, take) : rows;
   const last = page.at(-1);
-  return { rows: page, nextPageToken: more && last !== undefined ? encode({ day: last.day, at: last.at, requestId: last.requestId }, digest) : "" };
+  return { rows: page, nextPageToken: more && last !== undefined ? encode([last.day, last.at, last.requestId], digest) : "" };
+}
+
+function placeFrom<P>(token: string, digest: string, valid: (fields: unknown[]) => P | undefined): P {
+  const read = decode(token, valid);
+  if (read.digest !== digest) throw new CallPageError("token", "the page token was given for another filter; ask the first page again");
+  return read.place;
+}
+
+/** The most totals one page holds; a larger page size is taken as this (AIP-158). */
+export const maxTotalsPageSize = 10_000;
+
+/** A usage report a page of totals at a time; its sums are over every total of the query. */
+export interface TotalsPage extends UsageReport {
+  readonly sums: UsageSums;
+  /** What to ask with for the next page; empty when this page is the last, and always without a page size. */
+  readonly nextPageToken: string;
+}
+
+/**
+ * A usage report (`Meter.query`) with its totals a page at a time, in the
+ * totals' order (day, account, operation, code, charge, address), read on
+ * from where the page before ended: a month's totals per address can be
+ * a million, and one answer of them all held the serving thread for
+ * seconds while it was made. A page size of 0 is every total at once, as
+ * before pages. The sums are over every total of the query on every page;
+ * the rows, when asked for, come with the first page only (ListCalls pages
+ * through them). A token is good only for the filter (and `by_address`) it
+ * was made under.
+ */
+export async function totalsPage(meter: Pick<Meter, "query">, request: CallPageRequest): Promise<TotalsPage> {
+  const take = pageSize(request.pageSize, 0, maxTotalsPageSize);
+  if (take === 0) {
+    if (request.pageToken) throw new CallPageError("token", "a page token goes with a page size; ask the first page again with one");
+    const report = await meter.query(request.filter);
+    return { ...report, sums: usageSums(report.totals), nextPageToken: "" };
+  }
+  const digest = filterDigest(request.filter, "totals");
+  const after = request.pageToken ? placeFrom(request.pageToken, digest, totalPlace) : undefined;
+  // One more than the page, to know whether another follows.
+  const report = await meter.query({ ...request.filter, rows: after === undefined ? request.filter.rows : 0, totalsPage: { after, limit: take + 1 } });
+  const more = report.totals.length > take;
+  const totals = more ? report.totals.slice(0, take) : report.totals;
+  const last = totals.at(-1);
+  return {
+    totals,
+    rows: report.rows,
+    sums: report.sums ?? usageSums(report.totals),
+    nextPageToken: more && last !== undefined ? encode([last.day, last.account ?? "", last.operation ?? "", last.code, last.charge, last.clientIp ?? ""], digest) : "",
+  };
 }

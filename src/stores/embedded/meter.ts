@@ -547,18 +547,41 @@ export class SqliteMeter implements Meter {
       ...(folded ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits FROM ledger_daily_totals ${filter(where)}`] : []),
       ...(refusals ? [`SELECT '' AS account, day, operation, error_code, charge, ${address("client_ip")} AS client_ip, calls, 0 AS amount, 0 AS cache_hits FROM refusals ${filter(where)}`] : []),
     ];
-    // The totals and the rows in one read: as one moment left them.
-    const [totals, rows] = await reader.read([
-      {
-        sql: `SELECT account, day, operation, error_code, charge, client_ip, sum(calls) AS calls, sum(amount) AS amount, sum(cache_hits) AS cache_hits FROM (${parts.join(" UNION ALL ")})
-       GROUP BY account, day, operation, error_code, charge, client_ip ORDER BY day, account, operation, error_code, charge, client_ip`,
-        params,
-        bigints: true,
-      },
+    const grouped = `SELECT account, day, operation, error_code, charge, client_ip, sum(calls) AS calls, sum(amount) AS amount, sum(cache_hits) AS cache_hits FROM (${parts.join(" UNION ALL ")})
+       GROUP BY account, day, operation, error_code, charge, client_ip`;
+    const order = "ORDER BY day, account, operation, error_code, charge, client_ip";
+    const page = q.totalsPage;
+    const after = page?.after;
+    // The totals and the rows in one read: as one moment left them. A page of totals is read on from where the one
+    // before ended (in the totals' order), with the sums over them all.
+    const answers = await reader.read([
+      page === undefined
+        ? { sql: `${grouped} ${order}`, params, bigints: true }
+        : {
+            sql: `SELECT * FROM (${grouped}) ${after === undefined ? "" : "WHERE (day, account, operation, error_code, charge, client_ip) > (:pDay, :pAccount, :pOperation, :pCode, :pCharge, :pIp)"} ${order} LIMIT :pLimit`,
+            params: {
+              ...params,
+              pLimit: page.limit,
+              ...(after === undefined ? {} : { pDay: after.day, pAccount: after.account, pOperation: after.operation, pCode: after.code, pCharge: after.charge, pIp: after.clientIp }),
+            },
+            bigints: true,
+          },
       ...(q.rows ? [{ sql: `SELECT * FROM ledger ${filter(where)} ORDER BY day DESC, at DESC, request_id DESC LIMIT :limit`, params: { ...params, limit: q.rows }, bigints: true }] : []),
+      ...(page === undefined
+        ? []
+        : [
+            {
+              sql: `SELECT coalesce(sum(calls), 0) AS calls, coalesce(sum(CASE WHEN charge = 'charged' THEN calls ELSE 0 END), 0) AS charged, coalesce(sum(amount), 0) AS amount, coalesce(sum(cache_hits), 0) AS cache_hits FROM (${parts.join(" UNION ALL ")})`,
+              params,
+              bigints: true,
+            },
+          ]),
     ]);
+    const totals = answers[0]!;
+    const rows = q.rows ? answers[1]! : [];
+    const sum = page === undefined ? undefined : answers.at(-1)![0]!;
     return {
-      totals: totals!.map((t) => ({
+      totals: totals.map((t) => ({
         account: (t.account as string) || undefined,
         day: t.day as string,
         operation: (t.operation as string) || undefined,
@@ -569,7 +592,8 @@ export class SqliteMeter implements Meter {
         cacheHits: Number(t.cache_hits),
         ...(q.byAddress ? { clientIp: t.client_ip as string } : {}),
       })),
-      rows: rows === undefined ? [] : rows.map(rowFromSql),
+      rows: rows.map(rowFromSql),
+      ...(sum === undefined ? {} : { sums: { calls: sum.calls as bigint, chargedCalls: sum.charged as bigint, amount: sum.amount as bigint, cacheHits: sum.cache_hits as bigint } }),
     };
   }
 

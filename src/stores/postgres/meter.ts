@@ -444,11 +444,29 @@ export class PostgresMeter implements Meter {
       ...(folded ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits FROM ledger_daily_totals ${filter(where)}`] : []),
       ...(refusals ? [`SELECT '' AS account, day, operation, error_code, charge, ${address("client_ip")} AS client_ip, calls, 0 AS amount, 0 AS cache_hits FROM refusals ${filter(where)}`] : []),
     ];
-    const totals = await this.pool.query<Record<string, string>>(
-      `SELECT account, day, operation, error_code, charge, client_ip, sum(calls)::text AS calls, sum(amount)::text AS amount, sum(cache_hits)::text AS cache_hits FROM (${parts.join(" UNION ALL ")}) t
-        GROUP BY account, day, operation, error_code, charge, client_ip ORDER BY day, account, operation, error_code, charge, client_ip COLLATE "C"`,
-      params,
-    );
+    const grouped = `SELECT account, day, operation, error_code, charge, client_ip, sum(calls)::text AS calls, sum(amount)::text AS amount, sum(cache_hits)::text AS cache_hits FROM (${parts.join(" UNION ALL ")}) t
+        GROUP BY account, day, operation, error_code, charge, client_ip`;
+    const order = 'ORDER BY day, account, operation, error_code, charge, client_ip COLLATE "C"';
+    const page = q.totalsPage;
+    const after = page?.after;
+    // A page of totals is read on from where the one before ended (in the totals' order), with the sums over them all.
+    const pageParams = page === undefined ? params : [...params, ...(after === undefined ? [] : [after.day, after.account, after.operation, after.code, after.charge, after.clientIp])];
+    const at = (k: number) => `$${params.length + k}`;
+    const [totals, sums] = await Promise.all([
+      this.pool.query<Record<string, string>>(
+        page === undefined
+          ? `${grouped} ${order}`
+          : `SELECT * FROM (${grouped}) g ${after === undefined ? "" : `WHERE (day, account, operation, error_code, charge, client_ip COLLATE "C") > (${[1, 2, 3, 4, 5, 6].map(at).join(", ")})`} ${order} LIMIT ${Math.max(0, Math.floor(page.limit))}`,
+        pageParams,
+      ),
+      page === undefined
+        ? undefined
+        : this.pool.query<Record<string, string>>(
+            `SELECT coalesce(sum(calls), 0)::text AS calls, coalesce(sum(calls) FILTER (WHERE charge = 'charged'), 0)::text AS charged, coalesce(sum(amount), 0)::text AS amount, coalesce(sum(cache_hits), 0)::text AS cache_hits FROM (${parts.join(" UNION ALL ")}) t`,
+            params,
+          ),
+    ]);
+    const sum = sums?.rows[0];
     const rows = q.rows ? await this.pool.query<Record<string, unknown>>(`${ledgerRows} ${filter(where)} ${inPlaceOrder} LIMIT ${Math.max(0, Math.floor(q.rows))}`, params) : undefined;
     return {
       totals: totals.rows.map((t) => ({
@@ -463,6 +481,7 @@ export class PostgresMeter implements Meter {
         ...(q.byAddress ? { clientIp: t.client_ip! } : {}),
       })),
       rows: (rows?.rows ?? []).map(rowFromSql),
+      ...(sum === undefined ? {} : { sums: { calls: BigInt(sum.calls!), chargedCalls: BigInt(sum.charged!), amount: BigInt(sum.amount!), cacheHits: BigInt(sum.cache_hits!) } }),
     };
   }
 

@@ -10,7 +10,7 @@ import { alertData, shownAlertUrl } from "../../core/alerts.ts";
 import { alertFields, alertLineFields } from "./alert-fields.ts";
 import { operations as allOperations } from "../../operations/index.ts";
 import { callFields, usageTotalFields } from "./usage-fields.ts";
-import { CallPageError } from "../../core/call-pages.ts";
+import { CallPageError } from "../../core/usage-pages.ts";
 import { fourDigits } from "../../contract/error-codes.ts";
 import {
   AccountService,

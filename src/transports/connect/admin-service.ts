@@ -6,7 +6,7 @@ import type { OperationId } from "../../contract/operations.ts";
 import { callFields, usageTotalFields } from "./usage-fields.ts";
 import { AccountAdminError, AccountExistsError, AccountNotFoundError, usageAddress, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
 import { AccountPageError } from "../../core/account-pages.ts";
-import { callPage, CallPageError } from "../../core/call-pages.ts";
+import { callPage, CallPageError, totalsPage } from "../../core/usage-pages.ts";
 import type { Account } from "../../core/accounts.ts";
 import { keptUntil } from "../../core/secret-grace.ts";
 import type { AddressLockout } from "../../core/address-lockout.ts";
@@ -14,7 +14,7 @@ import { noTelemetry, type Telemetry } from "../../core/telemetry.ts";
 import { clientIpKey } from "./context.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
 import { refusalError, rpcTransportOf } from "./status-error.ts";
-import { usageSums, type LedgerRow, type Meter, type UsageTotal } from "../../core/meter.ts";
+import type { LedgerRow, Meter, UsageTotal } from "../../core/meter.ts";
 import type { OperatorSwitches } from "../../core/operator-switches.ts";
 import { formatMoney, MoneyError, parseMoney } from "../../core/money.ts";
 import {
@@ -351,19 +351,23 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           return { alerts: (await admin.alerts(req.key, ports.alerts, limit)).map(alertMessage) };
         }),
         queryUsage: guarded(async (req) => {
-          const report = await meter.query({
-            account: req.account || undefined,
-            from: req.from || undefined,
-            to: req.to || undefined,
-            operation: req.operation ? admin.operation(req.operation) : undefined,
-            code: req.errorCode,
-            rows: Math.max(0, Math.min(req.rows, 10_000)),
-            address: req.clientIp ? usageAddress(req.clientIp) : undefined,
-            byAddress: req.byAddress,
-            requestId: req.requestId || undefined,
+          const report = await totalsPage(meter, {
+            filter: {
+              account: req.account || undefined,
+              from: req.from || undefined,
+              to: req.to || undefined,
+              operation: req.operation ? admin.operation(req.operation) : undefined,
+              code: req.errorCode,
+              rows: Math.max(0, Math.min(req.rows, 10_000)),
+              address: req.clientIp ? usageAddress(req.clientIp) : undefined,
+              byAddress: req.byAddress,
+              requestId: req.requestId || undefined,
+            },
+            pageSize: req.pageSize,
+            pageToken: req.pageToken,
           });
-          const sums = usageSums(report.totals);
-          return { totals: report.totals.map(totalMessage), rows: report.rows.map(rowMessage), ...sums, amount: formatMoney(sums.amount) };
+          const sums = report.sums;
+          return { totals: report.totals.map(totalMessage), rows: report.rows.map(rowMessage), ...sums, amount: formatMoney(sums.amount), nextPageToken: report.nextPageToken };
         }),
         listCalls: guarded(async (req) => {
           for (const [name, value] of [["from", req.from], ["to", req.to]] as const) {

@@ -1268,6 +1268,22 @@ export declare type QueryUsageRequest = Message<"gateway.admin.v1.QueryUsageRequ
    * @generated from field: string request_id = 9;
    */
   requestId: string;
+
+  /**
+   * Totals a page, at most 10000 (more is taken as 10000); 0: every total at once. With a page size the
+   * totals come a page at a time (AIP-158), in their order: ask again with `next_page_token` and the same
+   * filters. The sums are over every total on every page; the rows come with the first page only.
+   *
+   * @generated from field: int32 page_size = 10;
+   */
+  pageSize: number;
+
+  /**
+   * The `next_page_token` of the page before; empty: the first page.
+   *
+   * @generated from field: string page_token = 11;
+   */
+  pageToken: string;
 };
 
 /**
@@ -1522,7 +1538,7 @@ export declare type QueryUsageResponse = Message<"gateway.admin.v1.QueryUsageRes
   rows: UsageRow[];
 
   /**
-   * Sums over the totals.
+   * Sums over the totals: with a page size, over every page's.
    *
    * @generated from field: int64 calls = 3;
    */
@@ -1542,6 +1558,13 @@ export declare type QueryUsageResponse = Message<"gateway.admin.v1.QueryUsageRes
    * @generated from field: int64 cache_hits = 6;
    */
   cacheHits: bigint;
+
+  /**
+   * What to ask with for the next page of totals; empty on the last, and without a page size.
+   *
+   * @generated from field: string next_page_token = 7;
+   */
+  nextPageToken: string;
 };
 
 /**
