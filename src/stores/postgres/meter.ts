@@ -437,21 +437,23 @@ export class PostgresMeter implements Meter {
     const { where, params, refusals, folded } = await this.ledgerFilter(q);
     const filter = (w: string[]) => (w.length > 0 ? `WHERE ${w.join(" AND ")}` : "");
     const address = (column: string) => (q.byAddress ? column : "''");
-    const parts = [
+    const partsOf = (where: string[]) => [
       `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, ${address("coalesce(client_ip, '')")} AS client_ip,
          count(*) AS calls, sum(price) AS amount, count(*) FILTER (WHERE cache_hit) AS cache_hits FROM ledger ${filter(where)} GROUP BY 1, 2, 3, 4, 5, 6`,
       // Folded past retention, with no address: no address filter matches them.
       ...(folded ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits FROM ledger_daily_totals ${filter(where)}`] : []),
       ...(refusals ? [`SELECT '' AS account, day, operation, error_code, charge, ${address("client_ip")} AS client_ip, calls, 0 AS amount, 0 AS cache_hits FROM refusals ${filter(where)}`] : []),
     ];
-    const grouped = `SELECT account, day, operation, error_code, charge, client_ip, sum(calls)::text AS calls, sum(amount)::text AS amount, sum(cache_hits)::text AS cache_hits FROM (${parts.join(" UNION ALL ")}) t
-        GROUP BY account, day, operation, error_code, charge, client_ip`;
+    const parts = partsOf(where);
     const order = 'ORDER BY day, account, operation, error_code, charge, client_ip COLLATE "C"';
     const page = q.totalsPage;
     const after = page?.after;
     // A page of totals is read on from where the one before ended (in the totals' order), with the sums over them all.
     const pageParams = page === undefined ? params : [...params, ...(after === undefined ? [] : [after.day, after.account, after.operation, after.code, after.charge, after.clientIp])];
     const at = (k: number) => `$${params.length + k}`;
+    // A page after a place reads no day before the place's (the totals are by day first).
+    const grouped = `SELECT account, day, operation, error_code, charge, client_ip, sum(calls)::text AS calls, sum(amount)::text AS amount, sum(cache_hits)::text AS cache_hits
+        FROM (${(after === undefined ? parts : partsOf([...where, `day >= ${at(1)}`])).join(" UNION ALL ")}) t GROUP BY account, day, operation, error_code, charge, client_ip`;
     const [totals, sums] = await Promise.all([
       this.pool.query<Record<string, string>>(
         page === undefined
