@@ -9,7 +9,7 @@ import { keptUntil } from "../../core/secret-grace.ts";
 import { alertData, shownAlertUrl } from "../../core/alerts.ts";
 import { alertFields, alertLineFields } from "./alert-fields.ts";
 import { operations as allOperations } from "../../operations/index.ts";
-import { callFields, usageTotalFields } from "./usage-fields.ts";
+import { balanceChangeFields, callFields, usageTotalFields } from "./usage-fields.ts";
 import { CallPageError } from "../../core/usage-pages.ts";
 import { fourDigits } from "../../contract/error-codes.ts";
 import {
@@ -131,14 +131,7 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
         return create(GetMyBalanceStatementResponseSchema, {
           ...(statement.balance !== undefined ? { balance: formatMoney(statement.balance) } : {}),
           changes: statement.entries.map((e) =>
-            create(BalanceChangeSchema, {
-              atMs: BigInt(e.at),
-              kind: changeKinds[e.kind],
-              amount: formatMoney(e.amount),
-              ...(e.balance !== undefined ? { balance: formatMoney(e.balance) } : {}),
-              takenBefore: formatMoney(e.takenBefore),
-              reference: e.reference,
-            }),
+            create(BalanceChangeSchema, { ...balanceChangeFields(e), kind: changeKinds[e.kind] }),
           ),
           takenSinceLast: formatMoney(statement.takenSinceLast),
         });

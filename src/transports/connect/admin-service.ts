@@ -3,7 +3,7 @@ import { Code, ConnectError, createContextKey, type ConnectRouter, type HandlerC
 import type { AdminTokens } from "../../core/admin-tokens.ts";
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { OperationId } from "../../contract/operations.ts";
-import { callFields, usageTotalFields } from "./usage-fields.ts";
+import { balanceChangeFields, callFields, usageTotalFields } from "./usage-fields.ts";
 import { AccountAdminError, AccountExistsError, AccountNotFoundError, usageAddress, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
 import { AccountPageError } from "../../core/account-pages.ts";
 import { callPage, CallPageError, totalsPage } from "../../core/usage-pages.ts";
@@ -14,7 +14,8 @@ import { noTelemetry, type Telemetry } from "../../core/telemetry.ts";
 import { clientIpKey } from "./context.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
 import { refusalError, rpcTransportOf } from "./status-error.ts";
-import type { LedgerRow, Meter, UsageTotal } from "../../core/meter.ts";
+import type { LedgerRow, Meter, UsageQuery, UsageTotal } from "../../core/meter.ts";
+import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { OperatorSwitches } from "../../core/operator-switches.ts";
 import { formatMoney, MoneyError, parseMoney } from "../../core/money.ts";
 import {
@@ -224,6 +225,17 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
   const admin = ports.admin;
   const money = (text: string | undefined) => (text === undefined || text === "" ? undefined : parseMoney(text));
   const priceMap = (prices: Record<string, string>) => new Map(Object.entries(prices).map(([op, p]) => [admin.operation(op), parseMoney(p)]));
+  /** The ledger filter QueryUsage and ListCalls share, under their common field names. */
+  const usageFilter = (req: { account: string; from: string; to: string; operation: string; errorCode?: ErrorCode | undefined; clientIp: string; requestId: string }): UsageQuery => ({
+    account: req.account || undefined,
+    from: req.from || undefined,
+    to: req.to || undefined,
+    operation: req.operation ? admin.operation(req.operation) : undefined,
+    code: req.errorCode,
+    address: req.clientIp ? usageAddress(req.clientIp) : undefined,
+    requestId: req.requestId || undefined,
+  });
+
   return (router) =>
     router.service(
       AdminService,
@@ -306,14 +318,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           return {
             account: accountMessage(statement.account),
             changes: statement.entries.map((e) =>
-              create(BalanceChangeSchema, {
-                atMs: BigInt(e.at),
-                kind: changeKinds[e.kind],
-                amount: formatMoney(e.amount),
-                ...(e.balance !== undefined ? { balance: formatMoney(e.balance) } : {}),
-                takenBefore: formatMoney(e.takenBefore),
-                reference: e.reference,
-              }),
+              create(BalanceChangeSchema, { ...balanceChangeFields(e), kind: changeKinds[e.kind] }),
             ),
             takenSinceLast: formatMoney(statement.takenSinceLast),
           };
@@ -352,17 +357,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
         }),
         queryUsage: guarded(async (req) => {
           const report = await totalsPage(meter, {
-            filter: {
-              account: req.account || undefined,
-              from: req.from || undefined,
-              to: req.to || undefined,
-              operation: req.operation ? admin.operation(req.operation) : undefined,
-              code: req.errorCode,
-              rows: Math.max(0, Math.min(req.rows, 10_000)),
-              address: req.clientIp ? usageAddress(req.clientIp) : undefined,
-              byAddress: req.byAddress,
-              requestId: req.requestId || undefined,
-            },
+            filter: { ...usageFilter(req), rows: Math.max(0, Math.min(req.rows, 10_000)), byAddress: req.byAddress },
             pageSize: req.pageSize,
             pageToken: req.pageToken,
           });
@@ -374,15 +369,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
             if (value !== "" && !/^\d{4}-\d{2}-\d{2}$/.test(value)) throw new AccountAdminError(`${name}: a day is YYYY-MM-DD, not ${JSON.stringify(value.slice(0, 32))}`);
           }
           const page = await callPage(meter, {
-            filter: {
-              account: req.account || undefined,
-              from: req.from || undefined,
-              to: req.to || undefined,
-              operation: req.operation ? admin.operation(req.operation) : undefined,
-              code: req.errorCode,
-              address: req.clientIp ? usageAddress(req.clientIp) : undefined,
-              requestId: req.requestId || undefined,
-            },
+            filter: usageFilter(req),
             pageSize: req.pageSize,
             pageToken: req.pageToken,
           });

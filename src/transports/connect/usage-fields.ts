@@ -1,5 +1,5 @@
 import { chargeOf } from "../../contract/error-codes.ts";
-import type { LedgerRow, UsageTotal } from "../../core/meter.ts";
+import type { BalanceAccounting, LedgerRow, UsageTotal } from "../../core/meter.ts";
 import { formatMoney } from "../../core/money.ts";
 
 /** A usage total's fields as both services' `UsageTotal` messages name them (the AdminService's adds the account). */
@@ -30,5 +30,16 @@ export function callFields(r: LedgerRow) {
     latencyUs: BigInt(r.latencyMicros),
     transport: r.transport,
     clientIp: r.clientIp ?? "",
+  };
+}
+
+/** A balance statement's entry as both services' `BalanceChange` messages name its fields, but its kind (each package has its own enum). */
+export function balanceChangeFields(e: BalanceAccounting["entries"][number]) {
+  return {
+    atMs: BigInt(e.at),
+    amount: formatMoney(e.amount),
+    ...(e.balance !== undefined ? { balance: formatMoney(e.balance) } : {}),
+    takenBefore: formatMoney(e.takenBefore),
+    reference: e.reference,
   };
 }
