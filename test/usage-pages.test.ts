@@ -11,7 +11,7 @@ import { join } from "node:path";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { deriveSigningKey, newNonce, signCall } from "../src/client/browser-signature.ts";
-import { callPage, CallPageError, maxCallPageSize, totalsPage } from "../src/core/usage-pages.ts";
+import { callPage, UsagePageError, maxCallPageSize, totalsPage } from "../src/core/usage-pages.ts";
 import { usageSums, type LedgerRow, type Meter, type UsageQuery } from "../src/core/meter.ts";
 import { AccountService } from "../src/gen/gateway/account/v1/account_pb.js";
 import { AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
@@ -284,7 +284,7 @@ describe("page sizes and tokens", () => {
     try {
       await store.insert(ledger().slice(0, 30));
       const page = await callPage(store.meter, { filter: { account: "acct0" }, pageSize: 2 });
-      await expect(callPage(store.meter, { filter: {}, pageSize: -1 })).rejects.toThrow(CallPageError);
+      await expect(callPage(store.meter, { filter: {}, pageSize: -1 })).rejects.toThrow(UsagePageError);
       for (const token of ["garbage", Buffer.from('["2026-10-01","x","id","d"]').toString("base64url"), page.nextPageToken.slice(0, -4)]) {
         await expect(callPage(store.meter, { filter: { account: "acct0" }, pageToken: token })).rejects.toThrow(/not one this gateway gave/);
       }

@@ -1,4 +1,3 @@
-import { callPage, type CallPage } from "./usage-pages.ts";
 import { create } from "@bufbuild/protobuf";
 import type { AlertOutbox, AlertRecord } from "./alerts.ts";
 import { errorCodeInfo, fourDigits } from "../contract/error-codes.ts";
@@ -20,6 +19,7 @@ import { createRequestIdGenerator } from "./request-id.ts";
 import { OwnReads } from "./own-reads.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
 import { balanceAccounting, type Admission, type BalanceAccounting, type Meter, type Transport, type UsageQuery, type UsageReport, type UsageSummary } from "./meter.ts";
+import { callPage, type CallPage } from "./usage-pages.ts";
 import type { Micros } from "./money.ts";
 import type { OperatorSwitches } from "./operator-switches.ts";
 import type { EntryMemo } from "./response-cache.ts";

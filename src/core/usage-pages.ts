@@ -11,8 +11,8 @@ export const defaultCallPageSize = 1000;
 /** The most calls one page holds; a larger page size is taken as this (AIP-158). */
 export const maxCallPageSize = 10_000;
 
-/** Which of the ledger's calls to list (`UsageQuery`'s filters), and which page of them. */
-export interface CallPageRequest {
+/** Which of the ledger's calls or totals to list (`UsageQuery`'s filters), and which page of them. */
+export interface UsagePageRequest {
   readonly filter: UsageQuery;
   /** Calls a page, 1 to maxCallPageSize (more is taken as the most); 0: defaultCallPageSize. */
   readonly pageSize?: number | undefined;
@@ -31,8 +31,8 @@ export interface CallPage {
  * A page size or token the request cannot use: an RPC's `invalid_argument`;
  * for a team, a token is the spec's 4015 (wrong page token), a size a 4003.
  */
-export class CallPageError extends Error {
-  override name = "CallPageError";
+export class UsagePageError extends Error {
+  override name = "UsagePageError";
   readonly of: "size" | "token";
   constructor(of: "size" | "token", message: string) {
     super(message);
@@ -61,7 +61,7 @@ function decode<P>(token: string, valid: (fields: unknown[]) => P | undefined): 
   } catch {
     // below
   }
-  throw new CallPageError("token", "the page token is not one this gateway gave");
+  throw new UsagePageError("token", "the page token is not one this gateway gave");
 }
 
 const isDay = (v: unknown): v is string => typeof v === "string" && /^\d{4}-\d{2}-\d{2}$/.test(v);
@@ -78,7 +78,7 @@ function totalPlace([day, account, operation, code, charge, clientIp]: unknown[]
 /** The page size asked for as a count: 0 is `fallback`, more than `max` is `max`. */
 function pageSize(size: number | undefined, fallback: number, max: number): number {
   const n = size ?? 0;
-  if (!Number.isInteger(n) || n < 0) throw new CallPageError("size", `the page size must be a whole number, 0 (${fallback === 0 ? "every one at once" : `the default, ${fallback}`}) or more`);
+  if (!Number.isInteger(n) || n < 0) throw new UsagePageError("size", `the page size must be a whole number, 0 (${fallback === 0 ? "every one at once" : `the default, ${fallback}`}) or more`);
   return n === 0 ? fallback : Math.min(n, max);
 }
 
@@ -93,7 +93,7 @@ function pageSize(size: number | undefined, fallback: number, max: number): numb
  * them). A token is good only for the filter it was made under (AIP-158):
  * another is refused, not answered wrongly.
  */
-export async function callPage(meter: Pick<Meter, "calls">, request: CallPageRequest): Promise<CallPage> {
+export async function callPage(meter: Pick<Meter, "calls">, request: UsagePageRequest): Promise<CallPage> {
   const take = pageSize(request.pageSize, defaultCallPageSize, maxCallPageSize);
   const digest = filterDigest(request.filter, "calls");
   const after = request.pageToken ? placeFrom(request.pageToken, digest, ledgerPlace) : undefined;
@@ -107,7 +107,7 @@ export async function callPage(meter: Pick<Meter, "calls">, request: CallPageReq
 
 function placeFrom<P>(token: string, digest: string, valid: (fields: unknown[]) => P | undefined): P {
   const read = decode(token, valid);
-  if (read.digest !== digest) throw new CallPageError("token", "the page token was given for another filter; ask the first page again");
+  if (read.digest !== digest) throw new UsagePageError("token", "the page token was given for another filter; ask the first page again");
   return read.place;
 }
 
@@ -132,10 +132,10 @@ export interface TotalsPage extends UsageReport {
  * through them). A token is good only for the filter (and `by_address`) it
  * was made under.
  */
-export async function totalsPage(meter: Pick<Meter, "query">, request: CallPageRequest): Promise<TotalsPage> {
+export async function totalsPage(meter: Pick<Meter, "query">, request: UsagePageRequest): Promise<TotalsPage> {
   const take = pageSize(request.pageSize, 0, maxTotalsPageSize);
   if (take === 0) {
-    if (request.pageToken) throw new CallPageError("token", "a page token goes with a page size; ask the first page again with one");
+    if (request.pageToken) throw new UsagePageError("token", "a page token goes with a page size; ask the first page again with one");
     const report = await meter.query(request.filter);
     return { ...report, sums: usageSums(report.totals), nextPageToken: "" };
   }

@@ -10,7 +10,7 @@ import { alertData, shownAlertUrl } from "../../core/alerts.ts";
 import { alertFields, alertLineFields } from "./alert-fields.ts";
 import { operations as allOperations } from "../../operations/index.ts";
 import { balanceChangeFields, callFields, usageTotalFields } from "./usage-fields.ts";
-import { CallPageError } from "../../core/usage-pages.ts";
+import { UsagePageError } from "../../core/usage-pages.ts";
 import { fourDigits } from "../../contract/error-codes.ts";
 import {
   AccountService,
@@ -120,7 +120,7 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
           return create(ListMyCallsResponseSchema, { calls: page.rows.map((r) => create(CallSchema, callFields(r))), nextPageToken: page.nextPageToken });
         } catch (e) {
           // A token out of place is the spec's own 4015 (wrong page token).
-          if (e instanceof CallPageError) throw e.of === "token" ? statusError(gateway.ownRefusal(ErrorCode.WRONG_PAGE_TOKEN, e.message, who, ctx.values.get(clientIpKey)), { transport: who.transport }) : refuse(e.message);
+          if (e instanceof UsagePageError) throw e.of === "token" ? statusError(gateway.ownRefusal(ErrorCode.WRONG_PAGE_TOKEN, e.message, who, ctx.values.get(clientIpKey)), { transport: who.transport }) : refuse(e.message);
           throw e;
         }
       },

@@ -6,7 +6,7 @@ import type { OperationId } from "../../contract/operations.ts";
 import { balanceChangeFields, callFields, usageTotalFields } from "./usage-fields.ts";
 import { AccountAdminError, AccountExistsError, AccountNotFoundError, usageAddress, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
 import { AccountPageError } from "../../core/account-pages.ts";
-import { callPage, CallPageError, totalsPage } from "../../core/usage-pages.ts";
+import { callPage, UsagePageError, totalsPage } from "../../core/usage-pages.ts";
 import type { Account } from "../../core/accounts.ts";
 import { keptUntil } from "../../core/secret-grace.ts";
 import type { AddressLockout } from "../../core/address-lockout.ts";
@@ -177,7 +177,7 @@ export function requireAdminToken(token: string, lockout: AddressLockout, teleme
 function adminError(e: unknown): never {
   if (e instanceof AccountNotFoundError) throw new ConnectError(e.message, Code.NotFound);
   if (e instanceof AccountExistsError) throw new ConnectError(e.message, Code.AlreadyExists);
-  if (e instanceof AccountAdminError || e instanceof MoneyError || e instanceof AccountPageError || e instanceof CallPageError) throw new ConnectError(e.message, Code.InvalidArgument);
+  if (e instanceof AccountAdminError || e instanceof MoneyError || e instanceof AccountPageError || e instanceof UsagePageError) throw new ConnectError(e.message, Code.InvalidArgument);
   throw e;
 }
 
