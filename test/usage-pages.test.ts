@@ -21,7 +21,9 @@ import { InThreadReader, type SqlRead, type SqlReader } from "../src/stores/embe
 import { openDatabase } from "../src/stores/embedded/sqlite-database.ts";
 import { PostgresMeter } from "../src/stores/postgres/meter.ts";
 import { migrateSchema, openPostgres } from "../src/stores/postgres/postgres-database.ts";
-import { runCli } from "./support/cli.ts";
+import { root, runCli } from "./support/cli.ts";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { readCsv } from "./support/csv.ts";
 import { adminToken, demo, legacyGet, startGateway } from "./support/gateway-fixture.ts";
 import { freshDatabase } from "./support/postgres.ts";
@@ -414,6 +416,13 @@ describe("ListCalls, ListMyCalls and the CLI over a running gateway", () => {
       expect(parsed.totals.map((t) => t.calls)).toEqual([6172]);
       expect(parsed.rows).toHaveLength(6172);
       expect(parsed.rows.every((r) => r.account === "cli1" && r.code === "0000" && r.price === "0.05")).toBe(true);
+      // A reader that goes after the first bytes (`| head`) ends the listing quietly: no stack, exit 0.
+      const child = spawn(process.execPath, [join(root, "bin", "gateway.js"), "usage", "--rows", "all", "--csv"], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+      let stderr = "";
+      child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+      child.stdout.once("data", () => child.stdout.destroy());
+      const [code] = (await once(child, "close")) as [number | null];
+      expect([code, stderr]).toEqual([0, ""]);
       const bad = await runCli(["usage", "--rows", "every"], env);
       expect([bad.code, bad.stderr.trim()]).toEqual([2, expect.stringContaining("--rows takes a number up to 99999, or all")]);
     } finally {

@@ -88,7 +88,7 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
         const page = await callPage(meter, { filter, pageSize: maxCallPageSize, pageToken });
         yield page.rows;
         pageToken = page.nextPageToken;
-      } while (pageToken !== "");
+      } while (pageToken !== "" && !outputGone);
     }
     const shown = (r: LedgerRow) => ({ ...r, code: fourDigits(r.code), price: formatMoney(r.price) });
     if (values.json) {
@@ -130,8 +130,32 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
   }
 }
 
-/** Writes to standard output, waiting while the reader is behind (a pipe to a slow consumer), so a long listing is never held whole. */
+/** Whether standard output's reader has gone (`usage … | head`): what is left is not written, nor read from the store. */
+let outputGone = false;
+let outputWatched = false;
+
+/**
+ * Writes to standard output, waiting while the reader is behind (a pipe to a
+ * slow consumer), so a long listing is never held whole. A reader that goes
+ * (EPIPE) ends the listing quietly, as `console.log` does, instead of an
+ * unhandled error's stack.
+ */
 async function write(text: string): Promise<void> {
-  if (text === "" || process.stdout.write(text)) return;
-  await new Promise<void>((resolve) => process.stdout.once("drain", resolve));
+  if (!outputWatched) {
+    outputWatched = true;
+    process.stdout.on("error", (e: NodeJS.ErrnoException) => {
+      if (e.code !== "EPIPE") throw e;
+      outputGone = true;
+    });
+  }
+  if (outputGone || text === "" || process.stdout.write(text)) return;
+  await new Promise<void>((resolve) => {
+    const done = () => {
+      process.stdout.off("drain", done);
+      process.stdout.off("error", done);
+      resolve();
+    };
+    process.stdout.on("drain", done);
+    process.stdout.on("error", done);
+  });
 }
