@@ -568,7 +568,7 @@ export class SqliteMeter implements Meter {
             },
             bigints: true,
           },
-      ...(q.rows ? [{ sql: `SELECT * FROM ledger ${filter(where)} ORDER BY day DESC, at DESC, request_id DESC LIMIT :limit`, params: { ...params, limit: q.rows }, bigints: true }] : []),
+      ...(q.rows ? [{ sql: `SELECT * FROM ledger ${filter(where)} ${inPlaceOrder} LIMIT :limit`, params: { ...params, limit: q.rows }, bigints: true }] : []),
       ...(page === undefined
         ? []
         : [
@@ -609,7 +609,7 @@ export class SqliteMeter implements Meter {
     }
     const [rows] = await this.reader.read([
       {
-        sql: `SELECT * FROM ledger ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY day DESC, at DESC, request_id DESC LIMIT :limit`,
+        sql: `SELECT * FROM ledger ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""} ${inPlaceOrder} LIMIT :limit`,
         params: { ...params, limit: Math.max(0, Math.floor(limit)) },
         bigints: true,
       },
@@ -678,6 +678,9 @@ export class SqliteMeter implements Meter {
     return (this.db.prepare("SELECT max(request_id) AS id FROM ledger").get() as { id: string | null }).id ?? undefined;
   }
 }
+
+/** The order calls are listed in (LedgerPlace): the order of the ledger's indexes, then request id. */
+const inPlaceOrder = "ORDER BY day DESC, at DESC, request_id DESC";
 
 function decrement(map: Map<string, number>, key: string): void {
   const n = (map.get(key) ?? 0) - 1;
