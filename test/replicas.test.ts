@@ -11,6 +11,7 @@ import { formatDateTime } from "../src/core/clock.ts";
 import { legacySign, legacySigningKey } from "../src/core/legacy-signature.ts";
 import { WholesaleService } from "../src/gen/gateway/catalogue/v1/wholesale_pb.js";
 import { AccountService } from "../src/gen/gateway/account/v1/account_pb.js";
+import { AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { root, runCli } from "./support/cli.ts";
 import { FakeUpstream } from "./support/fake-upstream.ts";
@@ -352,6 +353,52 @@ describe("three replicas in shared mode", () => {
     expect((await one("SELECT charged::int AS n FROM usage_daily WHERE account = $1", [a.key])).n).toBe(1);
     expect((await one("SELECT micros::text AS m FROM balances WHERE account = $1", [a.key])).m).toBe("9500000");
     expect((await one("SELECT request_id FROM idempotency_keys WHERE account = $1 AND key = 'order-7'", [a.key])).request_id).toBe(charged[0]!.requestId);
+  });
+
+  it("give a follower of the ledger on one replica every call of all three exactly once, in commit order, while they are made", async () => {
+    const a = await createAccount("--concurrency", "1000");
+    const admin = createClient(AdminService, createConnectTransport({ baseUrl: replicas[0]!.base, httpVersion: "1.1" }));
+    const headers = { authorization: `Bearer ${adminToken}` };
+    // From where the ledger is now.
+    let cursor = "";
+    for (let caughtUp = false; !caughtUp; ) ({ cursor, caughtUp } = await admin.followCalls({ cursor, pageSize: 10_000 }, { headers }));
+    const given: string[] = [];
+    let answers = 0;
+    let wanted = Number.POSITIVE_INFINITY;
+    // Small pages, read on as fast as they come while the three replicas commit; once the load is over, until every
+    // row is in (a call committed a moment before can still be behind a transaction that has not ended).
+    const following = (async () => {
+      const until = Date.now() + 60_000;
+      while (given.length < wanted && Date.now() < until) {
+        const page = await admin.followCalls({ cursor, pageSize: 25 }, { headers });
+        answers++;
+        given.push(...page.calls.filter((c) => c.account === a.key).map((c) => c.requestId));
+        cursor = page.cursor;
+        if (page.caughtUp) await new Promise((r) => setTimeout(r, 5));
+      }
+    })();
+    // Six waves of 50 simultaneous calls, each over the three replicas and the three transports.
+    const results: Awaited<ReturnType<typeof spread>> = [];
+    for (let wave = 0; wave < 6; wave++) results.push(...(await spread(50, a)));
+    const duringLoad = given.length;
+    expect(results.every((r) => r.code === "0000")).toBe(true);
+    const rows = await pool.query<{ request_id: string }>("SELECT request_id FROM ledger WHERE account = $1", [a.key]);
+    wanted = rows.rows.length;
+    await following;
+    console.log(`replicas: a follower on one replica was given ${given.length} of the ${wanted} calls made on three (${duringLoad} while they were being made), in ${answers} answers`);
+    expect(wanted).toBe(300);
+    expect(given).toHaveLength(300);
+    expect(new Set(given)).toEqual(new Set(results.map((r) => r.requestId)));
+    // Nothing more for the account, however long after.
+    await new Promise((r) => setTimeout(r, 300));
+    const after = await admin.followCalls({ cursor, pageSize: 10_000 }, { headers });
+    expect(after.calls.filter((c) => c.account === a.key)).toEqual([]);
+    // The CLI on "another machine" follows the same ledger: the same calls, each once.
+    const cli = await runCli(["feed", "--json"], env);
+    expect(cli.code, cli.stderr).toBe(0);
+    const fromCli = cli.stdout.trim().split("\n").map((l) => JSON.parse(l) as { requestId: string; account: string }).filter((r) => r.account === a.key).map((r) => r.requestId);
+    expect(fromCli).toHaveLength(300);
+    expect(new Set(fromCli)).toEqual(new Set(given));
   });
 
   it("lose no answered call's ledger row when a replica is SIGKILLed mid-load", async () => {

@@ -5,7 +5,7 @@ import { accountsCommand } from "./accounts-command.ts";
 import { adminsCommand } from "./admins-command.ts";
 import { importCommand } from "./import-command.ts";
 import { migrateCommand } from "./migrate-command.ts";
-import { maintenanceCommand, usageCommand } from "./operator-commands.ts";
+import { feedCommand, maintenanceCommand, usageCommand } from "./operator-commands.ts";
 import { MoneyError } from "../core/money.ts";
 import { serveCommand } from "./serve-command.ts";
 import { DataDirectoryInUseError } from "../stores/embedded/data-directory-lock.ts";
@@ -33,6 +33,9 @@ commands:
   usage [--account K] [--day D | --from D --to D] [--operation OP] [--code NNNN] [--rows N|all] [--json]
         [--address IP|NET] [--by-address] [--request-id ID] [--csv]
                                      the ledger's totals (and rows; all: every row, a page at a time): from one address or network, per address, one call
+  feed [--cursor-file F] [--follow [--every S]] [--csv | --json]
+                                     every call in the order the ledger committed it, from where F says the last run stopped
+                                     (saved after each page); --follow: on as calls commit, until SIGINT or SIGTERM
   import FILE.ndjson [--json]        load item records into the embedded catalogue
   migrate --to postgres://… [--json] copy the embedded data directory into an empty PostgreSQL database
 
@@ -60,6 +63,8 @@ async function main(argv: string[]): Promise<number> {
       return adminsCommand(config, rest);
     case "usage":
       return usageCommand(config, rest);
+    case "feed":
+      return feedCommand(config, rest);
     case "migrate":
       return migrateCommand(config, rest);
     default:

@@ -3,7 +3,8 @@ import type { GatewayConfig } from "../config.ts";
 import { fourDigits } from "../contract/error-codes.ts";
 import { AccountAdminError, usageAddress } from "../core/account-admin.ts";
 import { csvLines, csvText } from "../render/csv.ts";
-import { callPage, maxCallPageSize } from "../core/usage-pages.ts";
+import { callPage, followCalls, maxCallPageSize, UsagePageError } from "../core/usage-pages.ts";
+import { readFileSync, renameSync, writeFileSync } from "node:fs";
 import type { LedgerRow, UsageQuery } from "../core/meter.ts";
 import { formatMoney } from "../core/money.ts";
 import type { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
@@ -90,13 +91,12 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
         pageToken = page.nextPageToken;
       } while (pageToken !== "" && !outputGone);
     }
-    const shown = (r: LedgerRow) => ({ ...r, code: fourDigits(r.code), price: formatMoney(r.price) });
     if (values.json) {
       await write(`{"totals":${JSON.stringify(totals)},"rows":[`);
       let first = true;
       for await (const rows of rowPages()) {
         if (rows.length === 0) continue;
-        await write(`${first ? "" : ","}${rows.map((r) => JSON.stringify(shown(r))).join(",")}`);
+        await write(`${first ? "" : ","}${rows.map(rowJson).join(",")}`);
         first = false;
       }
       await write("]}\n");
@@ -104,10 +104,8 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
       // The rows when they are asked for, else the totals: one table a file, for a spreadsheet or a billing system.
       const by = values["by-address"];
       if (every || rowCount > 0) {
-        await write(csvText(["request_id", "time", "day", "account", "operation", "code", "charge", "price", "cache_hit", "latency_us", "transport", "client_ip"], []));
-        for await (const rows of rowPages()) {
-          await write(csvLines(rows.map(shown).map((r) => [r.requestId, new Date(r.at).toISOString(), r.day, r.account ?? "", r.operation ?? "", r.code, r.charge, r.price, r.cacheHit, r.latencyMicros, r.transport, r.clientIp ?? ""])));
-        }
+        await write(rowCsvHeader);
+        for await (const rows of rowPages()) await write(rowCsv(rows));
       } else {
         await write(
           csvText(
@@ -120,12 +118,84 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
       // An address is empty where the ledger kept none (calls from before it did, days folded past retention).
       const from = (ip: string | undefined) => (ip === undefined ? "" : `  from ${ip || "(not kept)"}`);
       for (const t of totals) console.log(`${t.day}  ${t.account ?? "-"}  ${t.operation ?? "-"}  ${t.code}  ${t.charge.padEnd(9)}  ${t.calls} calls  ${t.amount}${from(t.clientIp)}`);
-      for await (const rows of rowPages()) {
-        await write(rows.map(shown).map((r) => `${r.requestId}  ${new Date(r.at).toISOString()}  ${r.account ?? "-"}  ${r.operation ?? "-"}  ${r.code}  ${r.charge}  ${r.price}  ${r.transport}  ${r.clientIp ?? "-"}\n`).join(""));
-      }
+      for await (const rows of rowPages()) await write(rowText(rows));
     }
     return 0;
   } finally {
+    await runtime.close();
+  }
+}
+
+/** A ledger row as the CLI shows it: its code in four digits, its price in money. */
+const shown = (r: LedgerRow) => ({ ...r, code: fourDigits(r.code), price: formatMoney(r.price) });
+const rowJson = (r: LedgerRow) => JSON.stringify(shown(r));
+const rowCsvHeader = csvText(["request_id", "time", "day", "account", "operation", "code", "charge", "price", "cache_hit", "latency_us", "transport", "client_ip"], []);
+const rowCsv = (rows: readonly LedgerRow[]) =>
+  csvLines(rows.map(shown).map((r) => [r.requestId, new Date(r.at).toISOString(), r.day, r.account ?? "", r.operation ?? "", r.code, r.charge, r.price, r.cacheHit, r.latencyMicros, r.transport, r.clientIp ?? ""]));
+const rowText = (rows: readonly LedgerRow[]) =>
+  rows.map(shown).map((r) => `${r.requestId}  ${new Date(r.at).toISOString()}  ${r.account ?? "-"}  ${r.operation ?? "-"}  ${r.code}  ${r.charge}  ${r.price}  ${r.transport}  ${r.clientIp ?? "-"}\n`).join("");
+
+/**
+ * `gateway feed`: every call in the order the ledger committed it
+ * (followCalls), from where the cursor file says the last run stopped, so
+ * a billing system's cron job or pipe takes each call once. The cursor is
+ * saved (written aside, then renamed over the file) after each page is
+ * written out: a run killed between the two writes that page again on the
+ * next run, so a reader that must count each call once keys on request_id.
+ * With --follow it reads on as calls commit, until SIGINT or SIGTERM
+ * (after the page it is writing) or its reader goes.
+ */
+export async function feedCommand(config: GatewayConfig, argv: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      "cursor-file": { type: "string" },
+      follow: { type: "boolean", default: false },
+      every: { type: "string", default: "1" },
+      csv: { type: "boolean", default: false },
+      json: { type: "boolean", default: false },
+    },
+  });
+  if (values.csv && values.json) throw new AccountAdminError("--csv and --json: one or the other");
+  if (!/^(?:[1-9][0-9]{0,3}|0\.[1-9][0-9]?)$/.test(values.every)) throw new AccountAdminError("--every takes the seconds between reads when caught up, 0.1 to 9999");
+  const pause = Math.round(Number(values.every) * 1000);
+  const file = values["cursor-file"];
+  let cursor = "";
+  if (file !== undefined) {
+    try {
+      cursor = readFileSync(file, "utf8").trim();
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw new AccountAdminError(`--cursor-file ${file}: ${(e as Error).message}`);
+    }
+  }
+  let stopping = false;
+  const stop = () => (stopping = true);
+  process.on("SIGINT", stop).on("SIGTERM", stop);
+  const runtime = await openRuntime(config);
+  try {
+    if (values.csv) await write(rowCsvHeader);
+    while (!stopping && !outputGone) {
+      let page;
+      try {
+        page = await followCalls(runtime.meter, { cursor, pageSize: maxCallPageSize });
+      } catch (e) {
+        if (e instanceof UsagePageError) throw new AccountAdminError(`${file === undefined ? "" : `--cursor-file ${file}: `}${e.message}`);
+        throw e;
+      }
+      if (page.rows.length > 0) await write(values.json ? page.rows.map((r) => `${rowJson(r)}\n`).join("") : values.csv ? rowCsv(page.rows) : rowText(page.rows));
+      if (outputGone) break;
+      if (file !== undefined && page.cursor !== cursor) {
+        writeFileSync(`${file}.tmp`, `${page.cursor}\n`);
+        renameSync(`${file}.tmp`, file);
+      }
+      cursor = page.cursor;
+      if (!page.caughtUp) continue;
+      if (!values.follow) break;
+      for (let waited = 0; waited < pause && !stopping && !outputGone; waited += 100) await new Promise((r) => setTimeout(r, Math.min(100, pause - waited)));
+    }
+    return 0;
+  } finally {
+    process.off("SIGINT", stop).off("SIGTERM", stop);
     await runtime.close();
   }
 }

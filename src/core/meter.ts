@@ -235,6 +235,14 @@ export interface LedgerPlace {
   readonly requestId: string;
 }
 
+/**
+ * A place in the order a store committed its ledger rows (`Meter.feed`),
+ * written by the store that gave it and read only by it: the embedded
+ * store's is a row's sequence number, the shared store's its transaction
+ * and request id (each store's `feed` says why that order holds).
+ */
+export type FeedPlace = string;
+
 /** Every call, the charged ones, what they cost and how many the cache answered. */
 export interface UsageSums {
   readonly calls: bigint;
@@ -312,6 +320,17 @@ export interface Meter {
    * folded past retention have none.
    */
   calls(query: UsageQuery, after: LedgerPlace | undefined, limit: number): Promise<LedgerRow[]>;
+  /**
+   * The ledger's rows in the order it committed them, from just past `after`
+   * (a `FeedPlace` this store gave; undefined: from the oldest row it
+   * holds), at most `limit` of them, and the place past the last (`after`,
+   * or the place before every row, when none came). A row is given only
+   * once it and every row before it in that order are committed, so no row
+   * can later appear before a place already given. Throws `UsagePageError`
+   * for a place this store did not give ("token"), and for one that rows
+   * after it were folded past retention since ("folded").
+   */
+  feed(after: FeedPlace | undefined, limit: number): Promise<{ readonly rows: readonly LedgerRow[]; readonly place: FeedPlace }>;
   /**
    * Adds to an account's prepaid balance (a top-up), or makes it unbilled by
    * balance. The balance is the meter's own: charged calls deduct from it in

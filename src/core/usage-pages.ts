@@ -1,10 +1,12 @@
 import { createHash } from "node:crypto";
-import type { LedgerPlace, LedgerRow, Meter, TotalPlace, UsageQuery, UsageReport, UsageSums } from "./meter.ts";
+import type { FeedPlace, LedgerPlace, LedgerRow, Meter, TotalPlace, UsageQuery, UsageReport, UsageSums } from "./meter.ts";
 import { usageSums } from "./meter.ts";
 
 // The usage ledger a page at a time (AIP-158): its calls (`callPage`) and its
 // totals (`totalsPage`). A page's token holds where it ended in the list's
 // order and a digest of the filter it was made under, never a position.
+// And its calls in the order they were committed (`followCalls`), from a
+// cursor a follower keeps.
 
 /** Calls a page holds when the request names no size (AIP-158: the API's documented default). */
 export const defaultCallPageSize = 1000;
@@ -30,11 +32,13 @@ export interface CallPage {
 /**
  * A page size or token the request cannot use: an RPC's `invalid_argument`;
  * for a team, a token is the spec's 4015 (wrong page token), a size a 4003.
+ * "folded": a follower's cursor that calls after it were folded past
+ * retention since (`followCalls`): `out_of_range`.
  */
 export class UsagePageError extends Error {
   override name = "UsagePageError";
-  readonly of: "size" | "token";
-  constructor(of: "size" | "token", message: string) {
+  readonly of: "size" | "token" | "folded";
+  constructor(of: "size" | "token" | "folded", message: string) {
     super(message);
     this.of = of;
   }
@@ -152,4 +156,42 @@ export async function totalsPage(meter: Pick<Meter, "query">, request: UsagePage
     sums: report.sums ?? usageSums(report.totals),
     nextPageToken: more && last !== undefined ? encode([last.day, last.account ?? "", last.operation ?? "", last.code, last.charge, last.clientIp ?? ""], digest) : "",
   };
+}
+
+/** What a follower of the ledger is given (`followCalls`). */
+export interface FeedPage {
+  /** In the order the ledger committed them, each after the cursor asked with. */
+  readonly rows: readonly LedgerRow[];
+  /** Where this answer ends, to ask with for the calls after: never empty. */
+  readonly cursor: string;
+  /** Fewer calls than asked for came: nothing more can be given now (the shared store can still hold back a call committed a moment ago, `Meter.feed`). */
+  readonly caughtUp: boolean;
+}
+
+/**
+ * The ledger's calls in the order it committed them, read on from a
+ * follower's cursor (`Meter.feed`): a billing system that keeps the cursor
+ * of each answer is given every call exactly once, whenever it stops and
+ * starts again, with no day or time to choose and nothing to deduplicate.
+ * `callPage` lists a filter newest first, and a listing started never sees
+ * the calls recorded after it; this is the other way round, and sees
+ * nothing else. A cursor is good only on the store that gave it; once calls
+ * after it were folded past retention, it is refused ("folded") instead of
+ * passing over them in silence.
+ */
+export async function followCalls(meter: Pick<Meter, "feed">, request: { readonly cursor?: string | undefined; readonly pageSize?: number | undefined }): Promise<FeedPage> {
+  const take = pageSize(request.pageSize, defaultCallPageSize, maxCallPageSize);
+  const after = request.cursor ? feedPlace(request.cursor) : undefined;
+  const { rows, place } = await meter.feed(after, take);
+  return { rows, cursor: Buffer.from(JSON.stringify(["feed", place]), "utf8").toString("base64url"), caughtUp: rows.length < take };
+}
+
+function feedPlace(cursor: string): FeedPlace {
+  try {
+    const fields = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8")) as unknown;
+    if (Array.isArray(fields) && fields.length === 2 && fields[0] === "feed" && isText(fields[1])) return fields[1];
+  } catch {
+    // below
+  }
+  throw new UsagePageError("token", "the cursor is not one this gateway gave");
 }

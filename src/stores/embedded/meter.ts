@@ -2,7 +2,7 @@ import type { DatabaseSync, SQLInputValue, StatementSync } from "node:sqlite";
 import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
-import { BalanceReferenceConflict, type Admission, type BalanceChange, type BalanceRecord, type LedgerPlace, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageQuery, type UsageReport, type UsageSummary } from "../../core/meter.ts";
+import { BalanceReferenceConflict, type Admission, type BalanceChange, type BalanceRecord, type FeedPlace, type LedgerPlace, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageQuery, type UsageReport, type UsageSummary } from "../../core/meter.ts";
 import { statfsSync } from "node:fs";
 import { errorCodeInfo } from "../../contract/error-codes.ts";
 import { previousDay } from "../../core/clock.ts";
@@ -14,6 +14,7 @@ import type { Micros } from "../../core/money.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { readTransaction, writeTransaction } from "./sqlite-database.ts";
 import { InThreadReader, type SqlReader } from "./sql-reader.ts";
+import { UsagePageError } from "../../core/usage-pages.ts";
 import { keptMs, type IdempotencyKey, type KeyClaim, type TakenKey } from "../../core/idempotency.ts";
 
 export interface SqliteMeterOptions {
@@ -70,7 +71,7 @@ const maxHeldRefusals = 100_000;
 
 /** Ledger rows written by one insert statement at most (12 values each). */
 const maxRowsPerInsert = 32;
-const ledgerColumns = "request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip";
+const ledgerColumns = "rowid, request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip";
 
 interface Queued {
   readonly row: LedgerRow;
@@ -143,7 +144,7 @@ export class SqliteMeter implements Meter {
    */
   private readonly summaries = new Map<string, { day: string; summary: { today: number; yesterday: number; before: number } }>();
   private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
-  private readonly sql: Record<"count" | "deduct" | "topUp" | "unbilled" | "balanceChange" | "balanceChanges" | "balanceOf" | "sums" | "refusal" | "refusalAddresses" | "arrival" | "keptKey" | "keepKey" | "pruneKeys" | "referenced", StatementSync>;
+  private readonly sql: Record<"nextSeq" | "count" | "deduct" | "topUp" | "unbilled" | "balanceChange" | "balanceChanges" | "balanceOf" | "sums" | "refusal" | "refusalAddresses" | "arrival" | "keptKey" | "keepKey" | "pruneKeys" | "referenced", StatementSync>;
   /** The ledger inserts by number of rows (insertRows). */
   private readonly inserts: StatementSync[] = [];
   private readonly refusals = new Map<string, RefusalCount>();
@@ -160,6 +161,8 @@ export class SqliteMeter implements Meter {
     this.options = { ...defaultMeterOptions, ...options };
     this.reader = this.options.reader ?? new InThreadReader(db);
     this.sql = {
+      // The sequence number of a batch's first row (feed): past every row held and every row folded, so none is reused.
+      nextSeq: db.prepare("SELECT max(coalesce((SELECT max(rowid) FROM ledger), 0), (SELECT folded_through FROM ledger_feed)) + 1 AS n"),
       count: db.prepare(
         "INSERT INTO usage_daily (account, day, charged) VALUES (?, ?, ?) ON CONFLICT (account, day) DO UPDATE SET charged = charged + excluded.charged",
       ),
@@ -360,7 +363,7 @@ export class SqliteMeter implements Meter {
   private insertRows(n: number): StatementSync {
     let statement = this.inserts[n];
     if (statement === undefined) {
-      const tuple = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+      const tuple = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
       statement = this.db.prepare(`INSERT INTO ledger (${ledgerColumns}) VALUES ${Array.from({ length: n }, () => tuple).join(", ")}`);
       this.inserts[n] = statement;
     }
@@ -440,12 +443,14 @@ export class SqliteMeter implements Meter {
       this.transaction(() => {
         const counts = new Map<string, { account: string; day: string; calls: number }>();
         const deductions = new Map<string, bigint>();
+        // Each row's sequence number, in commit order: the order `feed` gives them in.
+        let seq = Number((this.sql.nextSeq.get() as { n: number | bigint }).n);
         for (let i = 0; i < rows.length; i += maxRowsPerInsert) {
           const n = Math.min(maxRowsPerInsert, rows.length - i);
           const values: SQLInputValue[] = [];
           for (let j = i; j < i + n; j++) {
             const row = rows[j]!.row;
-            values.push(row.requestId, row.at, row.day, row.account ?? null, row.operation ?? null, row.code, row.charge, row.price, row.cacheHit ? 1 : 0, row.latencyMicros, row.transport, row.clientIp ?? null);
+            values.push(seq++, row.requestId, row.at, row.day, row.account ?? null, row.operation ?? null, row.code, row.charge, row.price, row.cacheHit ? 1 : 0, row.latencyMicros, row.transport, row.clientIp ?? null);
           }
           this.insertRows(n).run(...values);
         }
@@ -653,30 +658,73 @@ export class SqliteMeter implements Meter {
    * Retention: folds the ledger rows of days before `beforeDay` into per-day
    * totals and deletes them, with the counted refusals of those days. Day
    * counts (api_info) are kept apart and stay. Returns the rows removed.
+   *
+   * The rows folded are those committed before the first row of `beforeDay`
+   * or later (by sequence number, `feed`'s order), so what is gone is always
+   * the start of that order and a follower's cursor is either past it or
+   * refused, never passed over a hole. A row of an earlier day committed
+   * after that first one (accounts in zones a day apart) stays until a
+   * later run: it outlives retention by a day at most.
    */
   expire(beforeDay: string): number {
     let removed = 0;
     const e = this.transaction(() => {
-      this.db
-        .prepare(
-          `INSERT INTO ledger_daily_totals (day, account, operation, error_code, charge, calls, amount, cache_hits)
-           SELECT day, coalesce(account, ''), coalesce(operation, ''), error_code, charge, count(*), sum(price), sum(cache_hit) FROM ledger WHERE day < ?
-           GROUP BY 1, 2, 3, 4, 5
-           ON CONFLICT (day, account, operation, error_code, charge)
-           DO UPDATE SET calls = calls + excluded.calls, amount = amount + excluded.amount, cache_hits = cache_hits + excluded.cache_hits`,
-        )
-        .run(beforeDay);
-      removed = Number(this.db.prepare("DELETE FROM ledger WHERE day < ?").run(beforeDay).changes);
+      // Read in sequence order from the oldest row, so the cost is the rows folded, not the ledger.
+      const first = this.db.prepare("SELECT rowid AS seq FROM ledger WHERE +day >= ? ORDER BY rowid LIMIT 1").get(beforeDay) as { seq: number } | undefined;
+      const bound = first === undefined ? Number.MAX_SAFE_INTEGER : first.seq;
+      const last = (this.db.prepare("SELECT max(rowid) AS seq FROM ledger WHERE rowid < ?").get(bound) as { seq: number | null }).seq;
+      if (last !== null) {
+        this.db
+          .prepare(
+            `INSERT INTO ledger_daily_totals (day, account, operation, error_code, charge, calls, amount, cache_hits)
+             SELECT day, coalesce(account, ''), coalesce(operation, ''), error_code, charge, count(*), sum(price), sum(cache_hit) FROM ledger WHERE rowid <= ?
+             GROUP BY 1, 2, 3, 4, 5
+             ON CONFLICT (day, account, operation, error_code, charge)
+             DO UPDATE SET calls = calls + excluded.calls, amount = amount + excluded.amount, cache_hits = cache_hits + excluded.cache_hits`,
+          )
+          .run(last);
+        removed = Number(this.db.prepare("DELETE FROM ledger WHERE rowid <= ?").run(last).changes);
+        this.db.prepare("UPDATE ledger_feed SET folded_through = max(folded_through, ?)").run(last);
+      }
       this.db.prepare("DELETE FROM refusals WHERE day < ?").run(beforeDay);
     });
     if (e !== undefined) throw e;
     return removed;
   }
 
+  /**
+   * The ledger in commit order: a row's sequence number (its rowid) is
+   * given at its commit, counting on from every row held or folded, and
+   * one process writes the ledger, one transaction at a time. So a read
+   * that sees a row sees every row before it, and a row committed later
+   * has a higher number: a place given is never passed over.
+   */
+  async feed(after: FeedPlace | undefined, limit: number): Promise<{ rows: LedgerRow[]; place: FeedPlace }> {
+    const from = after === undefined ? 0 : feedSeq(after);
+    // The rows and the fold mark in one read, as one moment left them.
+    const [rows, marks] = await this.reader.read([
+      { sql: "SELECT rowid AS seq, * FROM ledger WHERE rowid > :from ORDER BY rowid LIMIT :limit", params: { from, limit: Math.max(0, Math.floor(limit)) }, bigints: true },
+      { sql: "SELECT folded_through FROM ledger_feed", params: {} },
+    ]);
+    const folded = Number(marks![0]?.folded_through ?? 0);
+    if (after !== undefined && from < folded) {
+      throw new UsagePageError("folded", `calls after this cursor were folded past retention (GATEWAY_LEDGER_RETENTION_DAYS) into per-day totals before they were read; follow again from the start (an empty cursor) and take the days folded from QueryUsage's totals`);
+    }
+    const last = rows!.at(-1);
+    return { rows: rows!.map(rowFromSql), place: `e${last === undefined ? Math.max(from, folded) : Number(last.seq)}` };
+  }
+
   /** The newest request id in the ledger, so a restarted process never reuses one. */
   lastRequestId(): string | undefined {
     return (this.db.prepare("SELECT max(request_id) AS id FROM ledger").get() as { id: string | null }).id ?? undefined;
   }
+}
+
+/** A place the embedded store's `feed` gave: "e" and a row's sequence number. */
+function feedSeq(place: FeedPlace): number {
+  const m = /^e(0|[1-9][0-9]{0,15})$/.exec(place);
+  if (m === null || !Number.isSafeInteger(Number(m[1]))) throw new UsagePageError("token", "the cursor was not given by this gateway's store (the embedded store's cursors are its own; in shared mode, the shared store's)");
+  return Number(m[1]);
 }
 
 /** The order calls are listed in (LedgerPlace): the order of the ledger's indexes, then request id. */

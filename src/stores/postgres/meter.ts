@@ -3,7 +3,7 @@ import type pg from "pg";
 import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
-import { BalanceReferenceConflict, type Admission, type BalanceChange, type BalanceRecord, type LedgerPlace, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageQuery, type UsageReport, type UsageSummary } from "../../core/meter.ts";
+import { BalanceReferenceConflict, type Admission, type BalanceChange, type BalanceRecord, type FeedPlace, type LedgerPlace, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageQuery, type UsageReport, type UsageSummary } from "../../core/meter.ts";
 import { rateBounds } from "../../core/call-rate.ts";
 import { balanceShort, concurrencyReached, dailyMaxReached, rateReached } from "../../core/limit-refusals.ts";
 import type { Micros } from "../../core/money.ts";
@@ -12,6 +12,7 @@ import { RefusalAddresses } from "../../core/refusal-addresses.ts";
 import { databaseFault, databaseUnreachable } from "./postgres-database.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { keptMs, type IdempotencyKey, type KeyClaim, type TakenKey } from "../../core/idempotency.ts";
+import { UsagePageError } from "../../core/usage-pages.ts";
 
 export interface PostgresMeterOptions {
   /** This replica's name on its leases. */
@@ -503,6 +504,30 @@ export class PostgresMeter implements Meter {
   }
 
   /**
+   * The ledger in commit order, across every replica: each row holds the id
+   * of the transaction that wrote it (a batch's commit is one), and rows come
+   * by transaction, then request id. Transactions commit out of their ids'
+   * order, so a row is given only when its id is below the snapshot's xmin:
+   * every transaction below it has ended, and none can add a row there
+   * later. A transaction still open holds back the rows after it until it
+   * ends; a commit is one statement, so that is milliseconds, unless a
+   * session leaves a write transaction open in the database. Rows from
+   * before the shared store kept transaction ids hold 0 and come first.
+   * The shared store has no retention, so no place is ever folded.
+   */
+  async feed(after: FeedPlace | undefined, limit: number): Promise<{ rows: LedgerRow[]; place: FeedPlace }> {
+    const from = after === undefined ? { txid: "0", requestId: "" } : feedPlace(after);
+    const rows = await this.pool.query<Record<string, unknown>>(
+      `SELECT txid::text AS txid, ${ledgerColumns} FROM ledger
+       WHERE (txid, request_id COLLATE "C") > ($1::xid8, $2::text) AND txid < pg_snapshot_xmin(pg_current_snapshot())
+       ORDER BY txid, request_id COLLATE "C" LIMIT ${Math.max(0, Math.floor(limit))}`,
+      [from.txid, from.requestId],
+    );
+    const last = rows.rows.at(-1);
+    return { rows: rows.rows.map(rowFromSql), place: last === undefined ? `p${from.txid}.${from.requestId}` : `p${String(last.txid)}.${String(last.request_id)}` };
+  }
+
+  /**
    * The conditions of a usage query's filters on the ledger (and the counted
    * refusals and folded totals, which share its columns), and which of those
    * two it can match: calls with no account are counted, not stored, and
@@ -702,7 +727,15 @@ export class PostgresMeter implements Meter {
 }
 
 /** The ledger's columns as a row is read back (bigints as text, for exactness). */
-const ledgerRows = `SELECT request_id, at::text AS at, day, account, operation, error_code, charge, price::text AS price, cache_hit, latency_us::text AS latency_us, transport, client_ip FROM ledger`;
+const ledgerColumns = "request_id, at::text AS at, day, account, operation, error_code, charge, price::text AS price, cache_hit, latency_us::text AS latency_us, transport, client_ip";
+const ledgerRows = `SELECT ${ledgerColumns} FROM ledger`;
+
+/** A place the shared store's `feed` gave: "p", a transaction id, "." and a request id ("p0." is before every row). */
+function feedPlace(place: FeedPlace): { readonly txid: string; readonly requestId: string } {
+  const m = /^p(0|[1-9][0-9]{0,19})\.([\s\S]{0,256})$/.exec(place);
+  if (m === null) throw new UsagePageError("token", "the cursor was not given by this gateway's store (the shared store's cursors are its own; in embedded mode, the embedded store's)");
+  return { txid: m[1]!, requestId: m[2]! };
+}
 
 /**
  * The order calls are listed in (LedgerPlace): the order of the ledger's indexes, then request ids byte by byte, as

@@ -540,6 +540,12 @@ export const migrations: readonly string[] = [
   CREATE INDEX ledger_by_account_day ON ledger (account, day, at);
   DROP INDEX ledger_by_day;
   CREATE INDEX ledger_by_day ON ledger (day, at);`,
+  // 22: the ledger in commit order (core/usage-pages.ts followCalls; the embedded store's step 24): the id of the
+  // transaction that wrote each row, so a follower is given a row only once no transaction before it can still
+  // commit (PostgresMeter.feed). Rows written before hold 0 (a constant default: no rewrite of the table).
+  `ALTER TABLE ledger ADD COLUMN txid xid8 NOT NULL DEFAULT '0';
+  ALTER TABLE ledger ALTER COLUMN txid SET DEFAULT pg_current_xact_id();
+  CREATE INDEX ledger_in_commit_order ON ledger (txid, request_id COLLATE "C");`,
 ];
 
 /** What a call is told when the shared database does not answer. */

@@ -6,7 +6,7 @@ import type { OperationId } from "../../contract/operations.ts";
 import { balanceChangeFields, callFields, usageTotalFields } from "./usage-fields.ts";
 import { AccountAdminError, AccountExistsError, AccountNotFoundError, usageAddress, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
 import { AccountPageError } from "../../core/account-pages.ts";
-import { callPage, UsagePageError, totalsPage } from "../../core/usage-pages.ts";
+import { callPage, followCalls, UsagePageError, totalsPage } from "../../core/usage-pages.ts";
 import type { Account } from "../../core/accounts.ts";
 import { keptUntil } from "../../core/secret-grace.ts";
 import type { AddressLockout } from "../../core/address-lockout.ts";
@@ -177,6 +177,7 @@ export function requireAdminToken(token: string, lockout: AddressLockout, teleme
 function adminError(e: unknown): never {
   if (e instanceof AccountNotFoundError) throw new ConnectError(e.message, Code.NotFound);
   if (e instanceof AccountExistsError) throw new ConnectError(e.message, Code.AlreadyExists);
+  if (e instanceof UsagePageError && e.of === "folded") throw new ConnectError(e.message, Code.OutOfRange);
   if (e instanceof AccountAdminError || e instanceof MoneyError || e instanceof AccountPageError || e instanceof UsagePageError) throw new ConnectError(e.message, Code.InvalidArgument);
   throw e;
 }
@@ -374,6 +375,10 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
             pageToken: req.pageToken,
           });
           return { calls: page.rows.map(rowMessage), nextPageToken: page.nextPageToken };
+        }),
+        followCalls: guarded(async (req) => {
+          const page = await followCalls(meter, { cursor: req.cursor, pageSize: req.pageSize });
+          return { calls: page.rows.map(rowMessage), cursor: page.cursor, caughtUp: page.caughtUp };
         }),
       },
       { interceptors: [...(options.interceptors ?? []), requireAdminToken(options.token, options.lockout, options.telemetry, ports.admins)] },

@@ -1388,6 +1388,74 @@ export declare type ListCallsResponse = Message<"gateway.admin.v1.ListCallsRespo
 export declare const ListCallsResponseSchema: GenMessage<ListCallsResponse>;
 
 /**
+ * Where a follower of the ledger stands. The calls come in the order the ledger
+ * committed them: a call is given once it and every call before it are
+ * committed, so none can turn up behind a cursor later (in shared mode, a
+ * write transaction left open in the database holds the calls after it back
+ * until it ends). A cursor is refused (invalid_argument) by a store that did not
+ * give it, and (out_of_range) once calls after it were folded past retention:
+ * those calls are gone as rows; start again with an empty cursor, and take the
+ * folded days from QueryUsage's totals.
+ *
+ * @generated from message gateway.admin.v1.FollowCallsRequest
+ */
+export declare type FollowCallsRequest = Message<"gateway.admin.v1.FollowCallsRequest"> & {
+  /**
+   * The `cursor` of the answer before; empty: from the oldest call the ledger holds.
+   *
+   * @generated from field: string cursor = 1;
+   */
+  cursor: string;
+
+  /**
+   * Calls an answer, at most 10000 (more is taken as 10000); 0: 1000.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+};
+
+/**
+ * Describes the message gateway.admin.v1.FollowCallsRequest.
+ * Use `create(FollowCallsRequestSchema)` to create a new message.
+ */
+export declare const FollowCallsRequestSchema: GenMessage<FollowCallsRequest>;
+
+/**
+ * @generated from message gateway.admin.v1.FollowCallsResponse
+ */
+export declare type FollowCallsResponse = Message<"gateway.admin.v1.FollowCallsResponse"> & {
+  /**
+   * The calls after the cursor asked with, in commit order.
+   *
+   * @generated from field: repeated gateway.admin.v1.UsageRow calls = 1;
+   */
+  calls: UsageRow[];
+
+  /**
+   * Where this answer ends: keep it, and ask with it for the calls after. Never empty.
+   *
+   * @generated from field: string cursor = 2;
+   */
+  cursor: string;
+
+  /**
+   * Fewer calls than the page size came: nothing more can be given now. Ask again later with `cursor`
+   * (a second or so apart). In shared mode a call committed a moment ago can still be held back behind a
+   * transaction that has not ended; it comes in a later answer, never behind the cursor.
+   *
+   * @generated from field: bool caught_up = 3;
+   */
+  caughtUp: boolean;
+};
+
+/**
+ * Describes the message gateway.admin.v1.FollowCallsResponse.
+ * Use `create(FollowCallsResponseSchema)` to create a new message.
+ */
+export declare const FollowCallsResponseSchema: GenMessage<FollowCallsResponse>;
+
+/**
  * @generated from message gateway.admin.v1.UsageTotal
  */
 export declare type UsageTotal = Message<"gateway.admin.v1.UsageTotal"> & {
@@ -2220,6 +2288,18 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof ListCallsRequestSchema;
     output: typeof ListCallsResponseSchema;
+  },
+  /**
+   * Every call made with an account, in the order the ledger committed them,
+   * read on from a cursor: what a billing system follows the ledger with,
+   * each call once, wherever it stopped (README, "Following the ledger").
+   *
+   * @generated from rpc gateway.admin.v1.AdminService.FollowCalls
+   */
+  followCalls: {
+    methodKind: "unary";
+    input: typeof FollowCallsRequestSchema;
+    output: typeof FollowCallsResponseSchema;
   },
   /**
    * Sets where and when the account is told of its usage and balance, by a

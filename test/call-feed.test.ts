@@ -1,0 +1,412 @@
+// Following the ledger: the AdminService's FollowCalls and `gateway feed`. ListCalls lists a filter newest first, and a
+// listing started never sees the calls recorded after it; a billing system that keeps its books in step with the
+// gateway needs the other way round: every call once, in the order the ledger committed it, from where it last
+// stopped. On both stores, a follower at any page size is given exactly the calls committed, each once, whenever it
+// reads; on the embedded store, retention folds only the start of that order and refuses a cursor it passed over, and
+// a sequence number is never given twice; on the shared store, a transaction still open holds back the calls after
+// it, so none can turn up behind a cursor already given.
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { LedgerRow, Meter } from "../src/core/meter.ts";
+import { followCalls } from "../src/core/usage-pages.ts";
+import { AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
+import { ErrorCode } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { SqliteMeter } from "../src/stores/embedded/meter.ts";
+import { InThreadReader } from "../src/stores/embedded/sql-reader.ts";
+import { openDatabase } from "../src/stores/embedded/sqlite-database.ts";
+import { PostgresMeter } from "../src/stores/postgres/meter.ts";
+import { migrateSchema, openPostgres } from "../src/stores/postgres/postgres-database.ts";
+import { root, runCli } from "./support/cli.ts";
+import { readCsv } from "./support/csv.ts";
+import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { freshDatabase } from "./support/postgres.ts";
+
+let ids = 0;
+/** A charged call of `account` on `day`, with an id no other row of this file has. */
+function row(account: string, day = "2026-11-20"): LedgerRow {
+  const n = ids++;
+  return {
+    requestId: `gw-feed.${(0x7a000000 + n * 13).toString(16)}`,
+    at: 1_795_000_000_000 + n,
+    day,
+    account,
+    operation: "retail/item_get",
+    code: ErrorCode.SUCCESS,
+    charge: "charged",
+    price: 0n,
+    cacheHit: n % 2 === 0,
+    latencyMicros: 100 + n,
+    transport: "legacy",
+    clientIp: "192.0.2.1",
+  };
+}
+
+/** Records rows through the meter's own commit path (a group commit: one or more batches), resolved once durable. */
+const record = (meter: Meter, rows: readonly LedgerRow[]) => Promise.all(rows.map((r) => meter.record(r, undefined)));
+
+/** Follows from `cursor` at `pageSize` until caught up: the ids given, the cursor kept, and the answers it took. */
+async function follow(meter: Pick<Meter, "feed">, cursor: string, pageSize: number): Promise<{ ids: string[]; cursor: string; answers: number }> {
+  const given: string[] = [];
+  let answers = 0;
+  for (;;) {
+    const page = await followCalls(meter, { cursor, pageSize });
+    expect(page.rows.length).toBeLessThanOrEqual(pageSize);
+    expect(page.cursor).not.toBe("");
+    given.push(...page.rows.map((r) => r.requestId));
+    cursor = page.cursor;
+    answers++;
+    // A follower that never catches up ends here, failed, rather than never.
+    expect(answers).toBeLessThanOrEqual(5000);
+    if (page.caughtUp) return { ids: given, cursor, answers };
+  }
+}
+
+interface Store {
+  readonly meter: Meter;
+  readonly kind: "embedded" | "shared";
+  close(): Promise<void>;
+}
+
+function embedded(): Store & { readonly meter: SqliteMeter; readonly dir: string } {
+  const dir = mkdtempSync(join(tmpdir(), "gateway-feed-"));
+  const db = openDatabase(join(dir, "gateway.db"));
+  const meter = new SqliteMeter(db, { reader: new InThreadReader(db) });
+  return {
+    meter,
+    kind: "embedded",
+    dir,
+    async close() {
+      db.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+async function shared(): Promise<Store & { readonly pool: pg.Pool }> {
+  const own = await freshDatabase("call_feed");
+  const pool = openPostgres(own.url, { max: 4 });
+  await migrateSchema(pool);
+  const meter = new PostgresMeter(pool, { holder: "feed" });
+  return {
+    meter,
+    kind: "shared",
+    pool,
+    async close() {
+      meter.close();
+      await pool.end();
+      await own.drop();
+    },
+  };
+}
+
+describe.each([
+  ["the embedded store", async () => embedded() as Store],
+  ["the shared store (PostgreSQL)", shared as () => Promise<Store>],
+])("following the ledger, %s", (_name, open) => {
+  let store: Store;
+  /** The rows recorded, batch by batch, in the order their batches committed. */
+  const batches: LedgerRow[][] = [];
+  beforeAll(async () => {
+    store = await open();
+    // 37 group commits of 1 to 73 rows, of three accounts, one after another.
+    for (let b = 0; b < 37; b++) {
+      const batch = Array.from({ length: 1 + ((b * 29) % 73) }, (_, i) => row(`acct${(b + i) % 3}`));
+      await record(store.meter, batch);
+      batches.push(batch);
+    }
+  }, 60_000);
+  afterAll(() => store.close());
+
+  it("gives every call committed exactly once, in commit order, at any page size", async () => {
+    const all = batches.flat().map((r) => r.requestId);
+    const batchOf = new Map(batches.flatMap((b, i) => b.map((r) => [r.requestId, i] as const)));
+    for (const size of [1, 7, 64, 1000, 10_000]) {
+      const { ids: given, answers } = await follow(store.meter, "", size);
+      expect(given).toHaveLength(all.length);
+      expect(new Set(given)).toEqual(new Set(all));
+      // Commit order: the embedded store's is each row's own; the shared store's by commit, then request id.
+      if (store.kind === "embedded") expect(given).toEqual(all);
+      else {
+        const seen = given.map((id) => batchOf.get(id)!);
+        expect(seen).toEqual([...seen].sort((a, b) => a - b));
+      }
+      // Answers: the full pages, and the one that came short (caught up).
+      expect(answers).toBe(Math.floor(all.length / size) + 1);
+    }
+  });
+
+  it("gives the calls committed after a cursor, and only those, however the follower's reads and the commits interleave", async () => {
+    const start = await follow(store.meter, "", 10_000);
+    let cursor = start.cursor;
+    const later: string[] = [];
+    const given: string[] = [];
+    for (let round = 0; round < 12; round++) {
+      const batch = Array.from({ length: 1 + ((round * 17) % 40) }, (_, i) => row(`acct${i % 3}`));
+      // The follower reads while the commit is on its way, and again after it.
+      const [page] = await Promise.all([followCalls(store.meter, { cursor, pageSize: 5 }), record(store.meter, batch)]);
+      given.push(...page.rows.map((r) => r.requestId));
+      later.push(...batch.map((r) => r.requestId));
+      const rest = await follow(store.meter, page.cursor, 5 + round);
+      given.push(...rest.ids);
+      cursor = rest.cursor;
+    }
+    expect(given).toHaveLength(later.length);
+    expect(new Set(given)).toEqual(new Set(later));
+  });
+
+  it("keeps its cursor while nothing new is committed, and says it is caught up", async () => {
+    const { cursor } = await follow(store.meter, "", 10_000);
+    const again = await followCalls(store.meter, { cursor, pageSize: 10 });
+    expect(again).toEqual({ rows: [], cursor, caughtUp: true });
+    // A page exactly as long as what is left is not caught up yet: the next answer says so, with nothing in it.
+    const two = [row("acct0"), row("acct1")];
+    await record(store.meter, two);
+    const full = await followCalls(store.meter, { cursor, pageSize: 2 });
+    expect(full.rows.map((r) => r.requestId).sort()).toEqual(two.map((r) => r.requestId).sort());
+    expect(full.caughtUp).toBe(false);
+    expect(await followCalls(store.meter, { cursor: full.cursor, pageSize: 2 })).toEqual({ rows: [], cursor: full.cursor, caughtUp: true });
+    // Rows come whole, as ListCalls gives them.
+    expect(full.rows.find((r) => r.requestId === two[0]!.requestId)).toEqual(two[0]);
+  });
+
+  it("refuses a cursor it did not give, another store's, and a page size below 0", async () => {
+    const foreign = Buffer.from(JSON.stringify(["feed", store.kind === "embedded" ? "p123.gw-1.abc" : "e42"])).toString("base64url");
+    for (const cursor of ["garbage", Buffer.from('["feed"]').toString("base64url"), Buffer.from('["feed","e-1"]').toString("base64url"), foreign]) {
+      await expect(followCalls(store.meter, { cursor, pageSize: 10 })).rejects.toMatchObject({ name: "UsagePageError", of: "token" });
+    }
+    await expect(followCalls(store.meter, { cursor: "", pageSize: -1 })).rejects.toMatchObject({ name: "UsagePageError", of: "size" });
+    // 0 is the default page, 1000; more than 10,000 is taken as 10,000.
+    expect((await followCalls(store.meter, { cursor: "", pageSize: 0 })).rows.length).toBe(Math.min(1000, batches.flat().length + 200));
+  });
+});
+
+describe("following the ledger across retention, the embedded store", () => {
+  it("folds only the start of the commit order, refuses a cursor it passed over, and never gives a sequence number twice", async () => {
+    const store = embedded();
+    try {
+      const { meter } = store;
+      const before = await followCalls(meter, { cursor: "", pageSize: 10 });
+      expect(before).toMatchObject({ rows: [], caughtUp: true });
+      // Committed one after another: an account a day ahead (r2) commits before an account a day behind (r3).
+      const [r1, r2, r3, r4] = [row("east", "2026-01-01"), row("west", "2026-01-03"), row("east", "2026-01-01"), row("west", "2026-01-02")];
+      for (const r of [r1, r2, r3, r4]) await record(meter, [r]);
+      const a = await followCalls(meter, { cursor: "", pageSize: 1 });
+      expect(a.rows.map((r) => r.requestId)).toEqual([r1.requestId]);
+
+      // Days before 2026-01-02: r1 is folded; r3 is of such a day too, but committed after r2, so it stays.
+      expect(meter.expire("2026-01-02")).toBe(1);
+      const totals = await meter.query({ from: "2026-01-01", to: "2026-01-01" });
+      expect(totals.totals.reduce((n, t) => n + t.calls, 0)).toBe(2);
+      // A follower past r1 misses nothing: it is given the rest.
+      const rest = await follow(meter, a.cursor, 2);
+      expect(rest.ids).toEqual([r2, r3, r4].map((r) => r.requestId));
+      // A follower that had not read r1 is told so, not passed over it.
+      await expect(followCalls(meter, { cursor: before.cursor, pageSize: 10 })).rejects.toMatchObject({ name: "UsagePageError", of: "folded" });
+      // Starting again from the start is what the ledger still holds.
+      expect((await follow(meter, "", 10)).ids).toEqual([r2, r3, r4].map((r) => r.requestId));
+
+      // The next day's run folds r2 to r4 (before r5, the first row it keeps).
+      const r5 = row("west", "2026-01-04");
+      await record(meter, [r5]);
+      expect(meter.expire("2026-01-04")).toBe(3);
+      const b = await follow(meter, rest.cursor, 10);
+      expect(b.ids).toEqual([r5.requestId]);
+
+      // Everything folded: the next row's number is past the last one folded, so a follower there is given it.
+      expect(meter.expire("2026-01-05")).toBe(1);
+      const fresh = await follow(meter, "", 10);
+      expect(fresh.ids).toEqual([]);
+      const r6 = row("east", "2026-01-06");
+      await record(meter, [r6]);
+      expect((await follow(meter, b.cursor, 10)).ids).toEqual([r6.requestId]);
+      // And so is one that started on the empty ledger.
+      expect((await follow(meter, fresh.cursor, 10)).ids).toEqual([r6.requestId]);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe("following the ledger, the shared store", () => {
+  it("holds back the calls committed after a transaction still open, and gives them once it ends, none passed over", async () => {
+    const store = await shared();
+    try {
+      const { meter, pool } = store;
+      const start = await follow(meter, "", 100);
+      // A transaction that writes a ledger row and stays open: its id is below every later commit's.
+      const open = await pool.connect();
+      try {
+        await open.query("BEGIN");
+        const slow = row("slow");
+        await open.query(
+          "INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+          [slow.requestId, slow.at, slow.day, slow.account, slow.operation, slow.code, slow.charge, slow.price, slow.cacheHit, slow.latencyMicros, slow.transport, slow.clientIp],
+        );
+        const fast = [row("fast"), row("fast"), row("fast")];
+        await record(meter, fast);
+        // Committed, but behind the open transaction: not given yet, and the cursor does not move past it.
+        const held = await followCalls(meter, { cursor: start.cursor, pageSize: 100 });
+        expect(held).toEqual({ rows: [], cursor: start.cursor, caughtUp: true });
+        await open.query("COMMIT");
+        const after = await follow(meter, start.cursor, 100);
+        expect(after.ids[0]).toBe(slow.requestId);
+        expect(after.ids.slice(1).sort()).toEqual(fast.map((r) => r.requestId).sort());
+      } finally {
+        open.release();
+      }
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("gives rows written before it kept transaction ids first, and reads a page from its index, never sorting the ledger", async () => {
+    const store = await shared();
+    try {
+      const { meter, pool } = store;
+      const old = [row("old"), row("old")];
+      // As an upgraded store holds them: written before step 22's column, so with its constant 0.
+      for (const r of old) {
+        await pool.query(
+          "INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, txid) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '0')",
+          [r.requestId, r.at, r.day, r.account, r.operation, r.code, r.charge, r.price, r.cacheHit, r.latencyMicros, r.transport],
+        );
+      }
+      const newer = [row("new"), row("new")];
+      await record(meter, newer);
+      expect((await follow(meter, "", 1)).ids).toEqual([...old.map((r) => r.requestId).sort(), ...newer.map((r) => r.requestId).sort()]);
+      const client = await pool.connect();
+      try {
+        await client.query("SET enable_sort = off");
+        await client.query("SET enable_seqscan = off");
+        const plan = await client.query<{ "QUERY PLAN": string }>(
+          `EXPLAIN SELECT * FROM ledger WHERE (txid, request_id COLLATE "C") > ('5'::xid8, 'x'::text) AND txid < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY txid, request_id COLLATE "C" LIMIT 10`,
+        );
+        const text = plan.rows.map((r) => r["QUERY PLAN"]).join(" | ");
+        expect(text).toContain("ledger_in_commit_order");
+        expect(text).not.toMatch(/Sort/);
+      } finally {
+        client.release();
+      }
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe("following the ledger over a running gateway", () => {
+  let gw: GatewayFixture;
+  beforeAll(async () => {
+    gw = await startGateway();
+  });
+  afterAll(() => gw.close());
+
+  const call = async () => {
+    const r = await legacyGet(gw.base, "/retail/item_get/", { key: gw.account.key, secret: gw.account.secret, num_iid: demo.retailNumIid });
+    expect(r.json.error_code).toBe("0000");
+    return r.json.request_id as string;
+  };
+
+  it("FollowCalls gives an operator every call over Connect and gRPC, refuses a cursor it did not give (invalid_argument) and one that retention passed over (out_of_range)", async () => {
+    const made = [await call(), await call(), await call()];
+    const headers = { authorization: `Bearer ${adminToken}` };
+    for (const transport of [createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }), createGrpcTransport({ baseUrl: gw.base })]) {
+      const admin = createClient(AdminService, transport);
+      const first = await admin.followCalls({ pageSize: 2 }, { headers });
+      expect(first.calls.map((c) => c.requestId)).toEqual(made.slice(0, 2));
+      expect(first.caughtUp).toBe(false);
+      expect(first.calls[0]!.account).toBe(gw.account.key);
+      const second = await admin.followCalls({ cursor: first.cursor, pageSize: 2 }, { headers });
+      expect(second.calls.map((c) => c.requestId)).toEqual(made.slice(2));
+      expect(second.caughtUp).toBe(true);
+      const refused = await admin.followCalls({ cursor: "not-a-cursor" }, { headers }).catch((e: unknown) => ConnectError.from(e));
+      expect(refused).toMatchObject({ code: Code.InvalidArgument });
+      const negative = await admin.followCalls({ pageSize: -1 }, { headers }).catch((e: unknown) => ConnectError.from(e));
+      expect(negative).toMatchObject({ code: Code.InvalidArgument });
+      const unauthenticated = await admin.followCalls({}).catch((e: unknown) => ConnectError.from(e));
+      expect(unauthenticated).toMatchObject({ code: Code.Unauthenticated });
+    }
+    const admin = createClient(AdminService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }));
+    const one = await admin.followCalls({ pageSize: 1 }, { headers });
+    // Every row folded (retention of every day before 9999-12-31): the cursor before two of them is out of range.
+    (gw.runtime.meter as SqliteMeter).expire("9999-12-31");
+    const folded = await admin.followCalls({ cursor: one.cursor }, { headers }).catch((e: unknown) => ConnectError.from(e));
+    expect(folded).toMatchObject({ code: Code.OutOfRange });
+    expect((folded as ConnectError).rawMessage).toContain("folded past retention");
+    // From the start again: nothing held; the next call is given.
+    const restart = await admin.followCalls({}, { headers });
+    expect(restart.calls).toEqual([]);
+    const next = await call();
+    expect((await admin.followCalls({ cursor: restart.cursor }, { headers })).calls.map((c) => c.requestId)).toEqual([next]);
+  });
+
+  it("`gateway feed` writes each call once across runs, saving its cursor, follows calls as they commit until SIGTERM, and refuses a cursor file it cannot use", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "gateway-feed-cli-"));
+    try {
+      const env = { GATEWAY_DATA_DIR: gw.config.dataDir };
+      const file = join(dir, "cursor");
+      // The request ids of a CSV feed, under its header.
+      const idsOf = (csv: string) => {
+        const [header, ...rows] = readCsv(csv);
+        expect(header![0]).toBe("request_id");
+        return rows.map((r) => r[0]);
+      };
+      const whole = await runCli(["feed", "--csv"], env);
+      expect(whole.code, whole.stderr).toBe(0);
+      const before = idsOf(whole.stdout);
+      expect(before.length).toBeGreaterThan(0);
+      const first = await runCli(["feed", "--cursor-file", file, "--csv"], env);
+      expect(first.code, first.stderr).toBe(0);
+      expect(idsOf(first.stdout)).toEqual(before);
+      const made = [await call(), await call()];
+      const second = await runCli(["feed", "--cursor-file", file, "--json"], env);
+      expect(second.code, second.stderr).toBe(0);
+      const lines = second.stdout.trim().split("\n").map((l) => JSON.parse(l) as { requestId: string; code: string; account: string });
+      expect(lines.map((l) => l.requestId)).toEqual(made);
+      expect(lines[0]).toMatchObject({ code: "0000", account: gw.account.key });
+      // Nothing new: nothing written, the cursor kept.
+      const kept = readFileSync(file, "utf8");
+      expect(await runCli(["feed", "--cursor-file", file], env)).toMatchObject({ code: 0, stdout: "" });
+      expect(readFileSync(file, "utf8")).toBe(kept);
+
+      // --follow: a call made while it runs is written as it commits; SIGTERM ends it after its page, exit 0.
+      const child = spawn(process.execPath, [join(root, "bin", "gateway.js"), "feed", "--cursor-file", file, "--follow", "--every", "0.1", "--json"], {
+        env: { ...process.env, ...env },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let out = "";
+      let err = "";
+      child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+      child.stderr.on("data", (d: Buffer) => (err += d.toString()));
+      // Started once it has saved nothing and written nothing for a moment; then a call.
+      await new Promise((r) => setTimeout(r, 1500));
+      const live = await call();
+      const until = Date.now() + 20_000;
+      while (!out.includes(live) && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+      expect(out, err).toContain(live);
+      child.kill("SIGTERM");
+      const [code] = (await once(child, "exit")) as [number | null];
+      expect(code, err).toBe(0);
+      expect(err).toBe("");
+      expect(await runCli(["feed", "--cursor-file", file], env)).toMatchObject({ code: 0, stdout: "" });
+      expect(existsSync(`${file}.tmp`)).toBe(false);
+
+      // A cursor file it did not write: exit 2, one line, nothing on stdout.
+      writeFileSync(join(dir, "bad"), "not-a-cursor\n");
+      const bad = await runCli(["feed", "--cursor-file", join(dir, "bad")], env);
+      expect(bad.code).toBe(2);
+      expect(bad.stdout).toBe("");
+      expect(bad.stderr.trim().split("\n")).toHaveLength(1);
+      expect(bad.stderr).toContain("the cursor is not one this gateway gave");
+      expect((await runCli(["feed", "--every", "0"], env)).code).toBe(2);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
