@@ -178,9 +178,15 @@ describe.each([
 
   it("refuses a cursor it did not give, another store's, and a page size below 0", async () => {
     const foreign = Buffer.from(JSON.stringify(["feed", store.kind === "embedded" ? "p123.gw-1.abc" : "e42"])).toString("base64url");
-    for (const cursor of ["garbage", Buffer.from('["feed"]').toString("base64url"), Buffer.from('["feed","e-1"]').toString("base64url"), foreign]) {
-      await expect(followCalls(store.meter, { cursor, pageSize: 10 })).rejects.toMatchObject({ name: "UsagePageError", of: "token" });
+    const made = (place: string) => Buffer.from(JSON.stringify(["feed", place])).toString("base64url");
+    // Made up: numbers past what the store counts in (a 64-bit transaction id, a safe integer), a NUL in a request id.
+    const hostile = store.kind === "embedded" ? ["e-1", "e9007199254740993", "e99999999999999999", "e1 "] : ["p18446744073709551616.gw-1.a", "p1.gw\u0000", "p01.gw", "p1"];
+    for (const cursor of ["garbage", Buffer.from('["feed"]').toString("base64url"), foreign, ...hostile.map(made)]) {
+      await expect(followCalls(store.meter, { cursor, pageSize: 10 }), cursor).rejects.toMatchObject({ name: "UsagePageError", of: "token" });
     }
+    // The last place there can be is a place: nothing after it yet.
+    const last = made(store.kind === "embedded" ? "e9007199254740991" : "p18446744073709551615.~");
+    expect(await followCalls(store.meter, { cursor: last, pageSize: 10 })).toEqual({ rows: [], cursor: last, caughtUp: true });
     await expect(followCalls(store.meter, { cursor: "", pageSize: -1 })).rejects.toMatchObject({ name: "UsagePageError", of: "size" });
     // 0 is the default page, 1000; more than 10,000 is taken as 10,000.
     expect((await followCalls(store.meter, { cursor: "", pageSize: 0 })).rows.length).toBe(Math.min(1000, batches.flat().length + 200));

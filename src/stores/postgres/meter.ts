@@ -732,8 +732,9 @@ const ledgerRows = `SELECT ${ledgerColumns} FROM ledger`;
 
 /** A place the shared store's `feed` gave: "p", a transaction id, "." and a request id ("p0." is before every row). */
 function feedPlace(place: FeedPlace): { readonly txid: string; readonly requestId: string } {
-  const m = /^p(0|[1-9][0-9]{0,19})\.([\s\S]{0,256})$/.exec(place);
-  if (m === null) throw new UsagePageError("token", "the cursor was not given by this gateway's store (the shared store's cursors are its own; in embedded mode, the embedded store's)");
+  // A transaction id fits 64 bits and a request id holds no control character: anything else would fail in PostgreSQL, not here.
+  const m = /^p(0|[1-9][0-9]{0,19})\.([^\u0000-\u001f\u007f]{0,256})$/.exec(place);
+  if (m === null || BigInt(m[1]!) >= 2n ** 64n) throw new UsagePageError("token", "the cursor was not given by this gateway's store (the shared store's cursors are its own; in embedded mode, the embedded store's)");
   return { txid: m[1]!, requestId: m[2]! };
 }
 
