@@ -363,6 +363,7 @@ describe("following the ledger over a running gateway", () => {
         expect(header![0]).toBe("request_id");
         return rows.map((r) => r[0]);
       };
+      await call();
       const whole = await runCli(["feed", "--csv"], env);
       expect(whole.code, whole.stderr).toBe(0);
       const before = idsOf(whole.stdout);
@@ -411,6 +412,10 @@ describe("following the ledger over a running gateway", () => {
       expect(bad.stderr.trim().split("\n")).toHaveLength(1);
       expect(bad.stderr).toContain("the cursor is not one this gateway gave");
       expect((await runCli(["feed", "--every", "0"], env)).code).toBe(2);
+      // A cursor file that cannot be saved (its directory is not there): exit 2 before any call is written.
+      const unsaved = await runCli(["feed", "--cursor-file", join(dir, "missing", "cursor")], env);
+      expect(unsaved).toMatchObject({ code: 2, stdout: "" });
+      expect(unsaved.stderr).toContain("cannot save the cursor");
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -168,6 +168,18 @@ export async function feedCommand(config: GatewayConfig, argv: string[]): Promis
       if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw new AccountAdminError(`--cursor-file ${file}: ${(e as Error).message}`);
     }
   }
+  // Saved aside, then renamed over the file: a run killed while saving leaves the cursor before, never half of one.
+  const save = (c: string) => {
+    if (file === undefined) return;
+    try {
+      writeFileSync(`${file}.tmp`, `${c}\n`);
+      renameSync(`${file}.tmp`, file);
+    } catch (e) {
+      throw new AccountAdminError(`--cursor-file ${file}: cannot save the cursor (${(e as Error).message})`);
+    }
+  };
+  // Before any call is written: a file that cannot be saved fails the run here, not after its first page.
+  save(cursor);
   let stopping = false;
   const stop = () => (stopping = true);
   process.on("SIGINT", stop).on("SIGTERM", stop);
@@ -184,10 +196,7 @@ export async function feedCommand(config: GatewayConfig, argv: string[]): Promis
       }
       if (page.rows.length > 0) await write(values.json ? page.rows.map((r) => `${rowJson(r)}\n`).join("") : values.csv ? rowCsv(page.rows) : rowText(page.rows));
       if (outputGone) break;
-      if (file !== undefined && page.cursor !== cursor) {
-        writeFileSync(`${file}.tmp`, `${page.cursor}\n`);
-        renameSync(`${file}.tmp`, file);
-      }
+      if (page.cursor !== cursor) save(page.cursor);
       cursor = page.cursor;
       if (!page.caughtUp) continue;
       if (!values.follow) break;
