@@ -19,6 +19,7 @@ import type { Meter } from "./core/meter.ts";
 import type { OperatorSwitches } from "./core/operator-switches.ts";
 import { MemoryAddressLockout, type AddressLockout } from "./core/address-lockout.ts";
 import { dayOf, systemClock, type Clock } from "./core/clock.ts";
+import { CommitBell } from "./core/commit-bell.ts";
 import { defaultGatewayOptions, Gateway } from "./core/gateway.ts";
 import type { ReplayGuard } from "./core/replay-guard.ts";
 import type { ResponseCache } from "./core/response-cache.ts";
@@ -72,6 +73,8 @@ export interface Runtime {
   readonly cache: ResponseCache | undefined;
   /** Whether every store answers and takes writes, and whether the gateway is draining. */
   readonly readiness: Readiness;
+  /** Rung after each group commit of ledger rows in this process (what AdminService.WatchCalls reads on at). */
+  readonly ledgerCommits: CommitBell;
   /** The gateway's metrics, as `/metrics` serves them. */
   readonly metrics: PrometheusTelemetry;
   /** Usage alerts as the store keeps them (recorded by its triggers; delivered by `serve`, RuntimeOptions.deliverAlerts). */
@@ -159,7 +162,7 @@ export function sharedMode(config: Pick<GatewayConfig, "databaseUrl" | "redisUrl
   return config.databaseUrl !== "" && config.redisUrl !== "";
 }
 
-function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | undefined, telemetry: Telemetry): Stores {
+function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | undefined, telemetry: Telemetry, commits: CommitBell): Stores {
   const db = openDatabase(databasePath(config), { maxBytes: config.storeMaxBytes });
   const watch = new ChangeWatch(db);
   // Reports (usage totals, account listings) on a thread of their own, started by the first: on the serving
@@ -188,6 +191,7 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
     },
     onCommit: (seconds, rows) => {
       telemetry.ledgerCommitted(seconds, rows);
+      commits.ring();
       if (!checkpointsStarted) {
         checkpointsStarted = true;
         // Without the thread the serving connection checkpoints on its own, as it always can.
@@ -260,7 +264,7 @@ function replicaLabel(): string {
   return `${host}-${process.pid}`.slice(0, 32);
 }
 
-async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | undefined, telemetry: Telemetry): Promise<Stores> {
+async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | undefined, telemetry: Telemetry, commits: CommitBell): Promise<Stores> {
   const pool = openPostgres(config.databaseUrl, { max: 16 });
   let redis: Awaited<ReturnType<typeof openRedis>> | undefined;
   try {
@@ -280,7 +284,10 @@ async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog
       for (const key of keys) accounts.forget(key);
     },
     now: () => clock.now(),
-    onCommit: (seconds, rows) => telemetry.ledgerCommitted(seconds, rows),
+    onCommit: (seconds, rows) => {
+      telemetry.ledgerCommitted(seconds, rows);
+      commits.ring();
+    },
     onVacuumFailed: (e) => (log?.warn ?? log?.error)?.call(log, { err: e }, "the lease table (admissions) could not be vacuumed; calls go on, and it is tried again later"),
   });
   const connected = redis;
@@ -333,7 +340,9 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
   const clock = options.clock ?? systemClock;
   const log = options.log;
   const telemetry = options.metrics ?? new PrometheusTelemetry();
-  const stores = sharedMode(config) ? await sharedStores(config, clock, log, telemetry) : embeddedStores(config, clock, log, telemetry);
+  // The embedded store is written by this process alone (its data directory's lock), so its bell hears every commit.
+  const ledgerCommits = new CommitBell(!sharedMode(config));
+  const stores = sharedMode(config) ? await sharedStores(config, clock, log, telemetry, ledgerCommits) : embeddedStores(config, clock, log, telemetry, ledgerCommits);
   const { accounts, meter, switches, catalogue } = stores;
   const lockout = stores.lockout;
   const upstreams: UpstreamSource[] = [];
@@ -409,6 +418,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
     gateway,
     lockout,
     readiness,
+    ledgerCommits,
     metrics: telemetry,
     alerts: stores.alerts,
     alertSender,

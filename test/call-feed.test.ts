@@ -5,7 +5,7 @@
 // reads; on the embedded store, retention folds only the start of that order and refuses a cursor it passed over, and
 // a sequence number is never given twice; on the shared store, a transaction still open holds back the calls after
 // it, so none can turn up behind a cursor already given.
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
@@ -16,6 +16,9 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { LedgerRow, Meter } from "../src/core/meter.ts";
 import { followCalls } from "../src/core/usage-pages.ts";
+import { MemoryAddressLockout } from "../src/core/address-lockout.ts";
+import { CommitBell } from "../src/core/commit-bell.ts";
+import { adminRoutes } from "../src/transports/connect/admin-service.ts";
 import { AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import { ErrorCode } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { SqliteMeter } from "../src/stores/embedded/meter.ts";
@@ -418,6 +421,174 @@ describe("following the ledger over a running gateway", () => {
       expect(unsaved.stderr).toContain("cannot save the cursor");
     } finally {
       rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
+
+describe("WatchCalls: following the ledger on one stream", () => {
+  let gw: GatewayFixture;
+  beforeAll(async () => {
+    gw = await startGateway();
+  });
+  afterAll(() => gw.close());
+  const headers = { authorization: `Bearer ${adminToken}` };
+
+  const call = async () => {
+    const r = await legacyGet(gw.base, "/retail/item_get/", { key: gw.account.key, secret: gw.account.secret, num_iid: demo.retailNumIid });
+    expect(r.json.error_code).toBe("0000");
+    return r.json.request_id as string;
+  };
+
+  /** Reads a stream's messages into a list as they come, until it ends; `ended` settles with its error, or undefined. */
+  function reader(stream: AsyncIterable<{ calls: { requestId: string }[]; cursor: string }>) {
+    const messages: { ids: string[]; cursor: string; at: number }[] = [];
+    const ended = (async () => {
+      try {
+        for await (const m of stream) messages.push({ ids: m.calls.map((c) => c.requestId), cursor: m.cursor, at: Date.now() });
+        return undefined;
+      } catch (e) {
+        return ConnectError.from(e);
+      }
+    })();
+    const until = async (check: () => boolean, what: string, withinMs = 20_000) => {
+      const deadline = Date.now() + withinMs;
+      while (!check()) {
+        if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(messages)}`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    };
+    return { messages, ended, until, ids: () => messages.flatMap((m) => m.ids) };
+  }
+
+  it("over Connect and gRPC: the calls after the cursor at once, then each call as it commits; the last cursor resumes with nothing lost or twice", async () => {
+    for (const transport of [createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }), createGrpcTransport({ baseUrl: gw.base })]) {
+      const admin = createClient(AdminService, transport);
+      const before = [await call(), await call()];
+      // From the cursor before the last two calls.
+      let start = "";
+      for (;;) {
+        const page = await admin.followCalls({ cursor: start, pageSize: 1 }, { headers });
+        if (page.calls[0]?.requestId === before[0]) break;
+        start = page.cursor;
+      }
+      const abort = new AbortController();
+      const watch = reader(admin.watchCalls({ cursor: start }, { headers, signal: abort.signal }));
+      await watch.until(() => watch.ids().length >= 2, "the calls already committed");
+      expect(watch.messages[0]!.ids.slice(0, 2)).toEqual(before);
+      const later = [await call(), await call(), await call()];
+      // Rung by the commit, not found by a read 15 s later (the embedded store's stream reads only when rung, or to beat).
+      await watch.until(() => watch.ids().length >= 5, "the calls made while it was open", 5000);
+      expect(watch.ids()).toEqual([...before, ...later]);
+      abort.abort();
+      expect((await watch.ended)?.code).toBe(Code.Canceled);
+      // Resumed from its last cursor: nothing again, and what comes next.
+      const resumed = new AbortController();
+      const again = reader(admin.watchCalls({ cursor: watch.messages.at(-1)!.cursor }, { headers, signal: resumed.signal }));
+      await again.until(() => again.messages.length >= 1, "the first message");
+      expect(again.messages[0]!.ids).toEqual([]);
+      const next = await call();
+      await again.until(() => again.ids().length >= 1, "the next call", 5000);
+      expect(again.ids()).toEqual([next]);
+      resumed.abort();
+      await again.ended;
+    }
+    // Every stream that ended left nothing waiting on the commits.
+    await new Promise((r) => setTimeout(r, 300));
+    expect(gw.runtime.ledgerCommits.waiting).toBe(0);
+  });
+
+  /** The AdminService at handler level over this gateway's stores, with a heartbeat and a draining flag of the test's own. */
+  function handlers(heartbeatMs: number) {
+    const readiness = { draining: false };
+    const bell = new CommitBell();
+    const ports = { ...gw.runtime, admin: gw.runtime.admin, ledgerCommits: bell, readiness };
+    const transport = createRouterTransport(adminRoutes(ports, { token: adminToken, lockout: new MemoryAddressLockout(), watchHeartbeatMs: heartbeatMs }));
+    return { admin: createClient(AdminService, transport), readiness, bell };
+  }
+
+  it("sends a message with no calls after each quiet heartbeat, ends once caught up when the server drains, and refuses a cursor it did not give before any message", async () => {
+    const { admin, readiness, bell } = handlers(300);
+    const watch = reader(admin.watchCalls({}, { headers }));
+    await watch.until(() => watch.messages.length >= 4, "three heartbeats");
+    const quiet = watch.messages.slice(1);
+    expect(quiet.every((m) => m.ids.length === 0 && m.cursor === watch.messages[0]!.cursor)).toBe(true);
+    for (let i = 1; i < quiet.length; i++) expect(quiet[i]!.at - quiet[i - 1]!.at).toBeGreaterThanOrEqual(250);
+    // Caught up, it waits on the commits, not in a read.
+    expect(bell.waiting).toBe(1);
+    readiness.draining = true;
+    expect(await watch.ended).toBeUndefined();
+    expect(bell.waiting).toBe(0);
+
+    const refused = reader(admin.watchCalls({ cursor: "not-a-cursor" }, { headers }));
+    expect((await refused.ended)?.code).toBe(Code.InvalidArgument);
+    expect(refused.messages).toEqual([]);
+    const unauthenticated = reader(admin.watchCalls({}));
+    expect((await unauthenticated.ended)?.code).toBe(Code.Unauthenticated);
+  });
+
+  it("ends a named admin's stream (unauthenticated) at the heartbeat after its token is revoked", async () => {
+    const { admin } = handlers(200);
+    const named = await gw.runtime.admins.add("watcher");
+    const watch = reader(admin.watchCalls({}, { headers: { authorization: `Bearer ${named.token}` } }));
+    await watch.until(() => watch.messages.length >= 2, "a heartbeat");
+    await gw.runtime.admins.revoke("watcher");
+    const ended = await watch.ended;
+    expect(ended?.code).toBe(Code.Unauthenticated);
+    expect(ended?.rawMessage).toContain("watcher was revoked");
+  });
+});
+
+describe("WatchCalls on a served gateway, with buf curl", () => {
+  it("streams each call to buf curl as it commits, and on SIGTERM ends the stream cleanly and lets the gateway exit at once", async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "gateway-watch-"));
+    const gateway = spawn(process.execPath, [join(root, "bin", "gateway.js"), "serve", "--demo"], {
+      env: { ...process.env, GATEWAY_DATA_DIR: dataDir, GATEWAY_PORT: "0", GATEWAY_DRAIN_DELAY_MS: "300", GATEWAY_LOG_LEVEL: "warn", GATEWAY_ADMIN_TOKEN: adminToken },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let output = "";
+    gateway.stdout.on("data", (d: Buffer) => (output += d.toString()));
+    gateway.stderr.on("data", (d: Buffer) => (output += d.toString()));
+    const gatewayExit = once(gateway, "exit") as Promise<[number | null]>;
+    let curl: ReturnType<typeof spawn> | undefined;
+    try {
+      const until = Date.now() + 30_000;
+      while (!/Demo account/.test(output) && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+      const base = /listening on (http:\/\/\S+) /.exec(output)![1]!;
+      const [, key, secret] = /Demo account\s+key: (\S+)\s+secret: (\S+)/.exec(output)!;
+      const call = async () => (await legacyGet(base, "/retail/item_get/", { key: key!, secret: secret!, num_iid: demo.retailNumIid })).json.request_id as string;
+      const first = await call();
+      // An independent client: buf curl, over gRPC on HTTP/2 without TLS, reading the schema from the proto files.
+      curl = spawn(join(root, "node_modules", ".bin", "buf"), ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "--schema", ".", "-H", `authorization: Bearer ${adminToken}`, "-d", "{}", `${base}/gateway.admin.v1.AdminService/WatchCalls`], {
+        cwd: root,
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let streamed = "";
+      let curlErr = "";
+      curl.stdout!.on("data", (d: Buffer) => (streamed += d.toString()));
+      curl.stderr!.on("data", (d: Buffer) => (curlErr += d.toString()));
+      const curlExit = once(curl, "exit") as Promise<[number | null]>;
+      const seen = async (id: string) => {
+        const deadline = Date.now() + 20_000;
+        while (!streamed.includes(id) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+        expect(streamed, curlErr).toContain(id);
+      };
+      await seen(first);
+      const second = await call();
+      await seen(second);
+      const stopped = Date.now();
+      gateway.kill("SIGTERM");
+      // The stream ends with OK (buf curl exits 0), and the gateway is not held until the stream's next heartbeat (15 s).
+      expect((await curlExit)[0], curlErr).toBe(0);
+      expect((await gatewayExit)[0], output).toBe(0);
+      expect(Date.now() - stopped).toBeLessThan(10_000);
+      // Each message as buf curl prints it: JSON objects, the calls each with its cursor.
+      const messages = streamed.trim().split(/\n(?=\{)/).map((m) => JSON.parse(m) as { calls?: { requestId: string }[]; cursor: string });
+      expect(messages.flatMap((m) => m.calls ?? []).map((c) => c.requestId)).toEqual([first, second]);
+      expect(messages.every((m) => m.cursor !== "")).toBe(true);
+    } finally {
+      curl?.kill("SIGKILL");
+      gateway.kill("SIGKILL");
+      rmSync(dataDir, { recursive: true, force: true });
     }
   }, 60_000);
 });

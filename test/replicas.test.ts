@@ -1,7 +1,7 @@
 // Issue 13: three gateway processes in shared mode on one PostgreSQL and one Redis, called over
 // legacy, Connect and gRPC at once. The Redis is this file's own (a private redis-server on a free
 // port), so it can be flushed and stopped without touching any other test.
-import { ConnectError, createClient } from "@connectrpc/connect";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { spawn, type ChildProcess } from "node:child_process";
 import { createServer } from "node:net";
@@ -355,7 +355,7 @@ describe("three replicas in shared mode", () => {
     expect((await one("SELECT request_id FROM idempotency_keys WHERE account = $1 AND key = 'order-7'", [a.key])).request_id).toBe(charged[0]!.requestId);
   });
 
-  it("give a follower of the ledger on one replica every call of all three exactly once, in commit order, while they are made", async () => {
+  it("give a follower of the ledger on one replica (FollowCalls) and a stream on another (WatchCalls) every call of all three exactly once, while they are made", async () => {
     const a = await createAccount("--concurrency", "1000");
     const admin = createClient(AdminService, createConnectTransport({ baseUrl: replicas[0]!.base, httpVersion: "1.1" }));
     const headers = { authorization: `Bearer ${adminToken}` };
@@ -377,6 +377,17 @@ describe("three replicas in shared mode", () => {
         if (page.caughtUp) await new Promise((r) => setTimeout(r, 5));
       }
     })();
+    // And a WatchCalls stream on another replica, over gRPC: calls committed by the other two reach it by its poll.
+    const watching = new AbortController();
+    const watched: string[] = [];
+    const watch = (async () => {
+      const stream = createClient(AdminService, createGrpcTransport({ baseUrl: replicas[1]!.base })).watchCalls({ cursor }, { headers, signal: watching.signal });
+      try {
+        for await (const m of stream) watched.push(...m.calls.filter((c) => c.account === a.key).map((c) => c.requestId));
+      } catch (e) {
+        if (ConnectError.from(e).code !== Code.Canceled) throw e;
+      }
+    })();
     // Six waves of 50 simultaneous calls, each over the three replicas and the three transports.
     const results: Awaited<ReturnType<typeof spread>> = [];
     for (let wave = 0; wave < 6; wave++) results.push(...(await spread(50, a)));
@@ -389,6 +400,12 @@ describe("three replicas in shared mode", () => {
     expect(wanted).toBe(300);
     expect(given).toHaveLength(300);
     expect(new Set(given)).toEqual(new Set(results.map((r) => r.requestId)));
+    const deadline = Date.now() + 20_000;
+    while (watched.length < 300 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    watching.abort();
+    await watch;
+    expect(watched).toHaveLength(300);
+    expect(new Set(watched)).toEqual(new Set(given));
     // Nothing more for the account, however long after.
     await new Promise((r) => setTimeout(r, 300));
     const after = await admin.followCalls({ cursor, pageSize: 10_000 }, { headers });

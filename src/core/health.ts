@@ -43,6 +43,7 @@ export class Readiness {
   private running: Promise<ReadinessReport> | undefined;
   private readonly watchers = new Set<(report: ReadinessReport) => void>();
   private poller: NodeJS.Timeout | undefined;
+  private readonly drained = new AbortController();
 
   constructor(checks: readonly HealthCheck[], options: Partial<ReadinessOptions> = {}) {
     this.checks = checks;
@@ -53,6 +54,11 @@ export class Readiness {
     return this.isDraining;
   }
 
+  /** Aborted when draining starts: what waits without a deadline of its own (a WatchCalls stream) ends then. */
+  get drainSignal(): AbortSignal {
+    return this.drained.signal;
+  }
+
   /** The names of the checks, draining included, as reports list them. */
   get checkNames(): readonly string[] {
     return [drainingCheck, ...this.checks.map((c) => c.name)];
@@ -61,6 +67,7 @@ export class Readiness {
   drain(): void {
     if (this.isDraining) return;
     this.isDraining = true;
+    this.drained.abort();
     this.last = undefined;
     void this.report().then((r) => this.tell(r));
   }

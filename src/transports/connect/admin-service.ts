@@ -7,6 +7,7 @@ import { balanceChangeFields, callFields, usageTotalFields } from "./usage-field
 import { AccountAdminError, AccountExistsError, AccountNotFoundError, usageAddress, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
 import { AccountPageError } from "../../core/account-pages.ts";
 import { callPage, followCalls, UsagePageError, totalsPage } from "../../core/usage-pages.ts";
+import { CommitBell } from "../../core/commit-bell.ts";
 import type { Account } from "../../core/accounts.ts";
 import { keptUntil } from "../../core/secret-grace.ts";
 import type { AddressLockout } from "../../core/address-lockout.ts";
@@ -202,6 +203,10 @@ export interface AdminPorts {
   readonly alerts: AlertOutbox;
   /** What sends a test alert (TestAlerts). */
   readonly alertSender: AlertPost;
+  /** Rung after each of this process's ledger commits: WatchCalls reads on at once (without it, on its poll alone). */
+  readonly ledgerCommits?: CommitBell | undefined;
+  /** A draining server ends its WatchCalls streams once they are caught up (its `drainSignal` wakes them when it starts). */
+  readonly readiness?: { readonly draining: boolean; readonly drainSignal?: AbortSignal } | undefined;
 }
 
 export interface AdminRouteOptions {
@@ -212,7 +217,12 @@ export interface AdminRouteOptions {
   readonly interceptors?: readonly Interceptor[];
   /** Where failed admin tokens are counted. */
   readonly telemetry?: Telemetry;
+  /** How long a WatchCalls stream goes without a message while no call commits (default 15 s). */
+  readonly watchHeartbeatMs?: number;
 }
+
+/** How often a caught-up WatchCalls stream reads the ledger again for calls committed by other replicas. */
+const watchPollMs = 250;
 
 /** The AdminService over the same core the CLI uses. */
 export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (router: ConnectRouter) => void {
@@ -380,6 +390,47 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           const page = await followCalls(meter, { cursor: req.cursor, pageSize: req.pageSize });
           return { calls: page.rows.map(rowMessage), cursor: page.cursor, caughtUp: page.caughtUp };
         }),
+        /**
+         * FollowCalls on one stream: reads on from the cursor while there is more, then waits for this
+         * process's next commit (at once) or, in shared mode, its poll (other replicas' commits), never
+         * holding a read open.
+         * A message goes out for calls, first at once, and after a heartbeat's quiet; a slow reader holds the
+         * stream (each message waits for the one before to be taken), not the gateway. It ends when the
+         * caller does, when a draining server has caught up, or (unauthenticated) once its named admin is
+         * revoked: looked at with each heartbeat.
+         */
+        async *watchCalls(req, ctx) {
+          const heartbeatMs = options.watchHeartbeatMs ?? 15_000;
+          const bell = ports.ledgerCommits ?? new CommitBell();
+          const name = ctx.values.get(adminNameKey);
+          const drain = ports.readiness?.drainSignal;
+          const wake = drain === undefined ? ctx.signal : AbortSignal.any([ctx.signal, drain]);
+          let cursor = req.cursor;
+          let sent = false;
+          let lastSent = 0;
+          try {
+            while (!ctx.signal.aborted) {
+              const page = await followCalls(meter, { cursor, pageSize: req.pageSize });
+              const quiet = Date.now() - lastSent >= heartbeatMs;
+              if (quiet && sent && name !== "" && (await ports.admins?.list())?.find((a) => a.name === name)?.revokedAt !== undefined) {
+                throw new ConnectError(`the admin token of ${name} was revoked`, Code.Unauthenticated);
+              }
+              if (page.rows.length > 0 || !sent || quiet) {
+                yield { calls: page.rows.map(rowMessage), cursor: page.cursor };
+                sent = true;
+                lastSent = Date.now();
+              }
+              cursor = page.cursor;
+              if (!page.caughtUp) continue;
+              if (ports.readiness?.draining) return;
+              // Another process's commits are seen by reading again; where every commit rings the bell, nothing is read until one does.
+              const poll = bell.everyCommit ? heartbeatMs : watchPollMs;
+              await bell.wait(Math.max(0, Math.min(poll, lastSent + heartbeatMs - Date.now())), wake);
+            }
+          } catch (e) {
+            adminError(e);
+          }
+        },
       },
       { interceptors: [...(options.interceptors ?? []), requireAdminToken(options.token, options.lockout, options.telemetry, ports.admins)] },
     );

@@ -24,7 +24,7 @@ import type { RequestClaims } from "../server/one-port-server.ts";
 export interface ConnectOptions {
   readonly gateway: Gateway;
   /** The AdminService's ports and bearer token; absent, the service is not mounted. */
-  readonly admin?: { readonly ports: AdminPorts; readonly token: string } | undefined;
+  readonly admin?: { readonly ports: AdminPorts; readonly token: string; readonly watchHeartbeatMs?: number } | undefined;
   /** Where failed admin-token guesses count. */
   readonly lockout: AddressLockout;
   /** Largest request message, in bytes. */
@@ -65,7 +65,13 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
     routes: (router) => {
       // Service interceptors replace the router's, so the admin service is given the logger again.
       accountRoutes(options.gateway)(router);
-      if (options.admin) adminRoutes(options.admin.ports, { token: options.admin.token, lockout: options.lockout, interceptors: [logInternal], ...(options.telemetry ? { telemetry: options.telemetry } : {}) })(router);
+      if (options.admin) adminRoutes(options.admin.ports, {
+          token: options.admin.token,
+          lockout: options.lockout,
+          interceptors: [logInternal],
+          ...(options.telemetry ? { telemetry: options.telemetry } : {}),
+          ...(options.admin.watchHeartbeatMs !== undefined ? { watchHeartbeatMs: options.admin.watchHeartbeatMs } : {}),
+        })(router);
       // Every service on the port, these two included, is named by health and listed by reflection.
       const services = [...catalogue.handlers, ...router.handlers].map((h) => [h.service.typeName, h.service] as const);
       const mounted = [...new Map(services).values(), Health, ...reflectionServices];

@@ -37,7 +37,7 @@ export interface AppOptions {
   /** Header, timeout and connection limits of the server. */
   readonly limits?: Partial<Omit<OnePortServerOptions, "http2SessionTimeoutMs">>;
   /** The AdminService's ports and the bearer token it requires (empty: the admin API answers Unauthenticated). */
-  readonly admin?: { readonly ports: AdminPorts; readonly token: string };
+  readonly admin?: { readonly ports: AdminPorts; readonly token: string; readonly watchHeartbeatMs?: number };
   /** Failed admin-token guesses count here, as failed account credentials do (default: the admin API's own). */
   readonly lockout?: AddressLockout;
   /** Origins browsers may call from: a list, or ["*"] for any. Empty turns CORS off. */

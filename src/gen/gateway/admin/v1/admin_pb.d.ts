@@ -1456,6 +1456,61 @@ export declare type FollowCallsResponse = Message<"gateway.admin.v1.FollowCallsR
 export declare const FollowCallsResponseSchema: GenMessage<FollowCallsResponse>;
 
 /**
+ * As FollowCallsRequest: the same cursors, the same refusals (before the first message).
+ *
+ * @generated from message gateway.admin.v1.WatchCallsRequest
+ */
+export declare type WatchCallsRequest = Message<"gateway.admin.v1.WatchCallsRequest"> & {
+  /**
+   * The `cursor` of the last message received (or of a FollowCalls answer); empty: from the oldest call held.
+   *
+   * @generated from field: string cursor = 1;
+   */
+  cursor: string;
+
+  /**
+   * Calls a message at most, 10000 at most (more is taken as 10000); 0: 1000.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+};
+
+/**
+ * Describes the message gateway.admin.v1.WatchCallsRequest.
+ * Use `create(WatchCallsRequestSchema)` to create a new message.
+ */
+export declare const WatchCallsRequestSchema: GenMessage<WatchCallsRequest>;
+
+/**
+ * @generated from message gateway.admin.v1.WatchCallsResponse
+ */
+export declare type WatchCallsResponse = Message<"gateway.admin.v1.WatchCallsResponse"> & {
+  /**
+   * The calls after the cursor before, in commit order. The first message comes at once, with the calls already
+   * committed after the cursor asked with (or none); while none commit, a message with none every 15 seconds, so
+   * the caller and any proxy between know the stream is alive.
+   *
+   * @generated from field: repeated gateway.admin.v1.UsageRow calls = 1;
+   */
+  calls: UsageRow[];
+
+  /**
+   * Where this message ends: never empty. A calls' commit on another replica reaches the stream within a quarter
+   * of a second; on the one serving it, at once.
+   *
+   * @generated from field: string cursor = 2;
+   */
+  cursor: string;
+};
+
+/**
+ * Describes the message gateway.admin.v1.WatchCallsResponse.
+ * Use `create(WatchCallsResponseSchema)` to create a new message.
+ */
+export declare const WatchCallsResponseSchema: GenMessage<WatchCallsResponse>;
+
+/**
  * @generated from message gateway.admin.v1.UsageTotal
  */
 export declare type UsageTotal = Message<"gateway.admin.v1.UsageTotal"> & {
@@ -2300,6 +2355,19 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof FollowCallsRequestSchema;
     output: typeof FollowCallsResponseSchema;
+  },
+  /**
+   * FollowCalls as one stream: the calls after the cursor at once, then each
+   * call as it commits, every message with the cursor after its calls, until
+   * the caller ends it or the server drains; a stream cut anywhere resumes
+   * from the last cursor received, nothing lost or given twice.
+   *
+   * @generated from rpc gateway.admin.v1.AdminService.WatchCalls
+   */
+  watchCalls: {
+    methodKind: "server_streaming";
+    input: typeof WatchCallsRequestSchema;
+    output: typeof WatchCallsResponseSchema;
   },
   /**
    * Sets where and when the account is told of its usage and balance, by a
