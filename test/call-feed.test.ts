@@ -526,15 +526,25 @@ describe("WatchCalls: following the ledger on one stream", () => {
     expect((await unauthenticated.ended)?.code).toBe(Code.Unauthenticated);
   });
 
-  it("ends a named admin's stream (unauthenticated) at the heartbeat after its token is revoked", async () => {
-    const { admin } = handlers(200);
-    const named = await gw.runtime.admins.add("watcher");
-    const watch = reader(admin.watchCalls({}, { headers: { authorization: `Bearer ${named.token}` } }));
-    await watch.until(() => watch.messages.length >= 2, "a heartbeat");
-    await gw.runtime.admins.revoke("watcher");
-    const ended = await watch.ended;
-    expect(ended?.code).toBe(Code.Unauthenticated);
-    expect(ended?.rawMessage).toContain("watcher was revoked");
+  it("ends a named admin's stream (unauthenticated) within a heartbeat of its token's revocation, quiet or busy", async () => {
+    for (const busy of [false, true]) {
+      const { admin } = handlers(busy ? 1000 : 200);
+      const named = await gw.runtime.admins.add(`watcher-${busy ? "busy" : "quiet"}`);
+      const watch = reader(admin.watchCalls({}, { headers: { authorization: `Bearer ${named.token}` } }));
+      await watch.until(() => watch.messages.length >= 1, "the first message");
+      // Busy: a call every 100 ms, so the stream always has calls to send and is never quiet for a heartbeat.
+      let calling = busy;
+      const calls = (async () => {
+        while (calling) await Promise.all([call(), new Promise((r) => setTimeout(r, 100))]);
+      })();
+      if (busy) await watch.until(() => watch.ids().length >= 3, "calls");
+      await gw.runtime.admins.revoke(named.admin.name);
+      const ended = await watch.ended;
+      calling = false;
+      await calls;
+      expect(ended?.code).toBe(Code.Unauthenticated);
+      expect(ended?.rawMessage).toContain(`${named.admin.name} was revoked`);
+    }
   });
 });
 

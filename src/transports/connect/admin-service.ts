@@ -397,7 +397,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
          * A message goes out for calls, first at once, and after a heartbeat's quiet; a slow reader holds the
          * stream (each message waits for the one before to be taken), not the gateway. It ends when the
          * caller does, when a draining server has caught up, or (unauthenticated) once its named admin is
-         * revoked: looked at with each heartbeat.
+         * revoked: looked at once a heartbeat, however busy the stream.
          */
         async *watchCalls(req, ctx) {
           const heartbeatMs = options.watchHeartbeatMs ?? 15_000;
@@ -408,13 +408,16 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           let cursor = req.cursor;
           let sent = false;
           let lastSent = 0;
+          let lastChecked = Date.now();
           try {
             while (!ctx.signal.aborted) {
+              // A named admin's token, looked at again once a heartbeat, busy or quiet: a revoked one ends the stream.
+              if (name !== "" && Date.now() - lastChecked >= heartbeatMs) {
+                lastChecked = Date.now();
+                if ((await ports.admins?.list())?.find((a) => a.name === name)?.revokedAt !== undefined) throw new ConnectError(`the admin token of ${name} was revoked`, Code.Unauthenticated);
+              }
               const page = await followCalls(meter, { cursor, pageSize: req.pageSize });
               const quiet = Date.now() - lastSent >= heartbeatMs;
-              if (quiet && sent && name !== "" && (await ports.admins?.list())?.find((a) => a.name === name)?.revokedAt !== undefined) {
-                throw new ConnectError(`the admin token of ${name} was revoked`, Code.Unauthenticated);
-              }
               if (page.rows.length > 0 || !sent || quiet) {
                 yield { calls: page.rows.map(rowMessage), cursor: page.cursor };
                 sent = true;
