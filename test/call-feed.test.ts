@@ -197,7 +197,7 @@ describe.each([
 });
 
 describe("following the ledger across retention, the embedded store", () => {
-  it("folds only the start of the commit order, refuses a cursor it passed over, and never gives a sequence number twice", async () => {
+  it("folds only the start of the commit order, refuses a cursor it passed over, and never numbers a row below one it gave", async () => {
     const store = embedded();
     try {
       const { meter } = store;
@@ -228,15 +228,18 @@ describe("following the ledger across retention, the embedded store", () => {
       const b = await follow(meter, rest.cursor, 10);
       expect(b.ids).toEqual([r5.requestId]);
 
-      // Everything folded: the next row's number is past the last one folded, so a follower there is given it.
-      expect(meter.expire("2026-01-05")).toBe(1);
-      const fresh = await follow(meter, "", 10);
-      expect(fresh.ids).toEqual([]);
+      // Every row older than retention: the newest stays all the same, so the next row is numbered past it (SQLite
+      // numbers a row one past the highest held) and a follower there is given it.
+      expect(meter.expire("2026-01-05")).toBe(0);
       const r6 = row("east", "2026-01-06");
       await record(meter, [r6]);
       expect((await follow(meter, b.cursor, 10)).ids).toEqual([r6.requestId]);
-      // And so is one that started on the empty ledger.
-      expect((await follow(meter, fresh.cursor, 10)).ids).toEqual([r6.requestId]);
+      expect(meter.expire("2026-01-07")).toBe(1);
+      const r7 = row("west", "2026-01-08");
+      await record(meter, [r7]);
+      expect((await follow(meter, b.cursor, 10)).ids).toEqual([r6.requestId, r7.requestId]);
+      // A follower from the start is given what is held: r6 (kept, as the newest was) and r7.
+      expect((await follow(meter, "", 10)).ids).toEqual([r6.requestId, r7.requestId]);
     } finally {
       await store.close();
     }
@@ -343,14 +346,15 @@ describe("following the ledger over a running gateway", () => {
     }
     const admin = createClient(AdminService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }));
     const one = await admin.followCalls({ pageSize: 1 }, { headers });
-    // Every row folded (retention of every day before 9999-12-31): the cursor before two of them is out of range.
-    (gw.runtime.meter as SqliteMeter).expire("9999-12-31");
+    // Every row but the newest folded (retention of every day before 9999-12-31): the cursor after the first call, with
+    // the second gone, is out of range.
+    expect((gw.runtime.meter as SqliteMeter).expire("9999-12-31")).toBe(made.length - 1);
     const folded = await admin.followCalls({ cursor: one.cursor }, { headers }).catch((e: unknown) => ConnectError.from(e));
     expect(folded).toMatchObject({ code: Code.OutOfRange });
     expect((folded as ConnectError).rawMessage).toContain("folded past retention");
-    // From the start again: nothing held; the next call is given.
+    // From the start again: the newest call, kept; then the next call.
     const restart = await admin.followCalls({}, { headers });
-    expect(restart.calls).toEqual([]);
+    expect(restart.calls.map((c) => c.requestId)).toEqual([made[2]]);
     const next = await call();
     expect((await admin.followCalls({ cursor: restart.cursor }, { headers })).calls.map((c) => c.requestId)).toEqual([next]);
   });

@@ -238,7 +238,7 @@ export interface LedgerPlace {
 /**
  * A place in the order a store committed its ledger rows (`Meter.feed`),
  * written by the store that gave it and read only by it: the embedded
- * store's is a row's sequence number, the shared store's its transaction
+ * store's is a row's rowid, the shared store's its transaction
  * and request id (each store's `feed` says why that order holds).
  */
 export type FeedPlace = string;

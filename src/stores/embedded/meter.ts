@@ -71,7 +71,7 @@ const maxHeldRefusals = 100_000;
 
 /** Ledger rows written by one insert statement at most (12 values each). */
 const maxRowsPerInsert = 32;
-const ledgerColumns = "rowid, request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip";
+const ledgerColumns = "request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip";
 
 interface Queued {
   readonly row: LedgerRow;
@@ -144,7 +144,7 @@ export class SqliteMeter implements Meter {
    */
   private readonly summaries = new Map<string, { day: string; summary: { today: number; yesterday: number; before: number } }>();
   private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
-  private readonly sql: Record<"nextSeq" | "count" | "deduct" | "topUp" | "unbilled" | "balanceChange" | "balanceChanges" | "balanceOf" | "sums" | "refusal" | "refusalAddresses" | "arrival" | "keptKey" | "keepKey" | "pruneKeys" | "referenced", StatementSync>;
+  private readonly sql: Record<"count" | "deduct" | "topUp" | "unbilled" | "balanceChange" | "balanceChanges" | "balanceOf" | "sums" | "refusal" | "refusalAddresses" | "arrival" | "keptKey" | "keepKey" | "pruneKeys" | "referenced", StatementSync>;
   /** The ledger inserts by number of rows (insertRows). */
   private readonly inserts: StatementSync[] = [];
   private readonly refusals = new Map<string, RefusalCount>();
@@ -161,8 +161,6 @@ export class SqliteMeter implements Meter {
     this.options = { ...defaultMeterOptions, ...options };
     this.reader = this.options.reader ?? new InThreadReader(db);
     this.sql = {
-      // The sequence number of a batch's first row (feed): past every row held and every row folded, so none is reused.
-      nextSeq: db.prepare("SELECT max(coalesce((SELECT max(rowid) FROM ledger), 0), (SELECT folded_through FROM ledger_feed)) + 1 AS n"),
       count: db.prepare(
         "INSERT INTO usage_daily (account, day, charged) VALUES (?, ?, ?) ON CONFLICT (account, day) DO UPDATE SET charged = charged + excluded.charged",
       ),
@@ -363,7 +361,7 @@ export class SqliteMeter implements Meter {
   private insertRows(n: number): StatementSync {
     let statement = this.inserts[n];
     if (statement === undefined) {
-      const tuple = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+      const tuple = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
       statement = this.db.prepare(`INSERT INTO ledger (${ledgerColumns}) VALUES ${Array.from({ length: n }, () => tuple).join(", ")}`);
       this.inserts[n] = statement;
     }
@@ -443,14 +441,12 @@ export class SqliteMeter implements Meter {
       this.transaction(() => {
         const counts = new Map<string, { account: string; day: string; calls: number }>();
         const deductions = new Map<string, bigint>();
-        // Each row's sequence number, in commit order: the order `feed` gives them in.
-        let seq = Number((this.sql.nextSeq.get() as { n: number | bigint }).n);
         for (let i = 0; i < rows.length; i += maxRowsPerInsert) {
           const n = Math.min(maxRowsPerInsert, rows.length - i);
           const values: SQLInputValue[] = [];
           for (let j = i; j < i + n; j++) {
             const row = rows[j]!.row;
-            values.push(seq++, row.requestId, row.at, row.day, row.account ?? null, row.operation ?? null, row.code, row.charge, row.price, row.cacheHit ? 1 : 0, row.latencyMicros, row.transport, row.clientIp ?? null);
+            values.push(row.requestId, row.at, row.day, row.account ?? null, row.operation ?? null, row.code, row.charge, row.price, row.cacheHit ? 1 : 0, row.latencyMicros, row.transport, row.clientIp ?? null);
           }
           this.insertRows(n).run(...values);
         }
@@ -660,18 +656,21 @@ export class SqliteMeter implements Meter {
    * counts (api_info) are kept apart and stay. Returns the rows removed.
    *
    * The rows folded are those committed before the first row of `beforeDay`
-   * or later (by sequence number, `feed`'s order), so what is gone is always
-   * the start of that order and a follower's cursor is either past it or
-   * refused, never passed over a hole. A row of an earlier day committed
-   * after that first one (accounts in zones a day apart) stays until a
-   * later run: it outlives retention by a day at most.
+   * or later (by rowid, `feed`'s order), so what is gone is always the start
+   * of that order and a follower's cursor is either past it or refused,
+   * never passed over a hole. A row of an earlier day committed after that
+   * first one (accounts in zones a day apart) stays until a later run: it
+   * outlives retention by a day at most. The newest row always stays: SQLite
+   * numbers a new row one past the highest held, so with none held the
+   * numbering would start again below cursors already given.
    */
   expire(beforeDay: string): number {
     let removed = 0;
     const e = this.transaction(() => {
       // Read in sequence order from the oldest row, so the cost is the rows folded, not the ledger.
       const first = this.db.prepare("SELECT rowid AS seq FROM ledger WHERE +day >= ? ORDER BY rowid LIMIT 1").get(beforeDay) as { seq: number } | undefined;
-      const bound = first === undefined ? Number.MAX_SAFE_INTEGER : first.seq;
+      const newest = (this.db.prepare("SELECT max(rowid) AS seq FROM ledger").get() as { seq: number | null }).seq ?? 0;
+      const bound = first === undefined ? newest : first.seq;
       const last = (this.db.prepare("SELECT max(rowid) AS seq FROM ledger WHERE rowid < ?").get(bound) as { seq: number | null }).seq;
       if (last !== null) {
         this.db
@@ -693,11 +692,11 @@ export class SqliteMeter implements Meter {
   }
 
   /**
-   * The ledger in commit order: a row's sequence number (its rowid) is
-   * given at its commit, counting on from every row held or folded, and
-   * one process writes the ledger, one transaction at a time. So a read
-   * that sees a row sees every row before it, and a row committed later
-   * has a higher number: a place given is never passed over.
+   * The ledger in commit order, by rowid: SQLite gives a new row one past
+   * the highest held (retention keeps the newest, so never one given
+   * before), and one process writes the ledger, one transaction at a time.
+   * So a read that sees a row sees every row before it, and a row committed
+   * later has a higher number: a place given is never passed over.
    */
   async feed(after: FeedPlace | undefined, limit: number): Promise<{ rows: LedgerRow[]; place: FeedPlace }> {
     const from = after === undefined ? 0 : feedSeq(after);
@@ -720,7 +719,7 @@ export class SqliteMeter implements Meter {
   }
 }
 
-/** A place the embedded store's `feed` gave: "e" and a row's sequence number. */
+/** A place the embedded store's `feed` gave: "e" and a row's rowid. */
 function feedSeq(place: FeedPlace): number {
   const m = /^e(0|[1-9][0-9]{0,15})$/.exec(place);
   if (m === null || !Number.isSafeInteger(Number(m[1]))) throw new UsagePageError("token", "the cursor was not given by this gateway's store (the embedded store's cursors are its own; in shared mode, the shared store's)");

@@ -249,10 +249,10 @@ export const migrations: readonly string[] = [
   CREATE INDEX ledger_by_account_day ON ledger (account, day, at);
   DROP INDEX ledger_by_day;
   CREATE INDEX ledger_by_day ON ledger (day, at);`,
-  // 24: the ledger in commit order (core/usage-pages.ts followCalls): a row's rowid is its sequence number, given
-  // at its commit past every row held or folded, and `folded_through` the highest retention has folded, so a
-  // follower's cursor before it is refused instead of passed over rows that are gone. No index: the rowid is the
-  // table's own order.
+  // 24: the ledger in commit order (core/usage-pages.ts followCalls): by rowid, SQLite's own numbering of the rows
+  // (retention keeps the newest row, so it never starts again), and `folded_through`, the highest rowid retention
+  // has folded, so a follower's cursor before it is refused instead of passed over rows that are gone. No index and
+  // nothing more in a commit: the rowid is the table's own order.
   `CREATE TABLE ledger_feed (id INTEGER PRIMARY KEY CHECK (id = 1), folded_through INTEGER NOT NULL) STRICT;
   INSERT INTO ledger_feed (id, folded_through) VALUES (1, 0);`,
 ];
