@@ -6,7 +6,7 @@
 // a sequence number is never given twice; on the shared store, a transaction still open holds back the calls after
 // it, so none can turn up behind a cursor already given.
 import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -464,8 +464,12 @@ describe("WatchCalls: following the ledger on one stream", () => {
     return { messages, ended, until, ids: () => messages.flatMap((m) => m.ids) };
   }
 
-  it("over Connect and gRPC: the calls after the cursor at once, then each call as it commits; the last cursor resumes with nothing lost or twice", async () => {
-    for (const transport of [createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }), createGrpcTransport({ baseUrl: gw.base })]) {
+  it("over Connect, gRPC-Web and gRPC: the calls after the cursor at once, then each call as it commits; the last cursor resumes with nothing lost or twice", async () => {
+    for (const transport of [
+      createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }),
+      createGrpcWebTransport({ baseUrl: gw.base, httpVersion: "1.1" }),
+      createGrpcTransport({ baseUrl: gw.base }),
+    ]) {
       const admin = createClient(AdminService, transport);
       const before = [await call(), await call()];
       // From the cursor before the last two calls.
