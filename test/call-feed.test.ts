@@ -180,8 +180,9 @@ describe.each([
   });
 
   it("refuses a cursor it did not give, another store's, and a page size below 0", async () => {
-    const foreign = Buffer.from(JSON.stringify(["feed", store.kind === "embedded" ? "p123.gw-1.abc" : "e42"])).toString("base64url");
-    const made = (place: string) => Buffer.from(JSON.stringify(["feed", place])).toString("base64url");
+    // A cursor as followCalls writes one: its place, then the tag that marks it a cursor.
+    const made = (place: string) => Buffer.from(JSON.stringify([place, "feed"])).toString("base64url");
+    const foreign = made(store.kind === "embedded" ? "p123.gw-1.abc" : "e42");
     // Made up: numbers past what the store counts in (a 64-bit transaction id, a safe integer), a NUL in a request id.
     const hostile = store.kind === "embedded" ? ["e-1", "e9007199254740993", "e99999999999999999", "e1 "] : ["p18446744073709551616.gw-1.a", "p1.gw\u0000", "p01.gw", "p1"];
     for (const cursor of ["garbage", Buffer.from('["feed"]').toString("base64url"), foreign, ...hostile.map(made)]) {

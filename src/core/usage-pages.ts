@@ -55,7 +55,7 @@ function encode(place: readonly (string | number)[], digest: string): string {
 }
 
 /** A token's place (its fields as `valid` takes them) and digest; anything else is a token this gateway did not give. */
-function decode<P>(token: string, valid: (fields: unknown[]) => P | undefined): { readonly place: P; readonly digest: string } {
+function decode<P>(token: string, valid: (fields: unknown[]) => P | undefined, what = "page token"): { readonly place: P; readonly digest: string } {
   try {
     const fields = JSON.parse(Buffer.from(token, "base64url").toString("utf8")) as unknown;
     if (Array.isArray(fields) && typeof fields.at(-1) === "string") {
@@ -65,7 +65,7 @@ function decode<P>(token: string, valid: (fields: unknown[]) => P | undefined): 
   } catch {
     // below
   }
-  throw new UsagePageError("token", "the page token is not one this gateway gave");
+  throw new UsagePageError("token", `the ${what} is not one this gateway gave`);
 }
 
 const isDay = (v: unknown): v is string => typeof v === "string" && /^\d{4}-\d{2}-\d{2}$/.test(v);
@@ -183,15 +183,14 @@ export async function followCalls(meter: Pick<Meter, "feed">, request: { readonl
   const take = pageSize(request.pageSize, defaultCallPageSize, maxCallPageSize);
   const after = request.cursor ? feedPlace(request.cursor) : undefined;
   const { rows, place } = await meter.feed(after, take);
-  return { rows, cursor: Buffer.from(JSON.stringify(["feed", place]), "utf8").toString("base64url"), caughtUp: rows.length < take };
+  return { rows, cursor: encode([place], feedTag), caughtUp: rows.length < take };
 }
 
+/** Where a cursor's digest would be (`encode`): what marks it as a follower's, not a page token. */
+const feedTag = "feed";
+
 function feedPlace(cursor: string): FeedPlace {
-  try {
-    const fields = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8")) as unknown;
-    if (Array.isArray(fields) && fields.length === 2 && fields[0] === "feed" && isText(fields[1])) return fields[1];
-  } catch {
-    // below
-  }
-  throw new UsagePageError("token", "the cursor is not one this gateway gave");
+  const read = decode(cursor, (fields) => (fields.length === 1 && isText(fields[0]) ? fields[0] : undefined), "cursor");
+  if (read.digest !== feedTag) throw new UsagePageError("token", "the cursor is not one this gateway gave");
+  return read.place;
 }
