@@ -18,8 +18,9 @@ import type { CatalogueStore } from "./core/catalogue-store.ts";
 import type { Meter } from "./core/meter.ts";
 import type { OperatorSwitches } from "./core/operator-switches.ts";
 import { MemoryAddressLockout, type AddressLockout } from "./core/address-lockout.ts";
-import { dayOf, systemClock, type Clock } from "./core/clock.ts";
+import { systemClock, type Clock } from "./core/clock.ts";
 import { CommitBell } from "./core/commit-bell.ts";
+import { LedgerRetention } from "./core/ledger-retention.ts";
 import { defaultGatewayOptions, Gateway } from "./core/gateway.ts";
 import type { ReplayGuard } from "./core/replay-guard.ts";
 import type { ResponseCache } from "./core/response-cache.ts";
@@ -102,6 +103,11 @@ export interface RuntimeOptions {
    * `intervalMs` overrides how often due alerts are looked for (tests).
    */
   readonly deliverAlerts?: boolean | { readonly intervalMs: number };
+  /**
+   * Fold the ledger past GATEWAY_LEDGER_RETENTION_DAYS at start and hourly (`serve`; the CLI's runtimes do not). On
+   * the embedded store the first fold is done when the runtime opens; on the shared one it runs in the background.
+   */
+  readonly retention?: boolean;
 }
 
 function translationEngine(config: GatewayConfig): TranslationEngine | undefined {
@@ -217,20 +223,6 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
       return meter.health(clock.now());
     },
   };
-  // Retention: at start, then hourly.
-  const expire = () => {
-    if (config.ledgerRetentionDays <= 0) return;
-    const before = dayOf(clock.now() - config.ledgerRetentionDays * 86_400_000, config.timeZone);
-    try {
-      const removed = meter.expire(before);
-      if (removed > 0) log?.info?.({ removed, before }, "ledger rows past retention folded into per-day totals");
-    } catch (e) {
-      log?.error({ err: e }, "ledger retention could not run");
-    }
-  };
-  expire();
-  const retention = setInterval(expire, 3_600_000);
-  retention.unref();
   return {
     accounts,
     meter,
@@ -245,7 +237,6 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
     lastRequestId: meter.lastRequestId(),
     checks: [store],
     close: async () => {
-      clearInterval(retention);
       meter.flush();
       await reports.close();
       await checkpoints?.close();
@@ -412,6 +403,17 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
           alertSender,
         );
   deliveries?.start();
+  const retention =
+    options.retention === true
+      ? new LedgerRetention(meter, {
+          days: config.ledgerRetentionDays,
+          timeZone: config.timeZone,
+          now: () => clock.now(),
+          onFolded: (removed, before) => log?.info?.({ removed, before }, "ledger rows past retention folded into per-day totals"),
+          onError: (e) => log?.error({ err: e }, "ledger retention could not run; it is tried again within the hour"),
+        })
+      : undefined;
+  retention?.start();
   const cache = stores.cache;
   if (cache !== undefined) telemetry.watchCache(() => cache.bytes);
   return {
@@ -434,6 +436,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
       for (const u of upstreams) void u.close();
       await spans?.flush();
       await deliveries?.stop();
+      await retention?.close();
       await alertSender.close();
       await stores.close();
     },

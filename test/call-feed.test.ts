@@ -2,9 +2,10 @@
 // listing started never sees the calls recorded after it; a billing system that keeps its books in step with the
 // gateway needs the other way round: every call once, in the order the ledger committed it, from where it last
 // stopped. On both stores, a follower at any page size is given exactly the calls committed, each once, whenever it
-// reads; on the embedded store, retention folds only the start of that order and refuses a cursor it passed over, and
-// a sequence number is never given twice; on the shared store, a transaction still open holds back the calls after
-// it, so none can turn up behind a cursor already given.
+// reads; on both stores, retention folds only the start of that order and refuses a cursor it passed over; on the
+// embedded store a sequence number is never given twice; on the shared store, a transaction still open holds back
+// the calls after it (and the fold), so none can turn up behind a cursor already given, and replicas fold in steps,
+// one at a time.
 import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { spawn } from "node:child_process";
@@ -16,6 +17,7 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { LedgerRow, Meter } from "../src/core/meter.ts";
 import { followCalls } from "../src/core/usage-pages.ts";
+import { LedgerRetention } from "../src/core/ledger-retention.ts";
 import { MemoryAddressLockout } from "../src/core/address-lockout.ts";
 import { CommitBell } from "../src/core/commit-bell.ts";
 import { adminRoutes } from "../src/transports/connect/admin-service.ts";
@@ -25,6 +27,9 @@ import { SqliteMeter } from "../src/stores/embedded/meter.ts";
 import { InThreadReader } from "../src/stores/embedded/sql-reader.ts";
 import { openDatabase } from "../src/stores/embedded/sqlite-database.ts";
 import { PostgresMeter } from "../src/stores/postgres/meter.ts";
+import { defaultConfig } from "../src/config.ts";
+import { dayOf } from "../src/core/clock.ts";
+import { openRuntime } from "../src/runtime.ts";
 import { migrateSchema, openPostgres } from "../src/stores/postgres/postgres-database.ts";
 import { root, runCli } from "./support/cli.ts";
 import { readCsv } from "./support/csv.ts";
@@ -243,6 +248,216 @@ describe("following the ledger across retention, the embedded store", () => {
       expect((await follow(meter, "", 10)).ids).toEqual([r6.requestId, r7.requestId]);
     } finally {
       await store.close();
+    }
+  });
+});
+
+/**
+ * Waits until every row the shared ledger holds is below the snapshot's xmin, which is the whole cluster's: a
+ * transaction of another test file's database, open for a moment, holds back what a fold or a follower may take.
+ */
+async function settled(pool: pg.Pool): Promise<void> {
+  for (let i = 0; i < 500; i++) {
+    const { rows } = await pool.query<{ below: boolean }>("SELECT coalesce(max(txid) < pg_snapshot_xmin(pg_current_snapshot()), true) AS below FROM ledger");
+    if (rows[0]!.below) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error("the ledger's rows never settled below the snapshot's xmin");
+}
+
+describe("following the ledger across retention, the shared store", () => {
+  it("folds only the start of the commit order, refuses a cursor it passed over, and folds the newest row too", async () => {
+    const store = await shared();
+    try {
+      const { meter, pool } = store;
+      const before = await followCalls(meter, { cursor: "", pageSize: 10 });
+      expect(before).toMatchObject({ rows: [], caughtUp: true });
+      // Committed one after another, as on the embedded store: r2, a day ahead, commits before r3.
+      const [r1, r2, r3, r4] = [row("east", "2026-01-01"), row("west", "2026-01-03"), row("east", "2026-01-01"), row("west", "2026-01-02")];
+      for (const r of [r1, r2, r3, r4]) await record(meter, [r]);
+      await settled(pool);
+      const a = await followCalls(meter, { cursor: "", pageSize: 1 });
+      expect(a.rows.map((r) => r.requestId)).toEqual([r1.requestId]);
+
+      expect(await meter.expire("2026-01-02")).toBe(1);
+      const totals = await meter.query({ from: "2026-01-01", to: "2026-01-01" });
+      expect(totals.totals.reduce((n, t) => n + t.calls, 0)).toBe(2);
+      const rest = await follow(meter, a.cursor, 2);
+      expect(rest.ids).toEqual([r2, r3, r4].map((r) => r.requestId));
+      await expect(followCalls(meter, { cursor: before.cursor, pageSize: 10 })).rejects.toMatchObject({ name: "UsagePageError", of: "folded" });
+      expect((await follow(meter, "", 10)).ids).toEqual([r2, r3, r4].map((r) => r.requestId));
+
+      const r5 = row("west", "2026-01-04");
+      await record(meter, [r5]);
+      await settled(pool);
+      expect(await meter.expire("2026-01-04")).toBe(3);
+      const b = await follow(meter, rest.cursor, 10);
+      expect(b.ids).toEqual([r5.requestId]);
+
+      // Every row older than retention, the newest with them: transaction ids never start again, so nothing need stay.
+      expect(await meter.expire("2026-01-05")).toBe(1);
+      expect(Number((await pool.query("SELECT count(*) AS n FROM ledger")).rows[0].n)).toBe(0);
+      // A follower from the start of an emptied ledger is given the place past the fold, and then what comes.
+      const empty = await followCalls(meter, { cursor: "", pageSize: 10 });
+      expect(empty).toMatchObject({ rows: [], caughtUp: true });
+      await expect(followCalls(meter, { cursor: empty.cursor, pageSize: 10 })).resolves.toMatchObject({ rows: [] });
+      const r6 = row("east", "2026-01-06");
+      await record(meter, [r6]);
+      await settled(pool);
+      expect((await follow(meter, b.cursor, 10)).ids).toEqual([r6.requestId]);
+      expect((await follow(meter, empty.cursor, 10)).ids).toEqual([r6.requestId]);
+      // The folded days keep their totals, charged amounts and cache hits included.
+      const kept = await meter.query({ from: "2026-01-01", to: "2026-01-06" });
+      expect(kept.totals.reduce((n, t) => n + t.calls, 0)).toBe(6);
+      expect(kept.totals.reduce((n, t) => n + t.cacheHits, 0)).toBe([r1, r2, r3, r4, r5, r6].filter((r) => r.cacheHit).length);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("folds in steps, each whole: exact totals, a stop between steps leaves the rest to the next run, two replicas at once fold each row once", async () => {
+    const own = await freshDatabase("call_feed_fold");
+    const pool = openPostgres(own.url, { max: 6 });
+    await migrateSchema(pool);
+    const one = new PostgresMeter(pool, { holder: "fold-a", foldStepRows: 7 });
+    const two = new PostgresMeter(pool, { holder: "fold-b", foldStepRows: 7 });
+    try {
+      // 60 calls of two old days and three accounts, priced, some from the cache, in 9 commits; then a kept day's.
+      const old = Array.from({ length: 60 }, (_, i) => ({ ...row(`acct${i % 3}`, i < 25 ? "2026-02-01" : "2026-02-02"), price: BigInt(1000 + i), cacheHit: i % 4 === 0 }));
+      for (let b = 0; b < 9; b++) await record(b % 2 === 0 ? one : two, old.filter((_, i) => i % 9 === b));
+      const kept = [row("acct0", "2026-02-03"), row("acct1", "2026-02-03")];
+      await record(one, kept);
+      await settled(pool);
+      const sums = async () => {
+        const t = (await one.query({ from: "2026-02-01", to: "2026-02-02" })).totals;
+        return { calls: t.reduce((n, x) => n + x.calls, 0), amount: t.reduce((n, x) => n + x.amount, 0n), hits: t.reduce((n, x) => n + x.cacheHits, 0) };
+      };
+      const expected = { calls: 60, amount: old.reduce((n, r) => n + r.price, 0n), hits: old.filter((r) => r.cacheHit).length };
+      expect(await sums()).toEqual(expected);
+      const start = await follow(one, "", 1000);
+
+      // Stopped after its first step (the signal reads aborted from its second look on): 7 rows, and totals exact.
+      let looks = 0;
+      const stopping = { get aborted() { return ++looks > 1; } } as AbortSignal;
+      expect(await one.expire("2026-02-03", stopping)).toBe(7);
+      expect(await sums()).toEqual(expected);
+      await expect(followCalls(one, { cursor: "", pageSize: 1000 })).resolves.toMatchObject({ rows: expect.any(Array) });
+      expect((await follow(one, "", 1000)).ids).toHaveLength(60 - 7 + 2);
+
+      // Both replicas' runs at once: one holds the fold, the other skips it; each row folded once.
+      const [a, b] = await Promise.all([one.expire("2026-02-03"), two.expire("2026-02-03")]);
+      expect(a + b).toBe(53);
+      expect([a, b]).toContain(0);
+      expect(await sums()).toEqual(expected);
+      expect((await follow(two, "", 1000)).ids).toEqual(kept.map((r) => r.requestId).sort());
+      // A follower that read every call before the fold resumes past it: nothing more, nothing lost.
+      expect((await follow(two, start.cursor, 1000)).ids).toEqual([]);
+      expect(await one.expire("2026-02-03")).toBe(0);
+      // Per account and day, as the rows were.
+      const byAccount = (await one.query({ account: "acct1", from: "2026-02-02", to: "2026-02-02" })).totals.reduce((n, t) => n + t.calls, 0);
+      expect(byAccount).toBe(old.filter((r) => r.account === "acct1" && r.day === "2026-02-02").length);
+    } finally {
+      one.close();
+      two.close();
+      await pool.end();
+      await own.drop();
+    }
+  });
+
+  it("is held back by a transaction still open, as followers are, and folds what it held once that ends", async () => {
+    const store = await shared();
+    try {
+      const { meter, pool } = store;
+      const early = [row("early", "2026-03-01"), row("early", "2026-03-01")];
+      await record(meter, early);
+      await settled(pool);
+      const open = await pool.connect();
+      try {
+        await open.query("BEGIN");
+        const slow = row("slow", "2026-03-01");
+        await open.query(
+          "INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+          [slow.requestId, slow.at, slow.day, slow.account, slow.operation, slow.code, slow.charge, slow.price, slow.cacheHit, slow.latencyMicros, slow.transport, slow.clientIp],
+        );
+        const late = [row("late", "2026-03-01"), row("late", "2026-03-01"), row("late", "2026-03-01")];
+        await record(meter, late);
+        // Only what committed before the open transaction began: the rows after it could still have one before them.
+        expect(await meter.expire("2026-03-02")).toBe(2);
+        await open.query("COMMIT");
+        await settled(pool);
+        expect(await meter.expire("2026-03-02")).toBe(4);
+        const totals = await meter.query({ from: "2026-03-01", to: "2026-03-01" });
+        expect(totals.totals.reduce((n, t) => n + t.calls, 0)).toBe(6);
+      } finally {
+        open.release();
+      }
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("folds a shared ledger in the background of a serving runtime, from its start; the CLI's runtimes do not fold; a close stops a run between steps", async () => {
+    const own = await freshDatabase("call_feed_serve");
+    const pool = openPostgres(own.url, { max: 2 });
+    await migrateSchema(pool);
+    const meter = new PostgresMeter(pool, { holder: "seed" });
+    const config = { ...defaultConfig, databaseUrl: own.url, redisUrl: "redis://127.0.0.1:6379/12", ledgerRetentionDays: 30 };
+    try {
+      const old = Array.from({ length: 25 }, () => row("seeded", "2026-01-10"));
+      await record(meter, old);
+      const recent = row("seeded", dayOf(Date.now(), config.timeZone));
+      await record(meter, [recent]);
+      await settled(pool);
+      const runtime = await openRuntime(config, { retention: true });
+      try {
+        const ledgerDays = async () => (await pool.query<{ day: string }>("SELECT DISTINCT day FROM ledger ORDER BY day")).rows.map((r) => r.day);
+        for (let i = 0; i < 200 && (await ledgerDays()).includes("2026-01-10"); i++) await new Promise((r) => setTimeout(r, 25));
+        expect(await ledgerDays()).toEqual([recent.day]);
+        const january = await runtime.meter.query({ account: "seeded", from: "2026-01-10", to: "2026-01-10" });
+        expect(january.totals.reduce((n, t) => n + t.calls, 0)).toBe(25);
+      } finally {
+        await runtime.close();
+      }
+      // The CLI's runtimes do not fold: an old row written now stays through one.
+      await record(meter, [row("seeded", "2026-01-11")]);
+      await settled(pool);
+      const cli = await openRuntime(config);
+      await cli.close();
+      expect((await pool.query("SELECT count(*) AS n FROM ledger WHERE day = '2026-01-11'")).rows[0].n).toBe("1");
+
+      // Closed once it has folded a step of every row (601, with retention up to tomorrow), 3 at a time: it stops
+      // between two steps and waits for the one under way, so every row is either still held or in the totals, and
+      // the lock is free for the next run.
+      await record(meter, Array.from({ length: 599 }, () => row("seeded", "2026-01-11")));
+      await settled(pool);
+      const sum = async (sql: string) => Number((await pool.query(sql)).rows[0].n);
+      const foldedBefore = await sum("SELECT sum(calls) AS n FROM ledger_daily_totals");
+      const stepping = new PostgresMeter(pool, { holder: "stepping", foldStepRows: 3 });
+      try {
+        // Retention of one day, two days from now: every day before tomorrow.
+        const tomorrow = () => Date.now() + 86_400_000;
+        const retention = new LedgerRetention(stepping, { days: 1, timeZone: config.timeZone, now: () => tomorrow() + 86_400_000 });
+        retention.start();
+        for (let i = 0; (await sum("SELECT sum(calls) AS n FROM ledger_daily_totals")) === foldedBefore; i++) {
+          expect(i).toBeLessThan(5000);
+          await new Promise((r) => setTimeout(r, 2));
+        }
+        await retention.close();
+        const held = await sum("SELECT count(*) AS n FROM ledger");
+        const folded = (await sum("SELECT sum(calls) AS n FROM ledger_daily_totals")) - foldedBefore;
+        expect(held + folded).toBe(601);
+        expect(folded % 3).toBe(0);
+        expect(held).toBeGreaterThan(0);
+        const totals = await stepping.query({ account: "seeded", from: "2026-01-11", to: "2026-01-11" });
+        expect(totals.totals.reduce((n, t) => n + t.calls, 0)).toBe(600);
+        expect(await stepping.expire(dayOf(tomorrow(), config.timeZone))).toBe(held);
+      } finally {
+        stepping.close();
+      }
+    } finally {
+      meter.close();
+      await pool.end();
+      await own.drop();
     }
   });
 });

@@ -156,8 +156,8 @@ describe("11.3 refusals do not grow the ledger row by row", () => {
     expect(before.json.api_info).toMatch(/all\[5=2\+0\+3\]/);
     await gw.close();
 
-    // A restart with a 30-day retention sweeps January's rows into per-day totals.
-    const runtime = await openRuntime({ ...defaultConfig, dataDir, ledgerRetentionDays: 30 });
+    // A restart with a 30-day retention sweeps January's rows into per-day totals, before the first call is served.
+    const runtime = await openRuntime({ ...defaultConfig, dataDir, ledgerRetentionDays: 30 }, { retention: true });
     try {
       const db = new DatabaseSync(databasePath({ dataDir }), { readOnly: true });
       const oldRows = Number((db.prepare("SELECT count(*) AS n FROM ledger WHERE day < '2026-02-01'").get() as { n: number }).n);

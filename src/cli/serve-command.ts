@@ -72,7 +72,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   const log = createLogger({ level: config.logLevel });
   // Starting, listening and stopping are always told, as JSON lines, whatever the log level.
   const lifecycle = log.isLevelEnabled("info") ? log : createLogger({ level: "info" });
-  const runtime = await openRuntime(config, { log, deliverAlerts: config.alerts === "on" });
+  const runtime = await openRuntime(config, { log, deliverAlerts: config.alerts === "on", retention: true });
   if (options.demo && (await seedDemoCatalogue(runtime))) lifecycle.info({ into: shared ? "the shared database" : config.dataDir }, "seeded the demo catalogue");
   // A demo without a configured admin token gets one for this run, printed below.
   const adminToken = config.adminToken === "" && options.demo ? randomBytes(24).toString("base64url") : config.adminToken;

@@ -332,6 +332,16 @@ export interface Meter {
    */
   feed(after: FeedPlace | undefined, limit: number): Promise<{ readonly rows: readonly LedgerRow[]; readonly place: FeedPlace }>;
   /**
+   * Retention (`LedgerRetention`): folds the ledger rows of days before
+   * `beforeDay` into per-day totals and deletes them, with the counted
+   * refusals of those days; day counts (api_info) and balances stay.
+   * Only the start of `feed`'s order is folded, so a follower's place is
+   * past what went or refused ("folded"), never passed over a hole; a row
+   * of an earlier day committed after a row kept stays until a later run.
+   * Stops between steps once `signal` is aborted. Returns the rows removed.
+   */
+  expire(beforeDay: string, signal?: AbortSignal): MaybeAsync<number>;
+  /**
    * Adds to an account's prepaid balance (a top-up), or makes it unbilled by
    * balance. The balance is the meter's own: charged calls deduct from it in
    * the commit that writes their rows, so the two never disagree.

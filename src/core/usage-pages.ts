@@ -44,6 +44,14 @@ export class UsagePageError extends Error {
   }
 }
 
+/** What a store's `feed` throws for a cursor that calls after it were folded past retention since. */
+export function foldedPastCursor(): UsagePageError {
+  return new UsagePageError(
+    "folded",
+    "calls after this cursor were folded past retention (GATEWAY_LEDGER_RETENTION_DAYS) into per-day totals before they were read; follow again from the start (an empty cursor) and take the days folded from QueryUsage's totals",
+  );
+}
+
 /** What a token is made for: the filter's fields that choose rows (and a list's own), so a token asked with another is known. */
 function filterDigest(f: UsageQuery, list: string): string {
   const chosen = [list, f.account, f.from, f.to, f.operation, f.code, f.address, f.requestId, f.byAddress === true].map((v) => (v === undefined ? null : String(v)));

@@ -46,6 +46,7 @@ export async function startGateway(
     ...(options.clock ? { clock: options.clock } : {}),
     ...(logger ? { log: logger } : {}),
     ...(options.deliverAlerts !== undefined ? { deliverAlerts: options.deliverAlerts } : {}),
+    retention: true,
   });
   await seedDemoCatalogue(runtime);
   // The app as `serve` builds it from the same configuration; a test's own app options come last.

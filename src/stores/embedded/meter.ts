@@ -14,7 +14,7 @@ import type { Micros } from "../../core/money.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { readTransaction, writeTransaction } from "./sqlite-database.ts";
 import { InThreadReader, type SqlReader } from "./sql-reader.ts";
-import { UsagePageError } from "../../core/usage-pages.ts";
+import { foldedPastCursor, UsagePageError } from "../../core/usage-pages.ts";
 import { keptMs, type IdempotencyKey, type KeyClaim, type TakenKey } from "../../core/idempotency.ts";
 
 export interface SqliteMeterOptions {
@@ -651,9 +651,10 @@ export class SqliteMeter implements Meter {
   }
 
   /**
-   * Retention: folds the ledger rows of days before `beforeDay` into per-day
-   * totals and deletes them, with the counted refusals of those days. Day
-   * counts (api_info) are kept apart and stay. Returns the rows removed.
+   * Retention (`Meter.expire`), in one transaction: folds the ledger rows of
+   * days before `beforeDay` into per-day totals and deletes them, with the
+   * counted refusals of those days. Day counts (api_info) are kept apart and
+   * stay. Returns the rows removed.
    *
    * The rows folded are those committed before the first row of `beforeDay`
    * or later (by rowid, `feed`'s order), so what is gone is always the start
@@ -707,7 +708,7 @@ export class SqliteMeter implements Meter {
     ]);
     const folded = Number(marks![0]?.folded_through ?? 0);
     if (after !== undefined && from < folded) {
-      throw new UsagePageError("folded", `calls after this cursor were folded past retention (GATEWAY_LEDGER_RETENTION_DAYS) into per-day totals before they were read; follow again from the start (an empty cursor) and take the days folded from QueryUsage's totals`);
+      throw foldedPastCursor();
     }
     const last = rows!.at(-1);
     return { rows: rows!.map(rowFromSql), place: `e${last === undefined ? Math.max(from, folded) : Number(last.seq)}` };

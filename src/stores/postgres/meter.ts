@@ -12,7 +12,7 @@ import { RefusalAddresses } from "../../core/refusal-addresses.ts";
 import { databaseFault, databaseUnreachable } from "./postgres-database.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { keptMs, type IdempotencyKey, type KeyClaim, type TakenKey } from "../../core/idempotency.ts";
-import { UsagePageError } from "../../core/usage-pages.ts";
+import { foldedPastCursor, UsagePageError } from "../../core/usage-pages.ts";
 
 export interface PostgresMeterOptions {
   /** This replica's name on its leases. */
@@ -34,6 +34,8 @@ export interface PostgresMeterOptions {
   readonly vacuumEveryLeases: number;
   /** Told when a vacuum of the lease table failed (calls go on; the next one is tried after as many leases again). */
   readonly onVacuumFailed: (e: unknown) => void;
+  /** Retention folds this many ledger rows a transaction (`expire`). */
+  readonly foldStepRows: number;
 }
 
 export const defaultPostgresMeterOptions: PostgresMeterOptions = {
@@ -47,7 +49,11 @@ export const defaultPostgresMeterOptions: PostgresMeterOptions = {
   onCommit: () => {},
   vacuumEveryLeases: 5_000,
   onVacuumFailed: () => {},
+  foldStepRows: 20_000,
 };
+
+/** Held by the replica that folds the ledger past retention, so one folds at a time ("fold"). */
+const retentionLock = 0x666f6c64;
 
 /** A call waiting for its admission to be decided. */
 interface Waiting {
@@ -513,7 +519,13 @@ export class PostgresMeter implements Meter {
    * ends; a commit is one statement, so that is milliseconds, unless a
    * session leaves a write transaction open in the database. Rows from
    * before the shared store kept transaction ids hold 0 and come first.
-   * The shared store has no retention, so no place is ever folded.
+   *
+   * The fold mark (`expire`) is read after the rows: a fold that deleted
+   * rows after `after` before the rows were read had moved the mark past
+   * `after` before the mark is read, so such a read is refused ("folded"),
+   * never given with a hole. (One that comes between the two reads refuses
+   * a read that was whole: the follower starts again, as told, and loses
+   * nothing.)
    */
   async feed(after: FeedPlace | undefined, limit: number): Promise<{ rows: LedgerRow[]; place: FeedPlace }> {
     const from = after === undefined ? { txid: "0", requestId: "" } : feedPlace(after);
@@ -523,8 +535,95 @@ export class PostgresMeter implements Meter {
        ORDER BY txid, request_id COLLATE "C" LIMIT ${Math.max(0, Math.floor(limit))}`,
       [from.txid, from.requestId],
     );
+    const marks = await this.pool.query<{ txid: string; request_id: string; passed: boolean }>(
+      `SELECT folded_txid::text AS txid, folded_request_id AS request_id, (folded_txid, folded_request_id COLLATE "C") > ($1::xid8, $2::text) AS passed FROM ledger_feed`,
+      [from.txid, from.requestId],
+    );
+    const mark = marks.rows[0];
+    if (after !== undefined && mark?.passed === true) throw foldedPastCursor();
     const last = rows.rows.at(-1);
-    return { rows: rows.rows.map(rowFromSql), place: last === undefined ? `p${from.txid}.${from.requestId}` : `p${String(last.txid)}.${String(last.request_id)}` };
+    if (last !== undefined) return { rows: rows.rows.map(rowFromSql), place: `p${String(last.txid)}.${String(last.request_id)}` };
+    return { rows: [], place: mark?.passed === true ? `p${mark.txid}.${mark.request_id}` : `p${from.txid}.${from.requestId}` };
+  }
+
+  /**
+   * Retention (`Meter.expire`), by one replica at a time (an advisory lock;
+   * a replica that finds it held skips the run), in steps of `foldStepRows`
+   * rows: each step one transaction that adds its rows to the per-day
+   * totals, deletes them and moves the fold mark, so a query or a follower
+   * sees a step whole or not at all, and a stop between steps (`signal`, a
+   * failure) leaves nothing half done.
+   *
+   * What is folded is the start of `feed`'s order up to the first row of
+   * `beforeDay` or later, among the rows below the snapshot's xmin: every
+   * transaction below it has ended, so no row can still appear in the part
+   * folded (a write transaction left open holds the fold back, as it holds
+   * followers). Unlike SQLite's rowids, transaction ids never start again,
+   * so the newest row need not stay. Rows written before transaction ids
+   * were kept (0) are in request-id order among themselves: an old one after
+   * a kept one waits for it.
+   */
+  async expire(beforeDay: string, signal?: AbortSignal): Promise<number> {
+    const client = await this.pool.connect();
+    let usable = true;
+    try {
+      const locked = await client.query<{ locked: boolean }>("SELECT pg_try_advisory_lock($1) AS locked", [retentionLock]);
+      if (locked.rows[0]?.locked !== true) return 0;
+      try {
+        // `day COLLATE "C"` keeps the day's index out: the first kept row is looked for from the start of the commit
+        // order, so the cost is the rows folded, not the days kept.
+        const bounds = await client.query<{ txid: string; request_id: string }>(
+          `SELECT coalesce(k.txid, x.xmin)::text AS txid, coalesce(k.request_id, '') AS request_id
+           FROM (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin) x
+           LEFT JOIN LATERAL (SELECT txid, request_id FROM ledger WHERE txid < x.xmin AND day COLLATE "C" >= $1 ORDER BY txid, request_id COLLATE "C" LIMIT 1) k ON true`,
+          [beforeDay],
+        );
+        const bound = bounds.rows[0]!;
+        let removed = 0;
+        while (signal?.aborted !== true) {
+          await client.query("BEGIN");
+          try {
+            const last = await client.query<{ txid: string; request_id: string }>(
+              `SELECT txid::text AS txid, request_id FROM (
+                 SELECT txid, request_id FROM ledger WHERE (txid, request_id COLLATE "C") < ($1::xid8, $2::text) ORDER BY txid, request_id COLLATE "C" LIMIT $3
+               ) step ORDER BY txid DESC, request_id COLLATE "C" DESC LIMIT 1`,
+              [bound.txid, bound.request_id, this.options.foldStepRows],
+            );
+            const through = last.rows[0];
+            if (through === undefined) {
+              await client.query("COMMIT");
+              break;
+            }
+            const step = [through.txid, through.request_id];
+            await client.query(
+              `INSERT INTO ledger_daily_totals (day, account, operation, error_code, charge, calls, amount, cache_hits)
+               SELECT day, coalesce(account, ''), coalesce(operation, ''), error_code, charge, count(*), sum(price), count(*) FILTER (WHERE cache_hit)
+               FROM ledger WHERE (txid, request_id COLLATE "C") <= ($1::xid8, $2::text)
+               GROUP BY 1, 2, 3, 4, 5
+               ON CONFLICT (day, account, operation, error_code, charge) DO UPDATE
+               SET calls = ledger_daily_totals.calls + excluded.calls, amount = ledger_daily_totals.amount + excluded.amount, cache_hits = ledger_daily_totals.cache_hits + excluded.cache_hits`,
+              step,
+            );
+            removed += (await client.query(`DELETE FROM ledger WHERE (txid, request_id COLLATE "C") <= ($1::xid8, $2::text)`, step)).rowCount ?? 0;
+            await client.query("UPDATE ledger_feed SET folded_txid = $1, folded_request_id = $2", step);
+            await client.query("COMMIT");
+          } catch (e) {
+            await client.query("ROLLBACK").catch(() => (usable = false));
+            throw e;
+          }
+        }
+        if (signal?.aborted !== true) await client.query("DELETE FROM refusals WHERE day < $1", [beforeDay]);
+        return removed;
+      } finally {
+        await client.query("SELECT pg_advisory_unlock($1)", [retentionLock]).catch(() => (usable = false));
+      }
+    } catch (e) {
+      usable = false;
+      throw e;
+    } finally {
+      // A connection that may still hold the lock or a transaction is closed, which ends both.
+      client.release(!usable);
+    }
   }
 
   /**

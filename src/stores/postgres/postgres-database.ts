@@ -546,6 +546,10 @@ export const migrations: readonly string[] = [
   `ALTER TABLE ledger ADD COLUMN txid xid8 NOT NULL DEFAULT '0';
   ALTER TABLE ledger ALTER COLUMN txid SET DEFAULT pg_current_xact_id();
   CREATE INDEX ledger_in_commit_order ON ledger (txid, request_id COLLATE "C");`,
+  // 23: retention (PostgresMeter.expire; the embedded store's step 24): the last row folded in commit order, so a
+  // follower whose cursor is before it is refused rather than passed over the rows folded.
+  `CREATE TABLE ledger_feed (folded_txid xid8 NOT NULL, folded_request_id text NOT NULL);
+  INSERT INTO ledger_feed VALUES ('0', '');`,
 ];
 
 /** What a call is told when the shared database does not answer. */
