@@ -50,6 +50,7 @@ function row(account: string, day = "2026-11-20"): LedgerRow {
     charge: "charged",
     price: 0n,
     cacheHit: n % 2 === 0,
+    upstreamRequests: n % 3,
     latencyMicros: 100 + n,
     transport: "legacy",
     clientIp: "192.0.2.1",
@@ -219,6 +220,8 @@ describe("following the ledger across retention, the embedded store", () => {
       expect(meter.expire("2026-01-02")).toBe(1);
       const totals = await meter.query({ from: "2026-01-01", to: "2026-01-01" });
       expect(totals.totals.reduce((n, t) => n + t.calls, 0)).toBe(2);
+      // What they bought upstream is folded with them.
+      expect(totals.totals.reduce((n, t) => n + t.upstreamRequests, 0)).toBe(r1.upstreamRequests + r3.upstreamRequests);
       // A follower past r1 misses nothing: it is given the rest.
       const rest = await follow(meter, a.cursor, 2);
       expect(rest.ids).toEqual([r2, r3, r4].map((r) => r.requestId));
@@ -282,6 +285,8 @@ describe("following the ledger across retention, the shared store", () => {
       expect(await meter.expire("2026-01-02")).toBe(1);
       const totals = await meter.query({ from: "2026-01-01", to: "2026-01-01" });
       expect(totals.totals.reduce((n, t) => n + t.calls, 0)).toBe(2);
+      // What they bought upstream is folded with them.
+      expect(totals.totals.reduce((n, t) => n + t.upstreamRequests, 0)).toBe(r1.upstreamRequests + r3.upstreamRequests);
       const rest = await follow(meter, a.cursor, 2);
       expect(rest.ids).toEqual([r2, r3, r4].map((r) => r.requestId));
       await expect(followCalls(meter, { cursor: before.cursor, pageSize: 10 })).rejects.toMatchObject({ name: "UsagePageError", of: "folded" });
@@ -330,9 +335,10 @@ describe("following the ledger across retention, the shared store", () => {
       await settled(pool);
       const sums = async () => {
         const t = (await one.query({ from: "2026-02-01", to: "2026-02-02" })).totals;
-        return { calls: t.reduce((n, x) => n + x.calls, 0), amount: t.reduce((n, x) => n + x.amount, 0n), hits: t.reduce((n, x) => n + x.cacheHits, 0) };
+        return { calls: t.reduce((n, x) => n + x.calls, 0), amount: t.reduce((n, x) => n + x.amount, 0n), hits: t.reduce((n, x) => n + x.cacheHits, 0), upstream: t.reduce((n, x) => n + x.upstreamRequests, 0) };
       };
-      const expected = { calls: 60, amount: old.reduce((n, r) => n + r.price, 0n), hits: old.filter((r) => r.cacheHit).length };
+      const expected = { calls: 60, amount: old.reduce((n, r) => n + r.price, 0n), hits: old.filter((r) => r.cacheHit).length, upstream: old.reduce((n, r) => n + r.upstreamRequests, 0) };
+      expect(expected.upstream).toBeGreaterThan(0);
       expect(await sums()).toEqual(expected);
       const start = await follow(one, "", 1000);
 

@@ -391,11 +391,11 @@ describe("the console", () => {
     const calls = await saved("Download these calls (CSV)");
     const lines = calls.text.split("\r\n");
     expect(calls.name).toMatch(/^usage-calls-\d{4}-\d{2}-\d{2}-\d{4}-\d{2}-\d{2}\.csv$/);
-    expect(lines[0]).toBe("request_id,time,day,account,operation,code,charge,price,cache_hit,latency_us,transport,client_ip");
+    expect(lines[0]).toBe("request_id,time,day,account,operation,code,charge,price,cache_hit,latency_us,transport,client_ip,upstream_requests");
     expect(lines.filter((l) => l.includes(`,${key},`))).toHaveLength(6);
     expect(lines.filter((l) => l.includes(",4003,ignored,0,false,"))).toHaveLength(1);
     const totals = await saved("Download the totals (CSV)");
-    expect(totals.text.split("\r\n")[0]).toBe("day,account,operation,code,charge,client_ip,calls,cache_hits,amount");
+    expect(totals.text.split("\r\n")[0]).toBe("day,account,operation,code,charge,client_ip,calls,cache_hits,amount,upstream_requests");
     const refusedId = (await latest.locator("tbody tr").filter({ hasText: "4003" }).locator("code").textContent())!;
     await page.getByLabel("From address").fill("10.0.0.0/8");
     await page.getByRole("button", { name: "Show usage" }).click();

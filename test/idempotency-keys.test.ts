@@ -103,7 +103,7 @@ let ids = 0;
 function row(charge: LedgerRow["charge"], at = Date.now()): LedgerRow {
   return {
     requestId: `req-${String(++ids).padStart(8, "0")}`, at, day: "2026-11-26", account: account.key, operation: "retail/item_get",
-    code: charge === "charged" ? ErrorCode.SUCCESS : ErrorCode.TARGET_SERVER_ERROR, charge, price: 0n, cacheHit: false, latencyMicros: 1, transport: "legacy",
+    code: charge === "charged" ? ErrorCode.SUCCESS : ErrorCode.TARGET_SERVER_ERROR, charge, price: 0n, cacheHit: false, upstreamRequests: 0, latencyMicros: 1, transport: "legacy",
   };
 }
 const kinds = (claims: readonly KeyClaim[]) => claims.map((c) => c.kind);

@@ -596,6 +596,7 @@ describe("a group commit of more rows than one insert statement takes", () => {
       charge: i % 2 === 0 ? ("uncharged" as const) : ("ignored" as const),
       price: BigInt(i),
       cacheHit: i % 4 === 0,
+      upstreamRequests: i % 3,
       latencyMicros: 1000 + i,
       transport: (["legacy", "connect", "grpc", "grpc-web"] as const)[i % 4]!,
     }));
@@ -604,7 +605,7 @@ describe("a group commit of more rows than one insert statement takes", () => {
     expect(transactions).toBe(1);
     const written = new Map((await meter.query({ from: day, to: day, rows: 1000 })).rows.map((r) => [r.requestId, r]));
     for (const r of rows) {
-      expect(written.get(r.requestId), r.requestId).toMatchObject({ at: r.at, day, account: r.account, operation: r.operation, code: r.code, charge: r.charge, price: r.price, cacheHit: r.cacheHit, latencyMicros: r.latencyMicros, transport: r.transport });
+      expect(written.get(r.requestId), r.requestId).toMatchObject({ at: r.at, day, account: r.account, operation: r.operation, code: r.code, charge: r.charge, price: r.price, cacheHit: r.cacheHit, upstreamRequests: r.upstreamRequests, latencyMicros: r.latencyMicros, transport: r.transport });
     }
     db.close();
   });
@@ -623,6 +624,7 @@ function walRows(tag: string) {
     charge: "uncharged" as const,
     price: 0n,
     cacheHit: true,
+    upstreamRequests: 0,
     latencyMicros: 100,
     transport: "legacy" as const,
   });
@@ -791,7 +793,7 @@ describe("the thread that helps the serving connection checkpoint", () => {
 
 describe("a group commit with a row that cannot be written", () => {
   it("refuses that row alone; its batch-mates are committed", async () => {
-    const base = { at: Date.now(), day: "2026-01-01", account: "gw-test-account", operation: undefined, code: 4010, charge: "ignored" as const, price: 0n, cacheHit: false, latencyMicros: 1, transport: "legacy" as const };
+    const base = { at: Date.now(), day: "2026-01-01", account: "gw-test-account", operation: undefined, code: 4010, charge: "ignored" as const, price: 0n, cacheHit: false, upstreamRequests: 0, latencyMicros: 1, transport: "legacy" as const };
     const id = (n: number) => `gw-test.dup${n}-${Date.now()}`;
     const [a, b] = [id(1), id(2)];
     const results = await Promise.allSettled([

@@ -50,7 +50,7 @@ async function account(plan: Partial<Account> & { balance?: bigint } = {}): Prom
 
 let ids = 0;
 function row(a: Account, charge: LedgerRow["charge"], price: bigint): LedgerRow {
-  return { requestId: `req-${String(++ids).padStart(8, "0")}`, at: Date.now(), day: "2026-11-22", account: a.key, operation: "retail/item_get", code: charge === "charged" ? 0 : 4000, charge, price, cacheHit: false, latencyMicros: 1, transport: "legacy" };
+  return { requestId: `req-${String(++ids).padStart(8, "0")}`, at: Date.now(), day: "2026-11-22", account: a.key, operation: "retail/item_get", code: charge === "charged" ? 0 : 4000, charge, price, cacheHit: false, upstreamRequests: 0, latencyMicros: 1, transport: "legacy" };
 }
 
 /** One call as the gateway makes it: admit, maybe hold the slot a while, record (charged unless told), and say the code. */

@@ -4,11 +4,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { legacySign, legacySigningKey } from "../src/core/legacy-signature.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { retailItemGet } from "../src/operations/retail-item-get.ts";
 import { UpstreamSource } from "../src/sources/upstream/upstream-source.ts";
 import { FakeUpstream, type Behaviour } from "./support/fake-upstream.ts";
-import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
 const upstreamKey = "UPKEY-9f3a1c";
 const upstreamSecret = "UPSECRET-7d2e41b0c9a84f55aa";
@@ -114,6 +115,7 @@ describe("the upstream source", () => {
   ] as [string, Behaviour, string][])("maps %s to %s, uncharged", async (_name, behaviour, code) => {
     scripted(behaviour);
     const a = await gw.newAccount();
+    const before = upstream.requests.length;
     const r = await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: freshItem() });
     bodies.push(r.body);
     expect(r.json.error_code).toBe(code);
@@ -121,6 +123,9 @@ describe("the upstream source", () => {
     const [row] = (await gw.runtime.meter.query({ account: a.key, rows: 5 })).rows;
     expect(row?.charge).toBe("uncharged");
     expect(row?.price).toBe(0n);
+    // What the provider may bill for it: every request it received for the call, retries included.
+    expect(row?.upstreamRequests).toBe(upstream.requests.length - before);
+    expect(row?.upstreamRequests).toBeGreaterThan(0);
     scripted({ kind: "normal" });
   });
 
@@ -137,8 +142,11 @@ describe("the upstream source", () => {
     const url = closed.url;
     await closed.stop();
     const source = new UpstreamSource({ url, catalogue: "taobao", key: upstreamKey, secret: upstreamSecret, attemptTimeoutMs: 300, deadlineMs: 1000 });
-    const err = await source.fetch(retailItemGet, { num_iid: "1", is_promotion: "" }).then(() => undefined, (e: Error & { code?: number }) => e);
+    const sent = { count: 0 };
+    const err = await source.fetch(retailItemGet, { num_iid: "1", is_promotion: "" }, undefined, undefined, sent).then(() => undefined, (e: Error & { code?: number }) => e);
     expect(err?.code).toBe(4001);
+    // Refused, and retried as a refusal is: no request reached the provider, so none is counted.
+    expect(sent.count).toBe(0);
     await source.close();
     scripted({ kind: "reset" });
     const rpc = await createClient(RetailService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }))
@@ -218,8 +226,12 @@ describe("the response cache", () => {
     const codes = await Promise.all(Array.from({ length: 100 }, () => legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: id }).then((r) => r.json.error_code)));
     expect(codes).toEqual(Array(100).fill("0000"));
     expect(upstream.requests.length - before).toBe(1);
-    const charged = (await gw.runtime.meter.query({ account: a.key })).totals.filter((t) => t.charge === "charged").reduce((n, t) => n + t.calls, 0);
+    const report = await gw.runtime.meter.query({ account: a.key, rows: 200 });
+    const charged = report.totals.filter((t) => t.charge === "charged").reduce((n, t) => n + t.calls, 0);
     expect(charged).toBe(100);
+    // The one purchase is on the row of the call that made it; the 99 that shared it bought nothing.
+    expect(report.rows.map((r) => r.upstreamRequests).sort()).toEqual([...Array(99).fill(0), 1]);
+    expect(report.totals.reduce((n, t) => n + t.upstreamRequests, 0)).toBe(1);
     scripted({ kind: "normal" });
   });
 
@@ -244,6 +256,17 @@ describe("the response cache", () => {
     const after = await get(id);
     expect(after.cache).toBe(1);
     expect(after.secache).toBe(refreshed.secache);
+
+    // The operator reads what each call bought, and the sums, through the AdminService: to hold the provider's bill to.
+    const admin = createClient(AdminService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }));
+    const headers = { authorization: `Bearer ${adminToken}` };
+    const calls = (await admin.listCalls({ account: gw.account.key, pageSize: 1000 }, { headers })).calls;
+    const bought = new Map(calls.map((c) => [c.requestId, c.upstreamRequests]));
+    expect([first, hit, refreshed, after].map((x) => bought.get(x.request_id as string))).toEqual([1, 0, 1, 0]);
+    const usage = await admin.queryUsage({ account: gw.account.key }, { headers });
+    const sent = calls.reduce((n, c) => n + c.upstreamRequests, 0);
+    expect(Number(usage.upstreamRequests)).toBe(sent);
+    expect(usage.totals.reduce((n, t) => n + Number(t.upstreamRequests), 0)).toBe(sent);
   });
 
   it("caches 2000 for a shorter time, and never caches a fault", async () => {

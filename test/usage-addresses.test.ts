@@ -35,7 +35,7 @@ let ids = 0;
 function row(account: string | undefined, clientIp: string | undefined, charge: LedgerRow["charge"] = "charged", cacheHit = false): LedgerRow {
   return {
     requestId: `addr-${String(++ids).padStart(8, "0")}`, at: Date.UTC(2026, 10, 24, 3, 0, 0, ids), day, account, operation: "retail/item_get",
-    code: charge === "charged" ? 0 : charge === "ignored" ? 4003 : 4000, charge, price: charge === "charged" ? 50_000n : 0n, cacheHit, latencyMicros: 10, transport: "legacy", clientIp,
+    code: charge === "charged" ? 0 : charge === "ignored" ? 4003 : 4000, charge, price: charge === "charged" ? 50_000n : 0n, cacheHit, upstreamRequests: 0, latencyMicros: 10, transport: "legacy", clientIp,
   };
 }
 
@@ -200,10 +200,10 @@ describe("behind the app, each call from the address its proxy forwards", () => 
     // As CSV for a spreadsheet or a billing system: the totals per address, and the rows when they are asked for.
     const csv = await runCli(["usage", "--account", a.key, "--by-address", "--csv"], env);
     const table = readCsv(csv.stdout);
-    expect(table[0]).toEqual(["day", "account", "operation", "code", "charge", "calls", "amount", "cache_hits", "client_ip"]);
+    expect(table[0]).toEqual(["day", "account", "operation", "code", "charge", "calls", "amount", "cache_hits", "client_ip", "upstream_requests"]);
     expect(table.slice(1).map((r) => `${r[1] === a.key} ${r[3]} ${r[5]} ${r[8]}`).sort()).toEqual(["true 0000 1 127.0.0.1", "true 0000 1 2001:db8::7", "true 0000 2 10.1.2.3"]);
     const csvRows = readCsv((await runCli(["usage", "--address", "10.0.0.0/8", "--rows", "10", "--csv"], env)).stdout);
-    expect(csvRows[0]).toEqual(["request_id", "time", "day", "account", "operation", "code", "charge", "price", "cache_hit", "latency_us", "transport", "client_ip"]);
+    expect(csvRows[0]).toEqual(["request_id", "time", "day", "account", "operation", "code", "charge", "price", "cache_hit", "latency_us", "transport", "client_ip", "upstream_requests"]);
     expect(csvRows.slice(1).map((r) => `${r[10]} ${r[11]}`)).toEqual(["legacy 10.200.0.1", "connect 10.1.2.3", "legacy 10.1.2.3"]);
     expect((await runCli(["usage", "--csv", "--json"], env)).stderr).toContain("--csv and --json: one or the other");
     const bad = await runCli(["usage", "--address", "example.com"], env);

@@ -51,6 +51,7 @@ function ledger(): LedgerRow[] {
       charge: i % 9 === 0 ? "uncharged" : "charged",
       price: i % 9 === 0 ? 0n : 50_000n,
       cacheHit: i % 2 === 0,
+      upstreamRequests: 0,
       latencyMicros: 300 + i,
       transport: i % 3 === 0 ? "grpc" : "legacy",
       clientIp: i % 5 === 0 ? `10.9.0.${i % 200}` : `192.0.2.${i % 100}`,
@@ -405,7 +406,7 @@ describe("ListCalls, ListMyCalls and the CLI over a running gateway", () => {
       const csv = await runCli(["usage", "--rows", "all", "--csv"], env);
       expect(csv.code, csv.stderr).toBe(0);
       const table = readCsv(csv.stdout);
-      expect(table[0]).toEqual(["request_id", "time", "day", "account", "operation", "code", "charge", "price", "cache_hit", "latency_us", "transport", "client_ip"]);
+      expect(table[0]).toEqual(["request_id", "time", "day", "account", "operation", "code", "charge", "price", "cache_hit", "latency_us", "transport", "client_ip", "upstream_requests"]);
       const ids = table.slice(1).map((r) => r[0]);
       expect(ids).toHaveLength(12_345);
       expect(new Set(ids).size).toBe(12_345);

@@ -41,7 +41,7 @@ const server = createServer((req, res) => {
   const admission = meter.admit(account, "retail/item_get", day);
   void meter
     .record(
-      { requestId: requestId(), at: now, day, account: account.key, operation: "retail/item_get", code, charge: "charged", price: 0n, cacheHit: true, latencyMicros: Math.round((performance.now() - started) * 1000), transport: "legacy" },
+      { requestId: requestId(), at: now, day, account: account.key, operation: "retail/item_get", code, charge: "charged", price: 0n, cacheHit: true, upstreamRequests: 0, latencyMicros: Math.round((performance.now() - started) * 1000), transport: "legacy" },
       admission,
     )
     .then(

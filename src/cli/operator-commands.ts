@@ -109,15 +109,17 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
       } else {
         await write(
           csvText(
-            ["day", "account", "operation", "code", "charge", "calls", "amount", "cache_hits", ...(by ? ["client_ip"] : [])],
-            totals.map((t) => [t.day, t.account ?? "", t.operation ?? "", t.code, t.charge, t.calls, t.amount, t.cacheHits, ...(by ? [t.clientIp ?? ""] : [])]),
+            // Columns added later come last, so a reader that takes them by place goes on reading what it did.
+            ["day", "account", "operation", "code", "charge", "calls", "amount", "cache_hits", ...(by ? ["client_ip"] : []), "upstream_requests"],
+            totals.map((t) => [t.day, t.account ?? "", t.operation ?? "", t.code, t.charge, t.calls, t.amount, t.cacheHits, ...(by ? [t.clientIp ?? ""] : []), t.upstreamRequests]),
           ),
         );
       }
     } else {
       // An address is empty where the ledger kept none (calls from before it did, days folded past retention).
       const from = (ip: string | undefined) => (ip === undefined ? "" : `  from ${ip || "(not kept)"}`);
-      for (const t of totals) console.log(`${t.day}  ${t.account ?? "-"}  ${t.operation ?? "-"}  ${t.code}  ${t.charge.padEnd(9)}  ${t.calls} calls  ${t.amount}${from(t.clientIp)}`);
+      const bought = (n: number) => (n === 0 ? "" : `  ${n} upstream request${n === 1 ? "" : "s"}`);
+      for (const t of totals) console.log(`${t.day}  ${t.account ?? "-"}  ${t.operation ?? "-"}  ${t.code}  ${t.charge.padEnd(9)}  ${t.calls} calls  ${t.amount}${from(t.clientIp)}${bought(t.upstreamRequests)}`);
       for await (const rows of rowPages()) await write(rowText(rows));
     }
     return 0;
@@ -129,9 +131,9 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
 /** A ledger row as the CLI shows it: its code in four digits, its price in money. */
 const shown = (r: LedgerRow) => ({ ...r, code: fourDigits(r.code), price: formatMoney(r.price) });
 const rowJson = (r: LedgerRow) => JSON.stringify(shown(r));
-const rowCsvHeader = csvText(["request_id", "time", "day", "account", "operation", "code", "charge", "price", "cache_hit", "latency_us", "transport", "client_ip"], []);
+const rowCsvHeader = csvText(["request_id", "time", "day", "account", "operation", "code", "charge", "price", "cache_hit", "latency_us", "transport", "client_ip", "upstream_requests"], []);
 const rowCsv = (rows: readonly LedgerRow[]) =>
-  csvLines(rows.map(shown).map((r) => [r.requestId, new Date(r.at).toISOString(), r.day, r.account ?? "", r.operation ?? "", r.code, r.charge, r.price, r.cacheHit, r.latencyMicros, r.transport, r.clientIp ?? ""]));
+  csvLines(rows.map(shown).map((r) => [r.requestId, new Date(r.at).toISOString(), r.day, r.account ?? "", r.operation ?? "", r.code, r.charge, r.price, r.cacheHit, r.latencyMicros, r.transport, r.clientIp ?? "", r.upstreamRequests]));
 const rowText = (rows: readonly LedgerRow[]) =>
   rows.map(shown).map((r) => `${r.requestId}  ${new Date(r.at).toISOString()}  ${r.account ?? "-"}  ${r.operation ?? "-"}  ${r.code}  ${r.charge}  ${r.price}  ${r.transport}  ${r.clientIp ?? "-"}\n`).join("");
 

@@ -109,8 +109,8 @@ function callsTable(first: ListCallsResponse, filter: { account: string; from: s
   let token = first.nextPageToken;
   const csv = () =>
     csvText(
-      ["request_id", "time", "day", "account", "operation", "code", "charge", "price", "cache_hit", "latency_us", "transport", "client_ip"],
-      shown.map((r) => [r.requestId, new Date(Number(r.atMs)).toISOString(), r.day, r.account, r.operation, fourDigits(r.errorCode), chargeNames[r.charge] ?? "", r.price, r.cacheHit, r.latencyUs, r.transport, r.clientIp]),
+      ["request_id", "time", "day", "account", "operation", "code", "charge", "price", "cache_hit", "latency_us", "transport", "client_ip", "upstream_requests"],
+      shown.map((r) => [r.requestId, new Date(Number(r.atMs)).toISOString(), r.day, r.account, r.operation, fourDigits(r.errorCode), chargeNames[r.charge] ?? "", r.price, r.cacheHit, r.latencyUs, r.transport, r.clientIp, r.upstreamRequests]),
     );
   const link = download("Download these calls (CSV)", name, csv());
   const box = table("Latest calls", ["Time", "Request id", "Account", "Operation", "Code", "Transport", "Address", "Cache", "Latency ms", "Price"], shown.map(callCells), [8, 9], link);
@@ -208,6 +208,7 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
           ["Charged calls", String(report.chargedCalls)],
           ["Amount spent", report.amount],
           ["Cache-hit share", hitShare],
+          ["Upstream requests", String(report.upstreamRequests)],
         ].map(([label, value]) => h("div", { class: "figure" }, h("span", { class: "muted" }, label!), h("strong", { "data-testid": `figure-${label!.toLowerCase().replace(/\W+/g, "-")}` }, value!))),
       ),
       h(
@@ -226,15 +227,15 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
       ),
       table(
         "Totals by day, account, operation, code and address",
-        ["Day", "Account", "Operation", "Code", "Charge", "Address", "Calls", "Cache hits", "Amount"],
-        report.totals.map((t) => [t.day, t.account || "(none)", t.operation || "(none)", fourDigits(t.errorCode), chargeNames[t.charge] ?? "", t.clientIp || "(not kept)", String(t.calls), String(t.cacheHits), t.amount]),
-        [6, 7, 8],
+        ["Day", "Account", "Operation", "Code", "Charge", "Address", "Calls", "Cache hits", "Upstream requests", "Amount"],
+        report.totals.map((t) => [t.day, t.account || "(none)", t.operation || "(none)", fourDigits(t.errorCode), chargeNames[t.charge] ?? "", t.clientIp || "(not kept)", String(t.calls), String(t.cacheHits), String(t.upstreamRequests), t.amount]),
+        [6, 7, 8, 9],
         download(
           "Download the totals (CSV)",
           `usage-totals-${from.value}-${to.value}.csv`,
           csvText(
-            ["day", "account", "operation", "code", "charge", "client_ip", "calls", "cache_hits", "amount"],
-            report.totals.map((t) => [t.day, t.account, t.operation, fourDigits(t.errorCode), chargeNames[t.charge] ?? "", t.clientIp, t.calls, t.cacheHits, t.amount]),
+            ["day", "account", "operation", "code", "charge", "client_ip", "calls", "cache_hits", "amount", "upstream_requests"],
+            report.totals.map((t) => [t.day, t.account, t.operation, fourDigits(t.errorCode), chargeNames[t.charge] ?? "", t.clientIp, t.calls, t.cacheHits, t.amount, t.upstreamRequests]),
           ),
         ),
       ),

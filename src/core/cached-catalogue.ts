@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import type { OperationId } from "../contract/operations.ts";
-import type { CatalogueSource, Found, NotFound } from "./catalogue-source.ts";
+import type { CatalogueSource, Found, NotFound, SentRequests } from "./catalogue-source.ts";
 import type { Args, Operation } from "./operation.ts";
 import { Doorkeeper } from "./doorkeeper.ts";
 import { GatewayError } from "./gateway-error.ts";
@@ -83,11 +83,13 @@ export class CachedCatalogue {
    * the source-language answer (itself cached, so the item is bought once)
    * and stored under its language, unless its translation failed. A fresh
    * entry in a cache that answers at once is answered at once (MaybeAsync).
+   * `sent` counts the requests this call's own purchase sends to a paid
+   * provider; a call that shares another's purchase sends none.
    */
-  answer(operation: Operation, args: Args, lang: string, useCache: boolean, signal: AbortSignal, trace?: TraceContext): MaybeAsync<Answered> {
-    if (lang === "cn") return this.sourceAnswer(operation, args, useCache, signal, trace);
+  answer(operation: Operation, args: Args, lang: string, useCache: boolean, signal: AbortSignal, trace?: TraceContext, sent?: SentRequests): MaybeAsync<Answered> {
+    if (lang === "cn") return this.sourceAnswer(operation, args, useCache, signal, trace, sent);
     const key = this.key(operation, args, lang);
-    return thenMaybe(this.cache?.get(key), (stored) => this.translatedAnswer(key, stored, operation, args, lang as TargetLanguage, useCache, signal, trace));
+    return thenMaybe(this.cache?.get(key), (stored) => this.translatedAnswer(key, stored, operation, args, lang as TargetLanguage, useCache, signal, trace, sent));
   }
 
   /** The stored translation when it is fresh, or a new one. */
@@ -100,17 +102,27 @@ export class CachedCatalogue {
     useCache: boolean,
     signal: AbortSignal,
     trace: TraceContext | undefined,
+    sent: SentRequests | undefined,
   ): MaybeAsync<Answered> {
     if (useCache && stored !== undefined && stored.freshUntil > this.now() && stored.translation !== undefined) {
       this.telemetry.cacheEvent(operation.id, "hit");
       return { ...this.fromEntry(stored, true), translation: { ...stored.translation, seconds: 0 } };
     }
-    return this.translated(key, operation, args, lang, useCache, signal, trace);
+    return this.translated(key, operation, args, lang, useCache, signal, trace, sent);
   }
 
   /** The source-language answer translated, and stored under its language unless its translation failed. */
-  private async translated(key: string, operation: Operation, args: Args, lang: TargetLanguage, useCache: boolean, signal: AbortSignal, trace: TraceContext | undefined): Promise<Answered> {
-    const base = await this.sourceAnswer(operation, args, useCache, signal, trace);
+  private async translated(
+    key: string,
+    operation: Operation,
+    args: Args,
+    lang: TargetLanguage,
+    useCache: boolean,
+    signal: AbortSignal,
+    trace: TraceContext | undefined,
+    sent: SentRequests | undefined,
+  ): Promise<Answered> {
+    const base = await this.sourceAnswer(operation, args, useCache, signal, trace, sent);
     if (!base.answer.found) return base;
     const source = base.answer.value;
     const translated =
@@ -139,14 +151,14 @@ export class CachedCatalogue {
     return [operation.id, ...operation.args.map((a) => args[a.name] ?? ""), lang].join("\u0000");
   }
 
-  private sourceAnswer(operation: Operation, args: Args, useCache: boolean, signal: AbortSignal, trace: TraceContext | undefined): MaybeAsync<Answered> {
+  private sourceAnswer(operation: Operation, args: Args, useCache: boolean, signal: AbortSignal, trace: TraceContext | undefined, sent: SentRequests | undefined): MaybeAsync<Answered> {
     const source = this.sources.get(operation.catalogue)!;
     if (this.cache === undefined) {
       this.telemetry.cacheEvent(operation.id, "miss");
-      return this.bought(source, operation, args, signal, trace).then((answer) => ({ answer, fromCache: false, memo: undefined }));
+      return this.bought(source, operation, args, signal, trace, sent).then((answer) => ({ answer, fromCache: false, memo: undefined }));
     }
     const key = this.key(operation, args, "cn");
-    return thenMaybe(this.cache.get(key), (stored) => this.storedOrFetched(key, stored, operation, source, args, useCache, trace));
+    return thenMaybe(this.cache.get(key), (stored) => this.storedOrFetched(key, stored, operation, source, args, useCache, trace, sent));
   }
 
   /** The stored answer when it is fresh, or the source's. */
@@ -158,12 +170,13 @@ export class CachedCatalogue {
     args: Args,
     useCache: boolean,
     trace: TraceContext | undefined,
+    sent: SentRequests | undefined,
   ): MaybeAsync<Answered> {
     if (useCache && stored !== undefined && stored.freshUntil > this.now()) {
       this.telemetry.cacheEvent(operation.id, "hit");
       return this.fromEntry(stored, true);
     }
-    return this.fetched(key, operation, source, args, useCache, stored, trace);
+    return this.fetched(key, operation, source, args, useCache, stored, trace, sent);
   }
 
   /** The source's answer (one call per key at a time), or, when the source fails, the stored one if it may stand in. */
@@ -175,9 +188,10 @@ export class CachedCatalogue {
     useCache: boolean,
     stored: CacheEntry | undefined,
     trace: TraceContext | undefined,
+    sent: SentRequests | undefined,
   ): Promise<Answered> {
     try {
-      const { entry, kept } = await this.fetchOnce(key, operation, source, args, useCache, trace);
+      const { entry, kept } = await this.fetchOnce(key, operation, source, args, useCache, trace, sent);
       return this.fromEntry(entry, false, kept);
     } catch (e) {
       // Stale-if-error: a fault of the source, and an answer young enough to stand in.
@@ -195,8 +209,9 @@ export class CachedCatalogue {
    * local, one replica at a time: the others wait for its entry (up to the claim's length, then ask the
    * source themselves, so a replica that died holding the claim costs a wait,
    * never an answer). A `cache=no` refresh always asks the source itself.
+   * Only the call that starts a purchase counts its requests (`sent`).
    */
-  private fetchOnce(key: string, operation: Operation, source: CatalogueSource, args: Args, useCache: boolean, trace: TraceContext | undefined): Promise<Fetched> {
+  private fetchOnce(key: string, operation: Operation, source: CatalogueSource, args: Args, useCache: boolean, trace: TraceContext | undefined, sent: SentRequests | undefined): Promise<Fetched> {
     const running = this.inFlight.get(key);
     if (running !== undefined) {
       this.telemetry.cacheEvent(operation.id, "coalesced");
@@ -217,7 +232,7 @@ export class CachedCatalogue {
       try {
         // The shared call is not tied to the first caller's connection: others wait on it too. It carries the
         // trace of the call that started it.
-        const answer = await this.bought(source, operation, args, new AbortController().signal, trace);
+        const answer = await this.bought(source, operation, args, new AbortController().signal, trace, sent);
         // A local source's answer is kept from the second request for its key on (doorkeeper.ts).
         const keep = source.local !== true || this.doorkeeper.seenBefore(key);
         if (answer.found) {
@@ -242,10 +257,10 @@ export class CachedCatalogue {
    * a client span beneath the call's, and the source hands that span's id
    * to the provider as its parent.
    */
-  private bought(source: CatalogueSource, operation: Operation, args: Args, signal: AbortSignal, trace: TraceContext | undefined): Promise<Found | NotFound> {
+  private bought(source: CatalogueSource, operation: Operation, args: Args, signal: AbortSignal, trace: TraceContext | undefined, sent: SentRequests | undefined): Promise<Found | NotFound> {
     const span = trace?.span?.child(`${source.label} ${operation.id}`, "client");
-    if (span === undefined) return source.fetch(operation, args, signal, trace);
-    return source.fetch(operation, args, signal, span.context).then(
+    if (span === undefined) return source.fetch(operation, args, signal, trace, sent);
+    return source.fetch(operation, args, signal, span.context, sent).then(
       (answer) => {
         span.end({ "gateway.operation": operation.id, "gateway.source": source.label, "gateway.found": answer.found });
         return answer;

@@ -11,6 +11,15 @@ export interface Found<T = unknown> {
   readonly token: string;
 }
 
+/**
+ * The requests a call's purchase sent to a paid provider, counted by the
+ * source as it sends them (so a purchase that fails still counts what it
+ * sent), for the call's ledger row (`LedgerRow.upstreamRequests`).
+ */
+export interface SentRequests {
+  count: number;
+}
+
 /** A real answer that has no data (code 2000), with the reason the caller reads. */
 export interface NotFound {
   readonly found: false;
@@ -33,6 +42,9 @@ export interface CatalogueSource {
    * provider) is kept from the first: nothing is bought twice.
    */
   readonly local?: boolean;
-  /** `trace`: the context of the call that asked (TraceContext), for a source that calls another service. */
-  fetch(operation: Operation, args: Args, signal?: AbortSignal, trace?: TraceContext): Promise<Found | NotFound>;
+  /**
+   * `trace`: the context of the call that asked (TraceContext), for a source that calls another service.
+   * `sent`: where a source that buys from a provider counts each request it sends for this fetch, retries included.
+   */
+  fetch(operation: Operation, args: Args, signal?: AbortSignal, trace?: TraceContext, sent?: SentRequests): Promise<Found | NotFound>;
 }

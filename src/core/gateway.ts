@@ -10,7 +10,7 @@ import { Authenticator, type AuthenticationOptions, type Credentials } from "./a
 import { MemoryReplayGuard, type ReplayGuard } from "./replay-guard.ts";
 import type { CachedCatalogue } from "./cached-catalogue.ts";
 import type { TranslationReport } from "./translation.ts";
-import type { Found, NotFound } from "./catalogue-source.ts";
+import type { Found, NotFound, SentRequests } from "./catalogue-source.ts";
 import { dayOf, formatDateTime, nextDayStarts, previousDay, systemClock, type Clock } from "./clock.ts";
 import { GatewayError, type Limit } from "./gateway-error.ts";
 import { AddressNotAllowed, addressAllowed } from "./allowed-addresses.ts";
@@ -270,6 +270,8 @@ export class Gateway {
     let notAllowedHere = false;
     let key: TakenKey | undefined;
     let replayOf: string | undefined;
+    // The requests this call's own purchase sends to a paid provider (none for the gateway's own catalogue).
+    let sent: SentRequests | undefined;
     // The call's own span, where it is traced; its purchases hang beneath it.
     const span = this.ports.tracer?.startCall(input.trace, spanName(operation, input.transport));
     // Each step awaits only a promise: a port that answers at once is not waited for (MaybeAsync).
@@ -309,7 +311,8 @@ export class Gateway {
       stoppedWaiting(operation, input, started, "before_source", this.telemetry);
       // A replay is answered from the cache, where the charged call's answer was kept (bought again only if it was evicted).
       const useCache = options.useCache || replayOf !== undefined;
-      const answering = this.ports.catalogue.answer(operation, args, options.lang, useCache, input.signal ?? neverAborted, span?.context ?? input.trace);
+      if (source?.local !== true) sent = { count: 0 };
+      const answering = this.ports.catalogue.answer(operation, args, options.lang, useCache, input.signal ?? neverAborted, span?.context ?? input.trace, sent);
       const answered = answering instanceof Promise ? await answering : answering;
       // A caller that has stopped waiting (its deadline passed: it sees deadline_exceeded; or it hung up) gets nothing,
       // so the call is not charged. Its purchase (shared with any other caller of the item, and kept for the next) was
@@ -347,6 +350,7 @@ export class Gateway {
           charge,
           price: charge === "charged" ? (admission?.price ?? 0n) : 0n,
           cacheHit: fromCache,
+          upstreamRequests: sent === undefined ? 0 : sent.count,
           latencyMicros: Math.round((performance.now() - started) * 1000),
           transport: input.transport,
           clientIp: input.clientIp,
@@ -545,6 +549,7 @@ export class Gateway {
         charge: errorCodeInfo(code).charge,
         price: 0n,
         cacheHit: false,
+        upstreamRequests: 0,
         latencyMicros: Math.round((performance.now() - started) * 1000),
         transport: input.transport,
         clientIp: input.clientIp,

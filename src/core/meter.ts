@@ -23,6 +23,15 @@ export interface LedgerRow {
   /** What the call cost: its operation's price when charged, else 0. */
   readonly price: Micros;
   readonly cacheHit: boolean;
+  /**
+   * Requests the gateway sent to a paid upstream provider for this call,
+   * retries included: what the provider may bill the operator for it. 0 for
+   * an answer from the cache, from the gateway's own catalogue, or from a
+   * purchase another call made (a call waiting on another's purchase shares
+   * it; the purchase is the row of the call that made it). Rows written
+   * before the ledger kept it read 0.
+   */
+  readonly upstreamRequests: number;
   readonly latencyMicros: number;
   readonly transport: Transport;
   /**
@@ -206,6 +215,8 @@ export interface UsageTotal {
   readonly amount: Micros;
   /** Of those calls, how many were answered from the response cache. */
   readonly cacheHits: number;
+  /** The requests they sent to the upstream provider (`LedgerRow.upstreamRequests`). */
+  readonly upstreamRequests: number;
   /**
    * With `byAddress`, the callers' address: empty where none is kept (rows
    * from before the ledger kept addresses, totals folded past retention),
@@ -243,12 +254,13 @@ export interface LedgerPlace {
  */
 export type FeedPlace = string;
 
-/** Every call, the charged ones, what they cost and how many the cache answered. */
+/** Every call, the charged ones, what they cost, how many the cache answered and what they bought upstream. */
 export interface UsageSums {
   readonly calls: bigint;
   readonly chargedCalls: bigint;
   readonly amount: Micros;
   readonly cacheHits: bigint;
+  readonly upstreamRequests: bigint;
 }
 
 /** The sums over usage totals. */
@@ -257,13 +269,15 @@ export function usageSums(totals: readonly UsageTotal[]): UsageSums {
   let chargedCalls = 0n;
   let amount = 0n;
   let cacheHits = 0n;
+  let upstreamRequests = 0n;
   for (const t of totals) {
     calls += BigInt(t.calls);
     cacheHits += BigInt(t.cacheHits);
+    upstreamRequests += BigInt(t.upstreamRequests);
     if (t.charge === "charged") chargedCalls += BigInt(t.calls);
     amount += t.amount;
   }
-  return { calls, chargedCalls, amount, cacheHits };
+  return { calls, chargedCalls, amount, cacheHits, upstreamRequests };
 }
 
 /**

@@ -12,7 +12,7 @@ import {
 import { hash } from "node:crypto";
 import { Pool, type Dispatcher } from "undici";
 import { isObject, readLegacyMessage } from "../../catalogue/legacy-message.ts";
-import type { CatalogueSource, Found, NotFound } from "../../core/catalogue-source.ts";
+import type { CatalogueSource, Found, NotFound, SentRequests } from "../../core/catalogue-source.ts";
 import type { Args, Operation } from "../../core/operation.ts";
 import type { TraceContext } from "../../core/trace-context.ts";
 import { formatDateTime } from "../../core/clock.ts";
@@ -108,6 +108,8 @@ class RetryBudget {
 
 const connectFaults = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "UND_ERR_SOCKET", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
 const timeoutFaults = new Set(["UND_ERR_CONNECT_TIMEOUT", "UND_ERR_HEADERS_TIMEOUT", "UND_ERR_BODY_TIMEOUT"]);
+/** Faults of a request whose connection was never made: nothing reached the provider, so nothing it can bill. */
+const neverSent = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "UND_ERR_CONNECT_TIMEOUT"]);
 
 /**
  * A catalogue source that asks a paid upstream provider speaking the legacy
@@ -158,11 +160,11 @@ export class UpstreamSource implements CatalogueSource {
    * caller's trace context goes with each attempt (`traceparent`,
    * `tracestate`), so the provider's work joins the caller's trace.
    */
-  async fetch(operation: Operation, args: Args, _signal?: AbortSignal, trace?: TraceContext): Promise<Found | NotFound> {
+  async fetch(operation: Operation, args: Args, _signal?: AbortSignal, trace?: TraceContext, sent?: SentRequests): Promise<Found | NotFound> {
     const started = performance.now();
     let outcome = "error";
     try {
-      const answer = await this.read(operation, args, trace);
+      const answer = await this.read(operation, args, trace, sent);
       outcome = answer.found ? "ok" : "not_found";
       return answer;
     } catch (e) {
@@ -174,8 +176,8 @@ export class UpstreamSource implements CatalogueSource {
     }
   }
 
-  private async read(operation: Operation, args: Args, trace: TraceContext | undefined): Promise<Found | NotFound> {
-    const body = await this.call(operation.apiName, operation.upstreamArgs(args), trace);
+  private async read(operation: Operation, args: Args, trace: TraceContext | undefined, sent: SentRequests | undefined): Promise<Found | NotFound> {
+    const body = await this.call(operation.apiName, operation.upstreamArgs(args), trace, sent);
     if (body === "not-found") return { found: false, reason: operation.notFound(args) };
     const { message, list } = operation.item;
     const item = body.item;
@@ -200,7 +202,7 @@ export class UpstreamSource implements CatalogueSource {
   }
 
   /** One upstream call under the deadline, retry and breaker policies. */
-  private async call(apiName: string, args: Record<string, string>, trace: TraceContext | undefined): Promise<Record<string, unknown> | "not-found"> {
+  private async call(apiName: string, args: Record<string, string>, trace: TraceContext | undefined, sent: SentRequests | undefined): Promise<Record<string, unknown> | "not-found"> {
     this.budget.earn();
     const deadline = AbortSignal.timeout(this.options.deadlineMs);
     const headers: Record<string, string> = { "accept-encoding": "identity" };
@@ -209,7 +211,7 @@ export class UpstreamSource implements CatalogueSource {
       if (trace.tracestate !== undefined) headers.tracestate = trace.tracestate;
     }
     try {
-      return await this.policy.execute(() => this.attempt(apiName, args, deadline, headers), deadline);
+      return await this.policy.execute(() => this.attempt(apiName, args, deadline, headers, sent), deadline);
     } catch (e) {
       if (e instanceof GatewayError) throw e;
       if (e instanceof BrokenCircuitError) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, circuitOpen);
@@ -230,17 +232,27 @@ export class UpstreamSource implements CatalogueSource {
     return `${path}?${new URLSearchParams(params)}`;
   }
 
-  private async attempt(apiName: string, args: Record<string, string>, deadline: AbortSignal, headers: Record<string, string>): Promise<Record<string, unknown> | "not-found"> {
+  /**
+   * One request to the provider. It is counted in `sent` once it may have
+   * reached the provider: when an answer came, or when it failed in any way
+   * but a connection that was never made (refused, a name or a route not
+   * found, a connect timeout), which the provider cannot bill.
+   */
+  private async attempt(apiName: string, args: Record<string, string>, deadline: AbortSignal, headers: Record<string, string>, sent: SentRequests | undefined): Promise<Record<string, unknown> | "not-found"> {
     const signal = AbortSignal.any([deadline, AbortSignal.timeout(this.options.attemptTimeoutMs)]);
     let status: number;
     let text: string;
+    let mayHaveReached = true;
     try {
       const res = await this.pool.request({ method: "GET", path: this.url(apiName, args), signal, headers });
       status = res.statusCode;
       text = await this.readBody(res.body);
     } catch (e) {
       if (e instanceof GatewayError) throw e;
+      mayHaveReached = !neverSent.has((e as { code?: string }).code ?? "");
       throw this.fault(e, signal);
+    } finally {
+      if (sent !== undefined && mayHaveReached) sent.count++;
     }
     if (status === 502 || status === 503 || status === 504) throw new RetryableFault(ErrorCode.TARGET_SERVER_ERROR, `the upstream answered HTTP ${status}`);
     if (status >= 500) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, `the upstream answered HTTP ${status}`);

@@ -71,7 +71,7 @@ const maxHeldRefusals = 100_000;
 
 /** Ledger rows written by one insert statement at most (12 values each). */
 const maxRowsPerInsert = 32;
-const ledgerColumns = "request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip";
+const ledgerColumns = "request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip, upstream_requests";
 
 interface Queued {
   readonly row: LedgerRow;
@@ -361,7 +361,7 @@ export class SqliteMeter implements Meter {
   private insertRows(n: number): StatementSync {
     let statement = this.inserts[n];
     if (statement === undefined) {
-      const tuple = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+      const tuple = `(${ledgerColumns.split(", ").map(() => "?").join(", ")})`;
       statement = this.db.prepare(`INSERT INTO ledger (${ledgerColumns}) VALUES ${Array.from({ length: n }, () => tuple).join(", ")}`);
       this.inserts[n] = statement;
     }
@@ -446,7 +446,7 @@ export class SqliteMeter implements Meter {
           const values: SQLInputValue[] = [];
           for (let j = i; j < i + n; j++) {
             const row = rows[j]!.row;
-            values.push(row.requestId, row.at, row.day, row.account ?? null, row.operation ?? null, row.code, row.charge, row.price, row.cacheHit ? 1 : 0, row.latencyMicros, row.transport, row.clientIp ?? null);
+            values.push(row.requestId, row.at, row.day, row.account ?? null, row.operation ?? null, row.code, row.charge, row.price, row.cacheHit ? 1 : 0, row.latencyMicros, row.transport, row.clientIp ?? null, row.upstreamRequests);
           }
           this.insertRows(n).run(...values);
         }
@@ -543,17 +543,17 @@ export class SqliteMeter implements Meter {
     const address = (column: string) => (q.byAddress ? column : "''");
     const partsOf = (where: string[]) => [
       `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, ${address("coalesce(client_ip, '')")} AS client_ip,
-       count(*) AS calls, sum(price) AS amount, sum(cache_hit) AS cache_hits FROM ledger ${filter(where)} GROUP BY 1, 2, 3, 4, 5, 6`,
+       count(*) AS calls, sum(price) AS amount, sum(cache_hit) AS cache_hits, sum(upstream_requests) AS upstream_requests FROM ledger ${filter(where)} GROUP BY 1, 2, 3, 4, 5, 6`,
       // Folded past retention, with no address: no address filter matches them.
-      ...(folded ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits FROM ledger_daily_totals ${filter(where)}`] : []),
-      ...(refusals ? [`SELECT '' AS account, day, operation, error_code, charge, ${address("client_ip")} AS client_ip, calls, 0 AS amount, 0 AS cache_hits FROM refusals ${filter(where)}`] : []),
+      ...(folded ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits, upstream_requests FROM ledger_daily_totals ${filter(where)}`] : []),
+      ...(refusals ? [`SELECT '' AS account, day, operation, error_code, charge, ${address("client_ip")} AS client_ip, calls, 0 AS amount, 0 AS cache_hits, 0 AS upstream_requests FROM refusals ${filter(where)}`] : []),
     ];
     const parts = partsOf(where);
     const order = "ORDER BY day, account, operation, error_code, charge, client_ip";
     const page = q.totalsPage;
     const after = page?.after;
     // A page after a place reads no day before the place's (the totals are by day first).
-    const grouped = `SELECT account, day, operation, error_code, charge, client_ip, sum(calls) AS calls, sum(amount) AS amount, sum(cache_hits) AS cache_hits
+    const grouped = `SELECT account, day, operation, error_code, charge, client_ip, sum(calls) AS calls, sum(amount) AS amount, sum(cache_hits) AS cache_hits, sum(upstream_requests) AS upstream_requests
        FROM (${(after === undefined ? parts : partsOf([...where, "day >= :pDay"])).join(" UNION ALL ")}) GROUP BY account, day, operation, error_code, charge, client_ip`;
     // The totals and the rows in one read: as one moment left them. A page of totals is read on from where the one
     // before ended (in the totals' order), with the sums over them all.
@@ -574,7 +574,7 @@ export class SqliteMeter implements Meter {
         ? []
         : [
             {
-              sql: `SELECT coalesce(sum(calls), 0) AS calls, coalesce(sum(CASE WHEN charge = 'charged' THEN calls ELSE 0 END), 0) AS charged, coalesce(sum(amount), 0) AS amount, coalesce(sum(cache_hits), 0) AS cache_hits FROM (${parts.join(" UNION ALL ")})`,
+              sql: `SELECT coalesce(sum(calls), 0) AS calls, coalesce(sum(CASE WHEN charge = 'charged' THEN calls ELSE 0 END), 0) AS charged, coalesce(sum(amount), 0) AS amount, coalesce(sum(cache_hits), 0) AS cache_hits, coalesce(sum(upstream_requests), 0) AS upstream_requests FROM (${parts.join(" UNION ALL ")})`,
               params,
               bigints: true,
             },
@@ -593,10 +593,11 @@ export class SqliteMeter implements Meter {
         calls: Number(t.calls),
         amount: t.amount as bigint,
         cacheHits: Number(t.cache_hits),
+        upstreamRequests: Number(t.upstream_requests),
         ...(q.byAddress ? { clientIp: t.client_ip as string } : {}),
       })),
       rows: rows.map(rowFromSql),
-      ...(sum === undefined ? {} : { sums: { calls: sum.calls as bigint, chargedCalls: sum.charged as bigint, amount: sum.amount as bigint, cacheHits: sum.cache_hits as bigint } }),
+      ...(sum === undefined ? {} : { sums: { calls: sum.calls as bigint, chargedCalls: sum.charged as bigint, amount: sum.amount as bigint, cacheHits: sum.cache_hits as bigint, upstreamRequests: sum.upstream_requests as bigint } }),
     };
   }
 
@@ -676,11 +677,11 @@ export class SqliteMeter implements Meter {
       if (last !== null) {
         this.db
           .prepare(
-            `INSERT INTO ledger_daily_totals (day, account, operation, error_code, charge, calls, amount, cache_hits)
-             SELECT day, coalesce(account, ''), coalesce(operation, ''), error_code, charge, count(*), sum(price), sum(cache_hit) FROM ledger WHERE rowid <= ?
+            `INSERT INTO ledger_daily_totals (day, account, operation, error_code, charge, calls, amount, cache_hits, upstream_requests)
+             SELECT day, coalesce(account, ''), coalesce(operation, ''), error_code, charge, count(*), sum(price), sum(cache_hit), sum(upstream_requests) FROM ledger WHERE rowid <= ?
              GROUP BY 1, 2, 3, 4, 5
              ON CONFLICT (day, account, operation, error_code, charge)
-             DO UPDATE SET calls = calls + excluded.calls, amount = amount + excluded.amount, cache_hits = cache_hits + excluded.cache_hits`,
+             DO UPDATE SET calls = calls + excluded.calls, amount = amount + excluded.amount, cache_hits = cache_hits + excluded.cache_hits, upstream_requests = upstream_requests + excluded.upstream_requests`,
           )
           .run(last);
         removed = Number(this.db.prepare("DELETE FROM ledger WHERE rowid <= ?").run(last).changes);
@@ -747,6 +748,7 @@ function rowFromSql(r: Record<string, unknown>): LedgerRow {
     charge: r.charge as ChargeClass,
     price: r.price as bigint,
     cacheHit: Number(r.cache_hit) === 1,
+    upstreamRequests: Number(r.upstream_requests),
     latencyMicros: Number(r.latency_us),
     transport: r.transport as Transport,
     clientIp: (r.client_ip as string | null) ?? undefined,

@@ -255,6 +255,10 @@ export const migrations: readonly string[] = [
   // nothing more in a commit: the rowid is the table's own order.
   `CREATE TABLE ledger_feed (id INTEGER PRIMARY KEY CHECK (id = 1), folded_through INTEGER NOT NULL) STRICT;
   INSERT INTO ledger_feed (id, folded_through) VALUES (1, 0);`,
+  // 25: the requests each call sent to a paid upstream provider (core/meter.ts LedgerRow.upstreamRequests), and their
+  // sum in the totals retention folds; rows written before read 0.
+  `ALTER TABLE ledger ADD COLUMN upstream_requests INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE ledger_daily_totals ADD COLUMN upstream_requests INTEGER NOT NULL DEFAULT 0;`,
 ];
 
 /**

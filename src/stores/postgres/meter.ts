@@ -122,8 +122,8 @@ const admitStatement = "SELECT gw_admit_many($1, $2, $3, $4, $5, $6, $7, $8, $9,
  */
 const commitStatement = `WITH
   ledger_rows AS (
-    INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip)
-    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::text[], $8::bigint[], $9::boolean[], $10::bigint[], $11::text[], $25::text[])),
+    INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip, upstream_requests)
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::text[], $8::bigint[], $9::boolean[], $10::bigint[], $11::text[], $25::text[], $34::integer[])),
   days AS (
     INSERT INTO usage_daily (account, day, charged) SELECT * FROM unnest($12::text[], $13::text[], $14::bigint[])
     ON CONFLICT (account, day) DO UPDATE SET charged = usage_daily.charged + excluded.charged),
@@ -446,10 +446,10 @@ export class PostgresMeter implements Meter {
     const address = (column: string) => (q.byAddress ? column : "''");
     const partsOf = (where: string[]) => [
       `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, ${address("coalesce(client_ip, '')")} AS client_ip,
-         count(*) AS calls, sum(price) AS amount, count(*) FILTER (WHERE cache_hit) AS cache_hits FROM ledger ${filter(where)} GROUP BY 1, 2, 3, 4, 5, 6`,
+         count(*) AS calls, sum(price) AS amount, count(*) FILTER (WHERE cache_hit) AS cache_hits, sum(upstream_requests) AS upstream_requests FROM ledger ${filter(where)} GROUP BY 1, 2, 3, 4, 5, 6`,
       // Folded past retention, with no address: no address filter matches them.
-      ...(folded ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits FROM ledger_daily_totals ${filter(where)}`] : []),
-      ...(refusals ? [`SELECT '' AS account, day, operation, error_code, charge, ${address("client_ip")} AS client_ip, calls, 0 AS amount, 0 AS cache_hits FROM refusals ${filter(where)}`] : []),
+      ...(folded ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits, upstream_requests FROM ledger_daily_totals ${filter(where)}`] : []),
+      ...(refusals ? [`SELECT '' AS account, day, operation, error_code, charge, ${address("client_ip")} AS client_ip, calls, 0 AS amount, 0 AS cache_hits, 0 AS upstream_requests FROM refusals ${filter(where)}`] : []),
     ];
     const parts = partsOf(where);
     const order = 'ORDER BY day, account, operation, error_code, charge, client_ip COLLATE "C"';
@@ -459,7 +459,7 @@ export class PostgresMeter implements Meter {
     const pageParams = page === undefined ? params : [...params, ...(after === undefined ? [] : [after.day, after.account, after.operation, after.code, after.charge, after.clientIp])];
     const at = (k: number) => `$${params.length + k}`;
     // A page after a place reads no day before the place's (the totals are by day first).
-    const grouped = `SELECT account, day, operation, error_code, charge, client_ip, sum(calls)::text AS calls, sum(amount)::text AS amount, sum(cache_hits)::text AS cache_hits
+    const grouped = `SELECT account, day, operation, error_code, charge, client_ip, sum(calls)::text AS calls, sum(amount)::text AS amount, sum(cache_hits)::text AS cache_hits, sum(upstream_requests)::text AS upstream_requests
         FROM (${(after === undefined ? parts : partsOf([...where, `day >= ${at(1)}`])).join(" UNION ALL ")}) t GROUP BY account, day, operation, error_code, charge, client_ip`;
     const [totals, sums] = await Promise.all([
       this.pool.query<Record<string, string>>(
@@ -471,7 +471,7 @@ export class PostgresMeter implements Meter {
       page === undefined
         ? undefined
         : this.pool.query<Record<string, string>>(
-            `SELECT coalesce(sum(calls), 0)::text AS calls, coalesce(sum(calls) FILTER (WHERE charge = 'charged'), 0)::text AS charged, coalesce(sum(amount), 0)::text AS amount, coalesce(sum(cache_hits), 0)::text AS cache_hits FROM (${parts.join(" UNION ALL ")}) t`,
+            `SELECT coalesce(sum(calls), 0)::text AS calls, coalesce(sum(calls) FILTER (WHERE charge = 'charged'), 0)::text AS charged, coalesce(sum(amount), 0)::text AS amount, coalesce(sum(cache_hits), 0)::text AS cache_hits, coalesce(sum(upstream_requests), 0)::text AS upstream_requests FROM (${parts.join(" UNION ALL ")}) t`,
             params,
           ),
     ]);
@@ -487,10 +487,11 @@ export class PostgresMeter implements Meter {
         calls: Number(t.calls),
         amount: BigInt(t.amount!),
         cacheHits: Number(t.cache_hits),
+        upstreamRequests: Number(t.upstream_requests),
         ...(q.byAddress ? { clientIp: t.client_ip! } : {}),
       })),
       rows: (rows?.rows ?? []).map(rowFromSql),
-      ...(sum === undefined ? {} : { sums: { calls: BigInt(sum.calls!), chargedCalls: BigInt(sum.charged!), amount: BigInt(sum.amount!), cacheHits: BigInt(sum.cache_hits!) } }),
+      ...(sum === undefined ? {} : { sums: { calls: BigInt(sum.calls!), chargedCalls: BigInt(sum.charged!), amount: BigInt(sum.amount!), cacheHits: BigInt(sum.cache_hits!), upstreamRequests: BigInt(sum.upstream_requests!) } }),
     };
   }
 
@@ -596,12 +597,12 @@ export class PostgresMeter implements Meter {
             }
             const step = [through.txid, through.request_id];
             await client.query(
-              `INSERT INTO ledger_daily_totals (day, account, operation, error_code, charge, calls, amount, cache_hits)
-               SELECT day, coalesce(account, ''), coalesce(operation, ''), error_code, charge, count(*), sum(price), count(*) FILTER (WHERE cache_hit)
+              `INSERT INTO ledger_daily_totals (day, account, operation, error_code, charge, calls, amount, cache_hits, upstream_requests)
+               SELECT day, coalesce(account, ''), coalesce(operation, ''), error_code, charge, count(*), sum(price), count(*) FILTER (WHERE cache_hit), sum(upstream_requests)
                FROM ledger WHERE (txid, request_id COLLATE "C") <= ($1::xid8, $2::text)
                GROUP BY 1, 2, 3, 4, 5
                ON CONFLICT (day, account, operation, error_code, charge) DO UPDATE
-               SET calls = ledger_daily_totals.calls + excluded.calls, amount = ledger_daily_totals.amount + excluded.amount, cache_hits = ledger_daily_totals.cache_hits + excluded.cache_hits`,
+               SET calls = ledger_daily_totals.calls + excluded.calls, amount = ledger_daily_totals.amount + excluded.amount, cache_hits = ledger_daily_totals.cache_hits + excluded.cache_hits, upstream_requests = ledger_daily_totals.upstream_requests + excluded.upstream_requests`,
               step,
             );
             removed += (await client.query(`DELETE FROM ledger WHERE (txid, request_id COLLATE "C") <= ($1::xid8, $2::text)`, step)).rowCount ?? 0;
@@ -745,6 +746,7 @@ export class PostgresMeter implements Meter {
           col((r) => r.clientIp ?? null),
           kept.map((q) => q.row.account!), kept.map((q) => q.key!.key.key), kept.map((q) => q.key!.token), kept.map((q) => q.row.requestId), kept.map((q) => String(q.row.at)),
           released.map((q) => q.row.account!), released.map((q) => q.key!.key.key), released.map((q) => q.key!.token),
+          col((r) => r.upstreamRequests),
         ],
       });
       this.clearProblem();
@@ -826,7 +828,7 @@ export class PostgresMeter implements Meter {
 }
 
 /** The ledger's columns as a row is read back (bigints as text, for exactness). */
-const ledgerColumns = "request_id, at::text AS at, day, account, operation, error_code, charge, price::text AS price, cache_hit, latency_us::text AS latency_us, transport, client_ip";
+const ledgerColumns = "request_id, at::text AS at, day, account, operation, error_code, charge, price::text AS price, cache_hit, latency_us::text AS latency_us, transport, client_ip, upstream_requests";
 const ledgerRows = `SELECT ${ledgerColumns} FROM ledger`;
 
 /** A place the shared store's `feed` gave: "p", a transaction id, "." and a request id ("p0." is before every row). */
@@ -856,6 +858,7 @@ function rowFromSql(r: Record<string, unknown>): LedgerRow {
     charge: r.charge as ChargeClass,
     price: BigInt(r.price as string),
     cacheHit: r.cache_hit as boolean,
+    upstreamRequests: Number(r.upstream_requests),
     latencyMicros: Number(r.latency_us),
     transport: r.transport as Transport,
     clientIp: (r.client_ip as string | null) ?? undefined,

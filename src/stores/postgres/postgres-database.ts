@@ -550,6 +550,10 @@ export const migrations: readonly string[] = [
   // follower whose cursor is before it is refused rather than passed over the rows folded.
   `CREATE TABLE ledger_feed (folded_txid xid8 NOT NULL, folded_request_id text NOT NULL);
   INSERT INTO ledger_feed VALUES ('0', '');`,
+  // 24: the requests each call sent to a paid upstream provider (as the embedded store's step 25), and their sum in
+  // the folded totals; rows written before read 0 (a constant default: no rewrite of the table).
+  `ALTER TABLE ledger ADD COLUMN upstream_requests integer NOT NULL DEFAULT 0;
+  ALTER TABLE ledger_daily_totals ADD COLUMN upstream_requests bigint NOT NULL DEFAULT 0;`,
 ];
 
 /** What a call is told when the shared database does not answer. */

@@ -161,7 +161,8 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
           statusError(gateway.ownRefusal(ErrorCode.PARAM_ERROR, reason, who, ctx.values.get(clientIpKey)), { transport: who.transport });
         checkUsageFilter(req, refuse);
         const report = await gateway.ownUsage(a, { from: req.from || undefined, to: req.to || undefined, operation: req.operation || undefined, byAddress: req.byAddress });
-        const sums = usageSums(report.totals);
+        // What the operator's calls to its provider were is the operator's, not the team's.
+        const { upstreamRequests: _operators, ...sums } = usageSums(report.totals);
         return create(QueryMyUsageResponseSchema, { totals: report.totals.map(totalMessage), ...sums, amount: formatMoney(sums.amount) });
       },
     });

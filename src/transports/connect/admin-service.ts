@@ -113,11 +113,11 @@ function rateOf(message: CallRateMessage | undefined, none: boolean): CallRate |
 }
 
 function totalMessage(t: UsageTotal) {
-  return create(UsageTotalSchema, { account: t.account ?? "", ...usageTotalFields(t) });
+  return create(UsageTotalSchema, { account: t.account ?? "", ...usageTotalFields(t), upstreamRequests: BigInt(t.upstreamRequests) });
 }
 
 function rowMessage(r: LedgerRow) {
-  return create(UsageRowSchema, { account: r.account ?? "", ...callFields(r) });
+  return create(UsageRowSchema, { account: r.account ?? "", ...callFields(r), upstreamRequests: r.upstreamRequests });
 }
 
 function digest(s: string): Buffer {

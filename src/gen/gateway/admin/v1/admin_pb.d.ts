@@ -1564,6 +1564,14 @@ export declare type UsageTotal = Message<"gateway.admin.v1.UsageTotal"> & {
    * @generated from field: string client_ip = 9;
    */
   clientIp: string;
+
+  /**
+   * The requests those calls sent to the paid upstream provider, retries included (UsageRow.upstream_requests):
+   * what the provider may bill the operator for them.
+   *
+   * @generated from field: int64 upstream_requests = 10;
+   */
+  upstreamRequests: bigint;
 };
 
 /**
@@ -1638,6 +1646,17 @@ export declare type UsageRow = Message<"gateway.admin.v1.UsageRow"> & {
    * @generated from field: string client_ip = 12;
    */
   clientIp: string;
+
+  /**
+   * The requests this call sent to the paid upstream provider, retries included, each counted once it may
+   * have reached the provider (not a connection refused or never made). 0 for an answer from the cache, from
+   * the gateway's own catalogue, or from a purchase another call made: a call that waits for another's
+   * purchase of the same item shares it, and the purchase is on the row of the call that made it. 0 for calls
+   * recorded before the ledger kept it.
+   *
+   * @generated from field: int32 upstream_requests = 13;
+   */
+  upstreamRequests: number;
 };
 
 /**
@@ -1688,6 +1707,11 @@ export declare type QueryUsageResponse = Message<"gateway.admin.v1.QueryUsageRes
    * @generated from field: string next_page_token = 7;
    */
   nextPageToken: string;
+
+  /**
+   * @generated from field: int64 upstream_requests = 8;
+   */
+  upstreamRequests: bigint;
 };
 
 /**
