@@ -57,6 +57,12 @@ async function get(numIid: string, extra: Record<string, string> = {}) {
   return r.json;
 }
 
+/** The gateway's `gateway_upstream_sent_total`, over every operation. */
+async function sentMetric(): Promise<number> {
+  const text = await (await fetch(`${gw.base}/metrics`)).text();
+  return [...text.matchAll(/^gateway_upstream_sent_total\{[^}]*\} (\d+)$/gm)].reduce((n, m) => n + Number(m[1]), 0);
+}
+
 function scripted(b: Behaviour) {
   upstream.script = () => b;
 }
@@ -116,6 +122,7 @@ describe("the upstream source", () => {
     scripted(behaviour);
     const a = await gw.newAccount();
     const before = upstream.requests.length;
+    const metered = await sentMetric();
     const r = await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: freshItem() });
     bodies.push(r.body);
     expect(r.json.error_code).toBe(code);
@@ -126,6 +133,8 @@ describe("the upstream source", () => {
     // What the provider may bill for it: every request it received for the call, retries included.
     expect(row?.upstreamRequests).toBe(upstream.requests.length - before);
     expect(row?.upstreamRequests).toBeGreaterThan(0);
+    // And the metric an operator graphs counts the same.
+    expect((await sentMetric()) - metered).toBe(row?.upstreamRequests);
     scripted({ kind: "normal" });
   });
 

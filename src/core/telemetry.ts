@@ -35,8 +35,11 @@ export interface Telemetry {
   cacheEvent(operation: string, result: CacheResult): void;
   /** A call that sent an idempotency key: what became of the key. */
   idempotencyKey(operation: string, outcome: KeyOutcome): void;
-  /** One call to the upstream provider, retries included; outcome `ok`, `not_found`, `timeout`, `circuit_open` or `error`. */
-  upstreamRequest(operation: string, outcome: string, seconds: number): void;
+  /**
+   * One call to the upstream provider, retries included; outcome `ok`, `not_found`, `timeout`, `circuit_open` or
+   * `error`; `sent`: the requests it sent that may have reached the provider (as the ledger's `upstream_requests`).
+   */
+  upstreamRequest(operation: string, outcome: string, seconds: number, sent: number): void;
   circuitChanged(catalogue: string, open: boolean): void;
   /** Spans of the gateway's own sent to the collector (`exported`), or lost (`dropped`: a full queue, a collector that refused or did not answer). */
   spans(outcome: "exported" | "dropped", n: number): void;

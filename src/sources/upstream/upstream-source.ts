@@ -163,8 +163,11 @@ export class UpstreamSource implements CatalogueSource {
   async fetch(operation: Operation, args: Args, _signal?: AbortSignal, trace?: TraceContext, sent?: SentRequests): Promise<Found | NotFound> {
     const started = performance.now();
     let outcome = "error";
+    // Counted for the metrics whether or not the caller counts them for its row.
+    const counted = sent ?? { count: 0 };
+    const before = counted.count;
     try {
-      const answer = await this.read(operation, args, trace, sent);
+      const answer = await this.read(operation, args, trace, counted);
       outcome = answer.found ? "ok" : "not_found";
       return answer;
     } catch (e) {
@@ -172,7 +175,7 @@ export class UpstreamSource implements CatalogueSource {
       else if (e instanceof GatewayError && e.message === circuitOpen) outcome = "circuit_open";
       throw e;
     } finally {
-      this.options.telemetry.upstreamRequest(operation.id, outcome, (performance.now() - started) / 1000);
+      this.options.telemetry.upstreamRequest(operation.id, outcome, (performance.now() - started) / 1000, counted.count - before);
     }
   }
 
