@@ -72,6 +72,10 @@ export interface Runtime {
   readonly catalogue: CatalogueStore;
   /** The response cache (this process's part of it in shared mode), or none when it is off. */
   readonly cache: ResponseCache | undefined;
+  /** The cache in front of the catalogue sources, as the gateway asks it (an operator's purge drops its answers). */
+  readonly answers: CachedCatalogue;
+  /** Told of each operator's purge of the cache, for the log. */
+  readonly onPurge: (purge: { readonly by: string; readonly operation: string; readonly numIid: string; readonly entries: number }) => void;
   /** Whether every store answers and takes writes, and whether the gateway is draining. */
   readonly readiness: Readiness;
   /** Rung after each group commit of ledger rows in this process (what AdminService.WatchCalls reads on at). */
@@ -431,6 +435,8 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
     switches,
     catalogue,
     cache: stores.cache,
+    answers,
+    onPurge: (purge) => (log?.info ?? log?.error)?.call(log, purge, "cached answers purged by an operator: the next calls for them ask the source"),
     close: async () => {
       readiness.drain();
       for (const u of upstreams) void u.close();

@@ -157,6 +157,42 @@ describe("the response cache shared through Redis", () => {
   });
 });
 
+describe("an operator's purge of the shared cache", () => {
+  it("drops an item's answers for every replica, of one operation or all, and nothing of another item, operation or gateway", async () => {
+    const source = countingSource(0);
+    // Keys of this test's own, apart from what the tests before stored under the file's prefix.
+    const own = `${prefix}purge:`;
+    const sharing = async (keyPrefix: string) => new CachedCatalogue(new Map([["retail", source], ["wholesale", source]]), new RedisResponseCache(await client(), { prefix: keyPrefix }), defaultCachePolicy);
+    const [a, b] = await Promise.all([sharing(own), sharing(own)]);
+    const other = demoRecords().map((r) => (r.item as { num_iid?: string }).num_iid).find((id) => id !== undefined && id !== demo.retailNumIid && /^6/.test(id))!;
+    const variants = [item, { num_iid: demo.retailNumIid, is_promotion: "" }, { num_iid: other, is_promotion: "1" }];
+    for (const v of variants) await a.answer(retailItemGet, v, "cn", true, signal);
+    const peers = { num_iid: demo.wholesaleNumIid, sid: demo.wholesaleSid };
+    await a.answer(wholesaleItemSearchPeerbuy, peers, "cn", true, signal);
+    // A gateway whose key prefix holds MATCH's special characters: escaped, its keys match only its own purges.
+    const odd = await sharing(`${own}odd*[x]?\\:`);
+    await odd.answer(retailItemGet, item, "cn", true, signal);
+    const calls = source.calls;
+
+    // The item's two variants, from Redis; b's purge reaches a's next read (a's own copies last up to a second).
+    expect(await b.purge([retailItemGet], demo.retailNumIid)).toBe(2);
+    await new Promise((r) => setTimeout(r, 1100));
+    expect((await a.answer(retailItemGet, item, "cn", true, signal)).fromCache).toBe(false);
+    expect(source.calls).toBe(calls + 1);
+    for (const [op, args] of [[retailItemGet, variants[2]!], [wholesaleItemSearchPeerbuy, peers]] as const) expect((await a.answer(op, args, "cn", true, signal)).fromCache).toBe(true);
+    expect((await odd.answer(retailItemGet, item, "cn", true, signal)).fromCache).toBe(true);
+    // The purging replica's own copy goes at once.
+    await b.answer(retailItemGet, variants[2]!, "cn", true, signal);
+    expect(await b.purge([retailItemGet, wholesaleItemSearchPeerbuy], other)).toBe(1);
+    expect((await b.answer(retailItemGet, variants[2]!, "cn", true, signal)).fromCache).toBe(false);
+    // An operation's every item; the odd gateway's keys stay until it purges them itself.
+    expect(await a.purge([wholesaleItemSearchPeerbuy], undefined)).toBe(1);
+    expect(await odd.purge([retailItemGet], undefined)).toBe(1);
+    // What is left: the two retail answers bought again since; the odd gateway's are gone.
+    expect(await (await client()).keys(`${own}*`)).toHaveLength(2);
+  });
+});
+
 describe("failed authentications counted in Redis", () => {
   it("replicas count one address's failures together, lock it everywhere, and let it go when the lock ends", async () => {
     const options = { slowAfterFailures: 2, lockAfterFailures: 6, lockSeconds: 1 };

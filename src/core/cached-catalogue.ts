@@ -151,6 +151,25 @@ export class CachedCatalogue {
     return [operation.id, ...operation.args.map((a) => args[a.name] ?? ""), lang].join("\u0000");
   }
 
+  /**
+   * An operator's purge: drops the stored answers of `operations` (in every
+   * language and every variant of their other arguments), of one item
+   * (`numIid`, each operation's first argument) or of every item, fresh or
+   * kept as a stand-in, so the next call for them asks the source (and buys
+   * again from a paid provider). A purchase in flight still stores what it
+   * brings. Returns the entries dropped.
+   */
+  async purge(operations: readonly Operation[], numIid: string | undefined): Promise<number> {
+    if (this.cache === undefined) return 0;
+    let dropped = 0;
+    for (const operation of operations) {
+      // The prefix of `key`: the operation, then its arguments in its descriptor's order, num_iid first.
+      if (numIid !== undefined && operation.args[0]?.name !== "num_iid") throw new Error(`${operation.id} does not take num_iid first`);
+      dropped += await this.cache.purge(numIid === undefined ? `${operation.id}\u0000` : `${operation.id}\u0000${numIid}\u0000`);
+    }
+    return dropped;
+  }
+
   private sourceAnswer(operation: Operation, args: Args, useCache: boolean, signal: AbortSignal, trace: TraceContext | undefined, sent: SentRequests | undefined): MaybeAsync<Answered> {
     const source = this.sources.get(operation.catalogue)!;
     if (this.cache === undefined) {

@@ -80,4 +80,11 @@ export interface ResponseCache {
    * replica holds it. A cache of one process leaves this out.
    */
   claim?(key: string, ms: number): Promise<(() => Promise<void>) | "held">;
+  /**
+   * Drops every entry whose key starts with `prefix` (an operator's purge,
+   * CachedCatalogue.purge), fresh or kept as a stand-in, and says how many
+   * it dropped. A shared cache drops them for every replica; what another
+   * replica holds in its own memory goes within its own short tier's time.
+   */
+  purge(prefix: string): MaybeAsync<number>;
 }

@@ -33,4 +33,10 @@ export class MemoryCache implements ResponseCache {
   get bytes(): number {
     return this.lru.calculatedSize;
   }
+
+  purge(prefix: string): number {
+    const keys = [...this.lru.keys()].filter((k) => k.startsWith(prefix));
+    for (const k of keys) this.lru.delete(k);
+    return keys.length;
+  }
 }

@@ -105,6 +105,24 @@ export class RedisResponseCache implements ResponseCache {
     this.redis.set(this.options.prefix + key, bytes, "PX", Math.ceil(ms)).catch(() => {});
   }
 
+  /** Every replica's entries under `prefix` in Redis (SCAN, then UNLINK), and this replica's own copies. */
+  async purge(prefix: string): Promise<number> {
+    for (const k of [...this.local.keys()]) if (k.startsWith(prefix)) this.local.delete(k);
+    const pattern = `${globEscaped(this.options.prefix + prefix)}*`;
+    let dropped = 0;
+    let cursor = "0";
+    try {
+      do {
+        const [next, keys] = await this.redis.scan(cursor, "MATCH", pattern, "COUNT", 1000);
+        cursor = next;
+        if (keys.length > 0) dropped += await this.redis.unlink(...keys);
+      } while (cursor !== "0");
+    } catch (e) {
+      throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, unreachable, { cause: e });
+    }
+    return dropped;
+  }
+
   async claim(key: string, ms: number): Promise<(() => Promise<void>) | "held"> {
     const claimKey = `${this.options.prefix}claim:${key}`;
     const token = randomBytes(12).toString("base64url");
@@ -119,6 +137,11 @@ export class RedisResponseCache implements ResponseCache {
       await this.redis.eval(releaseScript, 1, claimKey, token);
     };
   }
+}
+
+/** Text that Redis's MATCH takes as itself: its glob's special characters escaped. */
+function globEscaped(text: string): string {
+  return text.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
 }
 
 function encode(key: string, entry: CacheEntry): Buffer | undefined {

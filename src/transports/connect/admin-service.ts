@@ -42,6 +42,8 @@ import {
 import type { CallRate } from "../../core/call-rate.ts";
 import type { AlertOutbox, AlertPost, AlertRecord } from "../../core/alerts.ts";
 import { alertFields, alertLineFields } from "./alert-fields.ts";
+import type { CachedCatalogue } from "../../core/cached-catalogue.ts";
+import { operationById, operations } from "../../operations/index.ts";
 
 const states = { enabled: OperationState.ENABLED, stopped: OperationState.STOPPED } as const;
 const changeKinds = { opening: BalanceChangeKind.OPENING, "top-up": BalanceChangeKind.TOP_UP, carried: BalanceChangeKind.CARRIED, unbilled: BalanceChangeKind.UNBILLED } as const;
@@ -207,6 +209,10 @@ export interface AdminPorts {
   readonly ledgerCommits?: CommitBell | undefined;
   /** A draining server ends its WatchCalls streams once they are caught up (its `drainSignal` wakes them when it starts). */
   readonly readiness?: { readonly draining: boolean; readonly drainSignal?: AbortSignal } | undefined;
+  /** The cache in front of the sources, which PurgeCache drops answers from (none: nothing is cached). */
+  readonly answers?: Pick<CachedCatalogue, "purge"> | undefined;
+  /** Told of each purge, for the log: who made it, of what, and how many entries went. */
+  readonly onPurge?: ((purge: { readonly by: string; readonly operation: string; readonly numIid: string; readonly entries: number }) => void) | undefined;
 }
 
 export interface AdminRouteOptions {
@@ -268,6 +274,22 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           return { account: accountMessage(account), secret, repeated };
         }),
         whoAmI: guarded((_req, ctx) => ({ name: ctx.values.get(adminNameKey), actor: actor(ctx), address: ctx.values.get(clientIpKey) })),
+        purgeCache: guarded(async (req, ctx) => {
+          if (req.operation === "" && req.numIid === "" && !req.everything) {
+            throw new AccountAdminError("name an operation or an item (num_iid) to purge, or set everything to drop the whole cache");
+          }
+          if (req.numIid !== "" && !/^[0-9]{1,20}$/.test(req.numIid)) throw new AccountAdminError("num_iid is digits only, at most 20");
+          const chosen = req.operation === "" ? operations : [operationById.get(admin.operation(req.operation))!];
+          let entries: number;
+          try {
+            entries = (await ports.answers?.purge(chosen, req.numIid === "" ? undefined : req.numIid)) ?? 0;
+          } catch (e) {
+            if (e instanceof GatewayError) throw new ConnectError(e.message, Code.Unavailable);
+            throw e;
+          }
+          ports.onPurge?.({ by: actor(ctx), operation: req.operation, numIid: req.numIid, entries });
+          return { entries: BigInt(entries) };
+        }),
         listAccounts: guarded(async (req) => {
           const status = req.status === AccountStatus.ACTIVE ? "active" : req.status === AccountStatus.STOPPED ? "stopped" : undefined;
           if (status === undefined && req.status !== AccountStatus.UNSPECIFIED) throw new AccountPageError(`status ${req.status} is not ACTIVE, STOPPED or unspecified`);

@@ -12,6 +12,58 @@ import type { Charge, ErrorCode } from "../../catalogue/v1/status_pb.js";
 export declare const file_gateway_admin_v1_admin: GenFile;
 
 /**
+ * @generated from message gateway.admin.v1.PurgeCacheRequest
+ */
+export declare type PurgeCacheRequest = Message<"gateway.admin.v1.PurgeCacheRequest"> & {
+  /**
+   * An operation, as SetPrice names it ("retail/item_get"); empty: every operation.
+   *
+   * @generated from field: string operation = 1;
+   */
+  operation: string;
+
+  /**
+   * An item (num_iid, digits only); empty: every item of the operation, or of every operation.
+   *
+   * @generated from field: string num_iid = 2;
+   */
+  numIid: string;
+
+  /**
+   * With neither an operation nor an item: drops the whole cache. Without it such a request is refused
+   * (invalid_argument), so an empty request never empties the cache by mistake.
+   *
+   * @generated from field: bool everything = 3;
+   */
+  everything: boolean;
+};
+
+/**
+ * Describes the message gateway.admin.v1.PurgeCacheRequest.
+ * Use `create(PurgeCacheRequestSchema)` to create a new message.
+ */
+export declare const PurgeCacheRequestSchema: GenMessage<PurgeCacheRequest>;
+
+/**
+ * @generated from message gateway.admin.v1.PurgeCacheResponse
+ */
+export declare type PurgeCacheResponse = Message<"gateway.admin.v1.PurgeCacheResponse"> & {
+  /**
+   * The entries dropped: from this process's cache, or in shared mode from Redis for every replica (each
+   * replica's own one-second tier lets it serve what it holds for up to a second more).
+   *
+   * @generated from field: int64 entries = 1;
+   */
+  entries: bigint;
+};
+
+/**
+ * Describes the message gateway.admin.v1.PurgeCacheResponse.
+ * Use `create(PurgeCacheResponseSchema)` to create a new message.
+ */
+export declare const PurgeCacheResponseSchema: GenMessage<PurgeCacheResponse>;
+
+/**
  * @generated from message gateway.admin.v1.WhoAmIRequest
  */
 export declare type WhoAmIRequest = Message<"gateway.admin.v1.WhoAmIRequest"> & {
@@ -2441,6 +2493,22 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof WhoAmIRequestSchema;
     output: typeof WhoAmIResponseSchema;
+  },
+  /**
+   * Drops stored answers from the response cache, so the next call for them
+   * asks the source (and buys again from a paid provider): an item that the
+   * provider corrected, say. An item's every language and variant of its
+   * other arguments, of one operation or of all; an operation's every item;
+   * or, asked for by name, the whole cache. Answers stored as stand-ins for a
+   * failing source (stale-if-error) go too. Sent again, it drops what was
+   * stored since.
+   *
+   * @generated from rpc gateway.admin.v1.AdminService.PurgeCache
+   */
+  purgeCache: {
+    methodKind: "unary";
+    input: typeof PurgeCacheRequestSchema;
+    output: typeof PurgeCacheResponseSchema;
   },
 }>;
 
