@@ -127,6 +127,7 @@ describe("the gateway's own spans, to an OTLP collector", () => {
     // The purchase: beneath the call's span; the provider was told it is the parent.
     const purchase = await collector.next((s) => s.parentSpanId === server.spanId);
     expect([purchase.traceId, purchase.kind, attr(purchase)["gateway.found"], attr(purchase)["gateway.source"], purchase.name]).toEqual([traceId, 3, true, "upstream", "upstream retail/item_get"]);
+    expect(attr(purchase)["gateway.upstream_requests"]).toBe("1");
     const sent = upstream.requests.slice(before).map((r) => [r.headers.traceparent, r.headers.tracestate]);
     expect(sent).toEqual([[`00-${traceId}-${purchase.spanId}-01`, "vendor=abc"]]);
     // Spans never carry a credential, and go as OTLP's JSON.

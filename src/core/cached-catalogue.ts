@@ -274,18 +274,22 @@ export class CachedCatalogue {
   /**
    * A source's answer. Where the call is traced (tracing.ts), the purchase is
    * a client span beneath the call's, and the source hands that span's id
-   * to the provider as its parent.
+   * to the provider as its parent; the span says how many requests the
+   * purchase sent (its retries: what its row counts).
    */
   private bought(source: CatalogueSource, operation: Operation, args: Args, signal: AbortSignal, trace: TraceContext | undefined, sent: SentRequests | undefined): Promise<Found | NotFound> {
     const span = trace?.span?.child(`${source.label} ${operation.id}`, "client");
     if (span === undefined) return source.fetch(operation, args, signal, trace, sent);
-    return source.fetch(operation, args, signal, span.context, sent).then(
+    const counted = sent ?? { count: 0 };
+    const before = counted.count;
+    const attributes = () => ({ "gateway.operation": operation.id, "gateway.source": source.label, "gateway.upstream_requests": counted.count - before });
+    return source.fetch(operation, args, signal, span.context, counted).then(
       (answer) => {
-        span.end({ "gateway.operation": operation.id, "gateway.source": source.label, "gateway.found": answer.found });
+        span.end({ ...attributes(), "gateway.found": answer.found });
         return answer;
       },
       (e: unknown) => {
-        span.end({ "gateway.operation": operation.id, "gateway.source": source.label }, e instanceof Error ? e.message : String(e));
+        span.end(attributes(), e instanceof Error ? e.message : String(e));
         throw e;
       },
     );
