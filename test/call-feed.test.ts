@@ -203,39 +203,52 @@ describe.each([
   });
 });
 
+/**
+ * What retention does on either store, from an empty ledger: it folds only the start of the commit order (a row of
+ * an older day committed after a kept one stays), the folded calls and what they bought stay in the totals, a
+ * follower past the fold is given the rest and one before it is refused. `settle` waits until what was recorded can
+ * be folded and followed. Returns the follower's place after the last row (r5), whose day is kept, and the rows.
+ */
+async function foldsTheStart(meter: Meter, settle: () => Promise<void>): Promise<{ cursor: string; rows: LedgerRow[] }> {
+  const before = await followCalls(meter, { cursor: "", pageSize: 10 });
+  expect(before).toMatchObject({ rows: [], caughtUp: true });
+  // Committed one after another: an account a day ahead (r2) commits before an account a day behind (r3).
+  const [r1, r2, r3, r4] = [row("east", "2026-01-01"), row("west", "2026-01-03"), row("east", "2026-01-01"), row("west", "2026-01-02")];
+  for (const r of [r1, r2, r3, r4]) await record(meter, [r]);
+  await settle();
+  const a = await followCalls(meter, { cursor: "", pageSize: 1 });
+  expect(a.rows.map((r) => r.requestId)).toEqual([r1.requestId]);
+
+  // Days before 2026-01-02: r1 is folded; r3 is of such a day too, but committed after r2, so it stays.
+  expect(await meter.expire("2026-01-02")).toBe(1);
+  const totals = await meter.query({ from: "2026-01-01", to: "2026-01-01" });
+  expect(totals.totals.reduce((n, t) => n + t.calls, 0)).toBe(2);
+  // What they bought upstream is folded with them.
+  expect(totals.totals.reduce((n, t) => n + t.upstreamRequests, 0)).toBe(r1.upstreamRequests + r3.upstreamRequests);
+  // A follower past r1 misses nothing: it is given the rest.
+  const rest = await follow(meter, a.cursor, 2);
+  expect(rest.ids).toEqual([r2, r3, r4].map((r) => r.requestId));
+  // A follower that had not read r1 is told so, not passed over it.
+  await expect(followCalls(meter, { cursor: before.cursor, pageSize: 10 })).rejects.toMatchObject({ name: "UsagePageError", of: "folded" });
+  // Starting again from the start is what the ledger still holds.
+  expect((await follow(meter, "", 10)).ids).toEqual([r2, r3, r4].map((r) => r.requestId));
+
+  // The next day's run folds r2 to r4 (before r5, the first row it keeps).
+  const r5 = row("west", "2026-01-04");
+  await record(meter, [r5]);
+  await settle();
+  expect(await meter.expire("2026-01-04")).toBe(3);
+  const b = await follow(meter, rest.cursor, 10);
+  expect(b.ids).toEqual([r5.requestId]);
+  return { cursor: b.cursor, rows: [r1, r2, r3, r4, r5] };
+}
+
 describe("following the ledger across retention, the embedded store", () => {
   it("folds only the start of the commit order, refuses a cursor it passed over, and never numbers a row below one it gave", async () => {
     const store = embedded();
     try {
       const { meter } = store;
-      const before = await followCalls(meter, { cursor: "", pageSize: 10 });
-      expect(before).toMatchObject({ rows: [], caughtUp: true });
-      // Committed one after another: an account a day ahead (r2) commits before an account a day behind (r3).
-      const [r1, r2, r3, r4] = [row("east", "2026-01-01"), row("west", "2026-01-03"), row("east", "2026-01-01"), row("west", "2026-01-02")];
-      for (const r of [r1, r2, r3, r4]) await record(meter, [r]);
-      const a = await followCalls(meter, { cursor: "", pageSize: 1 });
-      expect(a.rows.map((r) => r.requestId)).toEqual([r1.requestId]);
-
-      // Days before 2026-01-02: r1 is folded; r3 is of such a day too, but committed after r2, so it stays.
-      expect(meter.expire("2026-01-02")).toBe(1);
-      const totals = await meter.query({ from: "2026-01-01", to: "2026-01-01" });
-      expect(totals.totals.reduce((n, t) => n + t.calls, 0)).toBe(2);
-      // What they bought upstream is folded with them.
-      expect(totals.totals.reduce((n, t) => n + t.upstreamRequests, 0)).toBe(r1.upstreamRequests + r3.upstreamRequests);
-      // A follower past r1 misses nothing: it is given the rest.
-      const rest = await follow(meter, a.cursor, 2);
-      expect(rest.ids).toEqual([r2, r3, r4].map((r) => r.requestId));
-      // A follower that had not read r1 is told so, not passed over it.
-      await expect(followCalls(meter, { cursor: before.cursor, pageSize: 10 })).rejects.toMatchObject({ name: "UsagePageError", of: "folded" });
-      // Starting again from the start is what the ledger still holds.
-      expect((await follow(meter, "", 10)).ids).toEqual([r2, r3, r4].map((r) => r.requestId));
-
-      // The next day's run folds r2 to r4 (before r5, the first row it keeps).
-      const r5 = row("west", "2026-01-04");
-      await record(meter, [r5]);
-      expect(meter.expire("2026-01-04")).toBe(3);
-      const b = await follow(meter, rest.cursor, 10);
-      expect(b.ids).toEqual([r5.requestId]);
+      const b = await foldsTheStart(meter, async () => {});
 
       // Every row older than retention: the newest stays all the same, so the next row is numbered past it (SQLite
       // numbers a row one past the highest held) and a follower there is given it.
@@ -273,31 +286,7 @@ describe("following the ledger across retention, the shared store", () => {
     const store = await shared();
     try {
       const { meter, pool } = store;
-      const before = await followCalls(meter, { cursor: "", pageSize: 10 });
-      expect(before).toMatchObject({ rows: [], caughtUp: true });
-      // Committed one after another, as on the embedded store: r2, a day ahead, commits before r3.
-      const [r1, r2, r3, r4] = [row("east", "2026-01-01"), row("west", "2026-01-03"), row("east", "2026-01-01"), row("west", "2026-01-02")];
-      for (const r of [r1, r2, r3, r4]) await record(meter, [r]);
-      await settled(pool);
-      const a = await followCalls(meter, { cursor: "", pageSize: 1 });
-      expect(a.rows.map((r) => r.requestId)).toEqual([r1.requestId]);
-
-      expect(await meter.expire("2026-01-02")).toBe(1);
-      const totals = await meter.query({ from: "2026-01-01", to: "2026-01-01" });
-      expect(totals.totals.reduce((n, t) => n + t.calls, 0)).toBe(2);
-      // What they bought upstream is folded with them.
-      expect(totals.totals.reduce((n, t) => n + t.upstreamRequests, 0)).toBe(r1.upstreamRequests + r3.upstreamRequests);
-      const rest = await follow(meter, a.cursor, 2);
-      expect(rest.ids).toEqual([r2, r3, r4].map((r) => r.requestId));
-      await expect(followCalls(meter, { cursor: before.cursor, pageSize: 10 })).rejects.toMatchObject({ name: "UsagePageError", of: "folded" });
-      expect((await follow(meter, "", 10)).ids).toEqual([r2, r3, r4].map((r) => r.requestId));
-
-      const r5 = row("west", "2026-01-04");
-      await record(meter, [r5]);
-      await settled(pool);
-      expect(await meter.expire("2026-01-04")).toBe(3);
-      const b = await follow(meter, rest.cursor, 10);
-      expect(b.ids).toEqual([r5.requestId]);
+      const b = await foldsTheStart(meter, () => settled(pool));
 
       // Every row older than retention, the newest with them: transaction ids never start again, so nothing need stay.
       expect(await meter.expire("2026-01-05")).toBe(1);
@@ -314,7 +303,7 @@ describe("following the ledger across retention, the shared store", () => {
       // The folded days keep their totals, charged amounts and cache hits included.
       const kept = await meter.query({ from: "2026-01-01", to: "2026-01-06" });
       expect(kept.totals.reduce((n, t) => n + t.calls, 0)).toBe(6);
-      expect(kept.totals.reduce((n, t) => n + t.cacheHits, 0)).toBe([r1, r2, r3, r4, r5, r6].filter((r) => r.cacheHit).length);
+      expect(kept.totals.reduce((n, t) => n + t.cacheHits, 0)).toBe([...b.rows, r6].filter((r) => r.cacheHit).length);
     } finally {
       await store.close();
     }
