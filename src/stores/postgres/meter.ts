@@ -596,16 +596,22 @@ export class PostgresMeter implements Meter {
               break;
             }
             const step = [through.txid, through.request_id];
-            await client.query(
-              `INSERT INTO ledger_daily_totals (day, account, operation, error_code, charge, calls, amount, cache_hits, upstream_requests)
-               SELECT day, coalesce(account, ''), coalesce(operation, ''), error_code, charge, count(*), sum(price), count(*) FILTER (WHERE cache_hit), sum(upstream_requests)
-               FROM ledger WHERE (txid, request_id COLLATE "C") <= ($1::xid8, $2::text)
-               GROUP BY 1, 2, 3, 4, 5
-               ON CONFLICT (day, account, operation, error_code, charge) DO UPDATE
-               SET calls = ledger_daily_totals.calls + excluded.calls, amount = ledger_daily_totals.amount + excluded.amount, cache_hits = ledger_daily_totals.cache_hits + excluded.cache_hits, upstream_requests = ledger_daily_totals.upstream_requests + excluded.upstream_requests`,
+            // The step's rows deleted and summed into the totals in one statement: read once, by the index.
+            const folded = await client.query<{ n: string }>(
+              `WITH gone AS (
+                 DELETE FROM ledger WHERE (txid, request_id COLLATE "C") <= ($1::xid8, $2::text)
+                 RETURNING day, account, operation, error_code, charge, price, cache_hit, upstream_requests),
+               totals AS (
+                 INSERT INTO ledger_daily_totals (day, account, operation, error_code, charge, calls, amount, cache_hits, upstream_requests)
+                 SELECT day, coalesce(account, ''), coalesce(operation, ''), error_code, charge, count(*), sum(price), count(*) FILTER (WHERE cache_hit), sum(upstream_requests)
+                 FROM gone GROUP BY 1, 2, 3, 4, 5
+                 ON CONFLICT (day, account, operation, error_code, charge) DO UPDATE
+                 SET calls = ledger_daily_totals.calls + excluded.calls, amount = ledger_daily_totals.amount + excluded.amount,
+                   cache_hits = ledger_daily_totals.cache_hits + excluded.cache_hits, upstream_requests = ledger_daily_totals.upstream_requests + excluded.upstream_requests)
+               SELECT count(*)::text AS n FROM gone`,
               step,
             );
-            removed += (await client.query(`DELETE FROM ledger WHERE (txid, request_id COLLATE "C") <= ($1::xid8, $2::text)`, step)).rowCount ?? 0;
+            removed += Number(folded.rows[0]!.n);
             await client.query("UPDATE ledger_feed SET folded_txid = $1, folded_request_id = $2", step);
             await client.query("COMMIT");
           } catch (e) {
