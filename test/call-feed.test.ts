@@ -268,6 +268,15 @@ describe("following the ledger across retention, the embedded store", () => {
   });
 });
 
+/** Begins a transaction on `client` that writes `r` and stays open (the test ends it): its id is below every later commit's. */
+async function heldOpen(client: pg.PoolClient, r: LedgerRow): Promise<void> {
+  await client.query("BEGIN");
+  await client.query(
+    "INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+    [r.requestId, r.at, r.day, r.account, r.operation, r.code, r.charge, r.price, r.cacheHit, r.latencyMicros, r.transport, r.clientIp],
+  );
+}
+
 /**
  * Waits until every row the shared ledger holds is below the snapshot's xmin, which is the whole cluster's: a
  * transaction of another test file's database, open for a moment, holds back what a fold or a follower may take.
@@ -368,12 +377,8 @@ describe("following the ledger across retention, the shared store", () => {
       await settled(pool);
       const open = await pool.connect();
       try {
-        await open.query("BEGIN");
         const slow = row("slow", "2026-03-01");
-        await open.query(
-          "INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-          [slow.requestId, slow.at, slow.day, slow.account, slow.operation, slow.code, slow.charge, slow.price, slow.cacheHit, slow.latencyMicros, slow.transport, slow.clientIp],
-        );
+        await heldOpen(open, slow);
         const late = [row("late", "2026-03-01"), row("late", "2026-03-01"), row("late", "2026-03-01")];
         await record(meter, late);
         // Only what committed before the open transaction began: the rows after it could still have one before them.
@@ -466,12 +471,8 @@ describe("following the ledger, the shared store", () => {
       // A transaction that writes a ledger row and stays open: its id is below every later commit's.
       const open = await pool.connect();
       try {
-        await open.query("BEGIN");
         const slow = row("slow");
-        await open.query(
-          "INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-          [slow.requestId, slow.at, slow.day, slow.account, slow.operation, slow.code, slow.charge, slow.price, slow.cacheHit, slow.latencyMicros, slow.transport, slow.clientIp],
-        );
+        await heldOpen(open, slow);
         const fast = [row("fast"), row("fast"), row("fast")];
         await record(meter, fast);
         // Committed, but behind the open transaction: not given yet, and the cursor does not move past it.
