@@ -1,4 +1,5 @@
 import { mkdtempSync, rmSync } from "node:fs";
+import type { Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { FastifyInstance } from "fastify";
@@ -32,6 +33,9 @@ export const demo = demoExampleIds(demoRecords());
 /** The AdminService token of every fixture. */
 export const adminToken = "test-admin-token-0123456789";
 
+/** How long a fixture's close waits for open connections before cutting them: `serve`'s default grace. */
+const closeGraceMs = defaultConfig.shutdownGraceMs;
+
 /** The real app on a real loopback port, over a fresh embedded store seeded with the demo catalogue. */
 export async function startGateway(
   options: { clock?: Clock; app?: Partial<AppOptions>; config?: Partial<GatewayConfig>; logLines?: string[]; dataDir?: string; deliverAlerts?: RuntimeOptions["deliverAlerts"] } = {},
@@ -53,6 +57,12 @@ export async function startGateway(
   const app = await buildApp({ ...appOptions(config, runtime, { ...(logger ? { logger } : {}), adminToken }), ...(logger ? {} : { logLevel: false as const }), ...options.app });
   await app.listen({ host: "127.0.0.1", port: 0 });
   const port = (app.server.address() as { port: number }).port;
+  // Every connection, so that a close can cut what its test left open (below).
+  const sockets = new Set<Socket>();
+  app.server.on("connection", (socket: Socket) => {
+    sockets.add(socket);
+    socket.once("close", () => sockets.delete(socket));
+  });
   const newAccount = async (plan: Partial<AccountPlan> & { externalId?: string } = {}) => {
     const { account, secret } = await runtime.admin.create(plan);
     return { key: account.key, secret };
@@ -68,7 +78,15 @@ export async function startGateway(
     gatewayWith: (sources, log) =>
       new Gateway({ accounts: runtime.accounts, meter: runtime.meter, switches: runtime.switches, catalogue: new CachedCatalogue(sources, undefined), ...(log ? { log } : {}) }),
     async close() {
+      // A graceful close waits for every open connection's request. A test that left one half sent (a
+      // hostile request) would hold it until the request timeout or longer; `serve` bounds the wait with
+      // its grace (GATEWAY_SHUTDOWN_GRACE_MS, 10 s by default), and so does this, then cuts what is left.
+      const cut = setTimeout(() => {
+        process.stderr.write(`gateway fixture: the graceful close still waited after ${closeGraceMs} ms; cutting ${sockets.size} connection(s)\n`);
+        for (const socket of sockets) socket.destroy();
+      }, closeGraceMs);
       await app.close();
+      clearTimeout(cut);
       await runtime.close();
       if (options.dataDir === undefined) rmSync(dataDir, { recursive: true, force: true });
     },
