@@ -1,4 +1,3 @@
-import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { demoRecords } from "./catalogue/demo-dataset.ts";
@@ -50,6 +49,7 @@ import { RedisResponseCache } from "./stores/redis/response-cache.ts";
 import type { AppOptions } from "./transports/server/app.ts";
 import type { Logger } from "./transports/server/logger.ts";
 import { PrometheusTelemetry } from "./transports/server/metrics.ts";
+import { TlsCertificateFiles } from "./transports/server/tls-certificate.ts";
 import { OtlpTraceExporter } from "./exporters/otlp-traces.ts";
 import { AlertDeliveries, AlertSender, defaultAlertDeliveryOptions } from "./exporters/alert-webhooks.ts";
 import type { AlertOutbox, AlertPost } from "./core/alerts.ts";
@@ -481,7 +481,7 @@ export function appOptions(
   runtime: Runtime,
   extra: { readonly logger?: Logger; readonly adminToken?: string; readonly demo?: boolean } = {},
 ): AppOptions {
-  const tls = config.tlsCert !== "" ? { cert: readFileSync(config.tlsCert), key: readFileSync(config.tlsKey) } : undefined;
+  const tls = config.tlsCert !== "" ? TlsCertificateFiles.open({ cert: config.tlsCert, key: config.tlsKey }, { checkEveryMs: config.tlsCheckSeconds * 1000 }) : undefined;
   return {
     gateway: runtime.gateway,
     ...(extra.logger ? { logger: extra.logger } : { logLevel: config.logLevel === "silent" ? false : config.logLevel }),

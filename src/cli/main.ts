@@ -9,6 +9,7 @@ import { feedCommand, maintenanceCommand, usageCommand } from "./operator-comman
 import { MoneyError } from "../core/money.ts";
 import { serveCommand } from "./serve-command.ts";
 import { DataDirectoryInUseError } from "../stores/embedded/data-directory-lock.ts";
+import { TlsFilesError } from "../transports/server/tls-certificate.ts";
 
 const usage = `usage: gateway <command> [options]
 
@@ -78,7 +79,7 @@ main(process.argv.slice(2)).then(
     process.exitCode = code;
   },
   (e: unknown) => {
-    if (e instanceof ConfigError || e instanceof AccountAdminError || e instanceof MoneyError || e instanceof DataDirectoryInUseError || String((e as { code?: string }).code).startsWith("ERR_PARSE_ARGS")) {
+    if (e instanceof ConfigError || e instanceof AccountAdminError || e instanceof MoneyError || e instanceof DataDirectoryInUseError || e instanceof TlsFilesError || String((e as { code?: string }).code).startsWith("ERR_PARSE_ARGS")) {
       // One line: the bad value and what is accepted; never a stack.
       console.error((e as Error).message.split("\n").filter(Boolean).join(" "));
       process.exitCode = 2;

@@ -9,6 +9,7 @@ import { lockDataDirectory } from "../stores/embedded/data-directory-lock.ts";
 import { credentialHeaders } from "../transports/credentials.ts";
 import { buildApp } from "../transports/server/app.ts";
 import { createLogger } from "../transports/server/logger.ts";
+import { TlsCertificateFiles } from "../transports/server/tls-certificate.ts";
 
 /** The request's JSON body for a call of `op` with `args` (proto JSON names). */
 function jsonBody(op: Operation, args: Readonly<Record<string, string>>): string {
@@ -76,7 +77,15 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   if (options.demo && (await seedDemoCatalogue(runtime))) lifecycle.info({ into: shared ? "the shared database" : config.dataDir }, "seeded the demo catalogue");
   // A demo without a configured admin token gets one for this run, printed below.
   const adminToken = config.adminToken === "" && options.demo ? randomBytes(24).toString("base64url") : config.adminToken;
-  const appSettings = appOptions(config, runtime, { logger: log, adminToken, demo: options.demo });
+  let appSettings: ReturnType<typeof appOptions>;
+  try {
+    appSettings = appOptions(config, runtime, { logger: log, adminToken, demo: options.demo });
+  } catch (e) {
+    // TLS files that cannot serve: nothing is left open behind the one line that says so.
+    await runtime.close();
+    lock?.release();
+    throw e;
+  }
   const tls = appSettings.tls !== undefined;
   const app = await buildApp(appSettings);
   await app.listen({ host: config.host, port: config.port });
@@ -119,6 +128,10 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
         });
     };
     process.once("SIGTERM", () => stop("SIGTERM"));
+    // With TLS, SIGHUP reads the certificate and key files again (a renewal), as nginx and HAProxy do;
+    // without TLS there is nothing to read again, and Node's default stands (the process ends).
+    const files = appSettings.tls;
+    if (files instanceof TlsCertificateFiles) process.on("SIGHUP", () => void files.reload("SIGHUP"));
     process.once("SIGINT", () => stop("SIGINT"));
     // Started through npm or npx, the gateway runs under `sh -c`, which does not pass SIGTERM on:
     // a supervisor's SIGTERM ends npm and the shell and would leave the gateway running alone.

@@ -21,6 +21,8 @@ import { installOpenApi } from "../legacy/openapi.ts";
 import { installConsole } from "../console/console-route.ts";
 import { operations } from "../../operations/index.ts";
 import { answerUnknownRpc, rpcProtocolOf } from "./unknown-rpc.ts";
+import type { Server as TlsServer } from "node:tls";
+import { TlsCertificateFiles, type TlsCredentials } from "./tls-certificate.ts";
 
 export interface AppOptions {
   readonly gateway: Gateway;
@@ -30,8 +32,8 @@ export interface AppOptions {
   readonly logLevel?: string | false;
   /** Where log lines go (default stdout). */
   readonly logStream?: NodeJS.WritableStream;
-  /** PEM certificate and key: serve TLS with ALPN (h2, http/1.1) instead of cleartext. */
-  readonly tls?: { readonly cert: string | Buffer; readonly key: string | Buffer };
+  /** PEM certificate and key: serve TLS with ALPN (h2, http/1.1) instead of cleartext; from files, read again when they change (tls-certificate.ts). */
+  readonly tls?: TlsCredentials | TlsCertificateFiles;
   /** Largest request body on any path, legacy or RPC. */
   readonly maxBodyBytes?: number;
   /** Header, timeout and connection limits of the server. */
@@ -97,7 +99,8 @@ function callerFaultReason(code: string | undefined, maxBodyBytes: number): stri
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const { gateway } = options;
   const maxBodyBytes = options.maxBodyBytes ?? defaultAppSettings.maxBodyBytes;
-  const tls = options.tls;
+  const tlsFiles = options.tls instanceof TlsCertificateFiles ? options.tls : undefined;
+  const tls = tlsFiles?.credentials ?? (options.tls as TlsCredentials | undefined);
   const limits = { ...defaultAppSettings.limits, ...options.limits };
   // Retry-After is not a header a page may read unless exposed: a refused call's (src/transports/retry-hints.ts).
   const cors = corsSettings(options.corsOrigins ?? defaultAppSettings.corsOrigins, [...connectCors.exposedHeaders, "Retry-After", "RateLimit", "RateLimit-Policy", "Idempotent-Replayed", "Original-Request-Id"]);
@@ -155,6 +158,14 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     if (transport === undefined) return done();
     answerUnknownRpc(gateway, req, reply, transport).catch((e: unknown) => reply.send(e));
   });
+  if (tlsFiles !== undefined) {
+    // The server is the TLS one the factory made; renewed files reach it while it serves.
+    tlsFiles.serve(app.server as unknown as TlsServer, { log: app.log, ...(options.metrics ? { telemetry: options.metrics.telemetry } : {}) });
+    app.addHook("onClose", (_app, done) => {
+      tlsFiles.stop();
+      done();
+    });
+  }
   const readiness = options.readiness ?? new Readiness([]);
   installProbes(app, readiness);
   installOpenApi(app, operations);

@@ -6,6 +6,7 @@ import type { Transport } from "../../core/meter.ts";
 import type { Limit } from "../../core/gateway-error.ts";
 import type { AbandonStage, AuthFailure, CacheResult, KeyOutcome, StoppedWaiting, Telemetry } from "../../core/telemetry.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
+import type { CertificateFacts } from "./tls-certificate.ts";
 
 let processMetrics: Registry | undefined;
 
@@ -190,6 +191,9 @@ export class PrometheusTelemetry implements Telemetry {
   private readonly commitSeconds = new Histogram({ name: "gateway_ledger_commit_seconds", help: "Time of each group commit of the usage ledger.", buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1], registers: [this.registry] });
   private readonly batchRows = new Histogram({ name: "gateway_ledger_batch_rows", help: "Ledger rows written by each group commit.", buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], registers: [this.registry] });
   private readonly authFailures = new Counter({ name: "gateway_auth_failures_total", help: "Failed authentications: missing_key, unknown_key, bad_credentials, address_not_allowed (a right secret from an address its account does not list), address_locked, admin_token.", labelNames: ["reason"], registers: [this.registry] });
+  private readonly tlsReloads = new Counter({ name: "gateway_tls_reloads_total", help: "TLS certificate files read again and found changed (GATEWAY_TLS_CHECK_SECONDS, SIGHUP), by outcome: reloaded (new connections get the new certificate), refused (they did not work together, or could not be read; the certificate before is still served).", labelNames: ["outcome"], registers: [this.registry] });
+  /** Made when a certificate is first served: a gateway without TLS shows no expiry (a 0 would read as expired). */
+  private tlsExpiry: Gauge | undefined;
   private inflightNow = 0;
   private cacheBytesNow: () => number = () => 0;
 
@@ -300,6 +304,16 @@ export class PrometheusTelemetry implements Telemetry {
 
   authFailed(reason: AuthFailure): void {
     this.authFailures.labels(reason).inc();
+  }
+
+  /** The TLS certificate served from now on (tls-certificate.ts). */
+  tlsCertificate(facts: CertificateFacts): void {
+    this.tlsExpiry ??= new Gauge({ name: "gateway_tls_certificate_expiry_timestamp_seconds", help: "When the TLS certificate this process serves expires (its notAfter), in Unix seconds: alert on it minus time().", registers: [this.registry] });
+    this.tlsExpiry.set(facts.notAfter.getTime() / 1000);
+  }
+
+  tlsReload(outcome: "reloaded" | "refused"): void {
+    this.tlsReloads.labels(outcome).inc();
   }
 }
 
