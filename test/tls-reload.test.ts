@@ -1,4 +1,4 @@
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { X509Certificate } from "node:crypto";
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import http2 from "node:http2";
@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import tls from "node:tls";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { makeCertificate, makeExpiredCertificate } from "./support/certificates.ts";
 import { root } from "./support/cli.ts";
 import { demo, startGateway } from "./support/gateway-fixture.ts";
 
@@ -18,28 +19,11 @@ let dir: string;
 const pem = (name: string, what: "cert" | "key") => readFileSync(join(dir, `${name}.${what}.pem`));
 const fingerprintOf = (name: string) => new X509Certificate(pem(name, "cert")).fingerprint256;
 
-function makeCertificate(name: string, extra: string[] = []): void {
-  execFileSync("openssl", [
-    "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "30", "-subj", `/CN=gateway-${name}`,
-    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", join(dir, `${name}.key.pem`), "-out", join(dir, `${name}.cert.pem`), ...extra,
-  ], { stdio: "ignore" });
-}
-
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), "gateway-tls-reload-"));
-  makeCertificate("a");
-  makeCertificate("b");
-  // Expired: the key of a, valid from two days ago to yesterday (OpenSSL 3.0's `req` cannot date a certificate back; its `ca` can).
-  const stamp = (msAgo: number) => new Date(Date.now() - msAgo).toISOString().replace(/[-:T]/g, "").replace(/\.\d+/, "");
-  writeFileSync(join(dir, "ca.cnf"), "[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\ndefault_md = sha256\npolicy = p\nserial = serial\n[p]\ncommonName = supplied\n");
-  writeFileSync(join(dir, "index.txt"), "");
-  writeFileSync(join(dir, "serial"), "01\n");
-  execFileSync("openssl", ["req", "-new", "-key", "a.key.pem", "-subj", "/CN=gateway-old", "-out", "old.csr"], { cwd: dir, stdio: "ignore" });
-  execFileSync("openssl", [
-    "ca", "-batch", "-notext", "-config", "ca.cnf", "-selfsign", "-keyfile", "a.key.pem", "-in", "old.csr",
-    "-startdate", stamp(2 * 86_400_000), "-enddate", stamp(86_400_000), "-out", "old.cert.pem",
-  ], { cwd: dir, stdio: "ignore" });
-  copyFileSync(join(dir, "a.key.pem"), join(dir, "old.key.pem"));
+  makeCertificate(dir, "a");
+  makeCertificate(dir, "b");
+  makeExpiredCertificate(dir, "old", "a");
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 

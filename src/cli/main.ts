@@ -3,6 +3,7 @@ import { ConfigError, loadConfig } from "../config.ts";
 import { AccountAdminError } from "../core/account-admin.ts";
 import { accountsCommand } from "./accounts-command.ts";
 import { adminsCommand } from "./admins-command.ts";
+import { checkCommand } from "./check-command.ts";
 import { importCommand } from "./import-command.ts";
 import { migrateCommand } from "./migrate-command.ts";
 import { feedCommand, maintenanceCommand, usageCommand } from "./operator-commands.ts";
@@ -15,6 +16,8 @@ const usage = `usage: gateway <command> [options]
 
 commands:
   serve [--demo]                     start the gateway (--demo: seed the demo catalogue and print a demo account)
+  check [--json]                     what serve would start with, read and never written: settings, TLS files, the stores
+                                     and their schema, accounts, exposure (exit 1 with a failure)
   accounts create [--json] [--name N] [--max N] [--concurrency N] [--rate 10/s|600/min|5000/h] [--burst N]
                   [--balance D] [--expires YYYY-MM-DD] [--zone Z] [--operations a,b] [--price OP=PRICE ...]
   accounts list [--json]
@@ -54,6 +57,8 @@ async function main(argv: string[]): Promise<number> {
       const { values } = parseArgs({ args: rest, options: { demo: { type: "boolean", default: false } } });
       return serveCommand(config, { demo: values.demo });
     }
+    case "check":
+      return checkCommand(config, rest);
     case "accounts":
       return accountsCommand(config, rest);
     case "import":

@@ -31,3 +31,24 @@ export async function openRedis(url: string): Promise<Redis> {
   });
   return redis;
 }
+
+/**
+ * One look at a Redis server, for `gateway check`: its version, or the
+ * reason it cannot be reached (no retry, so a refused connection answers at
+ * once rather than after the reconnecting client's wait).
+ */
+export async function probeRedis(url: string): Promise<{ readonly version: string }> {
+  const redis = new Redis(url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 2000, commandTimeout: redisCommandTimeoutMs });
+  // The connection's own error (ECONNREFUSED…) says why; the connect's rejection only that it closed.
+  let cause: unknown;
+  redis.on("error", (e: unknown) => (cause ??= e));
+  try {
+    await redis.connect().catch((e: unknown) => {
+      throw cause ?? e;
+    });
+    const info = await redis.info("server");
+    return { version: /redis_version:(\S+)/.exec(info)?.[1] ?? "unknown" };
+  } finally {
+    redis.disconnect();
+  }
+}

@@ -1,0 +1,235 @@
+import { existsSync, readFileSync } from "node:fs";
+import { hostname } from "node:os";
+import { join } from "node:path";
+import { DatabaseSync } from "node:sqlite";
+import { parseArgs } from "node:util";
+import { cacheBound, type GatewayConfig } from "../config.ts";
+import { sharedMode } from "../runtime.ts";
+import { migrations as embeddedSteps } from "../stores/embedded/sqlite-database.ts";
+import { migrations as sharedSteps, openPostgres } from "../stores/postgres/postgres-database.ts";
+import { probeRedis } from "../stores/redis/redis-client.ts";
+import { TlsCertificateFiles, TlsFilesError } from "../transports/server/tls-certificate.ts";
+
+/**
+ * `gateway check`: what `serve` would start with, looked at before it does,
+ * as `nginx -t` or `kong check` do. It reads and never writes: the stores
+ * are opened read-only (the embedded one) or only queried (PostgreSQL,
+ * Redis), no schema step is applied, no lock taken, and the upstream
+ * provider is not contacted (a request to it may be billed). Each finding
+ * is `ok`, `warn` (serve starts, but look) or `fail` (serve would not
+ * start, or would serve wrongly); the exit code is 1 with any `fail`, 0
+ * otherwise, and 2 for a configuration that does not read, as for every
+ * command. Secrets never appear: URLs are shown without their credentials.
+ */
+
+export type CheckStatus = "ok" | "warn" | "fail";
+
+export interface Finding {
+  readonly check: string;
+  readonly status: CheckStatus;
+  readonly detail: string;
+}
+
+/** A certificate that expires sooner than this is a warning: renewals (certbot, cert-manager) run 30 days ahead. */
+const expirySoonDays = 14;
+
+const day = 86_400_000;
+
+/** What the TLS files would serve, if set. */
+export function tlsFindings(config: GatewayConfig, now: number): Finding[] {
+  if (config.tlsCert === "") return [{ check: "tls", status: "ok", detail: "off: cleartext HTTP/1.1 and h2c (GATEWAY_TLS_CERT unset)" }];
+  let files: TlsCertificateFiles;
+  try {
+    files = TlsCertificateFiles.open({ cert: config.tlsCert, key: config.tlsKey }, { checkEveryMs: 0 });
+  } catch (e) {
+    if (!(e instanceof TlsFilesError)) throw e;
+    return [{ check: "tls", status: "fail", detail: e.message }];
+  }
+  const { subject, fingerprint, notBefore, notAfter } = files.facts;
+  const left = Math.floor((notAfter.getTime() - now) / day);
+  const served = `${subject}, SHA-256 ${fingerprint}, valid until ${notAfter.toISOString()}`;
+  const reread = config.tlsCheckSeconds > 0 ? `read again every ${config.tlsCheckSeconds} s and on SIGHUP` : "read again on SIGHUP";
+  if (notAfter.getTime() <= now) return [{ check: "tls", status: "fail", detail: `${served}: expired; clients refuse it` }];
+  if (notBefore.getTime() > now) return [{ check: "tls", status: "fail", detail: `${served}: not valid until ${notBefore.toISOString()}; clients refuse it` }];
+  if (left < expirySoonDays) return [{ check: "tls", status: "warn", detail: `${served}: expires in ${left} day(s); renew it (${reread})` }];
+  return [{ check: "tls", status: "ok", detail: `${served} (${left} days; ${reread})` }];
+}
+
+/** A store's schema step against this gateway's. */
+function schemaFinding(check: string, where: string, found: number, known: number, after = ""): Finding {
+  if (found === known) return { check, status: "ok", detail: `${where}: schema step ${found}, this gateway's${after}` };
+  if (found === 0) return { check, status: "ok", detail: `${where}: no schema yet; serve creates it (step ${known})${after}` };
+  if (found < known) return { check, status: "warn", detail: `${where}: schema step ${found} of ${known}; serve applies the ${known - found} step(s) left at start (back the store up first)${after}` };
+  return {
+    check,
+    status: "warn",
+    detail: `${where}: schema step ${found}, written by a newer gateway (this one knows ${known}); serve runs on it as it is, without what the newer steps added: run the newer gateway${after}`,
+  };
+}
+
+/** What the store's rows say: accounts, named admins, catalogue records. The same tables in both stores. */
+interface StoreCounts {
+  readonly active: number;
+  readonly stopped: number;
+  readonly admins: number;
+  readonly catalogue: readonly { readonly catalogue: string; readonly records: number }[];
+}
+
+const countsSql = {
+  accounts: "SELECT status, count(*) AS n FROM accounts GROUP BY status",
+  admins: "SELECT count(*) AS n FROM admin_tokens WHERE revoked_at IS NULL",
+  catalogue: "SELECT catalogue, count(*) AS n FROM catalogue_records GROUP BY catalogue ORDER BY catalogue",
+};
+
+function countsFinding(counts: StoreCounts, config: GatewayConfig): Finding[] {
+  const catalogue = counts.catalogue.map((c) => `${c.catalogue} ${c.records}`).join(", ");
+  const findings: Finding[] = [
+    {
+      check: "accounts",
+      status: counts.active > 0 ? "ok" : "warn",
+      detail: counts.active > 0 ? `${counts.active} active, ${counts.stopped} stopped` : `none active (${counts.stopped} stopped): every catalogue call is refused (4001) until one is made (gateway accounts create)`,
+    },
+  ];
+  if (catalogue !== "") findings.push({ check: "catalogue", status: "ok", detail: `records: ${catalogue}${config.upstreamUrl !== "" ? "; and the upstream provider" : ""}` });
+  else if (config.upstreamUrl === "" && config.sources === "") findings.push({ check: "catalogue", status: "warn", detail: "no catalogue records and no upstream provider: every item is answered 2000 (not found); gateway import FILE.ndjson, or GATEWAY_UPSTREAM_URL" });
+  findings.push(
+    config.adminToken === "" && counts.admins === 0
+      ? { check: "admin", status: "ok", detail: "the AdminService and console are off (no GATEWAY_ADMIN_TOKEN, no named admins): the CLI only" }
+      : { check: "admin", status: "ok", detail: `the AdminService takes ${[config.adminToken !== "" ? "GATEWAY_ADMIN_TOKEN" : "", counts.admins > 0 ? `${counts.admins} named admin(s)' tokens` : ""].filter(Boolean).join(" and ")}` },
+  );
+  return findings;
+}
+
+/** Whether a gateway serves from this data directory now, from the name its lock's holder left. */
+function lockHolder(dataDir: string): string {
+  try {
+    const o = JSON.parse(readFileSync(join(dataDir, "serve.owner"), "utf8")) as { pid: number; host: string; since: string };
+    if (o.host !== hostname()) return `; serve.owner names process ${o.pid} on ${o.host} (since ${o.since}), another host`;
+    try {
+      process.kill(o.pid, 0);
+      return `; served now by process ${o.pid} (since ${o.since})`;
+    } catch {
+      return "; not served now";
+    }
+  } catch {
+    return "; not served now";
+  }
+}
+
+/** The embedded store, opened read-only: its schema step, counts and whether a gateway serves it now. */
+export function embeddedFindings(config: GatewayConfig): Finding[] {
+  const path = join(config.dataDir, "gateway.db");
+  if (!existsSync(path)) return [{ check: "store", status: "warn", detail: `embedded: ${path} does not exist yet; serve creates it empty (no accounts, no catalogue)` }];
+  let db: DatabaseSync | undefined;
+  try {
+    db = new DatabaseSync(path, { readOnly: true });
+    const found = Number((db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version);
+    const findings = [schemaFinding("store", `embedded: ${path}`, found, embeddedSteps.length, lockHolder(config.dataDir))];
+    // Counts read tables that every step since named admins (11) has.
+    if (found >= 11) {
+      const all = (sql: string) => db!.prepare(sql).all() as Rows;
+      findings.push(...countsFinding(countsOf({ accounts: all(countsSql.accounts), admins: all(countsSql.admins), catalogue: all(countsSql.catalogue) }), config));
+    }
+    return findings;
+  } catch (e) {
+    return [{ check: "store", status: "fail", detail: `embedded: ${path} cannot be read (${(e as { code?: string }).code ?? (e as Error).message})` }];
+  } finally {
+    db?.close();
+  }
+}
+
+type Rows = Record<string, unknown>[];
+
+/** The counts from the rows of `countsSql`'s three queries, as either store returns them. */
+function countsOf(rows: { readonly accounts: Rows; readonly admins: Rows; readonly catalogue: Rows }): StoreCounts {
+  const byStatus = new Map(rows.accounts.map((r) => [String(r.status), Number(r.n)]));
+  return {
+    active: byStatus.get("active") ?? 0,
+    stopped: byStatus.get("stopped") ?? 0,
+    admins: Number(rows.admins[0]?.n ?? 0),
+    catalogue: rows.catalogue.map((r) => ({ catalogue: String(r.catalogue), records: Number(r.n) })),
+  };
+}
+
+/** Why a server could not be reached or read, in words that quote no URL (a URL may hold a password). */
+function whyUnreachable(e: unknown): string {
+  const code = (e as { code?: string }).code;
+  const words: Record<string, string> = {
+    ECONNREFUSED: "connection refused",
+    ENOTFOUND: "no such host",
+    ETIMEDOUT: "it did not answer in time",
+    "3D000": "the database does not exist",
+    "28P01": "the password was refused",
+    "28000": "the role may not connect",
+    "42501": "the role may not read the gateway's tables",
+  };
+  if (code !== undefined) return words[code] ?? code;
+  const message = (e as Error).message ?? String(e);
+  return /timeout/i.test(message) ? "it did not answer in time" : message.replace(/\b[a-z]+:\/\/\S+/gi, "(URL)");
+}
+
+/** A URL as it may be shown: its host, port and path, never its user or password. */
+export function shownUrl(url: string): string {
+  const u = new URL(url);
+  return `${u.protocol}//${u.host}${u.pathname === "/" ? "" : u.pathname}`;
+}
+
+/** The shared stores: PostgreSQL's version, schema step and counts; Redis's version. Only queries. */
+export async function sharedFindings(config: GatewayConfig): Promise<Finding[]> {
+  const findings: Finding[] = [];
+  const where = `PostgreSQL ${shownUrl(config.databaseUrl)}`;
+  const pool = openPostgres(config.databaseUrl, { max: 1 });
+  try {
+    const version = (await pool.query<{ server_version: string }>("SHOW server_version")).rows[0]!.server_version;
+    const exists = (await pool.query<{ t: string | null }>("SELECT to_regclass('schema_migrations')::text AS t")).rows[0]!.t !== null;
+    const found = exists ? Number((await pool.query<{ v: number | null }>("SELECT max(version) AS v FROM schema_migrations")).rows[0]!.v ?? 0) : 0;
+    findings.push(schemaFinding("store", `shared: ${where} (server ${version})`, found, sharedSteps.length));
+    if (found >= 9) {
+      const all = async (sql: string) => (await pool.query(sql)).rows as Rows;
+      findings.push(...countsFinding(countsOf({ accounts: await all(countsSql.accounts), admins: await all(countsSql.admins), catalogue: await all(countsSql.catalogue) }), config));
+    }
+  } catch (e) {
+    findings.push({ check: "store", status: "fail", detail: `shared: ${where} cannot be reached or read (${whyUnreachable(e)})` });
+  } finally {
+    await pool.end().catch(() => {});
+  }
+  const cache = `Redis ${shownUrl(config.redisUrl)}`;
+  try {
+    findings.push({ check: "cache", status: "ok", detail: `shared: ${cache} (server ${(await probeRedis(config.redisUrl)).version})` });
+  } catch (e) {
+    findings.push({ check: "cache", status: "fail", detail: `shared: ${cache} cannot be reached (${whyUnreachable(e)})` });
+  }
+  return findings;
+}
+
+const loopback = new Set(["127.0.0.1", "::1", "localhost"]);
+
+/** What the settings expose, or leave open, beyond this machine. */
+export function exposureFindings(config: GatewayConfig): Finding[] {
+  const findings: Finding[] = [];
+  const reachable = !loopback.has(config.host);
+  findings.push({ check: "listen", status: "ok", detail: `${config.host}:${config.port}${reachable ? "" : " (this machine only)"}` });
+  if (reachable && config.tlsCert === "") findings.push({ check: "listen", status: "warn", detail: `cleartext on ${config.host}: keys and secrets cross the network unencrypted unless a proxy in front terminates TLS (GATEWAY_TLS_CERT, or the proxy's)` });
+  if (reachable && config.metricsToken === "") findings.push({ check: "metrics", status: "warn", detail: `/metrics answers anyone who reaches ${config.host}:${config.port} (GATEWAY_METRICS_TOKEN unset)` });
+  if (config.upstreamUrl !== "") findings.push({ check: "upstream", status: "ok", detail: `${shownUrl(config.upstreamUrl)}; not contacted (a request to it may be billed)` });
+  findings.push({ check: "memory", status: "ok", detail: `budget ${config.memoryMb} MiB; the response cache holds at most ${Math.round(cacheBound(config) / 1_048_576)} MiB` });
+  return findings;
+}
+
+export async function checkCommand(config: GatewayConfig, args: string[]): Promise<number> {
+  const { values } = parseArgs({ args, options: { json: { type: "boolean", default: false } } });
+  const findings: Finding[] = [
+    { check: "configuration", status: "ok", detail: `read${process.env.GATEWAY_CONFIG ? ` from ${process.env.GATEWAY_CONFIG} and` : " from"} the environment; ${sharedMode(config) ? "shared mode" : "embedded mode"}` },
+    ...tlsFindings(config, Date.now()),
+    ...(sharedMode(config) ? await sharedFindings(config) : embeddedFindings(config)),
+    ...exposureFindings(config),
+  ];
+  const failed = findings.some((f) => f.status === "fail");
+  if (values.json) process.stdout.write(`${JSON.stringify({ ok: !failed, findings }, null, 2)}\n`);
+  else {
+    for (const f of findings) process.stdout.write(`${f.status.padEnd(5)} ${f.check.padEnd(14)} ${f.detail}\n`);
+    const warned = findings.filter((f) => f.status === "warn").length;
+    process.stdout.write(failed ? "serve would not start, or would serve wrongly: see fail above\n" : `serve would start${warned > 0 ? ` (${warned} warning(s) above)` : ""}\n`);
+  }
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,185 @@
+import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { DatabaseSync } from "node:sqlite";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { migrations as embeddedSteps } from "../src/stores/embedded/sqlite-database.ts";
+import { migrateSchema, migrations as sharedSteps, openPostgres } from "../src/stores/postgres/postgres-database.ts";
+import { makeCertificate, makeExpiredCertificate } from "./support/certificates.ts";
+import { root, runCli } from "./support/cli.ts";
+import { freshDatabase } from "./support/postgres.ts";
+
+// `gateway check`: what serve would start with, read and never written (src/cli/check-command.ts).
+
+interface Finding {
+  check: string;
+  status: "ok" | "warn" | "fail";
+  detail: string;
+}
+
+let dir: string;
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), "gateway-check-"));
+  makeCertificate(dir, "good", 90);
+  makeCertificate(dir, "soon", 5);
+  makeCertificate(dir, "other", 90);
+  makeExpiredCertificate(dir, "old", "good");
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+async function check(env: Record<string, string>): Promise<{ code: number | null; ok: boolean; findings: Finding[]; text: string }> {
+  const { code, stdout, stderr } = await runCli(["check", "--json"], env);
+  const parsed = JSON.parse(stdout) as { ok: boolean; findings: Finding[] };
+  return { code, ...parsed, text: stdout + stderr };
+}
+
+const of = (findings: Finding[], name: string) => findings.filter((f) => f.check === name);
+const sha = (path: string) => createHash("sha256").update(readFileSync(path)).digest("hex");
+
+describe("gateway check on the embedded store", () => {
+  it("says what a data directory holds, and whether a gateway serves it now, without writing a byte", async () => {
+    const dataDir = join(dir, "data");
+    const before = await check({ GATEWAY_DATA_DIR: dataDir });
+    expect(before.code).toBe(0);
+    expect(of(before.findings, "store")).toEqual([{ check: "store", status: "warn", detail: `embedded: ${join(dataDir, "gateway.db")} does not exist yet; serve creates it empty (no accounts, no catalogue)` }]);
+    // A look creates nothing.
+    expect(existsSync(join(dataDir, "gateway.db"))).toBe(false);
+
+    // A real gateway serves it (the demo: its catalogue, its account).
+    const serve = spawn(process.execPath, [join(root, "bin", "gateway.js"), "serve", "--demo"], { env: { ...process.env, GATEWAY_DATA_DIR: dataDir, GATEWAY_PORT: "0" }, stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    serve.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    try {
+      const until = Date.now() + 30_000;
+      while (!out.includes("Demo account") && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+      const serving = await check({ GATEWAY_DATA_DIR: dataDir });
+      expect(serving.code).toBe(0);
+      expect(of(serving.findings, "store")[0]).toMatchObject({ status: "ok", detail: expect.stringMatching(new RegExp(`schema step ${embeddedSteps.length}, this gateway's; served now by process ${serve.pid} \\(since `)) });
+      expect(of(serving.findings, "accounts")).toEqual([{ check: "accounts", status: "ok", detail: "1 active, 0 stopped" }]);
+      expect(of(serving.findings, "catalogue")[0]).toMatchObject({ status: "ok", detail: expect.stringMatching(/^records: retail \d+, wholesale \d+$/) });
+    } finally {
+      serve.kill("SIGTERM");
+      await new Promise((r) => serve.once("exit", r));
+    }
+
+    const db = join(dataDir, "gateway.db");
+    const bytes = sha(db);
+    const stopped = await check({ GATEWAY_DATA_DIR: dataDir });
+    expect(of(stopped.findings, "store")[0]!.detail).toMatch(/; not served now$/);
+    expect(sha(db)).toBe(bytes);
+
+    // A store a newer gateway wrote (its schema further on): serve would run on it without the steps it lacks.
+    const newer = join(dir, "newer");
+    runSql(db, join(newer, "gateway.db"), `PRAGMA user_version = ${embeddedSteps.length + 2}`);
+    const ahead = await check({ GATEWAY_DATA_DIR: newer });
+    expect(ahead.code).toBe(0);
+    expect(of(ahead.findings, "store")[0]).toMatchObject({ status: "warn", detail: expect.stringContaining(`schema step ${embeddedSteps.length + 2}, written by a newer gateway (this one knows ${embeddedSteps.length})`) });
+    // One with no account left active: every call would be refused.
+    const stoppedAll = join(dir, "stopped");
+    runSql(db, join(stoppedAll, "gateway.db"), "UPDATE accounts SET status = 'stopped'");
+    expect(of((await check({ GATEWAY_DATA_DIR: stoppedAll })).findings, "accounts")[0]).toMatchObject({ status: "warn", detail: expect.stringContaining("none active (1 stopped)") });
+  });
+
+  it("a store that cannot be read fails the check", async () => {
+    const broken = join(dir, "broken");
+    mkdirSync(broken, { recursive: true });
+    writeFileSync(join(broken, "gateway.db"), "this is not a database, but it is long enough to be read as one ".repeat(100));
+    const result = await check({ GATEWAY_DATA_DIR: broken });
+    expect(result.code).toBe(1);
+    expect(of(result.findings, "store")[0]).toMatchObject({ status: "fail", detail: expect.stringContaining("cannot be read") });
+  });
+});
+
+/** A copy of the store `from` at `to` (or a new one), with `sql` run on the copy. */
+function runSql(from: string, to: string, sql: string): void {
+  mkdirSync(join(to, ".."), { recursive: true });
+  // The WAL folded in first, so the copy holds every commit.
+  const source = new DatabaseSync(from);
+  source.exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  source.close();
+  copyFileSync(from, to);
+  const db = new DatabaseSync(to);
+  db.exec(sql);
+  db.close();
+}
+
+describe("gateway check on TLS files", () => {
+  const tlsEnv = (cert: string, key: string) => ({ GATEWAY_DATA_DIR: join(dir, "tls-data"), GATEWAY_TLS_CERT: join(dir, `${cert}.cert.pem`), GATEWAY_TLS_KEY: join(dir, `${key}.key.pem`) });
+
+  it("names the certificate served and its time left, warns two weeks ahead, and fails an expired one or a pair that does not match", async () => {
+    const good = await check(tlsEnv("good", "good"));
+    expect(good.code).toBe(0);
+    expect(of(good.findings, "tls")[0]).toMatchObject({ status: "ok", detail: expect.stringMatching(/^CN=gateway-good, SHA-256 [0-9A-F:]{95}, valid until \S+ \((89|90) days; read again every 60 s and on SIGHUP\)$/) });
+
+    const soon = await check(tlsEnv("soon", "soon"));
+    expect(soon.code).toBe(0);
+    expect(of(soon.findings, "tls")[0]).toMatchObject({ status: "warn", detail: expect.stringMatching(/: expires in [45] day\(s\); renew it/) });
+
+    const old = await check(tlsEnv("old", "old"));
+    expect(old.code).toBe(1);
+    expect(of(old.findings, "tls")[0]).toMatchObject({ status: "fail", detail: expect.stringContaining(": expired; clients refuse it") });
+
+    const mismatched = await check(tlsEnv("good", "other"));
+    expect(mismatched.code).toBe(1);
+    expect(of(mismatched.findings, "tls")[0]).toMatchObject({ status: "fail", detail: expect.stringContaining("the certificate and key cannot serve TLS together (key values mismatch)") });
+    expect(mismatched.text).not.toContain("PRIVATE KEY");
+
+    const missing = await check({ ...tlsEnv("good", "good"), GATEWAY_TLS_KEY: join(dir, "nowhere.pem") });
+    expect(missing.code).toBe(1);
+    expect(of(missing.findings, "tls")[0]).toMatchObject({ status: "fail", detail: expect.stringContaining("nowhere.pem cannot be read (ENOENT)") });
+  });
+
+  it("warns what a public address exposes: cleartext without TLS, and /metrics without a token", async () => {
+    const open = await check({ GATEWAY_DATA_DIR: join(dir, "tls-data"), GATEWAY_HOST: "0.0.0.0" });
+    expect(of(open.findings, "listen").map((f) => f.status)).toEqual(["ok", "warn"]);
+    expect(of(open.findings, "metrics")).toEqual([expect.objectContaining({ status: "warn" })]);
+    const closed = await check({ ...tlsEnv("good", "good"), GATEWAY_HOST: "0.0.0.0", GATEWAY_METRICS_TOKEN: "a-metrics-token-of-some-length" });
+    expect(of(closed.findings, "listen").map((f) => f.status)).toEqual(["ok"]);
+    expect(of(closed.findings, "metrics")).toEqual([]);
+    expect(closed.text).not.toContain("a-metrics-token-of-some-length");
+  });
+});
+
+describe("gateway check on the shared stores", () => {
+  let database: Awaited<ReturnType<typeof freshDatabase>>;
+  beforeAll(async () => {
+    database = await freshDatabase("check");
+  });
+  afterAll(() => database.drop());
+
+  it("reads PostgreSQL's schema step and counts and Redis's version, shows neither password, and fails a server it cannot reach", async () => {
+    // A password in the URL (trust auth ignores it) must appear nowhere.
+    const url = new URL(database.url);
+    url.password = "hunter2-not-shown";
+    const shared = { GATEWAY_DATABASE_URL: url.href, GATEWAY_REDIS_URL: "redis://:redis-secret-not-shown@127.0.0.1:6379" };
+    const empty = await check(shared);
+    expect(empty.code).toBe(0);
+    expect(of(empty.findings, "store")[0]).toMatchObject({ status: "ok", detail: expect.stringMatching(new RegExp(`^shared: PostgreSQL postgres://127\\.0\\.0\\.1:5432/${database.name} \\(server [^)]+\\)\\): no schema yet; serve creates it \\(step ${sharedSteps.length}\\)$`)) });
+    expect(of(empty.findings, "cache")[0]).toMatchObject({ status: "ok", detail: expect.stringMatching(/^shared: Redis redis:\/\/127\.0\.0\.1:6379 \(server \d+\.\d+\.\d+\)$/) });
+
+    const pool = openPostgres(database.url);
+    try {
+      await migrateSchema(pool);
+    } finally {
+      await pool.end();
+    }
+    const made = await runCli(["accounts", "create", "--name", "team"], shared);
+    expect(made.code).toBe(0);
+    const migrated = await check(shared);
+    expect(of(migrated.findings, "store")[0]!.detail).toContain(`schema step ${sharedSteps.length}, this gateway's`);
+    expect(of(migrated.findings, "accounts")).toEqual([{ check: "accounts", status: "ok", detail: "1 active, 0 stopped" }]);
+    expect(migrated.text).not.toContain("hunter2");
+    expect(migrated.text).not.toContain("redis-secret");
+
+    const started = Date.now();
+    const down = await check({ GATEWAY_DATABASE_URL: `postgres://postgres:hunter2-not-shown@127.0.0.1:5432/${database.name}_gone`, GATEWAY_REDIS_URL: "redis://127.0.0.1:1" });
+    expect(down.code).toBe(1);
+    expect(of(down.findings, "store")[0]).toMatchObject({ status: "fail", detail: expect.stringContaining("cannot be reached or read (the database does not exist)") });
+    expect(of(down.findings, "cache")[0]).toMatchObject({ status: "fail", detail: "shared: Redis redis://127.0.0.1:1 cannot be reached (connection refused)" });
+    // A refused connection is told at once, not after a reconnecting client's wait.
+    expect(Date.now() - started).toBeLessThan(15_000);
+    expect(down.text).not.toContain("hunter2");
+  });
+});
