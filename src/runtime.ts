@@ -420,6 +420,8 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
   retention?.start();
   const cache = stores.cache;
   if (cache !== undefined) telemetry.watchCache(() => cache.bytes);
+  const feedHeldSince = meter.feedHeldSince?.bind(meter);
+  if (feedHeldSince !== undefined) telemetry.watchFeedHold(feedHeldSince, () => clock.now());
   return {
     gateway,
     lockout,

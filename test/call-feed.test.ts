@@ -34,7 +34,7 @@ import { migrateSchema, openPostgres } from "../src/stores/postgres/postgres-dat
 import { root, runCli } from "./support/cli.ts";
 import { readCsv } from "./support/csv.ts";
 import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
-import { freshDatabase } from "./support/postgres.ts";
+import { adminUrl, freshDatabase } from "./support/postgres.ts";
 
 let ids = 0;
 /** A charged call of `account` on `day`, with an id no other row of this file has. */
@@ -487,6 +487,60 @@ describe("following the ledger, the shared store", () => {
       }
     } finally {
       await store.close();
+    }
+  });
+
+  it("tells operators, in a metric read when scraped, how long an open transaction has held followers back; the embedded store has none to tell", async () => {
+    const own = await freshDatabase("call_feed_held");
+    const pool = openPostgres(own.url, { max: 2 });
+    const heldSeconds = (text: string) => Number(/^gateway_ledger_feed_held_seconds (\S+)$/m.exec(text)?.[1]);
+    try {
+      await migrateSchema(pool);
+      const runtime = await openRuntime({ ...defaultConfig, databaseUrl: own.url, redisUrl: "redis://127.0.0.1:6379/12" });
+      try {
+        const open = await pool.connect();
+        try {
+          await heldOpen(open, { ...row("slow"), at: Date.now() });
+          const committed = { ...row("fast"), at: Date.now() };
+          await record(runtime.meter, [committed]);
+          await new Promise((r) => setTimeout(r, 1500));
+          const held = heldSeconds(await runtime.metrics.scrape());
+          expect(held).toBeGreaterThanOrEqual(1.4);
+          expect(held).toBeLessThan(60);
+          await open.query("COMMIT");
+        } finally {
+          open.release();
+        }
+        // Other test files' commits on this server hold a row for moments at most.
+        let after = Number.POSITIVE_INFINITY;
+        for (let i = 0; i < 100 && !(after < 0.5); i++) after = heldSeconds(await runtime.metrics.scrape());
+        expect(after).toBeLessThan(0.5);
+      } finally {
+        await runtime.close();
+      }
+      // A database it cannot ask reads as unknown, not as nothing held, and the scrape still answers.
+      const broken = await openRuntime({ ...defaultConfig, databaseUrl: own.url, redisUrl: "redis://127.0.0.1:6379/12" });
+      const admin = openPostgres(adminUrl, { max: 1 });
+      try {
+        await admin.query(`ALTER DATABASE ${own.name} ALLOW_CONNECTIONS false`);
+        await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", [own.name]);
+        expect(heldSeconds(await broken.metrics.scrape())).toBeNaN();
+      } finally {
+        await admin.query(`ALTER DATABASE ${own.name} ALLOW_CONNECTIONS true`);
+        await admin.end();
+        await broken.close();
+      }
+    } finally {
+      await pool.end();
+      await own.drop();
+    }
+    const dataDir = mkdtempSync(join(tmpdir(), "gateway-held-"));
+    const embedded = await openRuntime({ ...defaultConfig, dataDir });
+    try {
+      expect(await embedded.metrics.scrape()).not.toContain("gateway_ledger_feed_held_seconds");
+    } finally {
+      await embedded.close();
+      rmSync(dataDir, { recursive: true, force: true });
     }
   });
 

@@ -356,6 +356,15 @@ export interface Meter {
    */
   expire(beforeDay: string, signal?: AbortSignal): MaybeAsync<number>;
   /**
+   * When the oldest call that has committed but that `feed` still holds
+   * back was made (epoch ms), or undefined when none is held. Only a store
+   * whose commit order can run ahead of its readers has one (the shared
+   * store: a write transaction left open in the database holds every later
+   * commit from followers until it ends); the embedded store gives every
+   * committed row at once.
+   */
+  feedHeldSince?(): Promise<number | undefined>;
+  /**
    * Adds to an account's prepaid balance (a top-up), or makes it unbilled by
    * balance. The balance is the meter's own: charged calls deduct from it in
    * the commit that writes their rows, so the two never disagree.

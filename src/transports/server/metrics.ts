@@ -218,6 +218,27 @@ export class PrometheusTelemetry implements Telemetry {
     });
   }
 
+  /**
+   * `gateway_ledger_feed_held_seconds`, read from the store when scraped
+   * (one indexed query): a shared store only, whose followers a write
+   * transaction left open in the database holds back (Meter.feedHeldSince).
+   */
+  watchFeedHold(heldSince: () => Promise<number | undefined>, now: () => number): void {
+    new Gauge({
+      name: "gateway_ledger_feed_held_seconds",
+      help: "Shared mode: how long ago the oldest call was made that has committed but that the ledger's feed (FollowCalls, WatchCalls, gateway feed) still holds back, because a write transaction begun before it is still open in the database; 0 when none is held, NaN when the database could not be asked. Commits of calls in flight hold it for milliseconds; seconds mean a transaction left open (a migration, an idle-in-transaction session).",
+      registers: [this.registry],
+      async collect() {
+        try {
+          const since = await heldSince();
+          this.set(since === undefined ? 0 : Math.max(0, now() - since) / 1000);
+        } catch {
+          this.set(Number.NaN);
+        }
+      },
+    });
+  }
+
   /** Where `gateway_cache_bytes` is read from. */
   watchCache(bytes: () => number): void {
     this.cacheBytesNow = bytes;
