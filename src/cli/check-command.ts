@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { parseArgs } from "node:util";
 import { cacheBound, type GatewayConfig } from "../config.ts";
-import { sharedMode } from "../runtime.ts";
+import { databasePath, sharedMode } from "../runtime.ts";
 import { migrations as embeddedSteps } from "../stores/embedded/sqlite-database.ts";
 import { migrations as sharedSteps, openPostgres } from "../stores/postgres/postgres-database.ts";
 import { probeRedis } from "../stores/redis/redis-client.ts";
@@ -59,7 +59,7 @@ export function tlsFindings(config: GatewayConfig, now: number): Finding[] {
 function schemaFinding(check: string, where: string, found: number, known: number, after = ""): Finding {
   if (found === known) return { check, status: "ok", detail: `${where}: schema step ${found}, this gateway's${after}` };
   if (found === 0) return { check, status: "ok", detail: `${where}: no schema yet; serve creates it (step ${known})${after}` };
-  if (found < known) return { check, status: "warn", detail: `${where}: schema step ${found} of ${known}; serve applies the ${known - found} step(s) left at start (back the store up first)${after}` };
+  if (found < known) return { check, status: "warn", detail: `${where}: schema step ${found} of ${known}; serve applies the ${known - found} step(s) left at start (back the store up first: gateway backup FILE, or pg_dump in shared mode)${after}` };
   return {
     check,
     status: "warn",
@@ -118,7 +118,7 @@ function lockHolder(dataDir: string): string {
 
 /** The embedded store, opened read-only: its schema step, counts and whether a gateway serves it now. */
 export function embeddedFindings(config: GatewayConfig): Finding[] {
-  const path = join(config.dataDir, "gateway.db");
+  const path = databasePath(config);
   if (!existsSync(path)) return [{ check: "store", status: "warn", detail: `embedded: ${path} does not exist yet; serve creates it empty (no accounts, no catalogue)` }];
   let db: DatabaseSync | undefined;
   try {

@@ -3,6 +3,7 @@ import { ConfigError, loadConfig } from "../config.ts";
 import { AccountAdminError } from "../core/account-admin.ts";
 import { accountsCommand } from "./accounts-command.ts";
 import { adminsCommand } from "./admins-command.ts";
+import { backupCommand, restoreCommand } from "./backup-command.ts";
 import { checkCommand } from "./check-command.ts";
 import { importCommand } from "./import-command.ts";
 import { migrateCommand } from "./migrate-command.ts";
@@ -42,6 +43,8 @@ commands:
                                      (saved after each page); --follow: on as calls commit, until SIGINT or SIGTERM
   import FILE.ndjson [--json]        load item records into the embedded catalogue
   migrate --to postgres://… [--json] copy the embedded data directory into an empty PostgreSQL database
+  backup FILE [--json]               a consistent copy of the embedded store, taken while the gateway serves, checked whole
+  restore FILE [--json]              the embedded store replaced by a backup (the gateway stopped); the one replaced is kept
 
 Settings come from GATEWAY_* environment variables (see README.md).`;
 
@@ -59,6 +62,10 @@ async function main(argv: string[]): Promise<number> {
     }
     case "check":
       return checkCommand(config, rest);
+    case "backup":
+      return backupCommand(config, rest);
+    case "restore":
+      return restoreCommand(config, rest);
     case "accounts":
       return accountsCommand(config, rest);
     case "import":
