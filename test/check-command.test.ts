@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
@@ -104,6 +104,27 @@ function runSql(from: string, to: string, sql: string): void {
   db.exec(sql);
   db.close();
 }
+
+describe("gateway check on the store's room", () => {
+  it("fails a free-space floor above the free space and a store at its cap (every call would be refused), and warns near the cap", async () => {
+    const dataDir = join(dir, "room");
+    expect((await runCli(["accounts", "create", "--name", "x"], { GATEWAY_DATA_DIR: dataDir })).code).toBe(0);
+    const size = statSync(join(dataDir, "gateway.db")).size;
+    const roomy = await check({ GATEWAY_DATA_DIR: dataDir });
+    expect(of(roomy.findings, "disk")).toEqual([{ check: "disk", status: "ok", detail: expect.stringMatching(new RegExp(`^\\d+\\.\\d [GM]iB free in ${dataDir}; calls are refused \\(4000\\) below 64\\.0 MiB \\(GATEWAY_MIN_FREE_MB\\)$`)) }]);
+
+    const floor = await check({ GATEWAY_DATA_DIR: dataDir, GATEWAY_MIN_FREE_MB: "1000000000" });
+    expect(floor.code).toBe(1);
+    expect(of(floor.findings, "disk")[0]).toMatchObject({ status: "fail", detail: expect.stringContaining("under GATEWAY_MIN_FREE_MB (976562.5 GiB), so every call that would be served is refused (4000)") });
+
+    const near = await check({ GATEWAY_DATA_DIR: dataDir, GATEWAY_STORE_MAX_BYTES: String(Math.ceil(size / 0.95)) });
+    expect(near.code).toBe(0);
+    expect(of(near.findings, "disk")[1]).toMatchObject({ status: "warn", detail: expect.stringContaining("raise the cap, or shorten GATEWAY_LEDGER_RETENTION_DAYS") });
+    const full = await check({ GATEWAY_DATA_DIR: dataDir, GATEWAY_STORE_MAX_BYTES: String(size) });
+    expect(full.code).toBe(1);
+    expect(of(full.findings, "disk")[1]).toMatchObject({ status: "fail", detail: expect.stringContaining(": full, so every call that would be served is refused (4000)") });
+  });
+});
 
 describe("gateway check on TLS files", () => {
   const tlsEnv = (cert: string, key: string) => ({ GATEWAY_DATA_DIR: join(dir, "tls-data"), GATEWAY_TLS_CERT: join(dir, `${cert}.cert.pem`), GATEWAY_TLS_KEY: join(dir, `${key}.key.pem`) });

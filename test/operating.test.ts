@@ -195,6 +195,37 @@ describe("metrics", () => {
   });
 });
 
+describe("the embedded store's room, as metrics", () => {
+  it("gives the store's size, its WAL's, the data directory's free space and the limits they are held to, measured when scraped", async () => {
+    const { statSync, statfsSync } = await import("node:fs");
+    const gw = await startGateway({ config: { storeMaxBytes: 50_000_000, minFreeMb: 64 } });
+    try {
+      expect((await legacyGet(gw.base, "/retail/item_get/", { ...gw.account, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
+      const s = samples(await (await fetch(`${gw.base}/metrics`)).text());
+      const db = join(gw.config.dataDir, "gateway.db");
+      expect(s.get("gateway_store_bytes")).toBe(statSync(db).size);
+      expect(s.get("gateway_store_wal_bytes")).toBe(statSync(`${db}-wal`).size);
+      const fs = statfsSync(gw.config.dataDir);
+      // Other test files write to the same disk meanwhile.
+      expect(Math.abs(s.get("gateway_store_free_bytes")! - fs.bavail * fs.bsize)).toBeLessThan(0.05 * fs.bavail * fs.bsize);
+      expect(s.get("gateway_store_max_bytes")).toBe(50_000_000);
+      expect(s.get("gateway_store_min_free_bytes")).toBe(64 * 1_048_576);
+    } finally {
+      await gw.close();
+    }
+    // Limits not set are not shown (a 0 would read as full).
+    const plain = await startGateway({ config: { minFreeMb: 0 } });
+    try {
+      const text = await (await fetch(`${plain.base}/metrics`)).text();
+      expect(text).toContain("gateway_store_bytes ");
+      expect(text).not.toContain("gateway_store_max_bytes");
+      expect(text).not.toContain("gateway_store_min_free_bytes");
+    } finally {
+      await plain.close();
+    }
+  });
+});
+
 describe("gRPC server reflection", () => {
   it("buf curl lists every method with no schema, over Connect and over gRPC", async () => {
     for (const args of [[], ["--protocol", "grpc", "--http2-prior-knowledge"], ["--protocol", "grpcweb"]]) {

@@ -6,6 +6,7 @@ import { parseArgs } from "node:util";
 import { cacheBound, type GatewayConfig } from "../config.ts";
 import { databasePath, sharedMode } from "../runtime.ts";
 import { migrations as embeddedSteps } from "../stores/embedded/sqlite-database.ts";
+import { storeSpace } from "../stores/embedded/store-space.ts";
 import { migrations as sharedSteps, openPostgres } from "../stores/postgres/postgres-database.ts";
 import { probeRedis } from "../stores/redis/redis-client.ts";
 import { TlsCertificateFiles, TlsFilesError } from "../transports/server/tls-certificate.ts";
@@ -116,10 +117,45 @@ function lockHolder(dataDir: string): string {
   }
 }
 
+/** A size as people read it: 1.5 GiB, 153.2 MiB, 152 KiB. */
+function size(bytes: number): string {
+  if (bytes >= 1024 ** 3) return `${(bytes / 1024 ** 3).toFixed(1)} GiB`;
+  if (bytes >= 1024 ** 2) return `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
+  return `${Math.round(bytes / 1024)} KiB`;
+}
+
+/** Warn before less free space than this, or twice the floor where that is more: room for a day of calls and a backup. */
+const freeSpaceWarnBytes = 1024 * 1_048_576;
+
+/**
+ * The embedded store's room against its two limits: past either, every
+ * call that would be served answers 4000 (a fail); near either, a warning.
+ */
+export function spaceFindings(config: GatewayConfig): Finding[] {
+  const space = storeSpace(databasePath(config), config.dataDir);
+  const findings: Finding[] = [];
+  const floor = config.minFreeMb * 1_048_576;
+  if (space.freeBytes === undefined) findings.push({ check: "disk", status: "warn", detail: `the free space in ${config.dataDir} cannot be measured` });
+  else {
+    const free = `${size(space.freeBytes)} free in ${config.dataDir}`;
+    const refusedBelow = floor > 0 ? `; calls are refused (4000) below ${size(floor)} (GATEWAY_MIN_FREE_MB)` : "; GATEWAY_MIN_FREE_MB is 0: a full disk fails commits as they come";
+    if (floor > 0 && space.freeBytes < floor) findings.push({ check: "disk", status: "fail", detail: `${free}: under GATEWAY_MIN_FREE_MB (${size(floor)}), so every call that would be served is refused (4000)` });
+    else if (space.freeBytes < Math.max(freeSpaceWarnBytes, 2 * floor)) findings.push({ check: "disk", status: "warn", detail: `${free}${refusedBelow}` });
+    else findings.push({ check: "disk", status: "ok", detail: `${free}${refusedBelow}` });
+  }
+  if (config.storeMaxBytes > 0) {
+    const used = `${size(space.bytes)} of its ${size(config.storeMaxBytes)} cap (GATEWAY_STORE_MAX_BYTES)`;
+    if (space.bytes >= config.storeMaxBytes) findings.push({ check: "disk", status: "fail", detail: `the store holds ${used}: full, so every call that would be served is refused (4000)` });
+    else if (space.bytes >= 0.9 * config.storeMaxBytes) findings.push({ check: "disk", status: "warn", detail: `the store holds ${used}: raise the cap, or shorten GATEWAY_LEDGER_RETENTION_DAYS` });
+    else findings.push({ check: "disk", status: "ok", detail: `the store holds ${used}` });
+  }
+  return findings;
+}
+
 /** The embedded store, opened read-only: its schema step, counts and whether a gateway serves it now. */
 export function embeddedFindings(config: GatewayConfig): Finding[] {
   const path = databasePath(config);
-  if (!existsSync(path)) return [{ check: "store", status: "warn", detail: `embedded: ${path} does not exist yet; serve creates it empty (no accounts, no catalogue)` }];
+  if (!existsSync(path)) return [{ check: "store", status: "warn", detail: `embedded: ${path} does not exist yet; serve creates it empty (no accounts, no catalogue)` }, ...spaceFindings(config)];
   let db: DatabaseSync | undefined;
   try {
     db = new DatabaseSync(path, { readOnly: true });
@@ -130,7 +166,7 @@ export function embeddedFindings(config: GatewayConfig): Finding[] {
       const all = (sql: string) => db!.prepare(sql).all() as Rows;
       findings.push(...countsFinding(countsOf({ accounts: all(countsSql.accounts), admins: all(countsSql.admins), catalogue: all(countsSql.catalogue) }), config));
     }
-    return findings;
+    return [...findings, ...spaceFindings(config)];
   } catch (e) {
     return [{ check: "store", status: "fail", detail: `embedded: ${path} cannot be read (${(e as { code?: string }).code ?? (e as Error).message})` }];
   } finally {
