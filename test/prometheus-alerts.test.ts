@@ -1,0 +1,121 @@
+import { execFile } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { defaultConfig } from "../src/config.ts";
+import { openRuntime } from "../src/runtime.ts";
+import { migrateSchema, openPostgres } from "../src/stores/postgres/postgres-database.ts";
+import { makeCertificate } from "./support/certificates.ts";
+import { root } from "./support/cli.ts";
+import { startGateway } from "./support/gateway-fixture.ts";
+import { freshDatabase } from "./support/postgres.ts";
+
+// docs/prometheus-alerts.yml: Prometheus's own checker reads it, its alerts fire on the series they are
+// meant for, and every metric a rule names is one a real gateway exports.
+
+const rules = join(root, "docs", "prometheus-alerts.yml");
+const run = promisify(execFile);
+
+let dir: string;
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), "gateway-alerts-"));
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** The metric names an expression reads, of the gateway's own and its process's (not Prometheus's `up`), label values left out. */
+function metricsOf(expr: string): string[] {
+  const unquoted = expr.replace(/"[^"]*"/g, '""');
+  return [...unquoted.matchAll(/\b((?:gateway|nodejs|process)_[a-z0-9_]+)\b/g)].map((m) => m[1]!);
+}
+
+/** The families a scrape declares, each with the series names it gives (a histogram's _bucket, _sum and _count). */
+function familiesOf(text: string): Set<string> {
+  const names = new Set<string>();
+  for (const m of text.matchAll(/^# TYPE (\S+) (\S+)$/gm)) {
+    names.add(m[1]!);
+    if (m[2] === "histogram") for (const suffix of ["_bucket", "_sum", "_count"]) names.add(`${m[1]}${suffix}`);
+  }
+  return names;
+}
+
+describe("the Prometheus alerting rules", () => {
+  it("promtool reads them, and their alerts fire on the series they watch and not before", async () => {
+    const checked = await run("promtool", ["check", "rules", rules]);
+    expect(checked.stdout).toMatch(/SUCCESS: \d+ rules found/);
+    // An alert's labels and annotations as it should fire: the description as the rules write it, the summary rendered.
+    const text = readFileSync(rules, "utf8");
+    const fires = (alert: string, labels: Record<string, string>, summary: string) => {
+      const description = new RegExp(`- alert: ${alert}\\n(?:.*\\n)*?\\s+description: "(.*)"`).exec(text)![1]!;
+      return [{ exp_labels: labels, exp_annotations: { summary, description } }];
+    };
+    const gw1 = { job: "gateway", instance: "gw-1:8080" };
+    // Series as a gateway's scrape gives them (job and instance added by Prometheus), minute by minute.
+    const labels = 'job="gateway", instance="gw-1:8080"';
+    const tests = {
+      rule_files: [rules],
+      evaluation_interval: "1m",
+      tests: [
+        {
+          interval: "1m",
+          input_series: [
+            // 100 MiB free of a 64 MiB floor: under twice the floor, not under it.
+            { series: `gateway_store_free_bytes{${labels}}`, values: "104857600x30" },
+            { series: `gateway_store_min_free_bytes{${labels}}`, values: "67108864x30" },
+            { series: `gateway_store_bytes{${labels}}`, values: "95+0x30" },
+            { series: `gateway_store_max_bytes{${labels}}`, values: "100x30" },
+            // Expires 10 days after the start of the test's time.
+            { series: `gateway_tls_certificate_expiry_timestamp_seconds{${labels}}`, values: "864000x120" },
+            { series: `gateway_circuit_open{${labels}, catalogue="retail"}`, values: "0 0 1x10" },
+            { series: `gateway_ledger_feed_held_seconds{${labels}}`, values: "0.01 0.01 120x10" },
+          ],
+          alert_rule_test: [
+            { eval_time: "5m", alertname: "GatewayDiskLow", exp_alerts: [] },
+            { eval_time: "11m", alertname: "GatewayDiskLow", exp_alerts: fires("GatewayDiskLow", { severity: "warning", ...gw1 }, "Gateway gw-1:8080's data directory has 100MiB free") },
+            { eval_time: "11m", alertname: "GatewayDiskFloorReached", exp_alerts: [] },
+            { eval_time: "11m", alertname: "GatewayStoreNearCap", exp_alerts: fires("GatewayStoreNearCap", { severity: "warning", ...gw1 }, "Gateway gw-1:8080's store is at 95% of GATEWAY_STORE_MAX_BYTES") },
+            { eval_time: "61m", alertname: "GatewayTlsCertificateExpiring", exp_alerts: fires("GatewayTlsCertificateExpiring", { severity: "warning", ...gw1 }, "Gateway gw-1:8080's TLS certificate expires in 9d 22h 59m 0s") },
+            { eval_time: "61m", alertname: "GatewayTlsCertificateExpiringSoon", exp_alerts: [] },
+            { eval_time: "4m", alertname: "GatewayUpstreamCircuitOpen", exp_alerts: [] },
+            { eval_time: "8m", alertname: "GatewayUpstreamCircuitOpen", exp_alerts: fires("GatewayUpstreamCircuitOpen", { severity: "critical", instance: "gw-1:8080", catalogue: "retail" }, "The upstream provider of retail has been failing for 5 minutes") },
+            { eval_time: "8m", alertname: "GatewayFeedHeld", exp_alerts: fires("GatewayFeedHeld", { severity: "warning", ...gw1 }, "The ledger's feed has held calls back for 2m 0s") },
+          ],
+        },
+      ],
+    };
+    const file = join(dir, "alerts.test.yml");
+    writeFileSync(file, JSON.stringify(tests)); // JSON is YAML
+    const tested = await run("promtool", ["test", "rules", file]).catch((e: { stdout: string; stderr: string }) => ({ stdout: e.stdout, stderr: e.stderr, failed: true }));
+    expect(tested, `${tested.stdout}\n${tested.stderr}`).toMatchObject({ stdout: expect.stringContaining("SUCCESS") });
+  });
+
+  it("name only metrics a real gateway exports: embedded with TLS and both storage limits, and shared", async () => {
+    const named = new Set([...readFileSync(rules, "utf8").matchAll(/^\s*expr: (.*)$/gm)].flatMap((m) => metricsOf(m[1]!)));
+    expect(named.size).toBeGreaterThan(10);
+    makeCertificate(dir, "gw");
+    const gw = await startGateway({ config: { tlsCert: join(dir, "gw.cert.pem"), tlsKey: join(dir, "gw.key.pem"), storeMaxBytes: 50_000_000, minFreeMb: 64 } });
+    let exported: Set<string>;
+    try {
+      exported = familiesOf(await gw.runtime.metrics.scrape());
+    } finally {
+      await gw.close();
+    }
+    // The feed's hold is the shared store's alone.
+    const database = await freshDatabase("alerts");
+    try {
+      const pool = openPostgres(database.url, { max: 1 });
+      await migrateSchema(pool);
+      await pool.end();
+      const shared = await openRuntime({ ...defaultConfig, databaseUrl: database.url, redisUrl: "redis://127.0.0.1:6379/13" });
+      try {
+        for (const name of familiesOf(await shared.metrics.scrape())) exported.add(name);
+      } finally {
+        await shared.close();
+      }
+    } finally {
+      await database.drop();
+    }
+    expect([...named].filter((name) => !exported.has(name))).toEqual([]);
+  });
+});
