@@ -141,6 +141,11 @@ describe("gateway backup and restore, the embedded store", () => {
     expect(again.code).toBe(2);
     expect(again.stderr).toContain("exists; a backup never overwrites a file");
 
+    const nowhere = await runCli(["backup", join(dir, "no-such-directory", "b.db")], env);
+    expect(nowhere.code).toBe(2);
+    expect(nowhere.stderr).toMatch(/^nothing backed up: the backup could not be written to .*no-such-directory\/b\.db \(unable to open database/);
+    expect(existsSync(join(dir, "no-such-directory"))).toBe(false);
+
     const junk = join(dir, "junk.db");
     writeFileSync(junk, "not a database at all, ".repeat(200));
     const notAStore = await runCli(["restore", junk], env);

@@ -1,4 +1,4 @@
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -26,6 +26,8 @@ beforeAll(() => {
   makeCertificate(dir, "soon", 5);
   makeCertificate(dir, "other", 90);
   makeExpiredCertificate(dir, "old", "good");
+  // The key of good under a passphrase, which the gateway is never given.
+  execFileSync("openssl", ["pkcs8", "-topk8", "-in", join(dir, "good.key.pem"), "-out", join(dir, "locked.key.pem"), "-passout", "pass:not-given"], { stdio: "ignore" });
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -146,6 +148,10 @@ describe("gateway check on TLS files", () => {
     expect(mismatched.code).toBe(1);
     expect(of(mismatched.findings, "tls")[0]).toMatchObject({ status: "fail", detail: expect.stringContaining("the certificate and key cannot serve TLS together (key values mismatch)") });
     expect(mismatched.text).not.toContain("PRIVATE KEY");
+
+    const locked = await check(tlsEnv("good", "locked"));
+    expect(locked.code).toBe(1);
+    expect(of(locked.findings, "tls")[0]).toMatchObject({ status: "fail", detail: expect.stringContaining("(the key is encrypted with a passphrase; give the gateway an unencrypted key)") });
 
     const missing = await check({ ...tlsEnv("good", "good"), GATEWAY_TLS_KEY: join(dir, "nowhere.pem") });
     expect(missing.code).toBe(1);

@@ -6,6 +6,13 @@ import { migrations } from "./sqlite-database.ts";
 /** A backup or restore that was refused before anything changed. */
 export class BackupRefusedError extends Error {}
 
+/** SQLite's or the system's own words for a failure ("unable to open database file", "database or disk is full", ENOENT). */
+function why(e: unknown): string {
+  const err = e as { code?: string; message?: string };
+  if (err.code === "ERR_SQLITE_ERROR" && err.message) return err.message;
+  return err.code ?? err.message ?? String(e);
+}
+
 /** What a store file holds, as a backup and a restore tell it. */
 export interface StoreSummary {
   readonly bytes: number;
@@ -25,7 +32,7 @@ export function inspectStore(path: string): StoreSummary {
   try {
     db = new DatabaseSync(path, { readOnly: true });
   } catch (e) {
-    throw new BackupRefusedError(`${path} cannot be opened (${(e as { code?: string }).code ?? (e as Error).message})`);
+    throw new BackupRefusedError(`${path} cannot be opened (${why(e)})`);
   }
   try {
     let problems: string[];
@@ -88,7 +95,7 @@ export function backupStore(store: string, target: string): StoreSummary & { rea
     db.prepare("VACUUM INTO ?").run(partial);
   } catch (e) {
     rmSync(partial, { force: true });
-    throw new BackupRefusedError(`the backup could not be written to ${partial} (${(e as { code?: string }).code ?? (e as Error).message})`);
+    throw new BackupRefusedError(`the backup could not be written to ${target} (${why(e)})`);
   } finally {
     db.close();
   }

@@ -34,6 +34,8 @@ export class TlsFilesError extends Error {}
 function reasonOf(e: unknown): string {
   const err = e as { code?: string; reason?: string; message?: string };
   if (typeof err.code === "string" && err.code.startsWith("E") && !err.code.startsWith("ERR_")) return err.code; // ENOENT, EACCES…
+  // A key under a passphrase: the gateway is given none (OpenSSL's "bad decrypt").
+  if (err.reason === "bad decrypt" || /passphrase/i.test(err.message ?? "")) return "the key is encrypted with a passphrase; give the gateway an unencrypted key";
   if (typeof err.reason === "string" && err.reason !== "") return err.reason; // OpenSSL's: "key values mismatch"
   return err.code ?? "unreadable";
 }
