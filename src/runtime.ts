@@ -48,7 +48,7 @@ import { RedisAddressLockout } from "./stores/redis/address-lockout.ts";
 import { RedisResponseCache } from "./stores/redis/response-cache.ts";
 import type { AppOptions } from "./transports/server/app.ts";
 import type { Logger } from "./transports/server/logger.ts";
-import { PrometheusTelemetry } from "./transports/server/metrics.ts";
+import { PrometheusTelemetry, type DatabasePool } from "./transports/server/metrics.ts";
 import { TlsCertificateFiles } from "./transports/server/tls-certificate.ts";
 import { storeSpace } from "./stores/embedded/store-space.ts";
 import { OtlpTraceExporter } from "./exporters/otlp-traces.ts";
@@ -165,6 +165,8 @@ interface Stores {
   readonly lastRequestId: string | undefined;
   /** What readiness checks: each store answers and can be written. */
   readonly checks: readonly HealthCheck[];
+  /** The shared database's connection pool (shared mode), as the metrics read it. */
+  readonly databasePool?: DatabasePool;
   close(): Promise<void>;
 }
 
@@ -260,8 +262,11 @@ function replicaLabel(): string {
   return `${host}-${process.pid}`.slice(0, 32);
 }
 
+/** Connections a replica holds to the shared database at most: every call's admission and ledger commit take one. */
+const sharedPoolSize = 16;
+
 async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | undefined, telemetry: Telemetry, commits: CommitBell): Promise<Stores> {
-  const pool = openPostgres(config.databaseUrl, { max: 16 });
+  const pool = openPostgres(config.databaseUrl, { max: sharedPoolSize });
   let redis: Awaited<ReturnType<typeof openRedis>> | undefined;
   try {
     await migrateSchema(pool);
@@ -317,6 +322,7 @@ async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog
     nodeLabel,
     lastRequestId: undefined,
     checks: [postgres, redisCheck],
+    databasePool: { max: sharedPoolSize, now: () => ({ open: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }) },
     close: async () => {
       await meter.flush();
       meter.close();
@@ -422,6 +428,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
   const cache = stores.cache;
   if (cache !== undefined) telemetry.watchCache(() => cache.bytes);
   if (!sharedMode(config)) telemetry.watchStore(() => storeSpace(databasePath(config), config.dataDir), { maxBytes: config.storeMaxBytes, minFreeBytes: config.minFreeMb * 1048576 });
+  if (stores.databasePool !== undefined) telemetry.watchDatabasePool(stores.databasePool);
   const feedHeldSince = meter.feedHeldSince?.bind(meter);
   if (feedHeldSince !== undefined) telemetry.watchFeedHold(feedHeldSince, () => clock.now());
   return {

@@ -544,6 +544,53 @@ describe("following the ledger, the shared store", () => {
     }
   });
 
+  it("shows the replica's connections to the shared database, and the calls waiting for one while a lock holds them all", async () => {
+    const own = await freshDatabase("call_feed_pool");
+    const pool = openPostgres(own.url, { max: 2 });
+    const gauge = (text: string, state: string) => Number(new RegExp(`^gateway_database_connections\\{state="${state}"\\} (\\S+)$`, "m").exec(text)?.[1]);
+    try {
+      await migrateSchema(pool);
+      const runtime = await openRuntime({ ...defaultConfig, databaseUrl: own.url, redisUrl: "redis://127.0.0.1:6379/12" });
+      try {
+        const made = await runtime.admin.create({ name: "pool" });
+        const max = Number(/^gateway_database_connections_max (\S+)$/m.exec(await runtime.metrics.scrape())?.[1]);
+        expect(max).toBe(16);
+        // A migration's lock, taken outside: every read of the accounts' history waits on it, holding its connection.
+        const locker = await pool.connect();
+        try {
+          await locker.query("BEGIN");
+          await locker.query("LOCK TABLE account_changes IN ACCESS EXCLUSIVE MODE");
+          const reads = Array.from({ length: max + 4 }, () => runtime.admin.history(made.account.key));
+          let text = "";
+          for (let i = 0; i < 100 && !(gauge(text, "waiting") >= 4); i++) {
+            await new Promise((r) => setTimeout(r, 20));
+            text = await runtime.metrics.scrape();
+          }
+          expect(gauge(text, "open")).toBe(max);
+          expect(gauge(text, "idle")).toBe(0);
+          // The four history reads past the pool's size, and balance reads behind them.
+          expect(gauge(text, "waiting")).toBeGreaterThanOrEqual(4);
+          // The scrape did not queue behind them for the feed's hold: it gave up on it within its second (NaN).
+          expect(Number(/^gateway_ledger_feed_held_seconds (\S+)$/m.exec(text)?.[1])).toBeNaN();
+          await locker.query("COMMIT");
+          await Promise.all(reads);
+        } finally {
+          await locker.query("ROLLBACK").catch(() => {}); // a failed expectation must not leave the lock held
+          locker.release();
+        }
+        const after = await runtime.metrics.scrape();
+        expect(gauge(after, "waiting")).toBe(0);
+        // Given back (this scrape's own question on the feed's hold, or the runtime's own work, may hold one or two).
+        expect(gauge(after, "idle")).toBeGreaterThanOrEqual(gauge(after, "open") - 2);
+      } finally {
+        await runtime.close();
+      }
+    } finally {
+      await pool.end();
+      await own.drop();
+    }
+  });
+
   it("gives rows written before it kept transaction ids first, and reads a page from its index, never sorting the ledger", async () => {
     const store = await shared();
     try {

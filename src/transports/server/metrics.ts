@@ -9,6 +9,15 @@ import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { CertificateFacts } from "./tls-certificate.ts";
 import type { StoreSpace } from "../../stores/embedded/store-space.ts";
 
+/** How long a scrape waits for the shared database's answer on the feed's hold before reading it as unknown (NaN). */
+const feedHoldAskMs = 1000;
+
+/** A connection pool as the metrics read it. */
+export interface DatabasePool {
+  readonly max: number;
+  now(): { readonly open: number; readonly idle: number; readonly waiting: number };
+}
+
 let processMetrics: Registry | undefined;
 
 /** The process's default metrics, collected once per process however many gateways it runs. */
@@ -227,14 +236,24 @@ export class PrometheusTelemetry implements Telemetry {
   watchFeedHold(heldSince: () => Promise<number | undefined>, now: () => number): void {
     new Gauge({
       name: "gateway_ledger_feed_held_seconds",
-      help: "Shared mode: how long ago the oldest call was made that has committed but that the ledger's feed (FollowCalls, WatchCalls, gateway feed) still holds back, because a write transaction begun before it is still open in the database; 0 when none is held, NaN when the database could not be asked. Commits of calls in flight hold it for milliseconds; seconds mean a transaction left open (a migration, an idle-in-transaction session).",
+      help: "Shared mode: how long ago the oldest call was made that has committed but that the ledger's feed (FollowCalls, WatchCalls, gateway feed) still holds back, because a write transaction begun before it is still open in the database; 0 when none is held, NaN when the database could not be asked or did not answer within a second. Commits of calls in flight hold it for milliseconds; seconds mean a transaction left open (a migration, an idle-in-transaction session).",
       registers: [this.registry],
       async collect() {
+        // A scrape never waits long on the database: when every connection is taken (the moment metrics
+        // matter most), the question would queue behind the calls, and the whole scrape with it.
+        let timer: NodeJS.Timeout | undefined;
         try {
-          const since = await heldSince();
+          const since = await Promise.race([
+            heldSince(),
+            new Promise<never>((_, reject) => {
+              timer = setTimeout(() => reject(new Error("the database did not answer in time")), feedHoldAskMs);
+            }),
+          ]);
           this.set(since === undefined ? 0 : Math.max(0, now() - since) / 1000);
         } catch {
           this.set(Number.NaN);
+        } finally {
+          clearTimeout(timer);
         }
       },
     });
@@ -262,6 +281,27 @@ export class PrometheusTelemetry implements Telemetry {
     gauge("gateway_store_free_bytes", "Free space on the file system of the data directory (NaN when it cannot be measured); below GATEWAY_MIN_FREE_MB every call that would be served answers 4000.", (s) => s.freeBytes);
     if (limits.maxBytes > 0) new Gauge({ name: "gateway_store_max_bytes", help: "GATEWAY_STORE_MAX_BYTES: past it the embedded store takes no more rows and calls answer 4000.", registers: [this.registry] }).set(limits.maxBytes);
     if (limits.minFreeBytes > 0) new Gauge({ name: "gateway_store_min_free_bytes", help: "GATEWAY_MIN_FREE_MB in bytes: with less free space in the data directory, calls that would be served answer 4000.", registers: [this.registry] }).set(limits.minFreeBytes);
+  }
+
+  /**
+   * The shared database's connection pool, read when scraped: connections
+   * open, idle and calls waiting for one. Waiting calls wait on top of their
+   * own work: a pool too small for the load, or a database slow to answer.
+   */
+  watchDatabasePool(pool: DatabasePool): void {
+    new Gauge({
+      name: "gateway_database_connections",
+      help: "Shared mode: this replica's connections to the shared database, by state: open (idle or in use), idle, and waiting (calls waiting for a connection, which add to their latency; sustained, the pool is too small for the load or the database is slow).",
+      labelNames: ["state"],
+      registers: [this.registry],
+      collect() {
+        const now = pool.now();
+        this.labels("open").set(now.open);
+        this.labels("idle").set(now.idle);
+        this.labels("waiting").set(now.waiting);
+      },
+    });
+    new Gauge({ name: "gateway_database_connections_max", help: "Shared mode: the most connections this replica opens to the shared database.", registers: [this.registry] }).set(pool.max);
   }
 
   /** Where `gateway_cache_bytes` is read from. */
