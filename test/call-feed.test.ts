@@ -827,6 +827,40 @@ describe("WatchCalls: following the ledger on one stream", () => {
     return { admin: createClient(AdminService, transport), readiness, bell };
   }
 
+  it("misses no ring that comes between its read and its wait: a commit while a message is being taken is sent at once, not at the next heartbeat", async () => {
+    const bell = new CommitBell();
+    const never = new AbortController().signal;
+    // A ring since the follower last looked: its wait returns at once, and leaves nothing waiting.
+    const seen = bell.rung;
+    bell.ring();
+    const started = Date.now();
+    await bell.wait(60_000, never, seen);
+    expect(Date.now() - started).toBeLessThan(1000);
+    expect(bell.waiting).toBe(0);
+    // None since: it waits for the next.
+    let woken = false;
+    const waiting = bell.wait(60_000, never, bell.rung).then(() => (woken = true));
+    await new Promise((r) => setTimeout(r, 50));
+    expect([woken, bell.waiting]).toEqual([false, 1]);
+    bell.ring();
+    await waiting;
+
+    // Over a stream, on a bell that every commit rings (the embedded store's), so the stream reads only when rung
+    // or at its heartbeat (a minute here). Its caller has taken the caught-up message and not yet asked for the
+    // next, so the stream has not reached its wait when a call commits and rings: that ring must not be missed.
+    const bellOfStream = new CommitBell(true);
+    const ports = { ...gw.runtime, admin: gw.runtime.admin, ledgerCommits: bellOfStream, readiness: { draining: false } };
+    const admin = createClient(AdminService, createRouterTransport(adminRoutes(ports, { token: adminToken, lockout: new MemoryAddressLockout(), watchHeartbeatMs: 60_000 })));
+    const stream = admin.watchCalls({ cursor: (await admin.followCalls({ cursor: "", pageSize: 10_000 }, { headers })).cursor }, { headers })[Symbol.asyncIterator]();
+    expect((await stream.next()).done).toBe(false);
+    expect(bellOfStream.waiting).toBe(0);
+    const id = await call();
+    bellOfStream.ring();
+    const next = (await Promise.race([stream.next(), new Promise((r) => setTimeout(() => r("missed"), 10_000))])) as IteratorResult<{ calls: { requestId: string }[] }> | "missed";
+    expect(next === "missed" ? "missed" : next.value.calls.map((c: { requestId: string }) => c.requestId)).toEqual([id]);
+    await stream.return?.();
+  });
+
   it("sends a message with no calls after each quiet heartbeat, ends once caught up when the server drains, and refuses a cursor it did not give before any message", async () => {
     const { admin, readiness, bell } = handlers(300);
     const watch = reader(admin.watchCalls({}, { headers }));

@@ -14,16 +14,28 @@ export class CommitBell {
     this.everyCommit = everyCommit;
   }
 
+  /** How many times it has rung: a follower notes it before it reads, and waits only if it has not moved since. */
+  private rings = 0;
+
+  get rung(): number {
+    return this.rings;
+  }
+
   ring(): void {
+    this.rings++;
     if (this.waiters.size === 0) return;
     const waiting = this.waiters;
     this.waiters = new Set();
     for (const wake of waiting) wake();
   }
 
-  /** Resolves at the next ring, after `ms`, or when `signal` aborts, whichever comes first; nothing is left waiting after. */
-  wait(ms: number, signal: AbortSignal): Promise<void> {
-    if (signal.aborted) return Promise.resolve();
+  /**
+   * Resolves at the next ring, after `ms`, or when `signal` aborts, whichever comes first; nothing is left waiting after.
+   * With `since` (what `rung` was before the caller last read), it resolves at once if a ring came since: a commit
+   * between that read and this wait would otherwise ring nobody, and its rows wait for the next poll (a heartbeat).
+   */
+  wait(ms: number, signal: AbortSignal, since?: number): Promise<void> {
+    if (signal.aborted || (since !== undefined && since !== this.rings)) return Promise.resolve();
     return new Promise<void>((resolve) => {
       const done = () => {
         clearTimeout(timer);

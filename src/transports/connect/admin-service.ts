@@ -438,6 +438,8 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
                 lastChecked = Date.now();
                 if ((await ports.admins?.list())?.find((a) => a.name === name)?.revokedAt !== undefined) throw new ConnectError(`the admin token of ${name} was revoked`, Code.Unauthenticated);
               }
+              // Noted before the read: a commit during the read or while the message is taken is not waited for.
+              const seen = bell.rung;
               const page = await followCalls(meter, { cursor, pageSize: req.pageSize });
               const quiet = Date.now() - lastSent >= heartbeatMs;
               if (page.rows.length > 0 || !sent || quiet) {
@@ -450,7 +452,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
               if (ports.readiness?.draining) return;
               // Another process's commits are seen by reading again; where every commit rings the bell, nothing is read until one does.
               const poll = bell.everyCommit ? heartbeatMs : watchPollMs;
-              await bell.wait(Math.max(0, Math.min(poll, lastSent + heartbeatMs - Date.now())), wake);
+              await bell.wait(Math.max(0, Math.min(poll, lastSent + heartbeatMs - Date.now())), wake, seen);
             }
           } catch (e) {
             adminError(e);
