@@ -128,6 +128,19 @@ describe("gateway check on the store's room", () => {
   });
 });
 
+describe("gateway check's output", () => {
+  it("ends quietly when its reader stops early (| head): no stack, its own exit code", async () => {
+    const child = spawn(process.execPath, [join(root, "bin", "gateway.js"), "check"], { env: { ...process.env, GATEWAY_DATA_DIR: join(dir, "head") }, stdio: ["ignore", "pipe", "pipe"] });
+    let stderr = "";
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    // As `head -1` does: the first line read, then the pipe closed.
+    child.stdout.once("data", () => child.stdout.destroy());
+    const code = await new Promise<number | null>((r) => child.on("close", r));
+    expect(stderr).toBe("");
+    expect(code).toBe(0);
+  });
+});
+
 describe("gateway check on TLS files", () => {
   const tlsEnv = (cert: string, key: string) => ({ GATEWAY_DATA_DIR: join(dir, "tls-data"), GATEWAY_TLS_CERT: join(dir, `${cert}.cert.pem`), GATEWAY_TLS_KEY: join(dir, `${key}.key.pem`) });
 

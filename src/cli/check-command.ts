@@ -261,11 +261,12 @@ export async function checkCommand(config: GatewayConfig, args: string[]): Promi
     ...exposureFindings(config),
   ];
   const failed = findings.some((f) => f.status === "fail");
-  if (values.json) process.stdout.write(`${JSON.stringify({ ok: !failed, findings }, null, 2)}\n`);
+  // console.log, as every command writes: a reader that stops early (`| head`) ends the output quietly (EPIPE).
+  if (values.json) console.log(JSON.stringify({ ok: !failed, findings }, null, 2));
   else {
-    for (const f of findings) process.stdout.write(`${f.status.padEnd(5)} ${f.check.padEnd(14)} ${f.detail}\n`);
+    for (const f of findings) console.log(`${f.status.padEnd(5)} ${f.check.padEnd(14)} ${f.detail}`);
     const warned = findings.filter((f) => f.status === "warn").length;
-    process.stdout.write(failed ? "serve would not start, or would serve wrongly: see fail above\n" : `serve would start${warned > 0 ? ` (${warned} warning(s) above)` : ""}\n`);
+    console.log(failed ? "serve would not start, or would serve wrongly: see fail above" : `serve would start${warned > 0 ? ` (${warned} warning(s) above)` : ""}`);
   }
   return failed ? 1 : 0;
 }
