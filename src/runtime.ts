@@ -28,7 +28,7 @@ import type { Telemetry } from "./core/telemetry.ts";
 import { SqliteAccountStore } from "./stores/embedded/account-store.ts";
 import { ChangeWatch } from "./stores/embedded/change-watch.ts";
 import { EmbeddedCatalogue } from "./stores/embedded/catalogue-store.ts";
-import { openDatabase } from "./stores/embedded/sqlite-database.ts";
+import { migrations as embeddedSteps, openDatabase } from "./stores/embedded/sqlite-database.ts";
 import { WalCheckpointer } from "./stores/embedded/wal-checkpointer.ts";
 import { InThreadReader, ThreadReader } from "./stores/embedded/sql-reader.ts";
 import { SqliteMeter } from "./stores/embedded/meter.ts";
@@ -38,7 +38,7 @@ import { PostgresAccountStore } from "./stores/postgres/account-store.ts";
 import { PostgresCatalogue } from "./stores/postgres/catalogue-store.ts";
 import { PostgresMeter } from "./stores/postgres/meter.ts";
 import { PostgresOperatorSwitches } from "./stores/postgres/operator-switches.ts";
-import { migrateSchema, openPostgres } from "./stores/postgres/postgres-database.ts";
+import { migrateSchema, migrations as sharedSteps, openPostgres } from "./stores/postgres/postgres-database.ts";
 import { PostgresReplayGuard } from "./stores/postgres/replay-guard.ts";
 import { PostgresAdminTokens } from "./stores/postgres/admin-tokens.ts";
 import { SqliteAdminTokens } from "./stores/embedded/admin-tokens.ts";
@@ -175,8 +175,22 @@ export function sharedMode(config: Pick<GatewayConfig, "databaseUrl" | "redisUrl
   return config.databaseUrl !== "" && config.redisUrl !== "";
 }
 
+/**
+ * A store a newer gateway wrote (a rollback, or an old replica restarted during a rolling upgrade) is run on as
+ * it is, without what its newer steps added: refusing would stop those restarts. So it is said, once, at start.
+ */
+function warnIfNewer(log: RuntimeLog | undefined, store: string, found: number, known: number): void {
+  if (found <= known) return;
+  (log?.warn ?? log?.error)?.call(
+    log,
+    { store, schemaStep: found, knownSteps: known },
+    `the ${store} store was written by a newer gateway (schema step ${found}; this one knows ${known}): this one runs on it without what the newer steps added; run the newer version`,
+  );
+}
+
 function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | undefined, telemetry: Telemetry, commits: CommitBell): Stores {
   const db = openDatabase(databasePath(config), { maxBytes: config.storeMaxBytes });
+  warnIfNewer(log, "embedded", Number((db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version), embeddedSteps.length);
   const watch = new ChangeWatch(db);
   // Reports (usage totals, account listings) on a thread of their own, started by the first: on the serving
   // connection, one over a large ledger stopped every call until it was done (sql-reader.ts).
@@ -269,7 +283,7 @@ async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog
   const pool = openPostgres(config.databaseUrl, { max: sharedPoolSize });
   let redis: Awaited<ReturnType<typeof openRedis>> | undefined;
   try {
-    await migrateSchema(pool);
+    warnIfNewer(log, "shared", (await migrateSchema(pool)).from, sharedSteps.length);
     redis = await openRedis(config.redisUrl);
   } catch (e) {
     await pool.end().catch(() => {});

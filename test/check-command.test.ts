@@ -5,6 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { defaultConfig } from "../src/config.ts";
+import { openRuntime } from "../src/runtime.ts";
 import { migrations as embeddedSteps } from "../src/stores/embedded/sqlite-database.ts";
 import { migrateSchema, migrations as sharedSteps, openPostgres } from "../src/stores/postgres/postgres-database.ts";
 import { makeCertificate, makeExpiredCertificate } from "./support/certificates.ts";
@@ -78,6 +80,13 @@ describe("gateway check on the embedded store", () => {
     const ahead = await check({ GATEWAY_DATA_DIR: newer });
     expect(ahead.code).toBe(0);
     expect(of(ahead.findings, "store")[0]).toMatchObject({ status: "warn", detail: expect.stringContaining(`schema step ${embeddedSteps.length + 2}, written by a newer gateway (this one knows ${embeddedSteps.length})`) });
+    // And a gateway started on it says so in its log, once, and serves.
+    const told: string[] = [];
+    const onNewer = await openRuntime({ ...defaultConfig, dataDir: newer }, { log: { error: (_o, m) => told.push(`error ${m}`), warn: (_o, m) => told.push(`warn ${m}`) } });
+    await onNewer.close();
+    expect(told.filter((m) => m.includes("newer gateway"))).toEqual([
+      `warn the embedded store was written by a newer gateway (schema step ${embeddedSteps.length + 2}; this one knows ${embeddedSteps.length}): this one runs on it without what the newer steps added; run the newer version`,
+    ]);
     // One with no account left active: every call would be refused.
     const stoppedAll = join(dir, "stopped");
     runSql(db, join(stoppedAll, "gateway.db"), "UPDATE accounts SET status = 'stopped'");
@@ -211,6 +220,18 @@ describe("gateway check on the shared stores", () => {
     expect(of(migrated.findings, "store")[0]!.detail).toContain(`schema step ${sharedSteps.length}, this gateway's`);
     expect(of(migrated.findings, "accounts")).toEqual([{ check: "accounts", status: "ok", detail: "1 active, 0 stopped" }]);
     expect(migrated.text).not.toContain("hunter2");
+    // A replica started on a schema a newer gateway moved on says so in its log.
+    const later = openPostgres(database.url);
+    try {
+      await later.query("INSERT INTO schema_migrations (version) VALUES ($1)", [sharedSteps.length + 1]);
+    } finally {
+      await later.end();
+    }
+    const told: string[] = [];
+    const replica = await openRuntime({ ...defaultConfig, databaseUrl: database.url, redisUrl: "redis://127.0.0.1:6379/14" }, { log: { error: (_o, m) => told.push(m), warn: (_o, m) => told.push(m) } });
+    await replica.close();
+    expect(told.filter((m) => m.includes("newer gateway"))).toEqual([expect.stringContaining(`the shared store was written by a newer gateway (schema step ${sharedSteps.length + 1}; this one knows ${sharedSteps.length})`)]);
+    expect(of((await check(shared)).findings, "store")[0]).toMatchObject({ status: "warn", detail: expect.stringContaining("written by a newer gateway") });
     expect(migrated.text).not.toContain("redis-secret");
 
     const started = Date.now();
