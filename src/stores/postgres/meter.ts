@@ -511,6 +511,19 @@ export class PostgresMeter implements Meter {
   }
 
   /**
+   * The first row `feed` holds back, in its order: committed, at or past the
+   * snapshot's xmin, so a transaction begun before its own is still open.
+   * One entry into the feed's index. Its time is when its call was made,
+   * milliseconds before its commit.
+   */
+  async feedHeldSince(): Promise<number | undefined> {
+    const { rows } = await this.pool.query<{ at: string }>(
+      `SELECT at::text AS at FROM ledger WHERE txid >= pg_snapshot_xmin(pg_current_snapshot()) ORDER BY txid, request_id COLLATE "C" LIMIT 1`,
+    );
+    return rows[0] === undefined ? undefined : Number(rows[0].at);
+  }
+
+  /**
    * The ledger in commit order, across every replica: each row holds the id
    * of the transaction that wrote it (a batch's commit is one), and rows come
    * by transaction, then request id. Transactions commit out of their ids'
@@ -528,19 +541,6 @@ export class PostgresMeter implements Meter {
    * a read that was whole: the follower starts again, as told, and loses
    * nothing.)
    */
-  /**
-   * The first row `feed` holds back, in its order: committed, at or past the
-   * snapshot's xmin, so a transaction begun before its own is still open.
-   * One entry into the feed's index. Its time is when its call was made,
-   * milliseconds before its commit.
-   */
-  async feedHeldSince(): Promise<number | undefined> {
-    const { rows } = await this.pool.query<{ at: string }>(
-      `SELECT at::text AS at FROM ledger WHERE txid >= pg_snapshot_xmin(pg_current_snapshot()) ORDER BY txid, request_id COLLATE "C" LIMIT 1`,
-    );
-    return rows[0] === undefined ? undefined : Number(rows[0].at);
-  }
-
   async feed(after: FeedPlace | undefined, limit: number): Promise<{ rows: LedgerRow[]; place: FeedPlace }> {
     const from = after === undefined ? { txid: "0", requestId: "" } : feedPlace(after);
     const rows = await this.pool.query<Record<string, unknown>>(
