@@ -50,7 +50,7 @@ import type { AppOptions } from "./transports/server/app.ts";
 import type { Logger } from "./transports/server/logger.ts";
 import { PrometheusTelemetry, type DatabasePool } from "./transports/server/metrics.ts";
 import { TlsCertificateFiles } from "./transports/server/tls-certificate.ts";
-import { storeSpace } from "./stores/embedded/store-space.ts";
+import { storeMeasures } from "./stores/embedded/store-space.ts";
 import { OtlpTraceExporter } from "./exporters/otlp-traces.ts";
 import { AlertDeliveries, AlertSender, defaultAlertDeliveryOptions } from "./exporters/alert-webhooks.ts";
 import type { AlertOutbox, AlertPost } from "./core/alerts.ts";
@@ -441,7 +441,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
   retention?.start();
   const cache = stores.cache;
   if (cache !== undefined) telemetry.watchCache(() => cache.bytes);
-  if (!sharedMode(config)) telemetry.watchStore(() => storeSpace(databasePath(config), config.dataDir), { maxBytes: config.storeMaxBytes, minFreeBytes: config.minFreeMb * 1048576 });
+  if (!sharedMode(config)) telemetry.watchStore(storeMeasures(databasePath(config), config.dataDir), { maxBytes: config.storeMaxBytes, minFreeBytes: config.minFreeMb * 1048576 });
   if (stores.databasePool !== undefined) telemetry.watchDatabasePool(stores.databasePool);
   const feedHeldSince = meter.feedHeldSince?.bind(meter);
   if (feedHeldSince !== undefined) telemetry.watchFeedHold(feedHeldSince, () => clock.now());

@@ -7,7 +7,7 @@ import type { Limit } from "../../core/gateway-error.ts";
 import type { AbandonStage, AuthFailure, CacheResult, KeyOutcome, StoppedWaiting, Telemetry } from "../../core/telemetry.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { CertificateFacts } from "./tls-certificate.ts";
-import type { StoreSpace } from "../../stores/embedded/store-space.ts";
+import type { StoreMeasures } from "../../stores/embedded/store-space.ts";
 
 /** How long a scrape waits for the shared database's answer on the feed's hold before reading it as unknown (NaN). */
 const feedHoldAskMs = 1000;
@@ -265,20 +265,20 @@ export class PrometheusTelemetry implements Telemetry {
    * held to (only when set), so an alert can fire before a limit turns
    * every call into a 4000.
    */
-  watchStore(space: () => StoreSpace, limits: { readonly maxBytes: number; readonly minFreeBytes: number }): void {
-    // Each gauge measures when collected: a few system calls a scrape.
-    const gauge = (name: string, help: string, value: (s: StoreSpace) => number | undefined) =>
+  watchStore(space: StoreMeasures, limits: { readonly maxBytes: number; readonly minFreeBytes: number }): void {
+    // Each gauge takes its own measure when collected: one system call.
+    const gauge = (name: string, help: string, measure: () => number | undefined) =>
       new Gauge({
         name,
         help,
         registers: [this.registry],
         collect() {
-          this.set(value(space()) ?? Number.NaN);
+          this.set(measure() ?? Number.NaN);
         },
       });
-    gauge("gateway_store_bytes", "Size of the embedded store's file (gateway.db): what GATEWAY_STORE_MAX_BYTES caps.", (s) => s.bytes);
-    gauge("gateway_store_wal_bytes", "Size of the embedded store's WAL (gateway.db-wal): commits not yet copied into the file; it grows while a long read (a backup, a report) holds checkpoints back.", (s) => s.walBytes);
-    gauge("gateway_store_free_bytes", "Free space on the file system of the data directory (NaN when it cannot be measured); below GATEWAY_MIN_FREE_MB every call that would be served answers 4000.", (s) => s.freeBytes);
+    gauge("gateway_store_bytes", "Size of the embedded store's file (gateway.db): what GATEWAY_STORE_MAX_BYTES caps.", space.bytes);
+    gauge("gateway_store_wal_bytes", "Size of the embedded store's WAL (gateway.db-wal): commits not yet copied into the file; it grows while a long read (a backup, a report) holds checkpoints back.", space.walBytes);
+    gauge("gateway_store_free_bytes", "Free space on the file system of the data directory (NaN when it cannot be measured); below GATEWAY_MIN_FREE_MB every call that would be served answers 4000.", space.freeBytes);
     if (limits.maxBytes > 0) new Gauge({ name: "gateway_store_max_bytes", help: "GATEWAY_STORE_MAX_BYTES: past it the embedded store takes no more rows and calls answer 4000.", registers: [this.registry] }).set(limits.maxBytes);
     if (limits.minFreeBytes > 0) new Gauge({ name: "gateway_store_min_free_bytes", help: "GATEWAY_MIN_FREE_MB in bytes: with less free space in the data directory, calls that would be served answer 4000.", registers: [this.registry] }).set(limits.minFreeBytes);
   }
