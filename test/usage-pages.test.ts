@@ -12,7 +12,7 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { deriveSigningKey, newNonce, signCall } from "../src/client/browser-signature.ts";
 import { callPage, UsagePageError, maxCallPageSize, totalsPage } from "../src/core/usage-pages.ts";
-import { usageSums, type LedgerRow, type Meter, type UsageQuery } from "../src/core/meter.ts";
+import { usageSums, type LedgerRow, type Meter, type UsageQuery, type UsageTotal } from "../src/core/meter.ts";
 import { AccountService } from "../src/gen/gateway/account/v1/account_pb.js";
 import { AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import { ErrorCode, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
@@ -94,6 +94,8 @@ interface Store {
   insert(rows: readonly LedgerRow[]): Promise<void>;
   /** The plan of the statement the store read the last page with. */
   lastPlan(): Promise<string>;
+  /** Runs statements written for both stores (the folded totals and counted refusals a ledger keeps beside its rows). */
+  sql(text: string): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -116,6 +118,9 @@ function embedded(): Store {
       db.exec("BEGIN");
       for (const r of rows) insert.run(r.requestId, r.at, r.day, r.account!, r.operation!, r.code, r.charge, r.price, r.cacheHit ? 1 : 0, r.latencyMicros, r.transport, r.clientIp!);
       db.exec("COMMIT");
+    },
+    async sql(text) {
+      db.exec(text);
     },
     async lastPlan() {
       return (db.prepare(`EXPLAIN QUERY PLAN ${last!.sql}`).all(last!.params) as { detail: string }[]).map((r) => r.detail).join(" | ");
@@ -155,6 +160,9 @@ async function shared(): Promise<Store> {
         );
       }
       await pool.query("ANALYZE ledger");
+    },
+    async sql(text) {
+      await pool.query(text);
     },
     async lastPlan() {
       const client = await (pool as pg.Pool).connect();
@@ -263,6 +271,128 @@ describe.each([
       // The next page enters the index at the place the first ended, not at the range's newest end.
       expect(plans[1], JSON.stringify(filter)).toMatch(/\(day,at\)<\(\?,\?\)|ROW\(day, at\) <= ROW/);
     }
+  });
+});
+
+/** Calendar days from `a` through `b`, both counted. */
+const daysFrom = (a: string, b: string) => Math.round((Date.parse(b) - Date.parse(a)) / 86_400_000) + 1;
+
+describe.each([
+  ["the embedded store", async () => embedded()],
+  ["the shared store (PostgreSQL)", shared],
+])("totals a page at a time, %s", (_name, open) => {
+  // Seven weeks of calls with a day in three missing, a day's totals by address from one to five, two days folded
+  // past retention and refusals counted on days with no row: a page must read the days it lists, not the range.
+  let store: Store;
+  const rows: LedgerRow[] = [];
+  beforeAll(async () => {
+    store = await open();
+    for (let d = 0; d < 47; d++) {
+      if (d % 3 === 1) continue;
+      const day = new Date(Date.UTC(2026, 8, 20 + d)).toISOString().slice(0, 10);
+      for (let i = 0; i < 12; i++) {
+        rows.push({
+          requestId: `gw-3.${(d * 100 + i).toString(16).padStart(8, "0")}`,
+          at: Date.parse(`${day}T08:00:00Z`) + i * 1000,
+          day,
+          account: `t${i % 3}`,
+          operation: "retail/item_get",
+          code: ErrorCode.SUCCESS,
+          charge: "charged",
+          price: 10_000n,
+          cacheHit: i % 2 === 0,
+          upstreamRequests: i % 2,
+          latencyMicros: 100,
+          transport: "legacy",
+          clientIp: `198.51.100.${i % (1 + (d % 5))}`,
+        });
+      }
+    }
+    await store.insert(rows);
+    await store.sql(`INSERT INTO ledger_daily_totals (day, account, operation, error_code, charge, calls, amount, cache_hits, upstream_requests) VALUES
+      ('2026-09-10', 't0', 'retail/item_get', 0, 'charged', 40, 400000, 10, 30), ('2026-09-11', 't1', 'retail/item_get', 0, 'charged', 7, 70000, 0, 7)`);
+    await store.sql(`INSERT INTO refusals (day, operation, error_code, charge, client_ip, transport, calls) VALUES
+      ('2026-09-10', 'retail/item_get', 4011, 'uncharged', '203.0.113.9', 'legacy', 5), ('2026-10-02', 'retail/item_get', 4011, 'uncharged', '203.0.113.9', 'legacy', 3),
+      ('2026-11-09', 'retail/item_get', 4011, 'uncharged', '203.0.113.10', 'grpc', 2)`);
+  }, 60_000);
+  afterAll(() => store.close());
+
+  /** The store, with the day windows each page reads and the times the sums are read recorded. */
+  function recorded() {
+    const windows: { from: string; through: string }[] = [];
+    let sumReads = 0;
+    const meter: Pick<Meter, "query" | "calls" | "usageSums" | "usageDays"> = {
+      query: (q) => (q.totalsPage !== undefined && windows.push(q.totalsPage.days), store.meter.query(q)),
+      calls: (...a) => store.meter.calls(...a),
+      usageSums: (q) => (sumReads++, store.meter.usageSums(q)),
+      usageDays: (q) => store.meter.usageDays(q),
+    };
+    return { meter, windows, sumReads: () => sumReads };
+  }
+
+  it.each([
+    ["every total", {}],
+    ["per address", { byAddress: true }],
+    ["one account's per address", { account: "t1", byAddress: true }],
+    ["three weeks per address", { from: "2026-10-01", to: "2026-10-21", byAddress: true }],
+    ["one network", { address: "198.51.100.0/30", byAddress: true }],
+  ] as [string, UsageQuery][])("pages %s in their order, each page reading about the days it lists, the sums once", async (_what, filter) => {
+    const whole = await store.meter.query(filter);
+    expect(whole.totals.length).toBeGreaterThan(20);
+    const sums = usageSums(whole.totals);
+    const range = (await store.meter.usageDays(filter))!;
+    expect(range.first <= whole.totals[0]!.day && whole.totals.at(-1)!.day <= range.last).toBe(true);
+    for (const size of [1, 4, 25]) {
+      const r = recorded();
+      const seen: UsageTotal[] = [];
+      let pageToken = "";
+      do {
+        r.windows.length = 0;
+        const page = await totalsPage(r.meter, { filter: { ...filter, rows: 2 }, pageSize: size, pageToken });
+        expect(page.sums).toEqual(sums);
+        expect(page.rows).toHaveLength(seen.length === 0 ? Math.min(2, rows.filter((row) => (filter.account === undefined || row.account === filter.account) && (filter.from === undefined || row.day >= filter.from) && (filter.to === undefined || row.day <= filter.to) && (filter.address === undefined || Number(row.clientIp!.split(".")[3]) < 4)).length) : 0);
+        // The page's windows start where the page before ended and follow each other; read together, they span at
+        // most twice the days from there to the total past the page (the range's end, for the last page).
+        const start = seen.length === 0 ? range.first : seen.at(-1)!.day;
+        expect(r.windows[0]?.from ?? start).toBe(start);
+        for (let i = 1; i < r.windows.length; i++) expect(daysFrom(r.windows[i - 1]!.through, r.windows[i]!.from)).toBe(2);
+        const past = whole.totals[seen.length + size]?.day ?? range.last;
+        const read = r.windows.reduce((n, w) => n + daysFrom(w.from, w.through), 0);
+        expect(read, `page after ${seen.length} totals read ${JSON.stringify(r.windows)}`).toBeLessThanOrEqual(2 * daysFrom(start, past));
+        seen.push(...page.totals);
+        pageToken = page.nextPageToken;
+        expect(seen.length).toBeLessThanOrEqual(whole.totals.length);
+      } while (pageToken !== "");
+      expect(seen).toEqual(whole.totals);
+      // Read with the first page; every later page carries them in its token.
+      expect(r.sumReads()).toBe(1);
+    }
+  });
+
+  it("reads the sums again for a token whose sums it did not seal, and refuses a token's day that is no day", async () => {
+    const filter: UsageQuery = { byAddress: true };
+    const sums = usageSums((await store.meter.query(filter)).totals);
+    const r = recorded();
+    const first = await totalsPage(r.meter, { filter, pageSize: 3 });
+    const fields = JSON.parse(Buffer.from(first.nextPageToken, "base64url").toString("utf8")) as (string | number)[];
+    expect(fields).toHaveLength(13);
+    const token = (f: (string | number)[]) => Buffer.from(JSON.stringify(f), "utf8").toString("base64url");
+    const second = await totalsPage(r.meter, { filter, pageSize: 3, pageToken: first.nextPageToken });
+    expect(r.sumReads()).toBe(1);
+    // Sums changed in the token: not believed, read again.
+    const forged = fields.slice();
+    forged[6] = String(BigInt(forged[6] as string) + 1000n);
+    const again = await totalsPage(r.meter, { filter, pageSize: 3, pageToken: token(forged) });
+    expect(again.sums).toEqual(sums);
+    expect(again.totals).toEqual(second.totals);
+    expect(r.sumReads()).toBe(2);
+    // A token as a gateway before the sums were carried gave it (a place alone): the same page, its sums read again.
+    const placeOnly = await totalsPage(r.meter, { filter, pageSize: 3, pageToken: token([...fields.slice(0, 6), fields.at(-1)!]) });
+    expect(placeOnly.totals).toEqual(second.totals);
+    expect(placeOnly.sums).toEqual(sums);
+    expect(r.sumReads()).toBe(3);
+    // A day the calendar does not have cannot be counted on from.
+    await expect(totalsPage(r.meter, { filter, pageSize: 3, pageToken: token(["2026-02-30", ...fields.slice(1)]) })).rejects.toThrow(/not one this gateway gave/);
   });
 });
 
@@ -384,6 +514,11 @@ describe("ListCalls, ListMyCalls and the CLI over a running gateway", () => {
       ] as const) {
         const e = await admin.listCalls(req, ok).then(() => undefined, (err: unknown) => ConnectError.from(err));
         expect([e?.code, e?.rawMessage]).toEqual([Code.InvalidArgument, expect.stringContaining(message)]);
+      }
+      // QueryUsage reads its days as ListCalls does: one that is not a day is refused, not compared as text.
+      for (const req of [{ from: "yesterday" }, { to: "2026-10" }, { from: "2026-10-01", to: "2026-10-31x", pageSize: 5 }]) {
+        const e = await admin.queryUsage(req, ok).then(() => undefined, (err: unknown) => ConnectError.from(err));
+        expect([e?.code, e?.rawMessage]).toEqual([Code.InvalidArgument, expect.stringContaining("a day is YYYY-MM-DD")]);
       }
     } finally {
       await gw.close();

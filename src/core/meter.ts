@@ -185,10 +185,12 @@ export interface UsageQuery {
   readonly requestId?: string | undefined;
   /**
    * Totals a page at a time (usage-pages.ts): at most `limit`, in the totals'
-   * order, from just past `after` (undefined: the first); the report then
-   * carries `sums` over every total. Undefined: every total at once.
+   * order, from just past `after` (undefined: the first), of the days from
+   * `from` through `through` only (besides the filter's own days): a page
+   * reads the days it lists, not the rest of the range. Undefined: every
+   * total at once.
    */
-  readonly totalsPage?: { readonly after?: TotalPlace | undefined; readonly limit: number } | undefined;
+  readonly totalsPage?: { readonly after?: TotalPlace | undefined; readonly limit: number; readonly days: { readonly from: string; readonly through: string } } | undefined;
 }
 
 /**
@@ -228,8 +230,12 @@ export interface UsageTotal {
 export interface UsageReport {
   readonly totals: readonly UsageTotal[];
   readonly rows: readonly LedgerRow[];
-  /** With `totalsPage`, the sums over every total of the query, not only the page's (`usageSums` of them all). */
-  readonly sums?: UsageSums | undefined;
+}
+
+/** The first and last day a usage query can have a total on: bounds, not always days with one. */
+export interface UsageDays {
+  readonly first: string;
+  readonly last: string;
 }
 
 /**
@@ -326,6 +332,14 @@ export interface Meter {
    */
   rateArrival(account: string): MaybeAsync<bigint | undefined>;
   query(query: UsageQuery): Promise<UsageReport>;
+  /** The sums over every total `query` would give (its `rows`, `byAddress` and `totalsPage` are not read), in one read. */
+  usageSums(query: UsageQuery): Promise<UsageSums>;
+  /**
+   * Days that hold every total of `query`, read from the indexes' ends (a few
+   * lookups, whatever the range): by its account and days only, so there may
+   * be days in them with none. Undefined: the query has no total.
+   */
+  usageDays(query: UsageQuery): Promise<UsageDays | undefined>;
   /**
    * The ledger's rows that match `query`'s filters (account, days, operation,
    * code, address, request id; its `rows` and `byAddress` are not read), in

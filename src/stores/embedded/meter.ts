@@ -2,7 +2,7 @@ import type { DatabaseSync, SQLInputValue, StatementSync } from "node:sqlite";
 import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
-import { BalanceReferenceConflict, type Admission, type BalanceChange, type BalanceRecord, type FeedPlace, type LedgerPlace, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageQuery, type UsageReport, type UsageSummary } from "../../core/meter.ts";
+import { BalanceReferenceConflict, type Admission, type BalanceChange, type BalanceRecord, type FeedPlace, type LedgerPlace, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageQuery, type UsageDays, type UsageReport, type UsageSums, type UsageSummary } from "../../core/meter.ts";
 import { statfsSync } from "node:fs";
 import { errorCodeInfo } from "../../contract/error-codes.ts";
 import { previousDay } from "../../core/clock.ts";
@@ -538,25 +538,24 @@ export class SqliteMeter implements Meter {
   async query(q: UsageQuery): Promise<UsageReport> {
     // A report reads the whole range asked for: on the reader's thread where the gateway has one (sql-reader.ts).
     const reader = this.reader;
-    const { where, params, refusals, folded } = await this.ledgerFilter(q);
+    const page = q.totalsPage;
+    const after = page?.after;
+    // A page reads only its days (the totals are by day first).
+    const { where, params, refusals, folded } = await this.ledgerFilter(q, false, page?.days);
     const filter = (w: string[]) => (w.length > 0 ? `WHERE ${w.join(" AND ")}` : "");
     const address = (column: string) => (q.byAddress ? column : "''");
-    const partsOf = (where: string[]) => [
+    const parts = [
       `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, ${address("coalesce(client_ip, '')")} AS client_ip,
        count(*) AS calls, sum(price) AS amount, sum(cache_hit) AS cache_hits, sum(upstream_requests) AS upstream_requests FROM ledger ${filter(where)} GROUP BY 1, 2, 3, 4, 5, 6`,
       // Folded past retention, with no address: no address filter matches them.
       ...(folded ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits, upstream_requests FROM ledger_daily_totals ${filter(where)}`] : []),
       ...(refusals ? [`SELECT '' AS account, day, operation, error_code, charge, ${address("client_ip")} AS client_ip, calls, 0 AS amount, 0 AS cache_hits, 0 AS upstream_requests FROM refusals ${filter(where)}`] : []),
     ];
-    const parts = partsOf(where);
     const order = "ORDER BY day, account, operation, error_code, charge, client_ip";
-    const page = q.totalsPage;
-    const after = page?.after;
-    // A page after a place reads no day before the place's (the totals are by day first).
     const grouped = `SELECT account, day, operation, error_code, charge, client_ip, sum(calls) AS calls, sum(amount) AS amount, sum(cache_hits) AS cache_hits, sum(upstream_requests) AS upstream_requests
-       FROM (${(after === undefined ? parts : partsOf([...where, "day >= :pDay"])).join(" UNION ALL ")}) GROUP BY account, day, operation, error_code, charge, client_ip`;
+       FROM (${parts.join(" UNION ALL ")}) GROUP BY account, day, operation, error_code, charge, client_ip`;
     // The totals and the rows in one read: as one moment left them. A page of totals is read on from where the one
-    // before ended (in the totals' order), with the sums over them all.
+    // before ended (in the totals' order).
     const answers = await reader.read([
       page === undefined
         ? { sql: `${grouped} ${order}`, params, bigints: true }
@@ -570,19 +569,9 @@ export class SqliteMeter implements Meter {
             bigints: true,
           },
       ...(q.rows ? [{ sql: `SELECT * FROM ledger ${filter(where)} ${inPlaceOrder} LIMIT :limit`, params: { ...params, limit: q.rows }, bigints: true }] : []),
-      ...(page === undefined
-        ? []
-        : [
-            {
-              sql: `SELECT coalesce(sum(calls), 0) AS calls, coalesce(sum(CASE WHEN charge = 'charged' THEN calls ELSE 0 END), 0) AS charged, coalesce(sum(amount), 0) AS amount, coalesce(sum(cache_hits), 0) AS cache_hits, coalesce(sum(upstream_requests), 0) AS upstream_requests FROM (${parts.join(" UNION ALL ")})`,
-              params,
-              bigints: true,
-            },
-          ]),
     ]);
     const totals = answers[0]!;
     const rows = q.rows ? answers[1]! : [];
-    const sum = page === undefined ? undefined : answers.at(-1)![0]!;
     return {
       totals: totals.map((t) => ({
         account: (t.account as string) || undefined,
@@ -597,8 +586,49 @@ export class SqliteMeter implements Meter {
         ...(q.byAddress ? { clientIp: t.client_ip as string } : {}),
       })),
       rows: rows.map(rowFromSql),
-      ...(sum === undefined ? {} : { sums: { calls: sum.calls as bigint, chargedCalls: sum.charged as bigint, amount: sum.amount as bigint, cacheHits: sum.cache_hits as bigint, upstreamRequests: sum.upstream_requests as bigint } }),
     };
+  }
+
+  async usageSums(q: UsageQuery): Promise<UsageSums> {
+    const { where, params, refusals, folded } = await this.ledgerFilter(q);
+    const filter = where.length > 0 ? `WHERE ${where.join(" AND ")}` : "";
+    // Summed where they are, not grouped first: one pass over the range's rows.
+    const parts = [
+      `SELECT count(*) AS calls, sum(charge = 'charged') AS charged, sum(price) AS amount, sum(cache_hit) AS cache_hits, sum(upstream_requests) AS upstream_requests FROM ledger ${filter}`,
+      ...(folded ? [`SELECT sum(calls), sum(CASE WHEN charge = 'charged' THEN calls ELSE 0 END), sum(amount), sum(cache_hits), sum(upstream_requests) FROM ledger_daily_totals ${filter}`] : []),
+      ...(refusals ? [`SELECT sum(calls), sum(CASE WHEN charge = 'charged' THEN calls ELSE 0 END), 0, 0, 0 FROM refusals ${filter}`] : []),
+    ];
+    const [answer] = await this.reader.read([
+      {
+        sql: `SELECT coalesce(sum(calls), 0) AS calls, coalesce(sum(charged), 0) AS charged, coalesce(sum(amount), 0) AS amount, coalesce(sum(cache_hits), 0) AS cache_hits, coalesce(sum(upstream_requests), 0) AS upstream_requests FROM (${parts.join(" UNION ALL ")})`,
+        params,
+        bigints: true,
+      },
+    ]);
+    const sum = answer![0]!;
+    return { calls: sum.calls as bigint, chargedCalls: sum.charged as bigint, amount: sum.amount as bigint, cacheHits: sum.cache_hits as bigint, upstreamRequests: sum.upstream_requests as bigint };
+  }
+
+  async usageDays(q: UsageQuery): Promise<UsageDays | undefined> {
+    const where: string[] = [];
+    const params: Record<string, string> = {};
+    if (q.from !== undefined) (where.push("day >= :from"), (params.from = q.from));
+    if (q.to !== undefined) (where.push("day <= :to"), (params.to = q.to));
+    const ends = (table: string, w: string[]) => {
+      const filter = w.length > 0 ? `WHERE ${w.join(" AND ")}` : "";
+      // Each a lookup at one end of an index (SQLite's min/max optimisation), not a read of the range.
+      return `SELECT (SELECT min(day) FROM ${table} ${filter}) AS first, (SELECT max(day) FROM ${table} ${filter}) AS last`;
+    };
+    const withAccount = q.account === undefined ? where : [...where, "account = :account"];
+    if (q.account !== undefined) params.account = q.account;
+    const [answer] = await this.reader.read([
+      {
+        sql: `SELECT min(first) AS first, max(last) AS last FROM (${[ends("ledger", withAccount), ends("ledger_daily_totals", withAccount), ...(q.account === undefined ? [ends("refusals", where)] : [])].join(" UNION ALL ")})`,
+        params,
+      },
+    ]);
+    const days = answer![0]!;
+    return days.first === null ? undefined : { first: days.first as string, last: days.last as string };
   }
 
   async calls(q: UsageQuery, after: LedgerPlace | undefined, limit: number): Promise<LedgerRow[]> {
@@ -625,9 +655,10 @@ export class SqliteMeter implements Meter {
    * two it can match: calls with no account are counted, not stored, and
    * folded days keep totals, and neither has a request id.
    */
-  private async ledgerFilter(q: UsageQuery, resumed = false): Promise<{ where: string[]; params: Record<string, string | number>; refusals: boolean; folded: boolean }> {
+  private async ledgerFilter(q: UsageQuery, resumed = false, days?: { readonly from: string; readonly through: string }): Promise<{ where: string[]; params: Record<string, string | number>; refusals: boolean; folded: boolean }> {
     const where: string[] = [];
     const params: Record<string, string | number> = {};
+    if (days !== undefined) (where.push("day >= :daysFrom", "day <= :daysThrough"), (params.daysFrom = days.from), (params.daysThrough = days.through));
     if (q.from !== undefined) (where.push("day >= :from"), (params.from = q.from));
     // A page read on from a place (`calls`) bounds the index by the place: the last day, checked row by row (`+`),
     // would have SQLite enter the index at that day's newest row and read down to the place.

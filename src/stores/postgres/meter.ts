@@ -3,7 +3,7 @@ import type pg from "pg";
 import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
-import { BalanceReferenceConflict, type Admission, type BalanceChange, type BalanceRecord, type FeedPlace, type LedgerPlace, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageQuery, type UsageReport, type UsageSummary } from "../../core/meter.ts";
+import { BalanceReferenceConflict, type Admission, type BalanceChange, type BalanceRecord, type FeedPlace, type LedgerPlace, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageDays, type UsageQuery, type UsageReport, type UsageSums, type UsageSummary } from "../../core/meter.ts";
 import { rateBounds } from "../../core/call-rate.ts";
 import { balanceShort, concurrencyReached, dailyMaxReached, rateReached } from "../../core/limit-refusals.ts";
 import type { Micros } from "../../core/money.ts";
@@ -441,41 +441,31 @@ export class PostgresMeter implements Meter {
   }
 
   async query(q: UsageQuery): Promise<UsageReport> {
-    const { where, params, refusals, folded } = await this.ledgerFilter(q);
+    const page = q.totalsPage;
+    const after = page?.after;
+    // A page reads only its days (the totals are by day first).
+    const { where, params, refusals, folded } = await this.ledgerFilter(q, page?.days);
     const filter = (w: string[]) => (w.length > 0 ? `WHERE ${w.join(" AND ")}` : "");
     const address = (column: string) => (q.byAddress ? column : "''");
-    const partsOf = (where: string[]) => [
+    const parts = [
       `SELECT coalesce(account, '') AS account, day, coalesce(operation, '') AS operation, error_code, charge, ${address("coalesce(client_ip, '')")} AS client_ip,
          count(*) AS calls, sum(price) AS amount, count(*) FILTER (WHERE cache_hit) AS cache_hits, sum(upstream_requests) AS upstream_requests FROM ledger ${filter(where)} GROUP BY 1, 2, 3, 4, 5, 6`,
       // Folded past retention, with no address: no address filter matches them.
       ...(folded ? [`SELECT account, day, operation, error_code, charge, '' AS client_ip, calls, amount, cache_hits, upstream_requests FROM ledger_daily_totals ${filter(where)}`] : []),
       ...(refusals ? [`SELECT '' AS account, day, operation, error_code, charge, ${address("client_ip")} AS client_ip, calls, 0 AS amount, 0 AS cache_hits, 0 AS upstream_requests FROM refusals ${filter(where)}`] : []),
     ];
-    const parts = partsOf(where);
     const order = 'ORDER BY day, account, operation, error_code, charge, client_ip COLLATE "C"';
-    const page = q.totalsPage;
-    const after = page?.after;
-    // A page of totals is read on from where the one before ended (in the totals' order), with the sums over them all.
+    // A page of totals is read on from where the one before ended (in the totals' order).
     const pageParams = page === undefined ? params : [...params, ...(after === undefined ? [] : [after.day, after.account, after.operation, after.code, after.charge, after.clientIp])];
     const at = (k: number) => `$${params.length + k}`;
-    // A page after a place reads no day before the place's (the totals are by day first).
     const grouped = `SELECT account, day, operation, error_code, charge, client_ip, sum(calls)::text AS calls, sum(amount)::text AS amount, sum(cache_hits)::text AS cache_hits, sum(upstream_requests)::text AS upstream_requests
-        FROM (${(after === undefined ? parts : partsOf([...where, `day >= ${at(1)}`])).join(" UNION ALL ")}) t GROUP BY account, day, operation, error_code, charge, client_ip`;
-    const [totals, sums] = await Promise.all([
-      this.pool.query<Record<string, string>>(
-        page === undefined
-          ? `${grouped} ${order}`
-          : `SELECT * FROM (${grouped}) g ${after === undefined ? "" : `WHERE (day, account, operation, error_code, charge, client_ip COLLATE "C") > (${[1, 2, 3, 4, 5, 6].map(at).join(", ")})`} ${order} LIMIT ${Math.max(0, Math.floor(page.limit))}`,
-        pageParams,
-      ),
+        FROM (${parts.join(" UNION ALL ")}) t GROUP BY account, day, operation, error_code, charge, client_ip`;
+    const totals = await this.pool.query<Record<string, string>>(
       page === undefined
-        ? undefined
-        : this.pool.query<Record<string, string>>(
-            `SELECT coalesce(sum(calls), 0)::text AS calls, coalesce(sum(calls) FILTER (WHERE charge = 'charged'), 0)::text AS charged, coalesce(sum(amount), 0)::text AS amount, coalesce(sum(cache_hits), 0)::text AS cache_hits, coalesce(sum(upstream_requests), 0)::text AS upstream_requests FROM (${parts.join(" UNION ALL ")}) t`,
-            params,
-          ),
-    ]);
-    const sum = sums?.rows[0];
+        ? `${grouped} ${order}`
+        : `SELECT * FROM (${grouped}) g ${after === undefined ? "" : `WHERE (day, account, operation, error_code, charge, client_ip COLLATE "C") > (${[1, 2, 3, 4, 5, 6].map(at).join(", ")})`} ${order} LIMIT ${Math.max(0, Math.floor(page.limit))}`,
+      pageParams,
+    );
     const rows = q.rows ? await this.pool.query<Record<string, unknown>>(`${ledgerRows} ${filter(where)} ${inPlaceOrder} LIMIT ${Math.max(0, Math.floor(q.rows))}`, params) : undefined;
     return {
       totals: totals.rows.map((t) => ({
@@ -491,8 +481,43 @@ export class PostgresMeter implements Meter {
         ...(q.byAddress ? { clientIp: t.client_ip! } : {}),
       })),
       rows: (rows?.rows ?? []).map(rowFromSql),
-      ...(sum === undefined ? {} : { sums: { calls: BigInt(sum.calls!), chargedCalls: BigInt(sum.charged!), amount: BigInt(sum.amount!), cacheHits: BigInt(sum.cache_hits!), upstreamRequests: BigInt(sum.upstream_requests!) } }),
     };
+  }
+
+  async usageSums(q: UsageQuery): Promise<UsageSums> {
+    const { where, params, refusals, folded } = await this.ledgerFilter(q);
+    const filter = where.length > 0 ? `WHERE ${where.join(" AND ")}` : "";
+    // Summed where they are, not grouped first: one pass over the range's rows.
+    const parts = [
+      `SELECT count(*) AS calls, count(*) FILTER (WHERE charge = 'charged') AS charged, sum(price) AS amount, count(*) FILTER (WHERE cache_hit) AS cache_hits, sum(upstream_requests) AS upstream_requests FROM ledger ${filter}`,
+      ...(folded ? [`SELECT sum(calls), sum(calls) FILTER (WHERE charge = 'charged'), sum(amount), sum(cache_hits), sum(upstream_requests) FROM ledger_daily_totals ${filter}`] : []),
+      ...(refusals ? [`SELECT sum(calls), sum(calls) FILTER (WHERE charge = 'charged'), 0, 0, 0 FROM refusals ${filter}`] : []),
+    ];
+    const { rows } = await this.pool.query<Record<string, string>>(
+      `SELECT coalesce(sum(calls), 0)::text AS calls, coalesce(sum(charged), 0)::text AS charged, coalesce(sum(amount), 0)::text AS amount, coalesce(sum(cache_hits), 0)::text AS cache_hits, coalesce(sum(upstream_requests), 0)::text AS upstream_requests FROM (${parts.join(" UNION ALL ")}) t`,
+      params,
+    );
+    const sum = rows[0]!;
+    return { calls: BigInt(sum.calls!), chargedCalls: BigInt(sum.charged!), amount: BigInt(sum.amount!), cacheHits: BigInt(sum.cache_hits!), upstreamRequests: BigInt(sum.upstream_requests!) };
+  }
+
+  async usageDays(q: UsageQuery): Promise<UsageDays | undefined> {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    if (q.from !== undefined) where.push(`day >= $${params.push(q.from)}`);
+    if (q.to !== undefined) where.push(`day <= $${params.push(q.to)}`);
+    const withAccount = q.account === undefined ? where : [...where, `account = $${params.push(q.account)}`];
+    // Each a lookup at one end of an index, not a read of the range.
+    const ends = (table: string, w: string[]) => {
+      const filter = w.length > 0 ? `WHERE ${w.join(" AND ")}` : "";
+      return `SELECT (SELECT min(day) FROM ${table} ${filter}) AS first, (SELECT max(day) FROM ${table} ${filter}) AS last`;
+    };
+    const { rows } = await this.pool.query<{ first: string | null; last: string | null }>(
+      `SELECT min(first) AS first, max(last) AS last FROM (${[ends("ledger", withAccount), ends("ledger_daily_totals", withAccount), ...(q.account === undefined ? [ends("refusals", where)] : [])].join(" UNION ALL ")}) t`,
+      params,
+    );
+    const days = rows[0]!;
+    return days.first === null || days.last === null ? undefined : { first: days.first, last: days.last };
   }
 
   async calls(q: UsageQuery, after: LedgerPlace | undefined, limit: number): Promise<LedgerRow[]> {
@@ -652,10 +677,11 @@ export class PostgresMeter implements Meter {
    * two it can match: calls with no account are counted, not stored, and
    * folded days keep totals, and neither has a request id.
    */
-  private async ledgerFilter(q: UsageQuery): Promise<{ where: string[]; params: unknown[]; refusals: boolean; folded: boolean }> {
+  private async ledgerFilter(q: UsageQuery, days?: { readonly from: string; readonly through: string }): Promise<{ where: string[]; params: unknown[]; refusals: boolean; folded: boolean }> {
     const where: string[] = [];
     const params: unknown[] = [];
     const add = (sql: string, v: unknown) => where.push(sql.replace("?", `$${params.push(v)}`));
+    if (days !== undefined) (add("day >= ?", days.from), add("day <= ?", days.through));
     if (q.from !== undefined) add("day >= ?", q.from);
     if (q.to !== undefined) add("day <= ?", q.to);
     if (q.operation !== undefined) add("operation = ?", q.operation);

@@ -243,15 +243,20 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
   const money = (text: string | undefined) => (text === undefined || text === "" ? undefined : parseMoney(text));
   const priceMap = (prices: Record<string, string>) => new Map(Object.entries(prices).map(([op, p]) => [admin.operation(op), parseMoney(p)]));
   /** The ledger filter QueryUsage and ListCalls share, under their common field names. */
-  const usageFilter = (req: { account: string; from: string; to: string; operation: string; errorCode?: ErrorCode | undefined; clientIp: string; requestId: string }): UsageQuery => ({
-    account: req.account || undefined,
-    from: req.from || undefined,
-    to: req.to || undefined,
-    operation: req.operation ? admin.operation(req.operation) : undefined,
-    code: req.errorCode,
-    address: req.clientIp ? usageAddress(req.clientIp) : undefined,
-    requestId: req.requestId || undefined,
-  });
+  const usageFilter = (req: { account: string; from: string; to: string; operation: string; errorCode?: ErrorCode | undefined; clientIp: string; requestId: string }): UsageQuery => {
+    for (const [name, value] of [["from", req.from], ["to", req.to]] as const) {
+      if (value !== "" && !/^\d{4}-\d{2}-\d{2}$/.test(value)) throw new AccountAdminError(`${name}: a day is YYYY-MM-DD, not ${JSON.stringify(value.slice(0, 32))}`);
+    }
+    return {
+      account: req.account || undefined,
+      from: req.from || undefined,
+      to: req.to || undefined,
+      operation: req.operation ? admin.operation(req.operation) : undefined,
+      code: req.errorCode,
+      address: req.clientIp ? usageAddress(req.clientIp) : undefined,
+      requestId: req.requestId || undefined,
+    };
+  };
 
   return (router) =>
     router.service(
@@ -398,9 +403,6 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           return { totals: report.totals.map(totalMessage), rows: report.rows.map(rowMessage), ...sums, amount: formatMoney(sums.amount), nextPageToken: report.nextPageToken };
         }),
         listCalls: guarded(async (req) => {
-          for (const [name, value] of [["from", req.from], ["to", req.to]] as const) {
-            if (value !== "" && !/^\d{4}-\d{2}-\d{2}$/.test(value)) throw new AccountAdminError(`${name}: a day is YYYY-MM-DD, not ${JSON.stringify(value.slice(0, 32))}`);
-          }
           const page = await callPage(meter, {
             filter: usageFilter(req),
             pageSize: req.pageSize,

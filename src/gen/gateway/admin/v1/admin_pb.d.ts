@@ -1324,7 +1324,9 @@ export declare type QueryUsageRequest = Message<"gateway.admin.v1.QueryUsageRequ
   /**
    * Totals a page, at most 10000 (more is taken as 10000); 0: every total at once. With a page size the
    * totals come a page at a time (AIP-158), in their order: ask again with `next_page_token` and the same
-   * filters. The sums are over every total on every page; the rows come with the first page only.
+   * filters. A page reads the days it lists, not the whole range. The sums are over every total of the
+   * query: read with the first page and the same on every page after it (its token carries them, sealed;
+   * a page another gateway process answers reads them again). The rows come with the first page only.
    *
    * @generated from field: int32 page_size = 10;
    */
@@ -1732,7 +1734,7 @@ export declare type QueryUsageResponse = Message<"gateway.admin.v1.QueryUsageRes
   rows: UsageRow[];
 
   /**
-   * Sums over the totals: with a page size, over every page's.
+   * Sums over the totals: with a page size, over every page's, as the first page read them.
    *
    * @generated from field: int64 calls = 3;
    */
