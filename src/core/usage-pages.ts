@@ -176,8 +176,9 @@ function totalsToken(token: string, digest: string): { readonly place: TotalPlac
  * first, so a page reads a window of days from where the one before ended,
  * one day, then two, then four..., until it has its totals or the range
  * ends (`Meter.usageDays` bounds it: a few index lookups). Read from the
- * place to the range's end every time, paging through a month by address
- * (3,840 totals of a million calls) took 4 pages of 2-3.5 s each.
+ * place to the range's end every time, a month by address (a million
+ * calls, a million totals) took 2.6 s a page of 10,000 and 266 s in all;
+ * read so, 85 ms a page.
  *
  * The sums are over every total of the query (`Meter.usageSums`), read
  * with the first page and carried in its token, sealed (`sumsKey`), so
