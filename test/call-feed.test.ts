@@ -21,8 +21,10 @@ import { LedgerRetention } from "../src/core/ledger-retention.ts";
 import { MemoryAddressLockout } from "../src/core/address-lockout.ts";
 import { CommitBell } from "../src/core/commit-bell.ts";
 import { adminRoutes } from "../src/transports/connect/admin-service.ts";
+import { AccountService } from "../src/gen/gateway/account/v1/account_pb.js";
 import { AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
-import { ErrorCode } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { ErrorCode, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { deriveSigningKey, newNonce, signCall } from "../src/client/browser-signature.ts";
 import { SqliteMeter } from "../src/stores/embedded/meter.ts";
 import { InThreadReader } from "../src/stores/embedded/sql-reader.ts";
 import { openDatabase } from "../src/stores/embedded/sqlite-database.ts";
@@ -61,11 +63,17 @@ function row(account: string, day = "2026-11-20"): LedgerRow {
 const record = (meter: Meter, rows: readonly LedgerRow[]) => Promise.all(rows.map((r) => meter.record(r, undefined)));
 
 /** Follows from `cursor` at `pageSize` until caught up: the ids given, the cursor kept, and the answers it took. */
-async function follow(meter: Pick<Meter, "feed">, cursor: string, pageSize: number): Promise<{ ids: string[]; cursor: string; answers: number }> {
+async function follow(
+  meter: Pick<Meter, "feed">,
+  cursor: string,
+  pageSize: number,
+  only?: { readonly account: string; readonly scanRows: number },
+): Promise<{ ids: string[]; cursor: string; answers: number }> {
   const given: string[] = [];
   let answers = 0;
   for (;;) {
-    const page = await followCalls(meter, { cursor, pageSize });
+    const page = await followCalls(meter, { cursor, pageSize, ...only });
+    if (only !== undefined) expect(page.rows.every((r) => r.account === only.account)).toBe(true);
     expect(page.rows.length).toBeLessThanOrEqual(pageSize);
     expect(page.cursor).not.toBe("");
     given.push(...page.rows.map((r) => r.requestId));
@@ -183,6 +191,45 @@ describe.each([
     expect(await followCalls(store.meter, { cursor: full.cursor, pageSize: 2 })).toEqual({ rows: [], cursor: full.cursor, caughtUp: true });
     // Rows come whole, as ListCalls gives them.
     expect(full.rows.find((r) => r.requestId === two[0]!.requestId)).toEqual(two[0]);
+  });
+
+  it("gives one account's calls exactly once, in commit order, each answer reading at most its share of the ledger", async () => {
+    // The whole ledger in commit order, every account's (this file's other tests add to it).
+    const everything = await followCalls(store.meter, { pageSize: 10_000 });
+    expect(everything.caughtUp).toBe(true);
+    const order = everything.rows.map((r) => r.requestId);
+    const accountOf = new Map(everything.rows.map((r) => [r.requestId, r.account!] as const));
+    const total = order.length;
+    for (const account of ["acct0", "acct2"]) {
+      const mine = order.filter((id) => accountOf.get(id) === account);
+      for (const [size, scan] of [
+        [1000, 25],
+        [3, 25],
+        [7, 10_000],
+        [1, 1],
+      ] as const) {
+        const { ids, answers } = await follow(store.meter, "", size, { account, scanRows: scan });
+        expect(ids, `${account}, ${size} an answer from ${scan} rows`).toEqual(mine);
+        // Each answer read at most `scan` rows of the ledger: a follower needs at least that many answers to read it all,
+        // and no more than one answer per full page or per read besides.
+        expect(answers).toBeGreaterThanOrEqual(Math.ceil(total / scan));
+        expect(answers).toBeLessThanOrEqual(Math.ceil(total / scan) + Math.ceil(mine.length / size) + 1);
+      }
+    }
+    // An account with no call moves through the ledger all the same, and is caught up at its end; then it is given
+    // its first call, and nothing of the others', however the commits and its reads interleave.
+    const idle = await follow(store.meter, "", 10, { account: "acct-idle", scanRows: 100 });
+    expect(idle.ids).toEqual([]);
+    expect(idle.answers).toBeGreaterThanOrEqual(Math.ceil(total / 100));
+    expect(idle.answers).toBeLessThanOrEqual(Math.ceil(total / 100) + 1);
+    const batch = [row("acct0"), row("acct-idle"), row("acct1"), row("acct-idle")];
+    const [during] = await Promise.all([followCalls(store.meter, { cursor: idle.cursor, pageSize: 10, account: "acct-idle", scanRows: 100 }), record(store.meter, batch)]);
+    const after = await follow(store.meter, during.cursor, 10, { account: "acct-idle", scanRows: 100 });
+    expect([...during.rows.map((r) => r.requestId), ...after.ids].sort()).toEqual([batch[1]!.requestId, batch[3]!.requestId].sort());
+    // A page exactly full is not caught up; the next answer is, with nothing in it.
+    const two = await followCalls(store.meter, { cursor: idle.cursor, pageSize: 2, account: "acct-idle", scanRows: 100 });
+    expect([two.rows.length, two.caughtUp]).toEqual([2, false]);
+    expect(await followCalls(store.meter, { cursor: two.cursor, pageSize: 2, account: "acct-idle", scanRows: 100 })).toMatchObject({ rows: [], caughtUp: true });
   });
 
   it("refuses a cursor it did not give, another store's, and a page size below 0", async () => {
@@ -670,6 +717,72 @@ describe("following the ledger over a running gateway", () => {
     expect(restart.calls.map((c) => c.requestId)).toEqual([made[2]]);
     const next = await call();
     expect((await admin.followCalls({ cursor: restart.cursor }, { headers })).calls.map((c) => c.requestId)).toEqual([next]);
+  });
+
+  it("FollowMyCalls gives a team its own calls in commit order over Connect and gRPC, signed or not, and refuses a cursor it did not give (4015) and one retention passed over (4003)", async () => {
+    const a = await gw.newAccount({ name: "feed-a" });
+    const b = await gw.newAccount({ name: "feed-b" });
+    const made = { a: [] as string[], b: [] as string[] };
+    for (let i = 0; i < 7; i++) {
+      const [who, team] = i % 3 === 2 ? (["b", b] as const) : (["a", a] as const);
+      const r = await legacyGet(gw.base, "/retail/item_get/", { key: team.key, secret: team.secret, num_iid: i === 4 ? "x" : demo.retailNumIid });
+      made[who].push(r.json.request_id as string);
+    }
+    const plain = (t: { key: string; secret: string }) => ({ headers: { "x-api-key": t.key, "x-api-secret": t.secret } });
+    for (const transport of [createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }), createGrpcTransport({ baseUrl: gw.base })]) {
+      const mine = createClient(AccountService, transport);
+      // Two at a time from the start: every call of the team, the refused one too, none of the other team's.
+      const seen: string[] = [];
+      let cursor = "";
+      for (let answers = 0; ; answers++) {
+        expect(answers).toBeLessThan(10);
+        const page = await mine.followMyCalls({ cursor, pageSize: 2 }, plain(a));
+        seen.push(...page.calls.map((c) => c.requestId));
+        cursor = page.cursor;
+        if (page.caughtUp) break;
+      }
+      expect(seen).toEqual(made.a);
+      const theirs = await mine.followMyCalls({}, plain(b));
+      expect([theirs.calls.map((c) => c.requestId), theirs.caughtUp]).toEqual([made.b, true]);
+      expect(theirs.calls[0]).toMatchObject({ operation: "retail/item_get", errorCode: ErrorCode.SUCCESS, transport: "legacy" });
+      // Kept, the cursor gives the calls after it, and only the team's.
+      const next = (await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: demo.retailNumIid })).json.request_id as string;
+      made.b.push((await legacyGet(gw.base, "/retail/item_get/", { key: b.key, secret: b.secret, num_iid: demo.retailNumIid })).json.request_id as string);
+      made.a.push(next);
+      expect((await mine.followMyCalls({ cursor }, plain(a))).calls.map((c) => c.requestId)).toEqual([next]);
+      for (const [req, who, code, words] of [
+        [{ cursor: "not-a-cursor" }, a, ErrorCode.WRONG_PAGE_TOKEN, "the cursor is not one this gateway gave"],
+        [{ pageSize: -1 }, a, ErrorCode.PARAM_ERROR, "page size"],
+        [{}, { key: a.key, secret: "wrong" }, ErrorCode.INVALID_CREDENTIALS, ""],
+      ] as const) {
+        const e = await mine.followMyCalls(req, plain(who)).then(() => undefined, (err: unknown) => ConnectError.from(err));
+        expect([e?.code, e?.findDetails(StatusBlockSchema)[0]?.errorCode]).toEqual([code === ErrorCode.INVALID_CREDENTIALS ? Code.Unauthenticated : Code.InvalidArgument, code]);
+        expect(e?.rawMessage).toContain(words);
+      }
+    }
+    // An HMAC signature covers the cursor: signed for one, asked with another, it is refused.
+    const mine = createClient(AccountService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }));
+    const first = await mine.followMyCalls({ pageSize: 1 }, plain(a));
+    const signingKey = await deriveSigningKey(a.secret);
+    const signed = async (params: Record<string, string>) => {
+      const timestamp = Math.floor(Date.now() / 1000);
+      const nonce = newNonce();
+      const signature = await signCall(signingKey, { method: "RPC", path: "/gateway.account.v1.AccountService/FollowMyCalls", params, timestamp, nonce });
+      return { headers: { authorization: `GATEWAY-HMAC-SHA256 key=${a.key}, timestamp=${timestamp}, nonce=${nonce}, signature=${signature}` } };
+    };
+    const second = await mine.followMyCalls({ cursor: first.cursor, pageSize: 1 }, await signed({ cursor: first.cursor, page_size: "1" }));
+    expect(second.calls.map((c) => c.requestId)).toEqual([made.a[1]]);
+    const forged = await mine.followMyCalls({ cursor: second.cursor, pageSize: 1 }, await signed({ cursor: first.cursor, page_size: "1" })).then(
+      () => "answered",
+      (err: unknown) => ConnectError.from(err).findDetails(StatusBlockSchema)[0]?.errorCode,
+    );
+    expect(forged).toBe(ErrorCode.INVALID_CREDENTIALS);
+    // Retention passed over the cursor: a 4003 that says what to do, in the team's own methods.
+    (gw.runtime.meter as SqliteMeter).expire("9999-12-31");
+    const folded = await mine.followMyCalls({ cursor: first.cursor }, plain(a)).catch((e: unknown) => ConnectError.from(e));
+    expect(folded).toMatchObject({ code: Code.InvalidArgument });
+    expect((folded as ConnectError).findDetails(StatusBlockSchema)[0]?.errorCode).toBe(ErrorCode.PARAM_ERROR);
+    expect((folded as ConnectError).rawMessage).toContain("take the days folded from QueryMyUsage's totals");
   });
 
   it("`gateway feed` writes each call once across runs, saving its cursor, follows calls as they commit until SIGTERM, and refuses a cursor file it cannot use", async () => {

@@ -19,7 +19,7 @@ import { createRequestIdGenerator } from "./request-id.ts";
 import { OwnReads } from "./own-reads.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
 import { balanceAccounting, type Admission, type BalanceAccounting, type Meter, type Transport, type UsageQuery, type UsageReport, type UsageSummary } from "./meter.ts";
-import { callPage, type CallPage } from "./usage-pages.ts";
+import { callPage, followCalls, type CallPage, type FeedPage } from "./usage-pages.ts";
 import type { Micros } from "./money.ts";
 import type { OperatorSwitches } from "./operator-switches.ts";
 import type { EntryMemo } from "./response-cache.ts";
@@ -474,6 +474,11 @@ export class Gateway {
   /** A page of a caller's own calls (the AccountService): narrowed to its account whatever else is asked (usage-pages.ts). */
   ownCalls(account: Account, filter: Pick<UsageQuery, "from" | "to" | "operation" | "code" | "requestId">, page: { readonly pageSize: number; readonly pageToken: string }): Promise<CallPage> {
     return callPage(this.ports.meter, { filter: { from: filter.from, to: filter.to, operation: filter.operation, code: filter.code, requestId: filter.requestId, account: account.key }, ...page });
+  }
+
+  /** A caller's own calls in commit order from its cursor (the AccountService): the ledger's feed narrowed to its account (usage-pages.ts). */
+  ownFeed(account: Account, page: { readonly cursor: string; readonly pageSize: number }): Promise<FeedPage> {
+    return followCalls(this.ports.meter, { cursor: page.cursor, pageSize: page.pageSize, account: account.key });
   }
 
   /** Refuses (4008) a caller whose address is locked out for failed authentications, and counts it; at once where the lockout answers at once. */

@@ -357,8 +357,18 @@ export interface Meter {
    * can later appear before a place already given. Throws `UsagePageError`
    * for a place this store did not give ("token"), and for one that rows
    * after it were folded past retention since ("folded").
+   *
+   * With `only`, the rows of one account among the next `scan` rows of that
+   * order at most (a team's own feed, with no index of its own to read):
+   * the place is past the last row given, or, with fewer than `limit`,
+   * past the last row read, so a follower of an account with no call in
+   * them moves on; `more` says the read stopped at `scan` with rows after.
    */
-  feed(after: FeedPlace | undefined, limit: number): Promise<{ readonly rows: readonly LedgerRow[]; readonly place: FeedPlace }>;
+  feed(
+    after: FeedPlace | undefined,
+    limit: number,
+    only?: { readonly account: string; readonly scan: number },
+  ): Promise<{ readonly rows: readonly LedgerRow[]; readonly place: FeedPlace; readonly more?: boolean }>;
   /**
    * Retention (`LedgerRetention`): folds the ledger rows of days before
    * `beforeDay` into per-day totals and deletes them, with the counted

@@ -234,7 +234,11 @@ export interface FeedPage {
   readonly rows: readonly LedgerRow[];
   /** Where this answer ends, to ask with for the calls after: never empty. */
   readonly cursor: string;
-  /** Fewer calls than asked for came: nothing more can be given now (the shared store can still hold back a call committed a moment ago, `Meter.feed`). */
+  /**
+   * Nothing more can be given now: fewer calls than asked for came, and (for
+   * one account) the read reached the newest row. The shared store can still
+   * hold back a call committed a moment ago (`Meter.feed`).
+   */
   readonly caughtUp: boolean;
 }
 
@@ -247,14 +251,29 @@ export interface FeedPage {
  * the calls recorded after it; this is the other way round, and sees
  * nothing else. A cursor is good only on the store that gave it; once calls
  * after it were folded past retention, it is refused ("folded") instead of
- * passing over them in silence.
+ * passing over them in silence. With an account, that account's calls
+ * only (a team's own feed), picked from at most `scanRows` of the
+ * ledger's rows an answer (`feedScanRows`).
  */
-export async function followCalls(meter: Pick<Meter, "feed">, request: { readonly cursor?: string | undefined; readonly pageSize?: number | undefined }): Promise<FeedPage> {
+export async function followCalls(
+  meter: Pick<Meter, "feed">,
+  request: { readonly cursor?: string | undefined; readonly pageSize?: number | undefined; readonly account?: string | undefined; readonly scanRows?: number | undefined },
+): Promise<FeedPage> {
   const take = pageSize(request.pageSize, defaultCallPageSize, maxCallPageSize);
   const after = request.cursor ? feedPlace(request.cursor) : undefined;
-  const { rows, place } = await meter.feed(after, take);
-  return { rows, cursor: encode([place], feedTag), caughtUp: rows.length < take };
+  const { rows, place, more } = await meter.feed(after, take, request.account === undefined ? undefined : { account: request.account, scan: request.scanRows ?? feedScanRows });
+  return { rows, cursor: encode([place], feedTag), caughtUp: rows.length < take && more !== true };
 }
+
+/**
+ * The most rows of the whole ledger one answer of an account's own feed
+ * looks through (`followCalls` with an account): its rows are picked from
+ * the ledger's commit order, which has no index by account, so an answer
+ * costs at most this many rows however busy the other accounts are; a
+ * follower behind by more is given its calls over several answers, each
+ * with `caughtUp` false.
+ */
+export const feedScanRows = 50_000;
 
 /** Where a cursor's digest would be (`encode`): what marks it as a follower's, not a page token. */
 const feedTag = "feed";

@@ -731,19 +731,35 @@ export class SqliteMeter implements Meter {
    * So a read that sees a row sees every row before it, and a row committed
    * later has a higher number: a place given is never passed over.
    */
-  async feed(after: FeedPlace | undefined, limit: number): Promise<{ rows: LedgerRow[]; place: FeedPlace }> {
+  async feed(after: FeedPlace | undefined, limit: number, only?: { readonly account: string; readonly scan: number }): Promise<{ rows: LedgerRow[]; place: FeedPlace; more?: boolean }> {
     const from = after === undefined ? 0 : feedSeq(after);
-    // The rows and the fold mark in one read, as one moment left them.
-    const [rows, marks] = await this.reader.read([
-      { sql: "SELECT rowid AS seq, * FROM ledger WHERE rowid > :from ORDER BY rowid LIMIT :limit", params: { from, limit: Math.max(0, Math.floor(limit)) }, bigints: true },
+    const take = Math.max(0, Math.floor(limit));
+    // The rows, the fold mark and (for one account) the newest row in one read, as one moment left them. One account's
+    // rows are read from a range of rowids (the ledger's own order, numbered without gaps but where retention folded),
+    // so at most `scan` rows are looked at whatever the account did: `+account` keeps the account's index out, which
+    // would read every row of the account for each answer (1M rows, 50,000 of one account: 8.8 ms an answer, 3.5 so).
+    const [rows, marks, top] = await this.reader.read([
+      only === undefined
+        ? { sql: "SELECT rowid AS seq, * FROM ledger WHERE rowid > :from ORDER BY rowid LIMIT :limit", params: { from, limit: take }, bigints: true }
+        : {
+            sql: "SELECT rowid AS seq, * FROM ledger WHERE rowid > max(:from, (SELECT folded_through FROM ledger_feed)) AND rowid <= max(:from, (SELECT folded_through FROM ledger_feed)) + :scan AND +account = :account ORDER BY rowid LIMIT :limit",
+            params: { from, limit: take, scan: Math.max(1, Math.floor(only.scan)), account: only.account },
+            bigints: true,
+          },
       { sql: "SELECT folded_through FROM ledger_feed", params: {} },
+      ...(only === undefined ? [] : [{ sql: "SELECT coalesce(max(rowid), 0) AS seq FROM ledger", params: {} }]),
     ]);
     const folded = Number(marks![0]?.folded_through ?? 0);
     if (after !== undefined && from < folded) {
       throw foldedPastCursor();
     }
     const last = rows!.at(-1);
-    return { rows: rows!.map(rowFromSql), place: `e${last === undefined ? Math.max(from, folded) : Number(last.seq)}` };
+    if (only === undefined) return { rows: rows!.map(rowFromSql), place: `e${last === undefined ? Math.max(from, folded) : Number(last.seq)}` };
+    // Past the last row given when the page is full; else past every row read: the range's end, or the newest row.
+    const start = Math.max(from, folded);
+    const end = Math.min(start + Math.max(1, Math.floor(only.scan)), Math.max(start, Number(top![0]!.seq)));
+    const full = take > 0 && rows!.length === take;
+    return { rows: rows!.map(rowFromSql), place: `e${full ? Number(last!.seq) : end}`, more: !full && end < Number(top![0]!.seq) };
   }
 
   /** The newest request id in the ledger, so a restarted process never reuses one. */

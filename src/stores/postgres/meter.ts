@@ -566,12 +566,14 @@ export class PostgresMeter implements Meter {
    * a read that was whole: the follower starts again, as told, and loses
    * nothing.)
    */
-  async feed(after: FeedPlace | undefined, limit: number): Promise<{ rows: LedgerRow[]; place: FeedPlace }> {
+  async feed(after: FeedPlace | undefined, limit: number, only?: { readonly account: string; readonly scan: number }): Promise<{ rows: LedgerRow[]; place: FeedPlace; more?: boolean }> {
     const from = after === undefined ? { txid: "0", requestId: "" } : feedPlace(after);
+    const take = Math.max(0, Math.floor(limit));
+    if (only !== undefined) return this.accountFeed(after, from, take, only);
     const rows = await this.pool.query<Record<string, unknown>>(
       `SELECT txid::text AS txid, ${ledgerColumns} FROM ledger
        WHERE (txid, request_id COLLATE "C") > ($1::xid8, $2::text) AND txid < pg_snapshot_xmin(pg_current_snapshot())
-       ORDER BY txid, request_id COLLATE "C" LIMIT ${Math.max(0, Math.floor(limit))}`,
+       ORDER BY txid, request_id COLLATE "C" LIMIT ${take}`,
       [from.txid, from.requestId],
     );
     const marks = await this.pool.query<{ txid: string; request_id: string; passed: boolean }>(
@@ -583,6 +585,56 @@ export class PostgresMeter implements Meter {
     const last = rows.rows.at(-1);
     if (last !== undefined) return { rows: rows.rows.map(rowFromSql), place: `p${String(last.txid)}.${String(last.request_id)}` };
     return { rows: [], place: mark?.passed === true ? `p${mark.txid}.${mark.request_id}` : `p${from.txid}.${from.requestId}` };
+  }
+
+  /**
+   * One account's rows of `feed`'s order, among the next `scan` rows at most:
+   * the last of those rows is found first (an index-only read along the
+   * order, below the snapshot's xmin as `feed`'s), then the account's rows
+   * up to it, along the commit order's index (`account || ''` keeps the
+   * account's index out: it would read every row of the account for each
+   * answer). Every row up to it is committed, so a second statement sees
+   * what the first did; the fold mark is read last, so rows folded between
+   * the two are told as a cursor passed over, never skipped.
+   */
+  private async accountFeed(
+    after: FeedPlace | undefined,
+    from: { readonly txid: string; readonly requestId: string },
+    take: number,
+    only: { readonly account: string; readonly scan: number },
+  ): Promise<{ rows: LedgerRow[]; place: FeedPlace; more: boolean }> {
+    const scan = Math.max(1, Math.floor(only.scan));
+    const tail = await this.pool.query<{ txid: string; request_id: string; read: string }>(
+      `SELECT txid::text AS txid, request_id, count(*) OVER ()::text AS read FROM (
+         SELECT txid, request_id FROM ledger
+         WHERE (txid, request_id COLLATE "C") > ($1::xid8, $2::text) AND txid < pg_snapshot_xmin(pg_current_snapshot())
+         ORDER BY txid, request_id COLLATE "C" LIMIT ${scan}
+       ) w ORDER BY txid DESC, request_id COLLATE "C" DESC LIMIT 1`,
+      [from.txid, from.requestId],
+    );
+    const end = tail.rows[0];
+    const rows =
+      end === undefined
+        ? []
+        : (
+            await this.pool.query<Record<string, unknown>>(
+              `SELECT txid::text AS txid, ${ledgerColumns} FROM ledger
+               WHERE (txid, request_id COLLATE "C") > ($1::xid8, $2::text) AND (txid, request_id COLLATE "C") <= ($3::xid8, $4::text) AND account || '' = $5
+               ORDER BY txid, request_id COLLATE "C" LIMIT ${take}`,
+              [from.txid, from.requestId, end.txid, end.request_id, only.account],
+            )
+          ).rows;
+    const marks = await this.pool.query<{ txid: string; request_id: string; passed: boolean }>(
+      `SELECT folded_txid::text AS txid, folded_request_id AS request_id, (folded_txid, folded_request_id COLLATE "C") > ($1::xid8, $2::text) AS passed FROM ledger_feed`,
+      [from.txid, from.requestId],
+    );
+    const mark = marks.rows[0];
+    if (after !== undefined && mark?.passed === true) throw foldedPastCursor();
+    const last = rows.at(-1);
+    const full = take > 0 && rows.length === take;
+    if (full) return { rows: rows.map(rowFromSql), place: `p${String(last!.txid)}.${String(last!.request_id)}`, more: false };
+    if (end !== undefined) return { rows: rows.map(rowFromSql), place: `p${end.txid}.${end.request_id}`, more: Number(end.read) >= scan };
+    return { rows: [], place: mark?.passed === true ? `p${mark.txid}.${mark.request_id}` : `p${from.txid}.${from.requestId}`, more: false };
   }
 
   /**

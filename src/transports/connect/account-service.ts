@@ -21,6 +21,7 @@ import {
   GetMyBalanceStatementResponseSchema,
   GetMyAccountResponseSchema,
   ListMyCallsResponseSchema,
+  FollowMyCallsResponseSchema,
   ListMyAlertsResponseSchema,
   MyAlertSchema,
   MyAlertsSchema,
@@ -125,6 +126,24 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
         }
       },
 
+      async followMyCalls(req, ctx) {
+        // A signature covers what the call asks, under the request's field names, each that is sent.
+        const params: Record<string, string | undefined> = {};
+        if (req.cursor !== "") params.cursor = req.cursor;
+        if (req.pageSize !== 0) params.page_size = String(req.pageSize);
+        const who = await caller(ctx, params);
+        const refuse = (code: ErrorCode, reason: string) => statusError(gateway.ownRefusal(code, reason, who, ctx.values.get(clientIpKey)), { transport: who.transport });
+        try {
+          const page = await gateway.ownFeed(who.account, { cursor: req.cursor, pageSize: req.pageSize });
+          return create(FollowMyCallsResponseSchema, { calls: page.rows.map((r) => create(CallSchema, callFields(r))), cursor: page.cursor, caughtUp: page.caughtUp });
+        } catch (e) {
+          if (!(e instanceof UsagePageError)) throw e;
+          // A cursor out of place is the spec's own 4015 (wrong page token); one passed over by retention, a 4003 saying what to do.
+          if (e.of === "token") throw refuse(ErrorCode.WRONG_PAGE_TOKEN, e.message);
+          throw refuse(ErrorCode.PARAM_ERROR, e.of === "folded" ? foldedForTeam : e.message);
+        }
+      },
+
       async getMyBalanceStatement(_req, ctx) {
         const { account } = await caller(ctx, {});
         const statement = await gateway.ownStatement(account);
@@ -167,6 +186,10 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
       },
     });
 }
+
+/** A team's cursor that retention passed over: what to do, in the team's own methods. */
+const foldedForTeam =
+  "calls after this cursor were folded past retention into per-day totals before they were read; follow again from the start (an empty cursor) and take the days folded from QueryMyUsage's totals";
 
 function totalMessage(t: UsageTotal) {
   return create(UsageTotalSchema, usageTotalFields(t));

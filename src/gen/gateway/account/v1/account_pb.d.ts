@@ -571,6 +571,74 @@ export declare type ListMyCallsResponse = Message<"gateway.account.v1.ListMyCall
 export declare const ListMyCallsResponseSchema: GenMessage<ListMyCallsResponse>;
 
 /**
+ * Where the team's follower stands, as the operator's FollowCallsRequest: a
+ * call is given once it and every call before it are committed, so none can
+ * turn up behind a cursor later. A cursor this gateway's store did not give is
+ * refused (4015), and one that calls after it were folded past retention since
+ * (4003): start again with an empty cursor, and take the folded days from
+ * QueryMyUsage's totals.
+ *
+ * @generated from message gateway.account.v1.FollowMyCallsRequest
+ */
+export declare type FollowMyCallsRequest = Message<"gateway.account.v1.FollowMyCallsRequest"> & {
+  /**
+   * The `cursor` of the answer before; empty: from the oldest call the ledger holds.
+   *
+   * @generated from field: string cursor = 1;
+   */
+  cursor: string;
+
+  /**
+   * Calls an answer, at most 10000 (more is taken as 10000); 0: 1000.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+};
+
+/**
+ * Describes the message gateway.account.v1.FollowMyCallsRequest.
+ * Use `create(FollowMyCallsRequestSchema)` to create a new message.
+ */
+export declare const FollowMyCallsRequestSchema: GenMessage<FollowMyCallsRequest>;
+
+/**
+ * @generated from message gateway.account.v1.FollowMyCallsResponse
+ */
+export declare type FollowMyCallsResponse = Message<"gateway.account.v1.FollowMyCallsResponse"> & {
+  /**
+   * The account's calls after the cursor asked with, in commit order.
+   *
+   * @generated from field: repeated gateway.account.v1.Call calls = 1;
+   */
+  calls: Call[];
+
+  /**
+   * Where this answer ends: keep it, and ask with it for the calls after. Never empty. It moves on past other
+   * accounts' calls too, so it can move with no call given.
+   *
+   * @generated from field: string cursor = 2;
+   */
+  cursor: string;
+
+  /**
+   * Nothing more can be given now: ask again later with `cursor` (a second or so apart). False while more can
+   * be read at once, also when an answer holds fewer calls than the page size: one answer looks through at
+   * most 50,000 of the gateway's calls, every account's, so a follower far behind is given its calls over
+   * several answers.
+   *
+   * @generated from field: bool caught_up = 3;
+   */
+  caughtUp: boolean;
+};
+
+/**
+ * Describes the message gateway.account.v1.FollowMyCallsResponse.
+ * Use `create(FollowMyCallsResponseSchema)` to create a new message.
+ */
+export declare const FollowMyCallsResponseSchema: GenMessage<FollowMyCallsResponse>;
+
+/**
  * @generated from message gateway.account.v1.GetMyBalanceStatementRequest
  */
 export declare type GetMyBalanceStatementRequest = Message<"gateway.account.v1.GetMyBalanceStatementRequest"> & {
@@ -851,6 +919,19 @@ export declare const AccountService: GenService<{
     methodKind: "unary";
     input: typeof ListMyCallsRequestSchema;
     output: typeof ListMyCallsResponseSchema;
+  },
+  /**
+   * The account's calls in the order the ledger committed them, read on from
+   * a cursor the team keeps: what a team's own billing follows its calls
+   * with, each call once, wherever it stopped (README, "Following your own
+   * calls"). The operator's FollowCalls, narrowed to the account.
+   *
+   * @generated from rpc gateway.account.v1.AccountService.FollowMyCalls
+   */
+  followMyCalls: {
+    methodKind: "unary";
+    input: typeof FollowMyCallsRequestSchema;
+    output: typeof FollowMyCallsResponseSchema;
   },
   /**
    * The account's prepaid balance accounted for: every top-up and other
