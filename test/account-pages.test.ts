@@ -1,7 +1,7 @@
 // ListAccounts' pages (src/core/account-pages.ts) over each store's own listing (AccountStore.listing): the same
 // accounts, in the same order, filtered the same way, on the embedded store and on PostgreSQL.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { accountPage, maxAccountPageSize } from "../src/core/account-pages.ts";
+import { AccountListingTooLarge, accountPage, maxAccountPageSize } from "../src/core/account-pages.ts";
 import type { AccountStore } from "../src/core/account-store.ts";
 import type { Account } from "../src/core/accounts.ts";
 import { PostgresAccountStore } from "../src/stores/postgres/account-store.ts";
@@ -70,6 +70,11 @@ describe.each([
     expect(await pages({ query: "PG-", status: "active", pageSize: 2 })).toEqual([["pg-a", "pg-b"], ["pg-c"]]);
     const all = await accountPage((ask) => s.listing(ask), { query: "pg-", pageSize: 0 });
     expect([all.accounts.length, all.totalSize, all.nextPageToken]).toEqual([5, 5, ""]);
+    // Asked whole, a listing holds at most so many, and is refused past it, with how many match.
+    expect((await accountPage((ask) => s.listing(ask), { query: "pg-", pageSize: 0, maxWhole: 5 })).accounts).toHaveLength(5);
+    await expect(accountPage((ask) => s.listing(ask), { query: "pg-", pageSize: 0, maxWhole: 4 })).rejects.toThrow(
+      new AccountListingTooLarge("5 accounts match, more than one answer may hold (4): ask for them a page at a time (page_size, at most 1000), or narrow the query"),
+    );
     const none = await accountPage((ask) => s.listing(ask), { query: "no such account", pageSize: 5 });
     expect([none.accounts.length, none.totalSize, none.nextPageToken]).toEqual([0, 0, ""]);
   });
@@ -85,5 +90,10 @@ it("holds at most the most a page may, however many are asked for", async () => 
   };
   const page = await accountPage(listing, { pageSize: 5000 });
   expect([page.accounts.length, page.totalSize, asked]).toEqual([1000, 1500, 1001]);
+  // Asked whole: one more than the most it may hold is read, not all of them; the CLI, in its own process, reads all.
+  await expect(accountPage(listing, { pageSize: 0, maxWhole: 1200 })).rejects.toThrow(AccountListingTooLarge);
+  expect(asked).toBe(1201);
+  expect((await accountPage(listing, { pageSize: 0, maxWhole: Infinity })).accounts).toHaveLength(1500);
+  expect(asked).toBe(0);
   expect((await accountPage(listing, { pageSize: 5000, pageToken: page.nextPageToken })).accounts.length).toBe(500);
 });

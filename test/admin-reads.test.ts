@@ -3,7 +3,7 @@
 // totals over a ledger of a million rows took 3 s, by address 13 s, and no call was answered meanwhile. A gateway
 // here (in this process) with a ledger of 300,000 rows keeps its event loop turning while a report over all of them
 // is read; the report thread falls back to the serving connection if it cannot run, and stops when idle.
-import { createClient } from "@connectrpc/connect";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { mkdtempSync, rmSync } from "node:fs";
 import { DatabaseSync } from "node:sqlite";
@@ -11,7 +11,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { AccountService } from "../src/gen/gateway/account/v1/account_pb.js";
 import { AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
+import { ErrorCode, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { ChangeWatch } from "../src/stores/embedded/change-watch.ts";
 import { SqliteMeter } from "../src/stores/embedded/meter.ts";
 import { InThreadReader, ThreadReader } from "../src/stores/embedded/sql-reader.ts";
@@ -69,6 +71,69 @@ describe("reports on the embedded store, beside the serving thread", () => {
     } finally {
       db.close();
     }
+  });
+
+  it("refuses a report too large to give whole (resource_exhausted; a team's own, 4003), and gives it a page at a time; the gateway keeps serving", async () => {
+    // 60,000 calls of the fixture's team on one day, each from an address of its own: 60,000 totals by address, more
+    // than a report asked whole may hold (maxWholeTotals). Made whole, a million of them took the gateway down.
+    const db = new DatabaseSync(join(gw.config.dataDir, "gateway.db"));
+    db.exec("PRAGMA busy_timeout = 5000");
+    const insert = db.prepare(
+      "INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip) VALUES (?, ?, '2026-09-01', ?, 'retail/item_get', 0, 'charged', 0, 0, 300, 'legacy', ?)",
+    );
+    db.exec("BEGIN IMMEDIATE");
+    for (let i = 0; i < 60_000; i++) insert.run(`gw-9.${i.toString(16).padStart(12, "0")}`, 1_788_220_800_000 + i, gw.account.key, `10.2.${i >> 8}.${i & 255}`);
+    db.exec("COMMIT");
+    db.close();
+    const c = admin();
+    const filter = { account: gw.account.key, from: "2026-09-01", to: "2026-09-01", byAddress: true };
+    const whole = await c.queryUsage(filter, ok).then(() => undefined, (e: unknown) => ConnectError.from(e));
+    expect(whole?.code).toBe(Code.ResourceExhausted);
+    expect(whole?.rawMessage).toContain("more than 50000 totals");
+    // Without by_address the same day is one total, given whole.
+    expect((await c.queryUsage({ ...filter, byAddress: false }, ok)).totals.map((t) => Number(t.calls))).toEqual([60_000]);
+    // A page at a time: every total once, the sums over them all.
+    let addresses = 0;
+    let pageToken = "";
+    do {
+      const page = await c.queryUsage({ ...filter, pageSize: 10_000, pageToken }, ok);
+      expect(page.calls).toBe(60_000n);
+      addresses += page.totals.length;
+      pageToken = page.nextPageToken;
+    } while (pageToken !== "");
+    expect(addresses).toBe(60_000);
+    // The team's own report: whole, a 4003 with its status block; a page at a time, the same totals.
+    const mine = createClient(AccountService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }));
+    const own = { headers: { "x-api-key": gw.account.key, "x-api-secret": gw.account.secret } };
+    const refused = await mine.queryMyUsage({ from: "2026-09-01", to: "2026-09-01", byAddress: true }, own).then(() => undefined, (e: unknown) => ConnectError.from(e));
+    expect([refused?.code, refused?.findDetails(StatusBlockSchema)[0]?.errorCode]).toEqual([Code.InvalidArgument, ErrorCode.PARAM_ERROR]);
+    expect(refused?.rawMessage).toContain("a page at a time");
+    const first = await mine.queryMyUsage({ from: "2026-09-01", to: "2026-09-01", byAddress: true, pageSize: 10_000 }, own);
+    expect([first.totals.length, first.calls, first.nextPageToken !== ""]).toEqual([10_000, 60_000n, true]);
+    const second = await mine.queryMyUsage({ from: "2026-09-01", to: "2026-09-01", byAddress: true, pageSize: 10_000, pageToken: first.nextPageToken }, own);
+    expect(second.totals[0]!.clientIp > first.totals.at(-1)!.clientIp).toBe(true);
+    // Another filter's token is the spec's 4015.
+    const wrong = await mine.queryMyUsage({ from: "2026-09-01", byAddress: true, pageSize: 10_000, pageToken: first.nextPageToken }, own).then(() => undefined, (e: unknown) => ConnectError.from(e));
+    expect(wrong?.findDetails(StatusBlockSchema)[0]?.errorCode).toBe(ErrorCode.WRONG_PAGE_TOKEN);
+    // And calls went on being answered.
+    expect((await legacyGet(gw.base, "/retail/item_get/", { key: gw.account.key, secret: gw.account.secret, num_iid: demo.retailNumIid })).json.error_code).toBe("0000");
+  });
+
+  it("refuses a listing of accounts too large to give whole (resource_exhausted), and gives it a page at a time", async () => {
+    // 10,001 accounts more, made as an import would: one more than a listing asked whole may hold (maxWholeAccounts).
+    const db = new DatabaseSync(join(gw.config.dataDir, "gateway.db"));
+    db.exec("PRAGMA busy_timeout = 5000");
+    const insert = db.prepare("INSERT INTO accounts (key, name, secret_hash, secret_salt, status, operations, daily_max, expires, zone, created_at, concurrency, prices) VALUES (?, ?, 'x', 'y', 'active', '{}', 1000, '', 'UTC', ?, 4, '{}')");
+    db.exec("BEGIN IMMEDIATE");
+    for (let i = 0; i < 10_001; i++) insert.run(`bulkacct${i}`, `Bulk team ${i}`, 1_790_000_000_000 + i);
+    db.exec("COMMIT");
+    db.close();
+    const c = admin();
+    const whole = await c.listAccounts({ query: "bulkacct" }, ok).then(() => undefined, (e: unknown) => ConnectError.from(e));
+    expect([whole?.code, whole?.rawMessage]).toEqual([Code.ResourceExhausted, "10001 accounts match, more than one answer may hold (10000): ask for them a page at a time (page_size, at most 1000), or narrow the query"]);
+    const page = await c.listAccounts({ query: "bulkacct", pageSize: 1000 }, ok);
+    expect([page.accounts.length, page.totalSize, page.nextPageToken !== ""]).toEqual([1000, 10_001, true]);
+    expect((await c.listAccounts({ query: "bulkacct999" }, ok)).accounts.map((a) => a.key).sort()).toEqual(["bulkacct999", ...Array.from({ length: 10 }, (_, i) => `bulkacct999${i}`)].sort());
   });
 
   it("lists and searches accounts there, folding case as JavaScript does", async () => {

@@ -369,6 +369,26 @@ describe.each([
     }
   });
 
+  it("refuses a report asked whole that holds more totals than one answer may, reading one more than it allows, not the rest", async () => {
+    const filter: UsageQuery = { byAddress: true };
+    const whole = await store.meter.query(filter);
+    const answered: number[] = [];
+    const meter: Pick<Meter, "query" | "calls" | "usageSums" | "usageDays"> = {
+      ...recorded().meter,
+      query: async (q) => {
+        const report = await store.meter.query(q);
+        answered.push(report.totals.length);
+        return report;
+      },
+    };
+    await expect(totalsPage(meter, { filter, maxWholeTotals: 5 })).rejects.toMatchObject({ of: "large", message: expect.stringContaining("more than 5 totals") });
+    expect(answered).toEqual([6]);
+    // As many as it may hold: given whole, as before.
+    const exact = await totalsPage(meter, { filter, maxWholeTotals: whole.totals.length });
+    expect(exact.totals).toEqual(whole.totals);
+    expect(exact.sums).toEqual(usageSums(whole.totals));
+  });
+
   it("reads the sums again for a token whose sums it did not seal, and refuses a token's day that is no day", async () => {
     const filter: UsageQuery = { byAddress: true };
     const sums = usageSums((await store.meter.query(filter)).totals);

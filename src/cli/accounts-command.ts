@@ -181,7 +181,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         const limit = wholeNumber("limit", values.limit);
         if (limit === 0) throw new AccountAdminError("--limit must be 1 or more");
         // The AdminService's listing (ListAccounts): the store filters; --limit takes the first page of that many.
-        const page = await admin.page({ query: values.query, status: values.status, pageSize: limit ?? 0 });
+        const page = await admin.page({ query: values.query, status: values.status, pageSize: limit ?? 0, maxWhole: Infinity });
         const accounts = page.accounts.map(describeAccount);
         if (values.json) console.log(JSON.stringify(accounts));
         else for (const a of accounts) console.log(`${a.key}  ${a.status.padEnd(7)}  max ${a.max}  balance ${a.balance ?? "-"}  expires ${a.expires}  ${a.name}`);

@@ -4,6 +4,15 @@ import type { Account } from "./accounts.ts";
 /** The most accounts one page holds; a larger page size is taken as this (AIP-158). */
 export const maxAccountPageSize = 1000;
 
+/**
+ * The most accounts a listing asked whole (page size 0) may hold; past it
+ * the listing is refused, saying to ask a page at a time, rather than made:
+ * 100,000 accounts whole were a 16.6 MB answer, and three of them one after
+ * another took the gateway from 154 MB resident to 798 MB, past its memory
+ * budget (512 MB).
+ */
+export const maxWholeAccounts = 10_000;
+
 /** Which accounts to list, and which page of them. */
 export interface AccountPageRequest {
   /** Part of the key or the name, in any case; empty: every account. */
@@ -14,6 +23,8 @@ export interface AccountPageRequest {
   readonly pageSize?: number | undefined;
   /** The `nextPageToken` of the page before, asked with the same query and status; empty: the first page. */
   readonly pageToken?: string | undefined;
+  /** Asked whole, the most accounts the listing may hold (`maxWholeAccounts`; the CLI, in a process of its own, takes every one). */
+  readonly maxWhole?: number | undefined;
 }
 
 export interface AccountPage {
@@ -27,6 +38,11 @@ export interface AccountPage {
 /** A page size or token the request cannot use (an RPC's `invalid_argument`). */
 export class AccountPageError extends Error {
   override name = "AccountPageError";
+}
+
+/** A listing asked whole that holds more accounts than one answer may (`maxWholeAccounts`): `resource_exhausted`. */
+export class AccountListingTooLarge extends AccountPageError {
+  override name = "AccountListingTooLarge";
 }
 
 /** Where a page ended: the last account's place in the list's order (made, then key), and the filter it was listed under. */
@@ -68,8 +84,12 @@ export async function accountPage(listing: AccountStore["listing"], request: Acc
     throw new AccountPageError("the page token was given for another query or status; ask the first page again");
   }
   const take = size === 0 ? 0 : Math.min(size, maxAccountPageSize);
-  // One more than the page, to know whether another follows.
-  const { accounts, total } = await listing({ text, status, after: cursor, limit: take === 0 ? 0 : take + 1 });
+  const whole = request.maxWhole ?? maxWholeAccounts;
+  // One more than the page, to know whether another follows; asked whole, one more than it may hold, to know.
+  const { accounts, total } = await listing({ text, status, after: cursor, limit: take === 0 ? (whole === Infinity ? 0 : whole + 1) : take + 1 });
+  if (take === 0 && accounts.length > whole) {
+    throw new AccountListingTooLarge(`${total} accounts match, more than one answer may hold (${whole}): ask for them a page at a time (page_size, at most ${maxAccountPageSize}), or narrow the query`);
+  }
   const more = take > 0 && accounts.length > take;
   const page = more ? accounts.slice(0, take) : accounts;
   const last = page.at(-1);

@@ -18,8 +18,8 @@ import type { Args, Operation } from "./operation.ts";
 import { createRequestIdGenerator } from "./request-id.ts";
 import { OwnReads } from "./own-reads.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
-import { balanceAccounting, type Admission, type BalanceAccounting, type Meter, type Transport, type UsageQuery, type UsageReport, type UsageSummary } from "./meter.ts";
-import { callPage, followCalls, type CallPage, type FeedPage } from "./usage-pages.ts";
+import { balanceAccounting, type Admission, type BalanceAccounting, type Meter, type Transport, type UsageQuery, type UsageSummary } from "./meter.ts";
+import { callPage, followCalls, totalsPage, type CallPage, type FeedPage, type TotalsPage } from "./usage-pages.ts";
 import type { Micros } from "./money.ts";
 import type { OperatorSwitches } from "./operator-switches.ts";
 import type { EntryMemo } from "./response-cache.ts";
@@ -460,9 +460,13 @@ export class Gateway {
     return (await this.ports.alerts?.recent(account.key, limit)) ?? [];
   }
 
-  /** The ledger's totals of a caller's own calls (the AccountService): narrowed to its account whatever else is asked, and no rows. */
-  ownUsage(account: Account, query: Pick<UsageQuery, "from" | "to" | "operation" | "byAddress">): Promise<UsageReport> {
-    return this.ports.meter.query({ from: query.from, to: query.to, operation: query.operation, byAddress: query.byAddress, account: account.key });
+  /**
+   * The ledger's totals of a caller's own calls (the AccountService), whole
+   * or a page at a time (usage-pages.ts): narrowed to its account whatever
+   * else is asked, and no rows.
+   */
+  ownUsage(account: Account, query: Pick<UsageQuery, "from" | "to" | "operation" | "byAddress">, page: { readonly pageSize: number; readonly pageToken: string }): Promise<TotalsPage> {
+    return totalsPage(this.ports.meter, { filter: { from: query.from, to: query.to, operation: query.operation, byAddress: query.byAddress, account: account.key }, ...page });
   }
 
   /** A caller's own balance accounted for (the AccountService), read from the store as one moment left it. */

@@ -21,6 +21,8 @@ export interface UsagePageRequest {
   readonly pageSize?: number | undefined;
   /** The `nextPageToken` of the page before, asked with the same filter; empty: the first page. */
   readonly pageToken?: string | undefined;
+  /** For a report asked whole, the most totals it may hold (`maxWholeTotals`; tests ask fewer). */
+  readonly maxWholeTotals?: number | undefined;
 }
 
 export interface CallPage {
@@ -34,12 +36,15 @@ export interface CallPage {
  * A page size or token the request cannot use: an RPC's `invalid_argument`;
  * for a team, a token is the spec's 4015 (wrong page token), a size a 4003.
  * "folded": a follower's cursor that calls after it were folded past
- * retention since (`followCalls`): `out_of_range`.
+ * retention since (`followCalls`): `out_of_range`. "large": a report asked
+ * whole that holds more totals than one answer may (`maxWholeTotals`):
+ * `resource_exhausted`, as gRPC's own answer too large to send; for a team,
+ * a 4003.
  */
 export class UsagePageError extends Error {
   override name = "UsagePageError";
-  readonly of: "size" | "token" | "folded";
-  constructor(of: "size" | "token" | "folded", message: string) {
+  readonly of: "size" | "token" | "folded" | "large";
+  constructor(of: "size" | "token" | "folded" | "large", message: string) {
     super(message);
     this.of = of;
   }
@@ -128,6 +133,17 @@ function placeFrom<P>(token: string, digest: string, valid: (fields: unknown[]) 
 /** The most totals one page holds; a larger page size is taken as this (AIP-158). */
 export const maxTotalsPageSize = 10_000;
 
+/**
+ * The most totals a report asked whole (no page size) may hold; past it the
+ * report is refused, saying to ask a page at a time, rather than made.
+ * Made whole, a report is held in several forms at once while it is
+ * written out (the store's answer, the messages, the JSON): a month by
+ * address over a million calls, a million totals, took the gateway past its
+ * heap limit (512 MB) and down with every call in flight; five days of it,
+ * 166,000 totals and 27 MB of JSON, took it to 593 MB resident.
+ */
+export const maxWholeTotals = 50_000;
+
 /** A usage report a page of totals at a time; its sums are over every total of the query. */
 export interface TotalsPage extends UsageReport {
   readonly sums: UsageSums;
@@ -193,7 +209,14 @@ export async function totalsPage(meter: Pick<Meter, "query" | "calls" | "usageSu
   const filter = request.filter;
   if (take === 0) {
     if (request.pageToken) throw new UsagePageError("token", "a page token goes with a page size; ask the first page again with one");
-    const report = await meter.query(filter);
+    // One more than it may hold, to know: a report that large is never made whole.
+    const report = await meter.query({ ...filter, totalsLimit: (request.maxWholeTotals ?? maxWholeTotals) + 1 });
+    if (report.totals.length > (request.maxWholeTotals ?? maxWholeTotals)) {
+      throw new UsagePageError(
+        "large",
+        `this report holds more than ${request.maxWholeTotals ?? maxWholeTotals} totals, more than one answer may: ask for it a page at a time (page_size, at most ${maxTotalsPageSize}), or narrow it (fewer days, one account${filter.byAddress ? ", without by_address" : ""})`,
+      );
+    }
     return { ...report, sums: usageSums(report.totals), nextPageToken: "" };
   }
   const digest = filterDigest(filter, "totals");

@@ -3,14 +3,14 @@ import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { Gateway } from "../../core/gateway.ts";
 import { formatRate } from "../../core/call-rate.ts";
-import { usageSums, type UsageTotal } from "../../core/meter.ts";
+import type { UsageTotal } from "../../core/meter.ts";
 import { formatMoney } from "../../core/money.ts";
 import { keptUntil } from "../../core/secret-grace.ts";
 import { alertData, shownAlertUrl } from "../../core/alerts.ts";
 import { alertFields, alertLineFields } from "./alert-fields.ts";
 import { operations as allOperations } from "../../operations/index.ts";
 import { balanceChangeFields, callFields, usageTotalFields } from "./usage-fields.ts";
-import { UsagePageError } from "../../core/usage-pages.ts";
+import { UsagePageError, type TotalsPage } from "../../core/usage-pages.ts";
 import { fourDigits } from "../../contract/error-codes.ts";
 import {
   AccountService,
@@ -173,16 +173,25 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
         if (req.to !== "") params.to = req.to;
         if (req.operation !== "") params.operation = req.operation;
         if (req.byAddress) params.by_address = "true";
+        if (req.pageSize !== 0) params.page_size = String(req.pageSize);
+        if (req.pageToken !== "") params.page_token = req.pageToken;
         const who = await caller(ctx, params);
         const a = who.account;
         // What cannot be asked is a 4003 with its status block, as a catalogue call's argument out of form.
         const refuse = (reason: string) =>
           statusError(gateway.ownRefusal(ErrorCode.PARAM_ERROR, reason, who, ctx.values.get(clientIpKey)), { transport: who.transport });
         checkUsageFilter(req, refuse);
-        const report = await gateway.ownUsage(a, { from: req.from || undefined, to: req.to || undefined, operation: req.operation || undefined, byAddress: req.byAddress });
+        let report: TotalsPage;
+        try {
+          report = await gateway.ownUsage(a, { from: req.from || undefined, to: req.to || undefined, operation: req.operation || undefined, byAddress: req.byAddress }, { pageSize: req.pageSize, pageToken: req.pageToken });
+        } catch (e) {
+          // A token out of place is the spec's own 4015 (wrong page token); a size, or a report too large to give whole, a 4003.
+          if (e instanceof UsagePageError) throw e.of === "token" ? statusError(gateway.ownRefusal(ErrorCode.WRONG_PAGE_TOKEN, e.message, who, ctx.values.get(clientIpKey)), { transport: who.transport }) : refuse(e.message);
+          throw e;
+        }
         // What the operator's calls to its provider were is the operator's, not the team's.
-        const { upstreamRequests: _operators, ...sums } = usageSums(report.totals);
-        return create(QueryMyUsageResponseSchema, { totals: report.totals.map(totalMessage), ...sums, amount: formatMoney(sums.amount) });
+        const { upstreamRequests: _operators, ...sums } = report.sums;
+        return create(QueryMyUsageResponseSchema, { totals: report.totals.map(totalMessage), ...sums, amount: formatMoney(sums.amount), nextPageToken: report.nextPageToken });
       },
     });
 }

@@ -5,7 +5,7 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import type { OperationId } from "../../contract/operations.ts";
 import { balanceChangeFields, callFields, usageTotalFields } from "./usage-fields.ts";
 import { AccountAdminError, AccountExistsError, AccountNotFoundError, usageAddress, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
-import { AccountPageError } from "../../core/account-pages.ts";
+import { AccountListingTooLarge, AccountPageError } from "../../core/account-pages.ts";
 import { callPage, followCalls, UsagePageError, totalsPage } from "../../core/usage-pages.ts";
 import { CommitBell } from "../../core/commit-bell.ts";
 import type { Account } from "../../core/accounts.ts";
@@ -181,6 +181,7 @@ function adminError(e: unknown): never {
   if (e instanceof AccountNotFoundError) throw new ConnectError(e.message, Code.NotFound);
   if (e instanceof AccountExistsError) throw new ConnectError(e.message, Code.AlreadyExists);
   if (e instanceof UsagePageError && e.of === "folded") throw new ConnectError(e.message, Code.OutOfRange);
+  if ((e instanceof UsagePageError && e.of === "large") || e instanceof AccountListingTooLarge) throw new ConnectError(e.message, Code.ResourceExhausted);
   if (e instanceof AccountAdminError || e instanceof MoneyError || e instanceof AccountPageError || e instanceof UsagePageError) throw new ConnectError(e.message, Code.InvalidArgument);
   throw e;
 }

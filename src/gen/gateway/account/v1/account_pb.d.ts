@@ -342,6 +342,23 @@ export declare type QueryMyUsageRequest = Message<"gateway.account.v1.QueryMyUsa
    * @generated from field: bool by_address = 4;
    */
   byAddress: boolean;
+
+  /**
+   * Totals a page, at most 10000 (more is taken as 10000); 0: every total at once, up to 50000 (a report
+   * with more is refused, 4003, saying to ask a page at a time). With a page size the totals come a page
+   * at a time (AIP-158), in their order: ask again with `next_page_token` and the same filters.
+   *
+   * @generated from field: int32 page_size = 5;
+   */
+  pageSize: number;
+
+  /**
+   * The `next_page_token` of the page before; empty: the first page. One given for other filters, or not
+   * by this gateway, is 4015.
+   *
+   * @generated from field: string page_token = 6;
+   */
+  pageToken: string;
 };
 
 /**
@@ -743,7 +760,7 @@ export declare type QueryMyUsageResponse = Message<"gateway.account.v1.QueryMyUs
   totals: UsageTotal[];
 
   /**
-   * Sums over the totals.
+   * Sums over the totals: with a page size, over every page's, as the first page read them.
    *
    * @generated from field: int64 calls = 2;
    */
@@ -763,6 +780,13 @@ export declare type QueryMyUsageResponse = Message<"gateway.account.v1.QueryMyUs
    * @generated from field: int64 cache_hits = 5;
    */
   cacheHits: bigint;
+
+  /**
+   * What to ask with for the next page of totals; empty on the last, and without a page size.
+   *
+   * @generated from field: string next_page_token = 6;
+   */
+  nextPageToken: string;
 };
 
 /**
