@@ -575,4 +575,44 @@ describe("the console", () => {
     await page.screenshot({ path: join(shots, "9-phone-usage.png"), fullPage: true });
     await page.close();
   });
+
+  it("shows a range with too many totals by address to give at once: its figures, charts and totals whole, and says how to see who called", async () => {
+    const { key } = await gw.newAccount({ name: "many-addresses-team" });
+    // 50,001 calls of the account today, each from an address of its own: one total by address more than a report
+    // asked whole may hold, so the gateway refuses that report, and the console asks again without addresses.
+    const { DatabaseSync } = await import("node:sqlite");
+    const db = new DatabaseSync(join(gw.config.dataDir, "gateway.db"));
+    db.exec("PRAGMA busy_timeout = 5000");
+    const today = new Date().toISOString().slice(0, 10);
+    const insert = db.prepare(
+      "INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip) VALUES (?, ?, ?, ?, 'retail/item_get', 0, 'charged', 0, 0, 300, 'legacy', ?)",
+    );
+    const t0 = Date.now() - 3_600_000;
+    db.exec("BEGIN IMMEDIATE");
+    for (let i = 0; i < 50_001; i++) insert.run(`gw-8.${(0x6c000000 + i).toString(16)}`, t0 + i, today, key, `10.3.${i >> 8}.${i & 255}`);
+    db.exec("COMMIT");
+    db.close();
+    const { page } = await signedIn();
+    await page.getByRole("link", { name: "Usage" }).click();
+    await page.getByRole("heading", { name: "Usage" }).waitFor();
+    // The chooser offers a page of accounts (this file has made more): the account is found by name.
+    await page.getByLabel("Find by name or key").fill("many-addresses-team");
+    await expect.poll(() => page.getByLabel("Account", { exact: true }).locator("option").count()).toBe(2);
+    await page.getByLabel("Account", { exact: true }).selectOption(key);
+    await page.getByRole("button", { name: "Show usage" }).click();
+    await expect.poll(() => page.getByTestId("figure-calls").textContent(), { timeout: 20_000 }).toBe("50001");
+    expect(await page.getByTestId("too-many-addresses").textContent()).toContain("Choose an account, fewer days or an address");
+    expect(await page.getByRole("table", { name: "Calls by address" }).count()).toBe(0);
+    const totals = page.getByRole("table", { name: "Totals by day, account, operation and code" });
+    expect(await totals.locator("tbody tr").count()).toBe(1);
+    expect(await totals.locator("tbody tr td").allTextContents()).toEqual([today, key, "retail/item_get", "0000", "charged", "(any)", "50001", "0", "0", "0"]);
+    expect(await page.getByRole("alert").count()).toBe(0);
+    await page.screenshot({ path: join(shots, "7c-usage-too-many-addresses.png"), fullPage: true });
+    // One address of them: listed by address again.
+    await page.getByLabel("From address").fill("10.3.0.7");
+    await page.getByRole("button", { name: "Show usage" }).click();
+    await expect.poll(() => page.getByTestId("figure-calls").textContent()).toBe("1");
+    expect(await page.getByRole("table", { name: "Calls by address" }).locator("tbody tr td").first().textContent()).toBe("10.3.0.7");
+    await page.close();
+  });
 });

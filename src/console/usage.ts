@@ -6,6 +6,7 @@ import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import type { ListCallsResponse, QueryUsageResponse, UsageRow } from "../gen/gateway/admin/v1/admin_pb.js";
 import { Charge } from "../gen/gateway/catalogue/v1/status_pb.js";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { fourDigits, inWords, isUnauthenticated } from "./api.ts";
 import { field, h, notice } from "./dom.ts";
 import type { Shell } from "./main.ts";
@@ -169,9 +170,17 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
     // One call asked for by its id is found whatever its day.
     const one = requestId.value.trim() !== "";
     const filter = { account: account.value, from: one ? "" : from.value, to: one ? "" : to.value, clientIp: address.value.trim(), requestId: requestId.value.trim() };
+    // Per address where the range allows: a range with more totals by address than one answer may hold is refused
+    // (resource_exhausted), and read again without addresses, so its figures and charts still show.
+    let perAddress = true;
+    const totals = shell.client.queryUsage({ ...filter, byAddress: true }).catch((err: unknown) => {
+      if (ConnectError.from(err).code !== Code.ResourceExhausted) throw err;
+      perAddress = false;
+      return shell.client.queryUsage({ ...filter, byAddress: false });
+    });
     try {
       // The totals, and the first page of the calls (ListCalls), from which "Older calls" reads on.
-      [report, latest] = await Promise.all([shell.client.queryUsage({ ...filter, byAddress: true }), shell.client.listCalls({ ...filter, pageSize: callsPage })]);
+      [report, latest] = await Promise.all([totals, shell.client.listCalls({ ...filter, pageSize: callsPage })]);
     } catch (err) {
       if (reading !== asked) return;
       if (isUnauthenticated(err)) return shell.signedOut(inWords(err));
@@ -219,16 +228,22 @@ export async function usageView(main: HTMLElement, shell: Shell, preset: { accou
         chart("Amount spent per day", days, amount, "amount"),
         chart("Cache-hit share per day", days, share, "%"),
       ),
+      perAddress
+        ? table(
+            "Calls by address",
+            ["Address", "Calls", "Charged calls", "Accounts"],
+            addresses.map(([ip, a]) => [ip === "" ? "(not kept)" : ip, String(a.calls), String(a.charged), a.accounts.size === 0 ? "(none)" : [...a.accounts].sort().join(", ")]),
+            [1, 2],
+          )
+        : h(
+            "p",
+            { class: "notice ok", role: "status", "data-testid": "too-many-addresses" },
+            "This range has too many totals by address to list them in one answer: the figures and charts above are whole, and the totals below are without addresses. Choose an account, fewer days or an address to see who called.",
+          ),
       table(
-        "Calls by address",
-        ["Address", "Calls", "Charged calls", "Accounts"],
-        addresses.map(([ip, a]) => [ip === "" ? "(not kept)" : ip, String(a.calls), String(a.charged), a.accounts.size === 0 ? "(none)" : [...a.accounts].sort().join(", ")]),
-        [1, 2],
-      ),
-      table(
-        "Totals by day, account, operation, code and address",
+        perAddress ? "Totals by day, account, operation, code and address" : "Totals by day, account, operation and code",
         ["Day", "Account", "Operation", "Code", "Charge", "Address", "Calls", "Cache hits", "Upstream requests", "Amount"],
-        report.totals.map((t) => [t.day, t.account || "(none)", t.operation || "(none)", fourDigits(t.errorCode), chargeNames[t.charge] ?? "", t.clientIp || "(not kept)", String(t.calls), String(t.cacheHits), String(t.upstreamRequests), t.amount]),
+        report.totals.map((t) => [t.day, t.account || "(none)", t.operation || "(none)", fourDigits(t.errorCode), chargeNames[t.charge] ?? "", perAddress ? t.clientIp || "(not kept)" : "(any)", String(t.calls), String(t.cacheHits), String(t.upstreamRequests), t.amount]),
         [6, 7, 8, 9],
         download(
           "Download the totals (CSV)",
