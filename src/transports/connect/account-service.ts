@@ -61,6 +61,10 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
     if (who.kind === "refused") throw statusError(who.status, { unauthenticated: who.unauthenticated, refusedBy: who.refusedBy, transport });
     return { ...who, transport };
   };
+  type Caller = Awaited<ReturnType<typeof caller>>;
+  /** What a team is told for a page it cannot be given: a token or cursor out of place is the spec's own 4015 (wrong page token), anything else a 4003. */
+  const pageRefusal = (e: UsagePageError, who: Caller, ctx: HandlerContext) =>
+    statusError(gateway.ownRefusal(e.of === "token" ? ErrorCode.WRONG_PAGE_TOKEN : ErrorCode.PARAM_ERROR, e.of === "folded" ? foldedForTeam : e.message, who, ctx.values.get(clientIpKey)), { transport: who.transport });
 
   return (router) =>
     router.service(AccountService, {
@@ -120,9 +124,7 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
           );
           return create(ListMyCallsResponseSchema, { calls: page.rows.map((r) => create(CallSchema, callFields(r))), nextPageToken: page.nextPageToken });
         } catch (e) {
-          // A token out of place is the spec's own 4015 (wrong page token).
-          if (e instanceof UsagePageError) throw e.of === "token" ? statusError(gateway.ownRefusal(ErrorCode.WRONG_PAGE_TOKEN, e.message, who, ctx.values.get(clientIpKey)), { transport: who.transport }) : refuse(e.message);
-          throw e;
+          throw e instanceof UsagePageError ? pageRefusal(e, who, ctx) : e;
         }
       },
 
@@ -132,15 +134,11 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
         if (req.cursor !== "") params.cursor = req.cursor;
         if (req.pageSize !== 0) params.page_size = String(req.pageSize);
         const who = await caller(ctx, params);
-        const refuse = (code: ErrorCode, reason: string) => statusError(gateway.ownRefusal(code, reason, who, ctx.values.get(clientIpKey)), { transport: who.transport });
         try {
           const page = await gateway.ownFeed(who.account, { cursor: req.cursor, pageSize: req.pageSize });
           return create(FollowMyCallsResponseSchema, { calls: page.rows.map((r) => create(CallSchema, callFields(r))), cursor: page.cursor, caughtUp: page.caughtUp });
         } catch (e) {
-          if (!(e instanceof UsagePageError)) throw e;
-          // A cursor out of place is the spec's own 4015 (wrong page token); one passed over by retention, a 4003 saying what to do.
-          if (e.of === "token") throw refuse(ErrorCode.WRONG_PAGE_TOKEN, e.message);
-          throw refuse(ErrorCode.PARAM_ERROR, e.of === "folded" ? foldedForTeam : e.message);
+          throw e instanceof UsagePageError ? pageRefusal(e, who, ctx) : e;
         }
       },
 
@@ -185,9 +183,7 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
         try {
           report = await gateway.ownUsage(a, { from: req.from || undefined, to: req.to || undefined, operation: req.operation || undefined, byAddress: req.byAddress }, { pageSize: req.pageSize, pageToken: req.pageToken });
         } catch (e) {
-          // A token out of place is the spec's own 4015 (wrong page token); a size, or a report too large to give whole, a 4003.
-          if (e instanceof UsagePageError) throw e.of === "token" ? statusError(gateway.ownRefusal(ErrorCode.WRONG_PAGE_TOKEN, e.message, who, ctx.values.get(clientIpKey)), { transport: who.transport }) : refuse(e.message);
-          throw e;
+          throw e instanceof UsagePageError ? pageRefusal(e, who, ctx) : e;
         }
         // What the operator's calls to its provider were is the operator's, not the team's.
         const { upstreamRequests: _operators, ...sums } = report.sums;
@@ -196,7 +192,7 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
     });
 }
 
-/** A team's cursor that retention passed over: what to do, in the team's own methods. */
+/** A team's cursor that retention passed over (FollowMyCalls): what to do, in the team's own methods. */
 const foldedForTeam =
   "calls after this cursor were folded past retention into per-day totals before they were read; follow again from the start (an empty cursor) and take the days folded from QueryMyUsage's totals";
 
