@@ -59,8 +59,25 @@ function row(account: string, day = "2026-11-20"): LedgerRow {
   };
 }
 
-/** Records rows through the meter's own commit path (a group commit: one or more batches), resolved once durable. */
-const record = (meter: Meter, rows: readonly LedgerRow[]) => Promise.all(rows.map((r) => meter.record(r, undefined)));
+/**
+ * Records rows through the meter's own commit path (a group commit: one or more batches), resolved once durable and,
+ * on the shared store, once no transaction begun before their commit holds them back from followers. PostgreSQL's
+ * transaction ids, and so a snapshot's xmin, are the server's, not one database's: another test file's write (a
+ * CREATE DATABASE) holds this file's rows back for its length, and a follower read meanwhile is caught up without
+ * them. A transaction begun after the commit cannot hold them, so once none is held, none will be.
+ */
+async function record(meter: Meter, rows: readonly LedgerRow[]): Promise<void> {
+  await recordBehind(meter, rows);
+  for (const started = Date.now(); (await meter.feedHeldSince?.()) !== undefined; ) {
+    if (Date.now() - started > 30_000) throw new Error("rows held back from followers for 30 s");
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** Records rows, resolved once durable, held back or not: for rows committed behind a transaction a test holds open. */
+async function recordBehind(meter: Meter, rows: readonly LedgerRow[]): Promise<void> {
+  await Promise.all(rows.map((r) => meter.record(r, undefined)));
+}
 
 /** Follows from `cursor` at `pageSize` until caught up: the ids given, the cursor kept, and the answers it took. */
 async function follow(
@@ -427,7 +444,7 @@ describe("following the ledger across retention, the shared store", () => {
         const slow = row("slow", "2026-03-01");
         await heldOpen(open, slow);
         const late = [row("late", "2026-03-01"), row("late", "2026-03-01"), row("late", "2026-03-01")];
-        await record(meter, late);
+        await recordBehind(meter, late);
         // Only what committed before the open transaction began: the rows after it could still have one before them.
         expect(await meter.expire("2026-03-02")).toBe(2);
         await open.query("COMMIT");
@@ -521,7 +538,7 @@ describe("following the ledger, the shared store", () => {
         const slow = row("slow");
         await heldOpen(open, slow);
         const fast = [row("fast"), row("fast"), row("fast")];
-        await record(meter, fast);
+        await recordBehind(meter, fast);
         // Committed, but behind the open transaction: not given yet, and the cursor does not move past it.
         const held = await followCalls(meter, { cursor: start.cursor, pageSize: 100 });
         expect(held).toEqual({ rows: [], cursor: start.cursor, caughtUp: true });
@@ -549,7 +566,7 @@ describe("following the ledger, the shared store", () => {
         try {
           await heldOpen(open, { ...row("slow"), at: Date.now() });
           const committed = { ...row("fast"), at: Date.now() };
-          await record(runtime.meter, [committed]);
+          await recordBehind(runtime.meter, [committed]);
           await new Promise((r) => setTimeout(r, 1500));
           const held = heldSeconds(await runtime.metrics.scrape());
           expect(held).toBeGreaterThanOrEqual(1.4);
