@@ -382,7 +382,8 @@ describe.each([
       },
     };
     await expect(totalsPage(meter, { filter, maxWholeTotals: 5 })).rejects.toMatchObject({ of: "large", message: expect.stringContaining("more than 5 totals") });
-    expect(answered).toEqual([6]);
+    // Read a window of days at a time, each asked for no more than are still wanted: six in all, not the rest.
+    expect(answered.reduce((n, a) => n + a, 0)).toBe(6);
     // As many as it may hold: given whole, as before.
     const exact = await totalsPage(meter, { filter, maxWholeTotals: whole.totals.length });
     expect(exact.totals).toEqual(whole.totals);

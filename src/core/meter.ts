@@ -191,8 +191,6 @@ export interface UsageQuery {
    * total at once.
    */
   readonly totalsPage?: { readonly after?: TotalPlace | undefined; readonly limit: number; readonly days: { readonly from: string; readonly through: string } } | undefined;
-  /** Without `totalsPage`: at most this many totals, the first in their order (usage-pages.ts reads one more than it allows, to know). */
-  readonly totalsLimit?: number | undefined;
 }
 
 /**

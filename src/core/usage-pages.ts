@@ -1,6 +1,6 @@
 import { createHash, createHmac, randomBytes } from "node:crypto";
 import { nextDay } from "./clock.ts";
-import type { FeedPlace, LedgerPlace, LedgerRow, Meter, TotalPlace, UsageQuery, UsageReport, UsageSums, UsageTotal } from "./meter.ts";
+import type { FeedPlace, LedgerPlace, LedgerRow, Meter, TotalPlace, UsageDays, UsageQuery, UsageReport, UsageSums, UsageTotal } from "./meter.ts";
 import { usageSums } from "./meter.ts";
 
 // The usage ledger a page at a time (AIP-158): its calls (`callPage`) and its
@@ -140,7 +140,9 @@ export const maxTotalsPageSize = 10_000;
  * written out (the store's answer, the messages, the JSON): a month by
  * address over a million calls, a million totals, took the gateway past its
  * heap limit (512 MB) and down with every call in flight; five days of it,
- * 166,000 totals and 27 MB of JSON, took it to 593 MB resident.
+ * 166,000 totals and 27 MB of JSON, took it to 593 MB resident. Read as
+ * the pages are, a window of days at a time, it is refused once one total
+ * more is read (the month: 0.34-0.49 s, against 2.3 s grouped whole first).
  */
 export const maxWholeTotals = 50_000;
 
@@ -209,15 +211,18 @@ export async function totalsPage(meter: Pick<Meter, "query" | "calls" | "usageSu
   const filter = request.filter;
   if (take === 0) {
     if (request.pageToken) throw new UsagePageError("token", "a page token goes with a page size; ask the first page again with one");
-    // One more than it may hold, to know: a report that large is never made whole.
-    const report = await meter.query({ ...filter, totalsLimit: (request.maxWholeTotals ?? maxWholeTotals) + 1 });
-    if (report.totals.length > (request.maxWholeTotals ?? maxWholeTotals)) {
+    // Read as the pages are, a window of days at a time, up to one more total than a whole report may hold: a report
+    // that large is refused once that many are read, never made whole.
+    const most = request.maxWholeTotals ?? maxWholeTotals;
+    const [days, rows] = await Promise.all([meter.usageDays(filter), filter.rows ? meter.calls(filter, undefined, filter.rows) : []]);
+    const totals = await totalsFrom(meter, filter, days, undefined, most + 1);
+    if (totals.length > most) {
       throw new UsagePageError(
         "large",
-        `this report holds more than ${request.maxWholeTotals ?? maxWholeTotals} totals, more than one answer may: ask for it a page at a time (page_size, at most ${maxTotalsPageSize}), or narrow it (fewer days, one account${filter.byAddress ? ", without by_address" : ""})`,
+        `this report holds more than ${most} totals, more than one answer may: ask for it a page at a time (page_size, at most ${maxTotalsPageSize}), or narrow it (fewer days, one account${filter.byAddress ? ", without by_address" : ""})`,
       );
     }
-    return { ...report, sums: usageSums(report.totals), nextPageToken: "" };
+    return { totals, rows, sums: usageSums(totals), nextPageToken: "" };
   }
   const digest = filterDigest(filter, "totals");
   const token = request.pageToken ? totalsToken(request.pageToken, digest) : undefined;
@@ -227,18 +232,8 @@ export async function totalsPage(meter: Pick<Meter, "query" | "calls" | "usageSu
     meter.usageDays(filter),
     after === undefined && filter.rows ? meter.calls(filter, undefined, filter.rows) : [],
   ]);
-  const totals: UsageTotal[] = [];
-  if (days !== undefined) {
-    // One more than the page, to know whether another follows.
-    let from = after !== undefined && after.day > days.first ? after.day : days.first;
-    for (let width = 1; from <= days.last && totals.length <= take; width *= 2) {
-      let through = from;
-      for (let i = 1; i < width && through < days.last; i++) through = nextDay(through);
-      const report = await meter.query({ ...filter, rows: 0, totalsPage: { after, limit: take + 1 - totals.length, days: { from, through } } });
-      totals.push(...report.totals);
-      from = nextDay(through);
-    }
-  }
+  // One more than the page, to know whether another follows.
+  const totals = await totalsFrom(meter, filter, days, after, take + 1);
   const more = totals.length > take;
   const page = more ? totals.slice(0, take) : totals;
   const last = page.at(-1);
@@ -249,6 +244,25 @@ export async function totalsPage(meter: Pick<Meter, "query" | "calls" | "usageSu
     nextPageToken = encode([...place, ...values, sumsSeal(digest, place, values)], digest);
   }
   return { totals: page, rows, sums, nextPageToken };
+}
+
+/**
+ * At most `limit` totals of `filter` in their order, from just past `after`,
+ * read a window of days at a time from there (one day, two, four...) within
+ * `days`, so what is read is the days the totals are on, not the range.
+ */
+async function totalsFrom(meter: Pick<Meter, "query">, filter: UsageQuery, days: UsageDays | undefined, after: TotalPlace | undefined, limit: number): Promise<UsageTotal[]> {
+  const totals: UsageTotal[] = [];
+  if (days === undefined) return totals;
+  let from = after !== undefined && after.day > days.first ? after.day : days.first;
+  for (let width = 1; from <= days.last && totals.length < limit; width *= 2) {
+    let through = from;
+    for (let i = 1; i < width && through < days.last; i++) through = nextDay(through);
+    const report = await meter.query({ ...filter, rows: 0, totalsPage: { after, limit: limit - totals.length, days: { from, through } } });
+    totals.push(...report.totals);
+    from = nextDay(through);
+  }
+  return totals;
 }
 
 /** What a follower of the ledger is given (`followCalls`). */

@@ -558,7 +558,7 @@ export class SqliteMeter implements Meter {
     // before ended (in the totals' order).
     const answers = await reader.read([
       page === undefined
-        ? { sql: `${grouped} ${order}${q.totalsLimit === undefined ? "" : " LIMIT :tLimit"}`, params: q.totalsLimit === undefined ? params : { ...params, tLimit: Math.max(0, Math.floor(q.totalsLimit)) }, bigints: true }
+        ? { sql: `${grouped} ${order}`, params, bigints: true }
         : {
             sql: `SELECT * FROM (${grouped}) ${after === undefined ? "" : "WHERE (day, account, operation, error_code, charge, client_ip) > (:pDay, :pAccount, :pOperation, :pCode, :pCharge, :pIp)"} ${order} LIMIT :pLimit`,
             params: {

@@ -462,7 +462,7 @@ export class PostgresMeter implements Meter {
         FROM (${parts.join(" UNION ALL ")}) t GROUP BY account, day, operation, error_code, charge, client_ip`;
     const totals = await this.pool.query<Record<string, string>>(
       page === undefined
-        ? `${grouped} ${order}${q.totalsLimit === undefined ? "" : ` LIMIT ${Math.max(0, Math.floor(q.totalsLimit))}`}`
+        ? `${grouped} ${order}`
         : `SELECT * FROM (${grouped}) g ${after === undefined ? "" : `WHERE (day, account, operation, error_code, charge, client_ip COLLATE "C") > (${[1, 2, 3, 4, 5, 6].map(at).join(", ")})`} ${order} LIMIT ${Math.max(0, Math.floor(page.limit))}`,
       pageParams,
     );
