@@ -714,7 +714,8 @@ export declare const CreateAccountResponseSchema: GenMessage<CreateAccountRespon
  */
 export declare type ListAccountsRequest = Message<"gateway.admin.v1.ListAccountsRequest"> & {
   /**
-   * Accounts a page, at most 1000 (more is taken as 1000); 0: every matching account.
+   * Accounts a page, at most 1000 (more is taken as 1000); 0: every matching account, up to 10000 (more is
+   * refused, resource_exhausted, saying how many match: ask a page at a time).
    *
    * @generated from field: int32 page_size = 1;
    */
@@ -1322,7 +1323,8 @@ export declare type QueryUsageRequest = Message<"gateway.admin.v1.QueryUsageRequ
   requestId: string;
 
   /**
-   * Totals a page, at most 10000 (more is taken as 10000); 0: every total at once. With a page size the
+   * Totals a page, at most 10000 (more is taken as 10000); 0: every total at once, up to 50000 (a report
+   * with more is refused, resource_exhausted: ask a page at a time, or narrow it). With a page size the
    * totals come a page at a time (AIP-158), in their order: ask again with `next_page_token` and the same
    * filters. A page reads the days it lists, not the whole range. The sums are over every total of the
    * query: read with the first page and the same on every page after it (its token carries them, sealed;
