@@ -28,7 +28,7 @@ import type { Telemetry } from "./core/telemetry.ts";
 import { SqliteAccountStore } from "./stores/embedded/account-store.ts";
 import { ChangeWatch } from "./stores/embedded/change-watch.ts";
 import { EmbeddedCatalogue } from "./stores/embedded/catalogue-store.ts";
-import { migrations as embeddedSteps, openDatabase } from "./stores/embedded/sqlite-database.ts";
+import { migrations as embeddedSteps, openDatabase, schemaStep } from "./stores/embedded/sqlite-database.ts";
 import { WalCheckpointer } from "./stores/embedded/wal-checkpointer.ts";
 import { InThreadReader, ThreadReader } from "./stores/embedded/sql-reader.ts";
 import { SqliteMeter } from "./stores/embedded/meter.ts";
@@ -190,7 +190,7 @@ function warnIfNewer(log: RuntimeLog | undefined, store: string, found: number, 
 
 function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | undefined, telemetry: Telemetry, commits: CommitBell): Stores {
   const db = openDatabase(databasePath(config), { maxBytes: config.storeMaxBytes });
-  warnIfNewer(log, "embedded", Number((db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version), embeddedSteps.length);
+  warnIfNewer(log, "embedded", schemaStep(db), embeddedSteps.length);
   const watch = new ChangeWatch(db);
   // Reports (usage totals, account listings) on a thread of their own, started by the first: on the serving
   // connection, one over a large ledger stopped every call until it was done (sql-reader.ts).

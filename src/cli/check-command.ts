@@ -5,7 +5,7 @@ import { DatabaseSync } from "node:sqlite";
 import { parseArgs } from "node:util";
 import { cacheBound, type GatewayConfig } from "../config.ts";
 import { databasePath, sharedMode } from "../runtime.ts";
-import { migrations as embeddedSteps } from "../stores/embedded/sqlite-database.ts";
+import { migrations as embeddedSteps, schemaStep } from "../stores/embedded/sqlite-database.ts";
 import { storeSpace } from "../stores/embedded/store-space.ts";
 import { migrations as sharedSteps, openPostgres } from "../stores/postgres/postgres-database.ts";
 import { probeRedis } from "../stores/redis/redis-client.ts";
@@ -159,7 +159,7 @@ export function embeddedFindings(config: GatewayConfig): Finding[] {
   let db: DatabaseSync | undefined;
   try {
     db = new DatabaseSync(path, { readOnly: true });
-    const found = Number((db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version);
+    const found = schemaStep(db);
     const findings = [schemaFinding("store", `embedded: ${path}`, found, embeddedSteps.length, lockHolder(config.dataDir))];
     // Counts read tables that every step since named admins (11) has.
     if (found >= 11) {

@@ -1,7 +1,7 @@
 import { closeSync, copyFileSync, existsSync, fsyncSync, openSync, renameSync, rmSync, statSync } from "node:fs";
 import { dirname } from "node:path";
 import { DatabaseSync } from "node:sqlite";
-import { migrations } from "./sqlite-database.ts";
+import { migrations, schemaStep } from "./sqlite-database.ts";
 
 /** A backup or restore that was refused before anything changed. */
 export class BackupRefusedError extends Error {}
@@ -42,7 +42,7 @@ export function inspectStore(path: string): StoreSummary {
       throw new BackupRefusedError(`${path} is not a gateway store (${(e as Error).message})`);
     }
     if (problems.length !== 1 || problems[0] !== "ok") throw new BackupRefusedError(`${path} fails SQLite's integrity check: ${problems.slice(0, 3).join("; ")}`);
-    const schemaStep = Number((db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version);
+    const step = schemaStep(db);
     const count = (table: string) => {
       try {
         return Number((db.prepare(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n);
@@ -50,7 +50,7 @@ export function inspectStore(path: string): StoreSummary {
         throw new BackupRefusedError(`${path} is not a gateway store (it has no ${table} table)`);
       }
     };
-    return { bytes: statSync(path).size, schemaStep, accounts: count("accounts"), ledgerRows: count("ledger"), catalogueRecords: count("catalogue_records") };
+    return { bytes: statSync(path).size, schemaStep: step, accounts: count("accounts"), ledgerRows: count("ledger"), catalogueRecords: count("catalogue_records") };
   } finally {
     db.close();
   }

@@ -3,7 +3,7 @@ import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
 import { BalanceReferenceConflict, type Admission, type BalanceChange, type BalanceRecord, type FeedPlace, type LedgerPlace, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageQuery, type UsageDays, type UsageReport, type UsageSums, type UsageSummary } from "../../core/meter.ts";
-import { statfsSync } from "node:fs";
+import { freeBytes } from "./store-space.ts";
 import { errorCodeInfo } from "../../contract/error-codes.ts";
 import { previousDay } from "../../core/clock.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
@@ -227,13 +227,9 @@ export class SqliteMeter implements Meter {
     const { dataDir, minFreeBytes } = this.options;
     if (dataDir === undefined || minFreeBytes <= 0) return false;
     if (now - this.space.checkedAt >= 1000 || now < this.space.checkedAt) {
-      let low = false;
-      try {
-        const fs = statfsSync(dataDir);
-        low = fs.bavail * fs.bsize < minFreeBytes;
-      } catch {
-        low = false; // a directory that cannot be measured is left to the commits to report
-      }
+      // A directory that cannot be measured is left to the commits to report.
+      const free = freeBytes(dataDir);
+      const low = free !== undefined && free < minFreeBytes;
       if (low !== this.space.low) this.options.onHealth(low ? this.lowSpaceReason() : undefined);
       this.space = { checkedAt: now, low };
     }

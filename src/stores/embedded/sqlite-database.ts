@@ -318,6 +318,11 @@ export interface DatabaseOptions {
  * reads. With WAL, a committed transaction survives the process being
  * killed; synchronous=NORMAL trades only power-loss durability for speed.
  */
+/** The schema step a store is at (`PRAGMA user_version`): how many of `migrations` it has had. */
+export function schemaStep(db: DatabaseSync): number {
+  return Number((db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version);
+}
+
 export function openDatabase(path: string, options: DatabaseOptions = {}): DatabaseSync {
   if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
   const db = new DatabaseSync(path);
@@ -325,12 +330,11 @@ export function openDatabase(path: string, options: DatabaseOptions = {}): Datab
   db.exec("PRAGMA synchronous = NORMAL");
   db.exec("PRAGMA busy_timeout = 5000");
   db.exec(`PRAGMA wal_autocheckpoint = ${walCheckpointPages}`);
-  const userVersion = () => Number((db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version);
-  while (userVersion() < migrations.length) {
+  while (schemaStep(db) < migrations.length) {
     // The version is read again inside the write lock: the server and the CLI may open the store at once.
     db.exec("BEGIN IMMEDIATE");
     try {
-      const v = userVersion();
+      const v = schemaStep(db);
       // A store from before versioning already has step 1's tables; IF NOT EXISTS covers it.
       if (v < migrations.length) {
         db.exec(migrations[v]!);

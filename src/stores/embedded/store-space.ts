@@ -21,19 +21,22 @@ const sizeOf = (path: string) => {
   }
 };
 
+/** Free space on the file system of `dir`, as an unprivileged process may use it; undefined when it cannot be measured. */
+export function freeBytes(dir: string): number | undefined {
+  try {
+    const fs = statfsSync(dir);
+    return fs.bavail * fs.bsize;
+  } catch {
+    return undefined;
+  }
+}
+
 /** The measures of the store at `dbPath` in `dataDir`. */
 export function storeMeasures(dbPath: string, dataDir: string): StoreMeasures {
   return {
     bytes: () => sizeOf(dbPath),
     walBytes: () => sizeOf(`${dbPath}-wal`),
-    freeBytes: () => {
-      try {
-        const fs = statfsSync(dataDir);
-        return fs.bavail * fs.bsize;
-      } catch {
-        return undefined;
-      }
-    },
+    freeBytes: () => freeBytes(dataDir),
   };
 }
 
