@@ -167,6 +167,9 @@ function sumsSeal(digest: string, place: readonly (string | number)[], sums: rea
 
 const sumFields = (s: UsageSums) => [s.calls, s.chargedCalls, s.amount, s.cacheHits, s.upstreamRequests].map(String);
 
+/** A totals place as a token writes it (`totalPlace` reads it back), and as its sums are sealed with. */
+const placeFields = (p: TotalPlace) => [p.day, p.account, p.operation, p.code, p.charge, p.clientIp];
+
 /** A totals token's place and, when this process sealed them, the sums its first page read. */
 function totalsToken(token: string, digest: string): { readonly place: TotalPlace; readonly sums: UsageSums | undefined } {
   const { place, sealed } = placeFrom(token, digest, (fields) => {
@@ -176,8 +179,7 @@ function totalsToken(token: string, digest: string): { readonly place: TotalPlac
   });
   if (sealed === undefined || !sealed.every((v) => typeof v === "string")) return { place, sums: undefined };
   const values = sealed.slice(0, 5) as string[];
-  const fields = [place.day, place.account, place.operation, place.code, place.charge, place.clientIp];
-  if (!values.every((v) => /^\d{1,30}$/.test(v)) || sealed[5] !== sumsSeal(digest, fields, values)) return { place, sums: undefined };
+  if (!values.every((v) => /^\d{1,30}$/.test(v)) || sealed[5] !== sumsSeal(digest, placeFields(place), values)) return { place, sums: undefined };
   const [calls, chargedCalls, amount, cacheHits, upstreamRequests] = values.map(BigInt) as [bigint, bigint, bigint, bigint, bigint];
   return { place, sums: { calls, chargedCalls, amount, cacheHits, upstreamRequests } };
 }
@@ -239,7 +241,7 @@ export async function totalsPage(meter: Pick<Meter, "query" | "calls" | "usageSu
   const last = page.at(-1);
   let nextPageToken = "";
   if (more && last !== undefined) {
-    const place = [last.day, last.account ?? "", last.operation ?? "", last.code, last.charge, last.clientIp ?? ""];
+    const place = placeFields({ day: last.day, account: last.account ?? "", operation: last.operation ?? "", code: last.code, charge: last.charge, clientIp: last.clientIp ?? "" });
     const values = sumFields(sums);
     nextPageToken = encode([...place, ...values, sumsSeal(digest, place, values)], digest);
   }

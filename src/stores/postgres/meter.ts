@@ -576,15 +576,20 @@ export class PostgresMeter implements Meter {
        ORDER BY txid, request_id COLLATE "C" LIMIT ${take}`,
       [from.txid, from.requestId],
     );
-    const marks = await this.pool.query<{ txid: string; request_id: string; passed: boolean }>(
-      `SELECT folded_txid::text AS txid, folded_request_id AS request_id, (folded_txid, folded_request_id COLLATE "C") > ($1::xid8, $2::text) AS passed FROM ledger_feed`,
-      [from.txid, from.requestId],
-    );
-    const mark = marks.rows[0];
+    const mark = await this.foldMark(from);
     if (after !== undefined && mark?.passed === true) throw foldedPastCursor();
     const last = rows.rows.at(-1);
     if (last !== undefined) return { rows: rows.rows.map(rowFromSql), place: `p${String(last.txid)}.${String(last.request_id)}` };
     return { rows: [], place: mark?.passed === true ? `p${mark.txid}.${mark.request_id}` : `p${from.txid}.${from.requestId}` };
+  }
+
+  /** Where retention's fold has reached in `feed`'s order, and whether it is past `from` (a cursor rows after which are gone). */
+  private async foldMark(from: { readonly txid: string; readonly requestId: string }): Promise<{ txid: string; request_id: string; passed: boolean } | undefined> {
+    const marks = await this.pool.query<{ txid: string; request_id: string; passed: boolean }>(
+      `SELECT folded_txid::text AS txid, folded_request_id AS request_id, (folded_txid, folded_request_id COLLATE "C") > ($1::xid8, $2::text) AS passed FROM ledger_feed`,
+      [from.txid, from.requestId],
+    );
+    return marks.rows[0];
   }
 
   /**
@@ -624,11 +629,7 @@ export class PostgresMeter implements Meter {
               [from.txid, from.requestId, end.txid, end.request_id, only.account],
             )
           ).rows;
-    const marks = await this.pool.query<{ txid: string; request_id: string; passed: boolean }>(
-      `SELECT folded_txid::text AS txid, folded_request_id AS request_id, (folded_txid, folded_request_id COLLATE "C") > ($1::xid8, $2::text) AS passed FROM ledger_feed`,
-      [from.txid, from.requestId],
-    );
-    const mark = marks.rows[0];
+    const mark = await this.foldMark(from);
     if (after !== undefined && mark?.passed === true) throw foldedPastCursor();
     const last = rows.at(-1);
     const full = take > 0 && rows.length === take;
