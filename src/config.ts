@@ -12,6 +12,8 @@ import { defaultLibreTranslateOptions } from "./translation/libretranslate-engin
 import { catalogues, operations, operationsNamed } from "./operations/index.ts";
 import { defaultAppSettings } from "./transports/server/app.ts";
 import { trustedProxiesProblem } from "./transports/server/client-address.ts";
+import { defaultServiceName, otlpPlan, otlpProtocols } from "./exporters/otlp-plan.ts";
+import { defaultOtlpTracesOptions } from "./exporters/otlp-traces.ts";
 
 /** One setting: its environment name, its default (read from the component that owns it), how it is read, and what it does. */
 interface Setting<T> {
@@ -32,21 +34,23 @@ function text(env: string, def: string, doc: string, extra: Partial<Pick<Setting
   return { env, default: def, doc, ...extra, read: (raw) => (typeof raw === "string" ? { value: raw } : { problem: "must be text" }) };
 }
 
-function oneOf(env: string, def: string, choices: readonly string[], doc: string): Setting<string> {
+function oneOf(env: string, def: string, choices: readonly string[], doc: string, aliases?: readonly string[]): Setting<string> {
   return {
     env,
     default: def,
     doc,
+    ...(aliases !== undefined ? { aliases } : {}),
     read: (raw) => (typeof raw === "string" && choices.includes(raw) ? { value: raw } : { problem: `must be one of ${choices.join(", ")}, not ${JSON.stringify(raw)}` }),
   };
 }
 
-function whole(env: string, def: number, [min, max]: readonly [number, number], unit: string, doc: string, shown?: string): Setting<number> {
+function whole(env: string, def: number, [min, max]: readonly [number, number], unit: string, doc: string, shown?: string, aliases?: readonly string[]): Setting<number> {
   return {
     env,
     default: def,
     doc,
     ...(shown !== undefined ? { shown } : {}),
+    ...(aliases !== undefined ? { aliases } : {}),
     read: (raw) => {
       const n = typeof raw === "string" && /^[0-9]+$/.test(raw) ? Number(raw) : raw;
       return typeof n === "number" && Number.isInteger(n) && n >= min && n <= max
@@ -89,18 +93,53 @@ export const settings = {
   drainDelayMs: whole("GATEWAY_DRAIN_DELAY_MS", 0, [0, 600_000], "milliseconds", "after SIGTERM, how long `/readyz` and gRPC health answer not-ready while every call is still served, before the port closes (give load balancers time to notice; 5000 or more behind Kubernetes)"),
   trustedProxies: text("GATEWAY_TRUSTED_PROXIES", "", "proxies (addresses or CIDRs, comma-separated, e.g. `10.0.0.0/8,::1`) whose `Forwarded` / `X-Forwarded-For` name the client; from any other peer those headers change nothing", { shown: "empty (trust none)" }),
   console: oneOf("GATEWAY_CONSOLE", "auto", ["auto", "on", "off"], "the web console at `/console/` (accounts, usage, an explorer; it uses the AdminService): `auto` serves it in the demo (`npm start`) and not under `gateway serve`"),
-  otlpTracesUrl: text("GATEWAY_OTLP_TRACES_URL", "", "an OpenTelemetry collector's OTLP/HTTP traces endpoint (e.g. `http://collector:4318/v1/traces`): the gateway's own spans go there, JSON encoded; unset, none are recorded (also read from `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`)", {
+  otlpTracesUrl: text("GATEWAY_OTLP_TRACES_URL", "", "an OpenTelemetry collector's traces endpoint, used as written (`http://collector:4318/v1/traces`; for `grpc`, `http://collector:4317`): the gateway's own spans go there; unset (and `GATEWAY_OTLP_ENDPOINT` unset), none are recorded (also read from `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`)", {
     shown: "unset",
     aliases: ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"],
   }),
+  otlpEndpoint: text("GATEWAY_OTLP_ENDPOINT", "", "an OpenTelemetry collector's base URL (`http://collector:4318`), used where `GATEWAY_OTLP_TRACES_URL` is unset: over HTTP the spans go to its `/v1/traces`, over gRPC to it as written (also read from `OTEL_EXPORTER_OTLP_ENDPOINT`)", {
+    shown: "unset",
+    aliases: ["OTEL_EXPORTER_OTLP_ENDPOINT"],
+  }),
+  otlpProtocol: oneOf("GATEWAY_OTLP_PROTOCOL", "http/protobuf", otlpProtocols, "how spans are sent: `http/protobuf` (OTLP/HTTP, binary), `http/json` (OTLP/HTTP, JSON) or `grpc` (OTLP/gRPC over HTTP/2) (also read from `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` and `OTEL_EXPORTER_OTLP_PROTOCOL`)", [
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+  ]),
+  otlpCompression: oneOf("GATEWAY_OTLP_COMPRESSION", "none", ["none", "gzip"], "`gzip` compresses each batch of spans (also read from `OTEL_EXPORTER_OTLP_TRACES_COMPRESSION` and `OTEL_EXPORTER_OTLP_COMPRESSION`)", [
+    "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+    "OTEL_EXPORTER_OTLP_COMPRESSION",
+  ]),
+  otlpTimeoutMs: whole("GATEWAY_OTLP_TIMEOUT_MS", defaultOtlpTracesOptions.timeoutMs, ms(1), "milliseconds", "one export request's limit; a batch is tried at most 5 times (also read from `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT` and `OTEL_EXPORTER_OTLP_TIMEOUT`)", undefined, [
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+  ]),
   otlpHeaders: text(
     "GATEWAY_OTLP_HEADERS",
     "",
     "header fields every batch of spans is sent with, as OpenTelemetry writes them: `name=value` pairs, comma-separated, percent-encoded (`authorization=Bearer%20TOKEN`; also read from `OTEL_EXPORTER_OTLP_TRACES_HEADERS` and `OTEL_EXPORTER_OTLP_HEADERS`)",
     { shown: "unset", secret: true, aliases: ["OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"] },
   ),
+  otlpCertificate: text("GATEWAY_OTLP_CERTIFICATE", "", "PEM file of the certificate authorities an `https` collector's certificate is checked against, instead of the system's (also read from `OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE` and `OTEL_EXPORTER_OTLP_CERTIFICATE`)", {
+    shown: "unset (the system's)",
+    aliases: ["OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE"],
+  }),
+  otlpClientCertificate: text("GATEWAY_OTLP_CLIENT_CERTIFICATE", "", "PEM certificate the gateway shows an `https` collector that asks for one (mutual TLS), set together with `GATEWAY_OTLP_CLIENT_KEY` (also read from `OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE` and `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`)", {
+    shown: "unset",
+    aliases: ["OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"],
+  }),
+  otlpClientKey: text("GATEWAY_OTLP_CLIENT_KEY", "", "that certificate's PEM private key (also read from `OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY` and `OTEL_EXPORTER_OTLP_CLIENT_KEY`)", {
+    shown: "unset",
+    aliases: ["OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "OTEL_EXPORTER_OTLP_CLIENT_KEY"],
+  }),
+  tracesExporter: text("GATEWAY_TRACES_EXPORTER", "otlp", "`none` records no spans whatever endpoint is set, as OpenTelemetry's SDKs do (a list naming `otlp`, such as `otlp,console`, is `otlp`) (also read from `OTEL_TRACES_EXPORTER`)", {
+    aliases: ["OTEL_TRACES_EXPORTER"],
+  }),
+  resourceAttributes: text("GATEWAY_RESOURCE_ATTRIBUTES", "", "more attributes of the spans' resource, as OpenTelemetry writes them: `key=value` pairs, comma-separated, percent-encoded (`deployment.environment.name=prod,k8s.pod.name=gw-0`); they take precedence over the gateway's own, but `service.name` comes from `GATEWAY_SERVICE_NAME` where that is set (also read from `OTEL_RESOURCE_ATTRIBUTES`)", {
+    shown: "unset",
+    aliases: ["OTEL_RESOURCE_ATTRIBUTES"],
+  }),
   traceSamplePerMille: whole("GATEWAY_TRACE_SAMPLE_PER_MILLE", 0, [0, 1000], "per 1,000 calls", "of the calls that send no `traceparent`, how many are traced, each as a trace of its own; a call whose `traceparent` is sampled is always traced, one whose is not never"),
-  serviceName: text("GATEWAY_SERVICE_NAME", "product-data-gateway", "`service.name` of the spans (also read from `OTEL_SERVICE_NAME`)", { aliases: ["OTEL_SERVICE_NAME"] }),
+  serviceName: text("GATEWAY_SERVICE_NAME", defaultServiceName, "`service.name` of the spans (also read from `OTEL_SERVICE_NAME`)", { aliases: ["OTEL_SERVICE_NAME"] }),
   metricsToken: text("GATEWAY_METRICS_TOKEN", "", "bearer token `/metrics` requires; unset, anyone who reaches the port can scrape it", { shown: "unset", secret: true }),
   corsOrigins: text("GATEWAY_CORS_ORIGINS", defaultAppSettings.corsOrigins.join(","), "origins browsers may call from, comma-separated (`https://shop.example.com`); `*` any; empty turns CORS off"),
   rpcFastPath: oneOf("GATEWAY_RPC_FAST_PATH", "on", ["on", "off"], "the fast paths of catalogue calls over Connect (HTTP/1.1; before Fastify for a caller without `Origin`) and gRPC (HTTP/2, on the stream before Fastify); `off` sends every RPC through Fastify and connect-node, answering the same bytes more slowly"),
@@ -200,9 +239,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig 
 function crossChecks(config: GatewayConfig): string[] {
   const problems: string[] = [];
   const where = (k: keyof GatewayConfig) => `${settings[k].env} (${k})`;
-  if (config.otlpTracesUrl !== "" && !/^https?:\/\/[^/]/.test(config.otlpTracesUrl)) problems.push(`${where("otlpTracesUrl")} must be an http or https URL`);
-  // Its values are credentials: the problem names the form, never what was sent.
-  if (otlpHeaderList(config) === undefined) problems.push(`${where("otlpHeaders")} must be name=value pairs, comma-separated, percent-encoded`);
+  problems.push(...otlpPlan(config).problems);
   if (config.upstreamUrl !== "") {
     try {
       const u = new URL(config.upstreamUrl);
@@ -287,29 +324,6 @@ export function corsOriginList(config: Pick<GatewayConfig, "corsOrigins">): stri
 }
 
 /** `a=1,b=2` as ordered pairs. */
-/**
- * `GATEWAY_OTLP_HEADERS` as header fields (OpenTelemetry's form: `name=value`
- * pairs, comma-separated, each side percent-encoded), or undefined where it
- * cannot be read as that.
- */
-export function otlpHeaderList(config: Pick<GatewayConfig, "otlpHeaders">): Record<string, string> | undefined {
-  const out: Record<string, string> = {};
-  for (const part of config.otlpHeaders.split(",")) {
-    if (part.trim() === "") continue;
-    const eq = part.indexOf("=");
-    if (eq <= 0) return undefined;
-    try {
-      const name = decodeURIComponent(part.slice(0, eq).trim()).toLowerCase();
-      const value = decodeURIComponent(part.slice(eq + 1).trim());
-      if (!/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(name) || /[\r\n\0]/.test(value)) return undefined;
-      out[name] = value;
-    } catch {
-      return undefined;
-    }
-  }
-  return out;
-}
-
 export function pairList(text: string): [string, string][] {
   return text
     .split(",")

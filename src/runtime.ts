@@ -2,7 +2,7 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 import { demoRecords } from "./catalogue/demo-dataset.ts";
 import { importRecords } from "./catalogue/catalogue-import.ts";
-import { alertHostList, cacheBound, corsOriginList, otlpHeaderList, pairList, sourceOf, trustedProxyList, type GatewayConfig } from "./config.ts";
+import { alertHostList, cacheBound, corsOriginList, pairList, sourceOf, trustedProxyList, type GatewayConfig } from "./config.ts";
 import { catalogues, operations, operationsNamed } from "./operations/index.ts";
 import { CachedCatalogue, defaultCachePolicy, type CachePolicy } from "./core/cached-catalogue.ts";
 import type { CatalogueSource } from "./core/catalogue-source.ts";
@@ -51,6 +51,7 @@ import type { Logger } from "./transports/server/logger.ts";
 import { PrometheusTelemetry, type DatabasePool } from "./transports/server/metrics.ts";
 import { TlsCertificateFiles } from "./transports/server/tls-certificate.ts";
 import { storeMeasures } from "./stores/embedded/store-space.ts";
+import { otlpPlan } from "./exporters/otlp-plan.ts";
 import { OtlpTraceExporter } from "./exporters/otlp-traces.ts";
 import { AlertDeliveries, AlertSender, defaultAlertDeliveryOptions } from "./exporters/alert-webhooks.ts";
 import type { AlertOutbox, AlertPost } from "./core/alerts.ts";
@@ -387,17 +388,16 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
   }
   const answers = new CachedCatalogue(sources, stores.cache, cachePolicy(config), () => clock.now(), new Translator(translationEngine(config)), telemetry);
   // The gateway's own spans, where a collector is named.
+  const otlp = otlpPlan(config).plan;
   const spans =
-    config.otlpTracesUrl === ""
+    otlp === undefined
       ? undefined
       : new OtlpTraceExporter({
-          url: config.otlpTracesUrl,
-          serviceName: config.serviceName,
+          ...otlp,
           instanceId: stores.nodeLabel,
           serviceVersion: packageVersion(),
-          headers: otlpHeaderList(config) ?? {},
           onSpans: (outcome, n) => telemetry.spans(outcome, n),
-          onError: (e) => (log?.warn ?? log?.error)?.call(log, { err: e }, "spans could not be sent to the OTLP collector; they are dropped (gateway_spans_total) and calls go on"),
+          onError: (e) => (log?.warn ?? log?.error)?.call(log, { err: e }, "spans could not all be sent to the OTLP collector; those not taken are counted (gateway_spans_total) and calls go on"),
         });
   const tracer = spans === undefined ? undefined : new Tracer(spans, config.traceSamplePerMille / 1000);
   const gateway = new Gateway(

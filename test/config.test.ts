@@ -3,7 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { readFileSync } from "node:fs";
-import { ConfigError, defaultConfig, loadConfig, otlpHeaderList, settings } from "../src/config.ts";
+import { ConfigError, defaultConfig, loadConfig, settings } from "../src/config.ts";
+import { otlpHeaderList, otlpPlan } from "../src/exporters/otlp-plan.ts";
 import { defaultCachePolicy } from "../src/core/cached-catalogue.ts";
 import { defaultUpstreamOptions } from "../src/sources/upstream/upstream-source.ts";
 import { defaultMeterOptions } from "../src/stores/embedded/meter.ts";
@@ -120,6 +121,62 @@ describe("configuration", () => {
       }
       expect(message, bad).toMatch(/otlpHeaders.* must be name=value pairs/);
       expect(message).not.toContain("hunter2");
+    }
+  });
+
+  it("reads OpenTelemetry's exporter settings as its SDKs do: the base endpoint, the protocol, compression, the limit, the resource, and none", () => {
+    const plan = (env: NodeJS.ProcessEnv) => otlpPlan(loadConfig(env)).plan;
+    // No endpoint: no spans; OpenTelemetry's binary OTLP/HTTP otherwise, 10 s a request.
+    expect(plan({})).toBeUndefined();
+    expect(plan({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318" })).toMatchObject({ url: "http://collector:4318/v1/traces", protocol: "http/protobuf", gzip: false, timeoutMs: 10_000 });
+    expect(plan({ OTEL_EXPORTER_OTLP_ENDPOINT: "https://otlp.example.com/tenant-a/" })?.url).toBe("https://otlp.example.com/tenant-a/v1/traces");
+    // The signal's own endpoint is used as written, and before the base one; gRPC takes the base one as written.
+    expect(plan({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://a:4318", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "http://b:4318/custom" })?.url).toBe("http://b:4318/custom");
+    expect(plan({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4317", OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" })).toMatchObject({ url: "http://collector:4317", protocol: "grpc" });
+    // The signal's own settings before the general ones; the gateway's own names before both.
+    const c = { OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_EXPORTER_OTLP_PROTOCOL: "grpc", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "http/json", OTEL_EXPORTER_OTLP_COMPRESSION: "gzip", OTEL_EXPORTER_OTLP_TIMEOUT: "2500", OTEL_EXPORTER_OTLP_TRACES_TIMEOUT: "1500" };
+    expect(plan(c)).toMatchObject({ protocol: "http/json", gzip: true, timeoutMs: 1500 });
+    expect(plan({ ...c, GATEWAY_OTLP_PROTOCOL: "http/protobuf", GATEWAY_OTLP_TIMEOUT_MS: "700" })).toMatchObject({ protocol: "http/protobuf", timeoutMs: 700 });
+    expect(() => loadConfig({ OTEL_EXPORTER_OTLP_PROTOCOL: "thrift" })).toThrow(/GATEWAY_OTLP_PROTOCOL \(otlpProtocol\) must be one of http\/protobuf, http\/json, grpc, not "thrift"/);
+    expect(() => loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: "collector:4318" })).toThrow(/GATEWAY_OTLP_ENDPOINT \(otlpEndpoint\) must be an http or https URL/);
+    // `none` turns the spans off whatever endpoint is set; a list naming otlp is otlp; another exporter is refused.
+    expect(plan({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_TRACES_EXPORTER: "none" })).toBeUndefined();
+    expect(plan({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_TRACES_EXPORTER: "otlp,console" })).toBeDefined();
+    expect(() => loadConfig({ OTEL_TRACES_EXPORTER: "zipkin" })).toThrow(/tracesExporter\) must be otlp or none/);
+    // The resource: OpenTelemetry's form; service.name from it unless the gateway's own setting names one.
+    expect(plan({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_RESOURCE_ATTRIBUTES: "service.name=from-resource,deployment.environment.name=prod,k8s.pod.name=gw%2C0" })).toMatchObject({
+      serviceName: "from-resource",
+      resource: { "service.name": "from-resource", "deployment.environment.name": "prod", "k8s.pod.name": "gw,0" },
+    });
+    expect(plan({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_RESOURCE_ATTRIBUTES: "service.name=from-resource", OTEL_SERVICE_NAME: "named" })?.serviceName).toBe("named");
+    expect(() => loadConfig({ OTEL_RESOURCE_ATTRIBUTES: "no-equals-sign" })).toThrow(/resourceAttributes\) must be key=value pairs/);
+  });
+
+  it("reads the TLS files for an https collector at the start, refusing a missing one or a half pair without showing a key", () => {
+    const dir = mkdtempSync(join(tmpdir(), "otlp-config-"));
+    try {
+      writeFileSync(join(dir, "ca.pem"), "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
+      writeFileSync(join(dir, "key.pem"), "-----BEGIN PRIVATE KEY-----\nhunter2-key-bytes\n-----END PRIVATE KEY-----\n");
+      writeFileSync(join(dir, "junk.pem"), "hunter2-not-pem");
+      const base = { OTEL_EXPORTER_OTLP_ENDPOINT: "https://c:4318" };
+      const p = otlpPlan(loadConfig({ ...base, OTEL_EXPORTER_OTLP_CERTIFICATE: join(dir, "ca.pem"), OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE: join(dir, "ca.pem"), OTEL_EXPORTER_OTLP_CLIENT_KEY: join(dir, "key.pem") })).plan;
+      expect(p?.tls.ca).toContain("BEGIN CERTIFICATE");
+      expect(p?.tls.key).toContain("BEGIN PRIVATE KEY");
+      const problem = (env: NodeJS.ProcessEnv) => {
+        try {
+          loadConfig({ ...base, ...env });
+          return "";
+        } catch (e) {
+          return (e as Error).message;
+        }
+      };
+      expect(problem({ GATEWAY_OTLP_CERTIFICATE: join(dir, "missing.pem") })).toMatch(/GATEWAY_OTLP_CERTIFICATE \(otlpCertificate\): .*missing\.pem cannot be read as PEM: ENOENT/);
+      const junk = problem({ GATEWAY_OTLP_CLIENT_CERTIFICATE: join(dir, "ca.pem"), GATEWAY_OTLP_CLIENT_KEY: join(dir, "junk.pem") });
+      expect(junk).toMatch(/GATEWAY_OTLP_CLIENT_KEY \(otlpClientKey\): .*junk\.pem cannot be read as PEM: it holds no PEM block/);
+      expect(junk).not.toContain("hunter2");
+      expect(problem({ GATEWAY_OTLP_CLIENT_KEY: join(dir, "key.pem") })).toMatch(/GATEWAY_OTLP_CLIENT_CERTIFICATE and GATEWAY_OTLP_CLIENT_KEY must be set together/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });

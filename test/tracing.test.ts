@@ -1,84 +1,27 @@
-// The gateway's own spans (src/core/tracing.ts), sent to an OpenTelemetry collector over OTLP/HTTP
-// (src/exporters/otlp-traces.ts). The collector is a real HTTP server on loopback that keeps what it is sent
-// (or, on purpose, does not answer); the provider is the fake upstream, which records the traceparent of each
-// purchase.
+// The gateway's own spans (src/core/tracing.ts), sent to an OpenTelemetry collector over OTLP
+// (src/exporters/otlp-traces.ts). The collectors are real servers on loopback that keep what they are sent (or,
+// on purpose, do not answer): OTLP/HTTP binary by default, OTLP/gRPC on grpc-js below; the provider is the fake
+// upstream, which records the traceparent of each purchase. The exporter's encodings, retries and TLS are in
+// otlp-export.test.ts.
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import http from "node:http";
-import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Tracer } from "../src/core/tracing.ts";
 import { OtlpTraceExporter } from "../src/exporters/otlp-traces.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { FakeUpstream } from "./support/fake-upstream.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { attributesOf as attr, GrpcCollector, HttpCollector } from "./support/otlp-collectors.ts";
 
-interface OtlpSpan {
-  traceId: string;
-  spanId: string;
-  parentSpanId?: string;
-  traceState?: string;
-  name: string;
-  kind: number;
-  startTimeUnixNano: string;
-  endTimeUnixNano: string;
-  attributes: { key: string; value: Record<string, unknown> }[];
-  status: { code: number; message?: string };
-}
-
-/** An OTLP/HTTP collector on loopback: keeps each request's spans, with the resource they came with. */
-class Collector {
-  readonly spans: (OtlpSpan & { resource: Record<string, unknown> })[] = [];
-  readonly contentTypes: string[] = [];
-  readonly headers: http.IncomingHttpHeaders[] = [];
-  /** While set, requests are held unanswered. */
-  silent = false;
-  private readonly server = http.createServer((req, res) => {
-    let body = "";
-    req.on("data", (d: Buffer) => (body += d.toString()));
-    req.on("end", () => {
-      if (this.silent) return;
-      this.contentTypes.push(String(req.headers["content-type"]));
-      this.headers.push(req.headers);
-      const doc = JSON.parse(body) as { resourceSpans: { resource: { attributes: OtlpSpan["attributes"] }; scopeSpans: { spans: OtlpSpan[] }[] }[] };
-      for (const rs of doc.resourceSpans) {
-        const resource = Object.fromEntries(rs.resource.attributes.map((a) => [a.key, Object.values(a.value)[0]]));
-        for (const ss of rs.scopeSpans) for (const s of ss.spans) this.spans.push({ ...s, resource });
-      }
-      res.writeHead(200, { "content-type": "application/json" }).end("{}");
-    });
-  });
-  url = "";
-  async start(): Promise<this> {
-    await new Promise<void>((r) => this.server.listen(0, "127.0.0.1", r));
-    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}/v1/traces`;
-    return this;
-  }
-  stop(): Promise<void> {
-    this.server.closeAllConnections();
-    return new Promise((r) => this.server.close(() => r()));
-  }
-  /** Waits (up to 5 s) until a span matching `match` has come. */
-  async next(match: (s: OtlpSpan) => boolean): Promise<OtlpSpan & { resource: Record<string, unknown> }> {
-    for (let i = 0; i < 200; i++) {
-      const found = this.spans.find(match);
-      if (found !== undefined) return found;
-      await new Promise((r) => setTimeout(r, 25));
-    }
-    throw new Error("no such span came");
-  }
-}
-
-const attr = (s: OtlpSpan) => Object.fromEntries(s.attributes.map((a) => [a.key, Object.values(a.value)[0]]));
 const traceId = "4bf92f3577b34da6a3ce929d0e0e4736";
 const callerSpan = "00f067aa0ba902b7";
 
 describe("the gateway's own spans, to an OTLP collector", () => {
-  let collector: Collector;
+  let collector: HttpCollector;
   let upstream: FakeUpstream;
   let gw: GatewayFixture;
   beforeAll(async () => {
-    collector = await new Collector().start();
+    collector = await new HttpCollector().start();
     upstream = await new FakeUpstream().start();
     gw = await startGateway({
       config: {
@@ -111,7 +54,8 @@ describe("the gateway's own spans, to an OTLP collector", () => {
     const answer = await legacy({ traceparent: `00-${traceId}-${callerSpan}-01`, tracestate: "vendor=abc" });
     expect(answer.error_code).toBe("0000");
     const server = await collector.next((s) => attr(s)["gateway.request_id"] === answer.request_id);
-    expect([server.traceId, server.parentSpanId, server.kind, server.name, server.traceState, server.status]).toEqual([traceId, callerSpan, 2, "/retail/item_get/", "vendor=abc", { code: 0 }]);
+    // Sampled (0x01), its parent's being remote known (0x100) and true (0x200): the caller's.
+    expect([server.traceId, server.parentSpanId, server.kind, server.name, server.traceState, server.status, server.flags]).toEqual([traceId, callerSpan, 2, "/retail/item_get/", "vendor=abc", { code: 0 }, 0x301]);
     expect(attr(server)).toEqual({
       "gateway.operation": "retail/item_get",
       "gateway.transport": "legacy",
@@ -126,16 +70,18 @@ describe("the gateway's own spans, to an OTLP collector", () => {
     expect(BigInt(server.endTimeUnixNano)).toBeGreaterThan(BigInt(server.startTimeUnixNano));
     // The purchase: beneath the call's span; the provider was told it is the parent.
     const purchase = await collector.next((s) => s.parentSpanId === server.spanId);
-    expect([purchase.traceId, purchase.kind, attr(purchase)["gateway.found"], attr(purchase)["gateway.source"], purchase.name]).toEqual([traceId, 3, true, "upstream", "upstream retail/item_get"]);
+    expect([purchase.traceId, purchase.kind, attr(purchase)["gateway.found"], attr(purchase)["gateway.source"], purchase.name, purchase.flags]).toEqual([traceId, 3, true, "upstream", "upstream retail/item_get", 0x101]);
     expect(attr(purchase)["gateway.upstream_requests"]).toBe("1");
     const sent = upstream.requests.slice(before).map((r) => [r.headers.traceparent, r.headers.tracestate]);
     expect(sent).toEqual([[`00-${traceId}-${purchase.spanId}-01`, "vendor=abc"]]);
-    // Spans never carry a credential, and go as OTLP's JSON.
+    expect(server.scope).toEqual({ name: "gateway-under-test", version: server.resource["service.version"] });
+    // Spans never carry a credential, and go as OTLP's binary encoding (OpenTelemetry's default) to the URL as written.
     expect(JSON.stringify(collector.spans)).not.toContain(gw.account.secret);
     expect(JSON.stringify(collector.spans)).not.toContain(gw.account.key);
-    expect(new Set(collector.contentTypes)).toEqual(new Set(["application/json"]));
+    expect(new Set(collector.received.map((r) => r.contentType))).toEqual(new Set(["application/x-protobuf"]));
+    expect(new Set(collector.paths)).toEqual(new Set(["/v1/traces"]));
     // Each batch carries the collector's headers.
-    expect(collector.headers.every((h) => h.authorization === "Bearer collector-token-123" && h["x-scope-orgid"] === "shop")).toBe(true);
+    expect(collector.received.every((r) => r.headers.authorization === "Bearer collector-token-123" && r.headers["x-scope-orgid"] === "shop")).toBe(true);
   });
 
   it("record nothing for a caller that did not sample its trace, whose context goes on to the provider as it came", async () => {
@@ -157,7 +103,8 @@ describe("the gateway's own spans, to an OTLP collector", () => {
       { headers: { "x-api-key": gw.account.key, "x-api-secret": gw.account.secret } },
     );
     const server = await collector.next((s) => attr(s)["gateway.request_id"] === r.status!.requestId);
-    expect([server.parentSpanId, server.name, server.kind]).toEqual([undefined, "gateway.catalogue.v1.RetailService/ItemGet", 2]);
+    // A root: its parent's being remote is known, and false.
+    expect([server.parentSpanId, server.name, server.kind, server.flags]).toEqual([undefined, "gateway.catalogue.v1.RetailService/ItemGet", 2, 0x101]);
     expect(server.traceId).toMatch(/^[0-9a-f]{32}$/);
     expect(attr(server)).toMatchObject({ "rpc.system": "grpc", "rpc.service": "gateway.catalogue.v1.RetailService", "rpc.method": "ItemGet", "gateway.transport": "grpc" });
     // The provider joins the gateway's trace.
@@ -179,10 +126,47 @@ describe("the gateway's own spans, to an OTLP collector", () => {
   });
 });
 
+describe("the other ways OpenTelemetry sends spans", () => {
+  const call = async (gw: GatewayFixture, traceparent: string) => {
+    const q = new URLSearchParams({ key: gw.account.key, secret: gw.account.secret, num_iid: demo.retailNumIid });
+    return (await (await fetch(`${gw.base}/retail/item_get/?${q}`, { headers: { traceparent } })).json()) as { error_code: string; request_id: string };
+  };
+
+  it("send OTLP/gRPC, gzip-compressed, with the collector's headers as metadata, to a grpc-js collector", async () => {
+    const collector = await new GrpcCollector().start();
+    const gw = await startGateway({ config: { otlpTracesUrl: collector.url, otlpProtocol: "grpc", otlpCompression: "gzip", otlpHeaders: "authorization=Bearer%20grpc-token-456" } });
+    try {
+      const answer = await call(gw, `00-${traceId}-${callerSpan}-01`);
+      expect(answer.error_code).toBe("0000");
+      const span = await collector.next((s) => attr(s)["gateway.request_id"] === answer.request_id);
+      expect([span.traceId, span.parentSpanId, span.kind, span.flags, attr(span)["gateway.transport"]]).toEqual([traceId, callerSpan, 2, 0x301, "legacy"]);
+      // grpc-js decompressed it (it hides grpc-encoding; otlp-export.test.ts reads the frames themselves).
+      expect(collector.received.every((r) => r.headers.authorization === "Bearer grpc-token-456")).toBe(true);
+    } finally {
+      await gw.close();
+      await collector.stop();
+    }
+  });
+
+  it("send OTLP/HTTP JSON to a base endpoint's /v1/traces", async () => {
+    const collector = await new HttpCollector().start();
+    const base = collector.url.replace(/\/v1\/traces$/, "/");
+    const gw = await startGateway({ config: { otlpEndpoint: base, otlpProtocol: "http/json" } });
+    try {
+      const answer = await call(gw, `00-${traceId}-${callerSpan}-01`);
+      const span = await collector.next((s) => attr(s)["gateway.request_id"] === answer.request_id);
+      expect([span.traceId, span.flags, collector.paths[0], collector.received[0]!.contentType]).toEqual([traceId, 0x301, "/v1/traces", "application/json"]);
+    } finally {
+      await gw.close();
+      await collector.stop();
+    }
+  });
+});
+
 describe("a collector that is away or does not answer", () => {
   it("holds no call up: its spans are dropped and counted, and calls go on", async () => {
-    const collector = await new Collector().start();
-    collector.silent = true;
+    const collector = await new HttpCollector().start();
+    collector.answer = () => ({ kind: "never" });
     const gw = await startGateway({ config: { otlpTracesUrl: collector.url, traceSamplePerMille: 1000 } });
     try {
       const started = performance.now();

@@ -41,8 +41,8 @@ export interface Telemetry {
    */
   upstreamRequest(operation: string, outcome: string, seconds: number, sent: number): void;
   circuitChanged(catalogue: string, open: boolean): void;
-  /** Spans of the gateway's own sent to the collector (`exported`), or lost (`dropped`: a full queue, a collector that refused or did not answer). */
-  spans(outcome: "exported" | "dropped", n: number): void;
+  /** Spans of the gateway's own taken by the collector (`exported`), refused by it in a partial success (`rejected`), or lost (`dropped`: a full queue, a collector that refused the batch or did not answer). */
+  spans(outcome: "exported" | "rejected" | "dropped", n: number): void;
   /** One attempt to deliver a usage alert (alerts.ts): delivered, to be tried again, or given up. */
   alertAttempt(kind: AlertKind, outcome: "delivered" | "retried" | "given_up"): void;
   /** One group commit of the usage ledger. */

@@ -26,6 +26,8 @@ interface SpanStart {
   readonly traceId: string;
   readonly spanId: string;
   readonly parentSpanId: string | undefined;
+  /** Whether the parent is the caller's (its `traceparent`), not a span of this process. */
+  readonly remoteParent: boolean;
   readonly traceState: string | undefined;
   readonly name: string;
   readonly kind: SpanKind;
@@ -93,7 +95,7 @@ class RecordingSpan implements ActiveSpan {
   }
 
   child(name: string, kind: SpanKind): ActiveSpan {
-    return new RecordingSpan(this.sink, { traceId: this.traceId, spanId: hexBytes(8), parentSpanId: this.spanId, traceState: this.start.traceState, name, kind });
+    return new RecordingSpan(this.sink, { traceId: this.traceId, spanId: hexBytes(8), parentSpanId: this.spanId, remoteParent: false, traceState: this.start.traceState, name, kind });
   }
 
   end(attributes: SpanAttributes, error?: string): void {
@@ -123,9 +125,9 @@ export class Tracer {
     if (trace !== undefined) {
       // The caller decided: its flags' sampled bit.
       if ((parseInt(trace.traceparent.slice(53, 55), 16) & 1) === 0) return undefined;
-      return new RecordingSpan(this.sink, { traceId: trace.traceId, spanId: hexBytes(8), parentSpanId: trace.traceparent.slice(36, 52), traceState: trace.tracestate, name, kind: "server" });
+      return new RecordingSpan(this.sink, { traceId: trace.traceId, spanId: hexBytes(8), parentSpanId: trace.traceparent.slice(36, 52), remoteParent: true, traceState: trace.tracestate, name, kind: "server" });
     }
     if (this.ratio <= 0 || this.random() >= this.ratio) return undefined;
-    return new RecordingSpan(this.sink, { traceId: hexBytes(16), spanId: hexBytes(8), parentSpanId: undefined, traceState: undefined, name, kind: "server" });
+    return new RecordingSpan(this.sink, { traceId: hexBytes(16), spanId: hexBytes(8), parentSpanId: undefined, remoteParent: false, traceState: undefined, name, kind: "server" });
   }
 }

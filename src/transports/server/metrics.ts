@@ -184,7 +184,7 @@ export class PrometheusTelemetry implements Telemetry {
   });
   private readonly spanCount = new Counter({
     name: "gateway_spans_total",
-    help: "The gateway's own spans (GATEWAY_OTLP_TRACES_URL): exported to the collector, or dropped (its queue full, or the collector refused a batch or did not answer).",
+    help: "The gateway's own spans (GATEWAY_OTLP_TRACES_URL): exported to the collector, rejected by it (a partial success), or dropped (the queue full, or the collector refused a batch or did not answer, after its retries).",
     labelNames: ["outcome"],
     registers: [this.registry],
   });
@@ -347,7 +347,7 @@ export class PrometheusTelemetry implements Telemetry {
     this.limited.labels(operation, limit).inc();
   }
 
-  spans(outcome: "exported" | "dropped", n: number): void {
+  spans(outcome: "exported" | "rejected" | "dropped", n: number): void {
     this.spanCount.labels(outcome).inc(n);
   }
 

@@ -1,0 +1,141 @@
+import { readFileSync } from "node:fs";
+import type { GatewayConfig } from "../config.ts";
+
+/** The protocols OpenTelemetry's exporters speak (`OTEL_EXPORTER_OTLP_PROTOCOL`). */
+export const otlpProtocols = ["http/protobuf", "http/json", "grpc"] as const;
+export type OtlpProtocol = (typeof otlpProtocols)[number];
+
+type OtlpSettings = Pick<
+  GatewayConfig,
+  | "otlpTracesUrl"
+  | "otlpEndpoint"
+  | "otlpProtocol"
+  | "otlpCompression"
+  | "otlpTimeoutMs"
+  | "otlpHeaders"
+  | "otlpCertificate"
+  | "otlpClientCertificate"
+  | "otlpClientKey"
+  | "tracesExporter"
+  | "resourceAttributes"
+  | "serviceName"
+>;
+
+/** Where and how the gateway's spans are sent, read from the settings once. */
+export interface OtlpPlan {
+  readonly url: string;
+  readonly protocol: OtlpProtocol;
+  readonly gzip: boolean;
+  readonly timeoutMs: number;
+  /** Credentials, possibly: never logged. */
+  readonly headers: Readonly<Record<string, string>>;
+  /** PEM text for an `https` collector: the authorities to trust, and the gateway's own certificate and key (mutual TLS). */
+  readonly tls: { readonly ca?: string; readonly cert?: string; readonly key?: string };
+  /** The resource's attributes from `GATEWAY_RESOURCE_ATTRIBUTES`, and `service.name` as the settings decide it. */
+  readonly resource: Readonly<Record<string, string>>;
+  readonly serviceName: string;
+}
+
+/**
+ * `name=value` pairs, comma-separated, each side percent-encoded: how
+ * OpenTelemetry writes `OTEL_EXPORTER_OTLP_HEADERS` and
+ * `OTEL_RESOURCE_ATTRIBUTES`. Undefined where the text is not that.
+ */
+function percentPairs(text: string, validName: (name: string) => boolean, lowerNames: boolean): Record<string, string> | undefined {
+  const out: Record<string, string> = {};
+  for (const part of text.split(",")) {
+    if (part.trim() === "") continue;
+    const eq = part.indexOf("=");
+    if (eq <= 0) return undefined;
+    try {
+      const raw = decodeURIComponent(part.slice(0, eq).trim());
+      const name = lowerNames ? raw.toLowerCase() : raw;
+      const value = decodeURIComponent(part.slice(eq + 1).trim());
+      if (!validName(name) || /[\r\n\0]/.test(value)) return undefined;
+      out[name] = value;
+    } catch {
+      return undefined;
+    }
+  }
+  return out;
+}
+
+/** `GATEWAY_OTLP_HEADERS` as header fields, or undefined where it cannot be read as OpenTelemetry's form. */
+export function otlpHeaderList(config: Pick<GatewayConfig, "otlpHeaders">): Record<string, string> | undefined {
+  return percentPairs(config.otlpHeaders, (name) => /^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(name), true);
+}
+
+/** `GATEWAY_RESOURCE_ATTRIBUTES` as attributes, or undefined where it cannot be read. */
+export function resourceAttributeList(config: Pick<GatewayConfig, "resourceAttributes">): Record<string, string> | undefined {
+  return percentPairs(config.resourceAttributes, (name) => name.length <= 255 && !/[\0-\x1f]/.test(name), false);
+}
+
+/** `none`, or a list that names `otlp`: whether spans are wanted; undefined for anything else. */
+function exporterWanted(value: string): boolean | undefined {
+  const names = value.split(",").map((n) => n.trim().toLowerCase()).filter((n) => n !== "");
+  if (names.length === 1 && names[0] === "none") return false;
+  return names.includes("otlp") ? true : undefined;
+}
+
+/** The traces URL: the signal's own endpoint as written, or the base endpoint with `/v1/traces` (over HTTP). */
+function tracesUrl(config: OtlpSettings): string {
+  if (config.otlpTracesUrl !== "") return config.otlpTracesUrl;
+  if (config.otlpEndpoint === "" || config.otlpProtocol === "grpc") return config.otlpEndpoint;
+  return `${config.otlpEndpoint.replace(/\/+$/, "")}/v1/traces`;
+}
+
+/**
+ * The exporter's plan, from the settings: undefined where no spans are to
+ * be recorded (no endpoint, or `GATEWAY_TRACES_EXPORTER=none`). `problems`
+ * names what stops the start; a credential's value is never in it.
+ * `read` reads the TLS files (the start reads them once).
+ */
+export function otlpPlan(config: OtlpSettings, read: (file: string) => string = (f) => readFileSync(f, "utf8")): { plan: OtlpPlan | undefined; problems: string[] } {
+  const problems: string[] = [];
+  const wanted = exporterWanted(config.tracesExporter);
+  if (wanted === undefined) problems.push(`GATEWAY_TRACES_EXPORTER (tracesExporter) must be otlp or none (the gateway sends its spans over OTLP only), not ${JSON.stringify(config.tracesExporter)}`);
+  const url = tracesUrl(config);
+  if (url !== "") {
+    let ok = false;
+    try {
+      const u = new URL(url);
+      ok = (u.protocol === "http:" || u.protocol === "https:") && u.host !== "";
+    } catch {
+      // named below
+    }
+    const which = config.otlpTracesUrl !== "" ? "GATEWAY_OTLP_TRACES_URL (otlpTracesUrl)" : "GATEWAY_OTLP_ENDPOINT (otlpEndpoint)";
+    if (!ok) problems.push(`${which} must be an http or https URL`);
+  }
+  const headers = otlpHeaderList(config);
+  // Its values are credentials: the problem names the form, never what was sent.
+  if (headers === undefined) problems.push("GATEWAY_OTLP_HEADERS (otlpHeaders) must be name=value pairs, comma-separated, percent-encoded");
+  const resource = resourceAttributeList(config);
+  if (resource === undefined) problems.push("GATEWAY_RESOURCE_ATTRIBUTES (resourceAttributes) must be key=value pairs, comma-separated, percent-encoded");
+  if ((config.otlpClientCertificate === "") !== (config.otlpClientKey === "")) problems.push("GATEWAY_OTLP_CLIENT_CERTIFICATE and GATEWAY_OTLP_CLIENT_KEY must be set together");
+  const tls: { ca?: string; cert?: string; key?: string } = {};
+  for (const [part, setting, file] of [
+    ["ca", "GATEWAY_OTLP_CERTIFICATE (otlpCertificate)", config.otlpCertificate],
+    ["cert", "GATEWAY_OTLP_CLIENT_CERTIFICATE (otlpClientCertificate)", config.otlpClientCertificate],
+    ["key", "GATEWAY_OTLP_CLIENT_KEY (otlpClientKey)", config.otlpClientKey],
+  ] as const) {
+    if (file === "" || url === "" || wanted !== true) continue;
+    try {
+      const pem = read(file);
+      if (!/-----BEGIN [A-Z0-9 ]+-----/.test(pem)) throw new Error("it holds no PEM block");
+      tls[part] = pem;
+    } catch (e) {
+      // The error's text names the file and the reason, never a key's bytes.
+      problems.push(`${setting}: ${file} cannot be read as PEM: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+    }
+  }
+  if (problems.length > 0 || url === "" || wanted !== true) return { plan: undefined, problems };
+  const own = resource ?? {};
+  const serviceName = config.serviceName !== defaultServiceName ? config.serviceName : (own["service.name"] ?? config.serviceName);
+  return {
+    plan: { url, protocol: config.otlpProtocol as OtlpProtocol, gzip: config.otlpCompression === "gzip", timeoutMs: config.otlpTimeoutMs, headers: headers ?? {}, tls, resource: own, serviceName },
+    problems,
+  };
+}
+
+/** `service.name` when nothing names one. */
+export const defaultServiceName = "product-data-gateway";
