@@ -12,6 +12,8 @@ import { migrateSchema, migrations as sharedSteps, openPostgres } from "../src/s
 import { makeCertificate, makeExpiredCertificate } from "./support/certificates.ts";
 import { root, runCli } from "./support/cli.ts";
 import { freshDatabase } from "./support/postgres.ts";
+import { HttpCollector } from "./support/otlp-collectors.ts";
+import { cleartextCredentials } from "../src/cli/check-command.ts";
 
 // `gateway check`: what serve would start with, read and never written (src/cli/check-command.ts).
 
@@ -188,6 +190,41 @@ describe("gateway check on TLS files", () => {
     expect(of(closed.findings, "listen").map((f) => f.status)).toEqual(["ok"]);
     expect(of(closed.findings, "metrics")).toEqual([]);
     expect(closed.text).not.toContain("a-metrics-token-of-some-length");
+  });
+});
+
+describe("gateway check on the gateway's spans", () => {
+  it("sends the collector one export of no spans, and says whether it was taken, never showing the collector's token", async () => {
+    const collector = await new HttpCollector().start();
+    try {
+      const env = { GATEWAY_DATA_DIR: join(dir, "traces-data"), OTEL_EXPORTER_OTLP_ENDPOINT: collector.url.replace("/v1/traces", ""), OTEL_EXPORTER_OTLP_HEADERS: "authorization=Bearer%20hunter2-token" };
+      const took = await check(env);
+      expect(of(took.findings, "traces")).toEqual([{ check: "traces", status: "ok", detail: `spans to ${collector.url} over http/protobuf; the collector took an empty export` }]);
+      expect(collector.received.map((r) => [r.spans.length, r.headers.authorization])).toEqual([[0, "Bearer hunter2-token"]]);
+      collector.answer = () => ({ kind: "status", status: 401, message: "unknown token" });
+      const refused = await check(env);
+      expect(of(refused.findings, "traces")).toEqual([
+        { check: "traces", status: "warn", detail: `spans to ${collector.url} over http/protobuf; an empty export was not taken (the collector answered HTTP 401: unknown token): serve would start, and drop every span` },
+      ]);
+      // Tried once: a check does not wait out retries.
+      expect(collector.received.length).toBe(2);
+      expect(took.text + refused.text).not.toContain("hunter2");
+      const off = await check({ GATEWAY_DATA_DIR: join(dir, "traces-data"), OTEL_EXPORTER_OTLP_ENDPOINT: collector.url, OTEL_TRACES_EXPORTER: "none" });
+      expect(of(off.findings, "traces").map((f) => f.detail)).toEqual(["off (GATEWAY_TRACES_EXPORTER=none): no span is recorded"]);
+    } finally {
+      await collector.stop();
+    }
+  });
+
+  it("warns of a collector's credentials sent in cleartext off this machine", () => {
+    const headers = { authorization: "Bearer t" };
+    expect(cleartextCredentials({ url: "http://collector.example:4318/v1/traces", headers })).toEqual([
+      { check: "traces", status: "warn", detail: "the collector's header fields (GATEWAY_OTLP_HEADERS, credentials) cross the network to collector.example:4318 in cleartext: use https" },
+    ]);
+    expect(cleartextCredentials({ url: "https://collector.example:4318/v1/traces", headers })).toEqual([]);
+    expect(cleartextCredentials({ url: "http://127.0.0.1:4318/v1/traces", headers })).toEqual([]);
+    expect(cleartextCredentials({ url: "http://[::1]:4318/v1/traces", headers })).toEqual([]);
+    expect(cleartextCredentials({ url: "http://collector.example:4318/v1/traces", headers: {} })).toEqual([]);
   });
 });
 

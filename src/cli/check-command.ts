@@ -4,6 +4,9 @@ import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { parseArgs } from "node:util";
 import { cacheBound, type GatewayConfig } from "../config.ts";
+import { otlpPlan, type OtlpPlan } from "../exporters/otlp-plan.ts";
+import { OtlpTraceExporter } from "../exporters/otlp-traces.ts";
+import { packageVersion } from "../package-version.ts";
 import { databasePath, sharedMode } from "../runtime.ts";
 import { migrations as embeddedSteps, schemaStep } from "../stores/embedded/sqlite-database.ts";
 import { storeSpace } from "../stores/embedded/store-space.ts";
@@ -252,6 +255,38 @@ export function exposureFindings(config: GatewayConfig): Finding[] {
   return findings;
 }
 
+/** A collector's credentials sent in cleartext off this machine. */
+export function cleartextCredentials(plan: Pick<OtlpPlan, "url" | "headers">): Finding[] {
+  const u = new URL(plan.url);
+  const host = u.hostname.replace(/^\[|\]$/g, "");
+  const here = loopback.has(host) || /^127\./.test(host);
+  if (u.protocol !== "http:" || here || Object.keys(plan.headers).length === 0) return [];
+  return [{ check: "traces", status: "warn", detail: `the collector's header fields (GATEWAY_OTLP_HEADERS, credentials) cross the network to ${u.host} in cleartext: use https` }];
+}
+
+/**
+ * Where the gateway's spans go: an empty export sent once (no span is
+ * billed or stored), so a wrong endpoint, protocol or token shows before a
+ * deploy rather than as `gateway_spans_total{outcome="dropped"}` after it.
+ */
+export async function tracesFindings(config: GatewayConfig): Promise<Finding[]> {
+  const plan = otlpPlan(config).plan;
+  if (plan === undefined) {
+    const named = config.otlpTracesUrl !== "" || config.otlpEndpoint !== "";
+    return [{ check: "traces", status: "ok", detail: named ? "off (GATEWAY_TRACES_EXPORTER=none): no span is recorded" : "off: no collector named (GATEWAY_OTLP_ENDPOINT)" }];
+  }
+  const how = `spans to ${shownUrl(plan.url)} over ${plan.protocol}${plan.gzip ? ", gzip" : ""}${plan.tls.cert !== undefined ? ", with a client certificate" : ""}`;
+  const findings = cleartextCredentials(plan);
+  const exporter = new OtlpTraceExporter({ ...plan, instanceId: config.nodeLabel || "check", serviceVersion: packageVersion() });
+  const refused = await exporter.probe();
+  findings.unshift(
+    refused === undefined
+      ? { check: "traces", status: "ok", detail: `${how}; the collector took an empty export` }
+      : { check: "traces", status: "warn", detail: `${how}; an empty export was not taken (${refused}): serve would start, and drop every span` },
+  );
+  return findings;
+}
+
 export async function checkCommand(config: GatewayConfig, args: string[]): Promise<number> {
   const { values } = parseArgs({ args, options: { json: { type: "boolean", default: false } } });
   const findings: Finding[] = [
@@ -259,6 +294,7 @@ export async function checkCommand(config: GatewayConfig, args: string[]): Promi
     ...tlsFindings(config, Date.now()),
     ...(sharedMode(config) ? await sharedFindings(config) : embeddedFindings(config)),
     ...exposureFindings(config),
+    ...(await tracesFindings(config)),
   ];
   const failed = findings.some((f) => f.status === "fail");
   // console.log, as every command writes: a reader that stops early (`| head`) ends the output quietly (EPIPE).

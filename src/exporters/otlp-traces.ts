@@ -465,6 +465,17 @@ export class OtlpTraceExporter implements SpanSink {
     this.sender.close();
   }
 
+  /**
+   * Sends one export of no spans, once (`gateway check`): whether the
+   * collector is there and takes the gateway's credentials, at no cost in
+   * spans. Undefined where it took it; otherwise why not.
+   */
+  async probe(): Promise<string | undefined> {
+    const sent = await this.sender.send([], Math.min(this.options.timeoutMs, 5000));
+    this.sender.close();
+    return sent.ok ? undefined : sent.reason;
+  }
+
   private send(limitMs = this.options.timeoutMs): void {
     clearTimeout(this.timer);
     this.timer = undefined;
