@@ -138,7 +138,15 @@ export const settings = {
     shown: "unset",
     aliases: ["OTEL_RESOURCE_ATTRIBUTES"],
   }),
-  traceSamplePerMille: whole("GATEWAY_TRACE_SAMPLE_PER_MILLE", 0, [0, 1000], "per 1,000 calls", "of the calls that send no `traceparent`, how many are traced, each as a trace of its own; a call whose `traceparent` is sampled is always traced, one whose is not never"),
+  traceSamplePerMille: whole("GATEWAY_TRACE_SAMPLE_PER_MILLE", 0, [0, 1000], "per 1,000 calls", "of the calls that send no `traceparent`, how many are traced, each as a trace of its own, where `GATEWAY_TRACES_SAMPLER` is unset; a call whose `traceparent` is sampled is always traced, one whose is not never"),
+  tracesSampler: text("GATEWAY_TRACES_SAMPLER", "", "OpenTelemetry's sampler, for the calls that send no `traceparent` (a caller's sampled flag always decides for its own calls): `parentbased_always_on`, `parentbased_always_off`, `parentbased_traceidratio` (the share in `GATEWAY_TRACES_SAMPLER_ARG`, default 1.0), or `always_off` (no span at all) (also read from `OTEL_TRACES_SAMPLER`)", {
+    shown: "unset (`GATEWAY_TRACE_SAMPLE_PER_MILLE` decides)",
+    aliases: ["OTEL_TRACES_SAMPLER"],
+  }),
+  tracesSamplerArg: text("GATEWAY_TRACES_SAMPLER_ARG", "", "`parentbased_traceidratio`'s share of the calls without a `traceparent` that are traced, from 0 to 1 (also read from `OTEL_TRACES_SAMPLER_ARG`)", {
+    shown: "unset (1.0)",
+    aliases: ["OTEL_TRACES_SAMPLER_ARG"],
+  }),
   serviceName: text("GATEWAY_SERVICE_NAME", defaultServiceName, "`service.name` of the spans (also read from `OTEL_SERVICE_NAME`)", { aliases: ["OTEL_SERVICE_NAME"] }),
   metricsToken: text("GATEWAY_METRICS_TOKEN", "", "bearer token `/metrics` requires; unset, anyone who reaches the port can scrape it", { shown: "unset", secret: true }),
   corsOrigins: text("GATEWAY_CORS_ORIGINS", defaultAppSettings.corsOrigins.join(","), "origins browsers may call from, comma-separated (`https://shop.example.com`); `*` any; empty turns CORS off"),

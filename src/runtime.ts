@@ -399,7 +399,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
           onSpans: (outcome, n) => telemetry.spans(outcome, n),
           onError: (e) => (log?.warn ?? log?.error)?.call(log, { err: e }, "spans could not all be sent to the OTLP collector; those not taken are counted (gateway_spans_total) and calls go on"),
         });
-  const tracer = spans === undefined ? undefined : new Tracer(spans, config.traceSamplePerMille / 1000);
+  const tracer = spans === undefined || otlp === undefined ? undefined : new Tracer(spans, otlp.rootRatio);
   const gateway = new Gateway(
     { accounts, meter, switches, catalogue: answers, replays: stores.replays, lockout, telemetry, tracer, alerts: stores.alerts, ...(log ? { log } : {}) },
     {

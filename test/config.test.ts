@@ -152,6 +152,21 @@ describe("configuration", () => {
     expect(() => loadConfig({ OTEL_RESOURCE_ATTRIBUTES: "no-equals-sign" })).toThrow(/resourceAttributes\) must be key=value pairs/);
   });
 
+  it("reads OpenTelemetry's parent-based samplers for the calls without a traceparent, and refuses one that would not follow the caller", () => {
+    const plan = (env: NodeJS.ProcessEnv) => otlpPlan(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", ...env })).plan;
+    expect(plan({})?.rootRatio).toBe(0);
+    expect(plan({ GATEWAY_TRACE_SAMPLE_PER_MILLE: "25" })?.rootRatio).toBe(0.025);
+    expect(plan({ OTEL_TRACES_SAMPLER: "parentbased_always_on", GATEWAY_TRACE_SAMPLE_PER_MILLE: "25" })?.rootRatio).toBe(1);
+    expect(plan({ OTEL_TRACES_SAMPLER: "parentbased_always_off" })?.rootRatio).toBe(0);
+    expect(plan({ OTEL_TRACES_SAMPLER: "parentbased_traceidratio", OTEL_TRACES_SAMPLER_ARG: "0.0005" })?.rootRatio).toBe(0.0005);
+    // OpenTelemetry's default share is 1.0.
+    expect(plan({ OTEL_TRACES_SAMPLER: "parentbased_traceidratio" })?.rootRatio).toBe(1);
+    // always_off records nothing, not even a sampled caller's calls.
+    expect(plan({ OTEL_TRACES_SAMPLER: "always_off" })).toBeUndefined();
+    expect(() => loadConfig({ OTEL_TRACES_SAMPLER: "parentbased_traceidratio", OTEL_TRACES_SAMPLER_ARG: "1.5" })).toThrow(/tracesSamplerArg\) must be a share from 0 to 1, not "1.5"/);
+    expect(() => loadConfig({ OTEL_TRACES_SAMPLER: "always_on" })).toThrow(/tracesSampler\) must be parentbased_always_on, parentbased_always_off, parentbased_traceidratio or always_off/);
+  });
+
   it("reads the TLS files for an https collector at the start, refusing a missing one or a half pair without showing a key", () => {
     const dir = mkdtempSync(join(tmpdir(), "otlp-config-"));
     try {

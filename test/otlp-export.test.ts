@@ -70,7 +70,7 @@ const spans: SpanData[] = [
 
 const service = { serviceName: "gateway-under-test", instanceId: "gw-7", serviceVersion: "1.2.3" };
 const resource = { "service.name": "gateway-under-test", "service.instance.id": "gw-7", "service.version": "1.2.3" };
-const quick = { attempts: 3, firstDelayMs: 20, maxDelayMs: 50, longestHintMs: 2000 };
+const quick = { attempts: 3, firstDelayMs: 20, maxDelayMs: 50, longestHintMs: 2000, longestPauseMs: 60_000 };
 
 /** An exporter that sends each batch of `spans.length` at once, and what it reported. */
 function exporterTo(url: string, extra: Partial<OtlpTracesOptions> = {}) {
@@ -316,6 +316,18 @@ describe("a collector that cannot take a batch now", () => {
     expect(collector.received.length).toBe(1);
     await x.exporter.flush();
     expect([x.outcomes.exported, collector.received.length]).toEqual([3, 2]);
+  });
+
+  it("holds a collector's pause to the longest it keeps, whatever Retry-After says", async () => {
+    fresh();
+    collector.answer = (n) => (n === 1 ? { kind: "status", status: 503, retryAfter: "99999999" } : { kind: "ok" });
+    const x = exporterTo(collector.url, { retry: { ...quick, longestPauseMs: 600 } });
+    await x.send();
+    expect([x.outcomes.dropped, collector.received.length]).toEqual([3, 1]);
+    await x.send();
+    expect([x.outcomes.exported, collector.received.length]).toEqual([3, 2]);
+    expect(collector.arrivals[1]! - collector.arrivals[0]!).toBeGreaterThanOrEqual(550);
+    await x.exporter.flush();
   });
 
   it("counts the spans a partial success refused, and says why, in both encodings", async () => {

@@ -32,8 +32,8 @@ describe("the gateway's own spans, to an OTLP collector", () => {
         // A hosted collector's token, as OpenTelemetry writes it.
         otlpHeaders: "authorization=Bearer%20collector-token-123, x-scope-orgid=shop",
         serviceName: "gateway-under-test",
-        // Every call with no traceparent is a trace of its own here.
-        traceSamplePerMille: 1000,
+        // Every call with no traceparent is a trace of its own here (OpenTelemetry's sampler setting; below, the per-mille one).
+        tracesSampler: "parentbased_always_on",
       },
     });
   });

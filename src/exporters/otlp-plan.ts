@@ -19,6 +19,9 @@ type OtlpSettings = Pick<
   | "tracesExporter"
   | "resourceAttributes"
   | "serviceName"
+  | "traceSamplePerMille"
+  | "tracesSampler"
+  | "tracesSamplerArg"
 >;
 
 /** Where and how the gateway's spans are sent, read from the settings once. */
@@ -34,6 +37,8 @@ export interface OtlpPlan {
   /** The resource's attributes from `GATEWAY_RESOURCE_ATTRIBUTES`, and `service.name` as the settings decide it. */
   readonly resource: Readonly<Record<string, string>>;
   readonly serviceName: string;
+  /** Of the calls that send no `traceparent`, the share recorded, each as a trace of its own (0 to 1). */
+  readonly rootRatio: number;
 }
 
 /**
@@ -77,6 +82,30 @@ function exporterWanted(value: string): boolean | undefined {
   return names.includes("otlp") ? true : undefined;
 }
 
+/**
+ * The share of the calls without a `traceparent` that are traced, from
+ * OpenTelemetry's sampler settings, or from `GATEWAY_TRACE_SAMPLE_PER_MILLE`
+ * where no sampler is named; `off` for `always_off`. The gateway always
+ * follows a caller's own decision (a parent-based sampler), so a sampler
+ * that would not (`always_on`, `traceidratio`) is a problem, named.
+ */
+function rootSampling(config: OtlpSettings): number | "off" | { problem: string } {
+  const sampler = config.tracesSampler.trim().toLowerCase();
+  if (sampler === "") return config.traceSamplePerMille / 1000;
+  if (sampler === "always_off") return "off";
+  if (sampler === "parentbased_always_on") return 1;
+  if (sampler === "parentbased_always_off") return 0;
+  if (sampler === "parentbased_traceidratio") {
+    const arg = config.tracesSamplerArg.trim();
+    if (arg === "") return 1;
+    const ratio = Number(arg);
+    return /^[0-9.eE+-]+$/.test(arg) && ratio >= 0 && ratio <= 1 ? ratio : { problem: `GATEWAY_TRACES_SAMPLER_ARG (tracesSamplerArg) must be a share from 0 to 1, not ${JSON.stringify(config.tracesSamplerArg)}` };
+  }
+  return {
+    problem: `GATEWAY_TRACES_SAMPLER (tracesSampler) must be parentbased_always_on, parentbased_always_off, parentbased_traceidratio or always_off (the gateway follows a caller's sampled flag), not ${JSON.stringify(config.tracesSampler)}`,
+  };
+}
+
 /** The traces URL: the signal's own endpoint as written, or the base endpoint with `/v1/traces` (over HTTP). */
 function tracesUrl(config: OtlpSettings): string {
   if (config.otlpTracesUrl !== "") return config.otlpTracesUrl;
@@ -92,7 +121,9 @@ function tracesUrl(config: OtlpSettings): string {
  */
 export function otlpPlan(config: OtlpSettings, read: (file: string) => string = (f) => readFileSync(f, "utf8")): { plan: OtlpPlan | undefined; problems: string[] } {
   const problems: string[] = [];
-  const wanted = exporterWanted(config.tracesExporter);
+  const sampling = rootSampling(config);
+  if (typeof sampling === "object") problems.push(sampling.problem);
+  const wanted = sampling === "off" ? false : exporterWanted(config.tracesExporter);
   if (wanted === undefined) problems.push(`GATEWAY_TRACES_EXPORTER (tracesExporter) must be otlp or none (the gateway sends its spans over OTLP only), not ${JSON.stringify(config.tracesExporter)}`);
   const url = tracesUrl(config);
   if (url !== "") {
@@ -132,7 +163,17 @@ export function otlpPlan(config: OtlpSettings, read: (file: string) => string = 
   const own = resource ?? {};
   const serviceName = config.serviceName !== defaultServiceName ? config.serviceName : (own["service.name"] ?? config.serviceName);
   return {
-    plan: { url, protocol: config.otlpProtocol as OtlpProtocol, gzip: config.otlpCompression === "gzip", timeoutMs: config.otlpTimeoutMs, headers: headers ?? {}, tls, resource: own, serviceName },
+    plan: {
+      url,
+      protocol: config.otlpProtocol as OtlpProtocol,
+      gzip: config.otlpCompression === "gzip",
+      timeoutMs: config.otlpTimeoutMs,
+      headers: headers ?? {},
+      tls,
+      resource: own,
+      serviceName,
+      rootRatio: typeof sampling === "number" ? sampling : 0,
+    },
     problems,
   };
 }

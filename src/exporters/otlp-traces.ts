@@ -31,6 +31,8 @@ export interface RetryPolicy {
    * batch is dropped, and nothing is sent until the hint's time has passed.
    */
   readonly longestHintMs: number;
+  /** The longest pause a collector's hint stops sending for: a `Retry-After` of a year, a bug or not, pauses this long. */
+  readonly longestPauseMs: number;
 }
 
 export interface OtlpTracesOptions {
@@ -61,7 +63,7 @@ export interface OtlpTracesOptions {
   readonly onError: (e: unknown) => void;
 }
 
-export const defaultRetryPolicy: RetryPolicy = { attempts: 5, firstDelayMs: 1000, maxDelayMs: 5000, longestHintMs: 30_000 };
+export const defaultRetryPolicy: RetryPolicy = { attempts: 5, firstDelayMs: 1000, maxDelayMs: 5000, longestHintMs: 30_000, longestPauseMs: 600_000 };
 
 export const defaultOtlpTracesOptions: Omit<OtlpTracesOptions, "url" | "serviceName" | "instanceId" | "serviceVersion"> = {
   protocol: "http/protobuf",
@@ -412,6 +414,8 @@ export class OtlpTraceExporter implements SpanSink {
   private readonly sender: Sender;
   private queue: SpanData[] = [];
   private timer: NodeJS.Timeout | undefined;
+  /** Whether the timer waits for a full batch (the pause only), not for the interval. */
+  private timerFull = false;
   private sending: Promise<void> | undefined;
   private lastError = -Infinity;
   /** Until when nothing is sent: a collector asked for a pause longer than a batch waits. */
@@ -442,13 +446,14 @@ export class OtlpTraceExporter implements SpanSink {
   private sendOrWait(): void {
     if (this.sending !== undefined || this.queue.length === 0) return;
     const full = this.queue.length >= this.options.batchSpans;
-    if (!full && this.timer !== undefined) return;
+    if (this.timer !== undefined && (!full || this.timerFull)) return;
     const paused = this.pausedUntil - Date.now();
-    if (full && paused <= 0) this.send();
-    else if (this.timer === undefined) {
-      this.timer = setTimeout(() => this.send(), Math.max(paused, this.options.intervalMs));
-      this.timer.unref();
-    }
+    if (full && paused <= 0) return this.send();
+    // A full batch waits out the pause only; one short of full, its interval too.
+    clearTimeout(this.timer);
+    this.timerFull = full;
+    this.timer = setTimeout(() => this.send(), full ? paused : Math.max(paused, this.options.intervalMs));
+    this.timer.unref();
   }
 
   /** Sends what is queued, one try a batch, and waits for what is being sent (shutdown); within one request's limit in all. */
@@ -499,7 +504,7 @@ export class OtlpTraceExporter implements SpanSink {
       }
       const wait = sent.retry ? (sent.afterMs ?? backoffMs(retry, attempt)) : undefined;
       if (wait === undefined || attempt >= retry.attempts || this.closing || wait > retry.longestHintMs) {
-        if (sent.afterMs !== undefined) this.pausedUntil = Math.max(this.pausedUntil, Date.now() + sent.afterMs);
+        if (sent.afterMs !== undefined) this.pausedUntil = Math.max(this.pausedUntil, Date.now() + Math.min(sent.afterMs, retry.longestPauseMs));
         onSpans("dropped", batch.length);
         this.report(new Error(`${sent.reason}${sent.retry && !this.closing ? ` (tried ${attempt} times)` : ""}`));
         return;
