@@ -91,6 +91,8 @@ const filters: [string, UsageQuery, (r: LedgerRow) => boolean][] = [
 
 interface Store {
   readonly meter: Meter;
+  /** Another meter on the same store: another replica's, or this one's after a restart. */
+  another(): Meter;
   insert(rows: readonly LedgerRow[]): Promise<void>;
   /** The plan of the statement the store read the last page with. */
   lastPlan(): Promise<string>;
@@ -112,8 +114,14 @@ function embedded(): Store {
   const insert = db.prepare(
     "INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, client_ip) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
   );
+  const others: ReturnType<typeof openDatabase>[] = [];
   return {
     meter: new SqliteMeter(db, { reader }),
+    another() {
+      const other = openDatabase(join(dir, "gateway.db"));
+      others.push(other);
+      return new SqliteMeter(other, {});
+    },
     async insert(rows) {
       db.exec("BEGIN");
       for (const r of rows) insert.run(r.requestId, r.at, r.day, r.account!, r.operation!, r.code, r.charge, r.price, r.cacheHit ? 1 : 0, r.latencyMicros, r.transport, r.clientIp!);
@@ -126,6 +134,7 @@ function embedded(): Store {
       return (db.prepare(`EXPLAIN QUERY PLAN ${last!.sql}`).all(last!.params) as { detail: string }[]).map((r) => r.detail).join(" | ");
     },
     async close() {
+      for (const other of others) other.close();
       db.close();
       rmSync(dir, { recursive: true, force: true });
     },
@@ -144,8 +153,14 @@ async function shared(): Promise<Store> {
     return query(...args);
   };
   const meter = new PostgresMeter(pool, { holder: "pages" });
+  const others: PostgresMeter[] = [];
   return {
     meter,
+    another() {
+      const other = new PostgresMeter(pool, { holder: `pages-${others.length + 2}` });
+      others.push(other);
+      return other;
+    },
     async insert(rows) {
       for (let i = 0; i < rows.length; i += 500) {
         const part = rows.slice(i, i + 500);
@@ -176,6 +191,7 @@ async function shared(): Promise<Store> {
     },
     async close() {
       meter.close();
+      for (const other of others) other.close();
       await pool.end();
       await own.drop();
     },
@@ -318,14 +334,15 @@ describe.each([
   afterAll(() => store.close());
 
   /** The store, with the day windows each page reads and the times the sums are read recorded. */
-  function recorded() {
+  function recorded(of: Meter = store.meter) {
     const windows: { from: string; through: string }[] = [];
     let sumReads = 0;
-    const meter: Pick<Meter, "query" | "calls" | "usageSums" | "usageDays"> = {
-      query: (q) => (q.totalsPage !== undefined && windows.push(q.totalsPage.days), store.meter.query(q)),
-      calls: (...a) => store.meter.calls(...a),
-      usageSums: (q) => (sumReads++, store.meter.usageSums(q)),
-      usageDays: (q) => store.meter.usageDays(q),
+    const meter: Pick<Meter, "query" | "calls" | "usageSums" | "usageDays" | "pageKey"> = {
+      query: (q) => (q.totalsPage !== undefined && windows.push(q.totalsPage.days), of.query(q)),
+      calls: (...a) => of.calls(...a),
+      usageSums: (q) => (sumReads++, of.usageSums(q)),
+      usageDays: (q) => of.usageDays(q),
+      pageKey: () => of.pageKey(),
     };
     return { meter, windows, sumReads: () => sumReads };
   }
@@ -373,7 +390,7 @@ describe.each([
     const filter: UsageQuery = { byAddress: true };
     const whole = await store.meter.query(filter);
     const answered: number[] = [];
-    const meter: Pick<Meter, "query" | "calls" | "usageSums" | "usageDays"> = {
+    const meter: Pick<Meter, "query" | "calls" | "usageSums" | "usageDays" | "pageKey"> = {
       ...recorded().meter,
       query: async (q) => {
         const report = await store.meter.query(q);
@@ -414,6 +431,26 @@ describe.each([
     expect(r.sumReads()).toBe(3);
     // A day the calendar does not have cannot be counted on from.
     await expect(totalsPage(r.meter, { filter, pageSize: 3, pageToken: token(["2026-02-30", ...fields.slice(1)]) })).rejects.toThrow(/not one this gateway gave/);
+  });
+
+  it("carries the sums to a page another replica answers, or this one after a restart, under the key the store keeps", async () => {
+    const filter: UsageQuery = { byAddress: true };
+    const a = recorded();
+    const first = await totalsPage(a.meter, { filter, pageSize: 3 });
+    expect(a.sumReads()).toBe(1);
+    // Another meter on the store (another process) reads the same key, and believes the token's sums.
+    const other = store.another();
+    const key = await other.pageKey();
+    expect([key.length, key.some((b) => b !== 0)]).toEqual([32, true]);
+    expect(key).toEqual(await store.meter.pageKey());
+    const b = recorded(other);
+    const second = await totalsPage(b.meter, { filter, pageSize: 3, pageToken: first.nextPageToken });
+    expect([b.sumReads(), second.sums]).toEqual([0, first.sums]);
+    // A token sealed under another key (another store's): its sums are read again, never believed.
+    const c = recorded();
+    const elsewhere = { ...c.meter, pageKey: async () => new Uint8Array(32).fill(7) };
+    const third = await totalsPage(elsewhere, { filter, pageSize: 3, pageToken: first.nextPageToken });
+    expect([c.sumReads(), third.sums, third.totals]).toEqual([1, first.sums, second.totals]);
   });
 });
 

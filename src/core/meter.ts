@@ -341,6 +341,11 @@ export interface Meter {
    */
   usageDays(query: UsageQuery): Promise<UsageDays | undefined>;
   /**
+   * The key QueryUsage's page tokens seal their sums with (core/usage-pages.ts): kept in the store, so it is
+   * the same for every replica and outlives a restart.
+   */
+  pageKey(): Promise<Uint8Array>;
+  /**
    * The ledger's rows that match `query`'s filters (account, days, operation,
    * code, address, request id; its `rows` and `byAddress` are not read), in
    * `LedgerPlace` order from just past `after` (undefined: the newest), at

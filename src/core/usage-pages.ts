@@ -1,4 +1,4 @@
-import { createHash, createHmac, randomBytes } from "node:crypto";
+import { createHash, createHmac } from "node:crypto";
 import { nextDay } from "./clock.ts";
 import type { FeedPlace, LedgerPlace, LedgerRow, Meter, TotalPlace, UsageDays, UsageQuery, UsageReport, UsageSums, UsageTotal } from "./meter.ts";
 import { usageSums } from "./meter.ts";
@@ -154,15 +154,15 @@ export interface TotalsPage extends UsageReport {
 }
 
 /**
- * What a page token's sums are checked with: this process's own key, so a
- * token carries the sums its first page read and cannot be given others.
- * A token another process gave (a replica, a restart) fails the check and
- * its sums are read again: never refused, never taken on trust.
+ * A page token's sums are sealed under the store's page key
+ * (`Meter.pageKey`), the same for every replica and across restarts, so a
+ * token carries the sums its first page read, whichever replica answers the
+ * next page, and cannot be given others. A token whose seal does not hold
+ * (changed, or from a store with another key) has its sums read again:
+ * never refused, never taken on trust.
  */
-const sumsKey = randomBytes(32);
-
-function sumsSeal(digest: string, place: readonly (string | number)[], sums: readonly string[]): string {
-  return createHmac("sha256", sumsKey).update(JSON.stringify([digest, ...place, ...sums])).digest("base64url").slice(0, 22);
+function sumsSeal(key: Uint8Array, digest: string, place: readonly (string | number)[], sums: readonly string[]): string {
+  return createHmac("sha256", key).update(JSON.stringify([digest, ...place, ...sums])).digest("base64url").slice(0, 22);
 }
 
 const sumFields = (s: UsageSums) => [s.calls, s.chargedCalls, s.amount, s.cacheHits, s.upstreamRequests].map(String);
@@ -171,7 +171,7 @@ const sumFields = (s: UsageSums) => [s.calls, s.chargedCalls, s.amount, s.cacheH
 const placeFields = (p: TotalPlace) => [p.day, p.account, p.operation, p.code, p.charge, p.clientIp];
 
 /** A totals token's place and, when this process sealed them, the sums its first page read. */
-function totalsToken(token: string, digest: string): { readonly place: TotalPlace; readonly sums: UsageSums | undefined } {
+function totalsToken(token: string, digest: string, key: Uint8Array): { readonly place: TotalPlace; readonly sums: UsageSums | undefined } {
   const { place, sealed } = placeFrom(token, digest, (fields) => {
     const place = totalPlace(fields);
     // A token of a gateway before the sums were carried is a place alone; its sums are read again.
@@ -179,7 +179,7 @@ function totalsToken(token: string, digest: string): { readonly place: TotalPlac
   });
   if (sealed === undefined || !sealed.every((v) => typeof v === "string")) return { place, sums: undefined };
   const values = sealed.slice(0, 5) as string[];
-  if (!values.every((v) => /^\d{1,30}$/.test(v)) || sealed[5] !== sumsSeal(digest, placeFields(place), values)) return { place, sums: undefined };
+  if (!values.every((v) => /^\d{1,30}$/.test(v)) || sealed[5] !== sumsSeal(key, digest, placeFields(place), values)) return { place, sums: undefined };
   const [calls, chargedCalls, amount, cacheHits, upstreamRequests] = values.map(BigInt) as [bigint, bigint, bigint, bigint, bigint];
   return { place, sums: { calls, chargedCalls, amount, cacheHits, upstreamRequests } };
 }
@@ -201,14 +201,14 @@ function totalsToken(token: string, digest: string): { readonly place: TotalPlac
  * read so, 85 ms a page.
  *
  * The sums are over every total of the query (`Meter.usageSums`), read
- * with the first page and carried in its token, sealed (`sumsKey`), so
- * every page shows the same sums and no page after the first reads the
- * range again; a page another process answers reads them again. The rows,
+ * with the first page and carried in its token, sealed (`Meter.pageKey`),
+ * so every page shows the same sums and no page after the first reads the
+ * range again, whichever replica answers it. The rows,
  * when asked for, come with the first page only (ListCalls' first page;
  * it pages through them). A token is good only for the filter (and
  * `by_address`) it was made under.
  */
-export async function totalsPage(meter: Pick<Meter, "query" | "calls" | "usageSums" | "usageDays">, request: UsagePageRequest): Promise<TotalsPage> {
+export async function totalsPage(meter: Pick<Meter, "query" | "calls" | "usageSums" | "usageDays" | "pageKey">, request: UsagePageRequest): Promise<TotalsPage> {
   const take = pageSize(request.pageSize, 0, maxTotalsPageSize);
   const filter = request.filter;
   if (take === 0) {
@@ -227,7 +227,8 @@ export async function totalsPage(meter: Pick<Meter, "query" | "calls" | "usageSu
     return { totals, rows, sums: usageSums(totals), nextPageToken: "" };
   }
   const digest = filterDigest(filter, "totals");
-  const token = request.pageToken ? totalsToken(request.pageToken, digest) : undefined;
+  const key = await meter.pageKey();
+  const token = request.pageToken ? totalsToken(request.pageToken, digest, key) : undefined;
   const after = token?.place;
   const [sums, days, rows] = await Promise.all([
     token?.sums ?? meter.usageSums(filter),
@@ -243,7 +244,7 @@ export async function totalsPage(meter: Pick<Meter, "query" | "calls" | "usageSu
   if (more && last !== undefined) {
     const place = placeFields({ day: last.day, account: last.account ?? "", operation: last.operation ?? "", code: last.code, charge: last.charge, clientIp: last.clientIp ?? "" });
     const values = sumFields(sums);
-    nextPageToken = encode([...place, ...values, sumsSeal(digest, place, values)], digest);
+    nextPageToken = encode([...place, ...values, sumsSeal(key, digest, place, values)], digest);
   }
   return { totals: page, rows, sums, nextPageToken };
 }

@@ -116,6 +116,7 @@ const accountKey = (account: string, part: string) => `${account}\u0000${part}`;
  */
 export class SqliteMeter implements Meter {
   private readonly db: DatabaseSync;
+  private pageKeyRead: Promise<Uint8Array> | undefined;
   private readonly options: SqliteMeterOptions;
   /** Where usage reports run (sql-reader.ts). */
   private readonly reader: SqlReader;
@@ -603,6 +604,19 @@ export class SqliteMeter implements Meter {
     ]);
     const sum = answer![0]!;
     return { calls: sum.calls as bigint, chargedCalls: sum.charged as bigint, amount: sum.amount as bigint, cacheHits: sum.cache_hits as bigint, upstreamRequests: sum.upstream_requests as bigint };
+  }
+
+  /** Read once (core/meter.ts Meter.pageKey); a read that failed is tried again next time. */
+  pageKey(): Promise<Uint8Array> {
+    this.pageKeyRead ??= (async () => {
+      const row = this.db.prepare("SELECT key FROM page_keys WHERE name = 'usage-sums'").get() as { key: Uint8Array } | undefined;
+      if (row === undefined) throw new Error("the store has no page key: its schema is older than this gateway's (gateway migrate)");
+      return new Uint8Array(row.key);
+    })().catch((e: unknown) => {
+      this.pageKeyRead = undefined;
+      throw e;
+    });
+    return this.pageKeyRead;
   }
 
   async usageDays(q: UsageQuery): Promise<UsageDays | undefined> {

@@ -259,6 +259,11 @@ export const migrations: readonly string[] = [
   // sum in the totals retention folds; rows written before read 0.
   `ALTER TABLE ledger ADD COLUMN upstream_requests INTEGER NOT NULL DEFAULT 0;
   ALTER TABLE ledger_daily_totals ADD COLUMN upstream_requests INTEGER NOT NULL DEFAULT 0;`,
+  // 26: the key QueryUsage's page tokens carry their sums under (core/usage-pages.ts), kept in the store so a token
+  // outlives a restart (the shared store's step 25 shares it between replicas). SQLite's randomblob() draws from
+  // its generator seeded with the system's randomness.
+  `CREATE TABLE page_keys (name TEXT PRIMARY KEY, key BLOB NOT NULL CHECK (length(key) = 32)) STRICT;
+  INSERT INTO page_keys (name, key) VALUES ('usage-sums', randomblob(32));`,
 ];
 
 /**

@@ -156,6 +156,7 @@ SELECT 1`;
  */
 export class PostgresMeter implements Meter {
   private readonly pool: pg.Pool;
+  private pageKeyRead: Promise<Uint8Array> | undefined;
   private readonly options: PostgresMeterOptions;
   private queue: Queued[] = [];
   private committing: Promise<void> | undefined;
@@ -499,6 +500,19 @@ export class PostgresMeter implements Meter {
     );
     const sum = rows[0]!;
     return { calls: BigInt(sum.calls!), chargedCalls: BigInt(sum.charged!), amount: BigInt(sum.amount!), cacheHits: BigInt(sum.cache_hits!), upstreamRequests: BigInt(sum.upstream_requests!) };
+  }
+
+  /** Read once (core/meter.ts Meter.pageKey); a read that failed (the database away) is tried again next time. */
+  pageKey(): Promise<Uint8Array> {
+    this.pageKeyRead ??= (async () => {
+      const { rows } = await this.pool.query<{ key: Buffer }>("SELECT key FROM page_keys WHERE name = 'usage-sums'");
+      if (rows[0] === undefined) throw new Error("the store has no page key: its schema is older than this gateway's (gateway migrate)");
+      return new Uint8Array(rows[0].key);
+    })().catch((e: unknown) => {
+      this.pageKeyRead = undefined;
+      throw e;
+    });
+    return this.pageKeyRead;
   }
 
   async usageDays(q: UsageQuery): Promise<UsageDays | undefined> {

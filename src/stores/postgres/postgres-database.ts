@@ -554,6 +554,11 @@ export const migrations: readonly string[] = [
   // the folded totals; rows written before read 0 (a constant default: no rewrite of the table).
   `ALTER TABLE ledger ADD COLUMN upstream_requests integer NOT NULL DEFAULT 0;
   ALTER TABLE ledger_daily_totals ADD COLUMN upstream_requests bigint NOT NULL DEFAULT 0;`,
+  // 25: the key QueryUsage's page tokens carry their sums under (core/usage-pages.ts), one for every replica, so a
+  // page another replica answers shows the sums the first page read instead of reading the range again (the
+  // embedded store's step 26): two of gen_random_uuid(), 122 random bits each from the server's strong source.
+  `CREATE TABLE page_keys (name text PRIMARY KEY, key bytea NOT NULL CHECK (length(key) = 32));
+  INSERT INTO page_keys (name, key) VALUES ('usage-sums', uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()));`,
 ];
 
 /** What a call is told when the shared database does not answer. */
