@@ -166,11 +166,37 @@ function spanMessage(s: SpanData): MessageInitShape<typeof SpanSchema> {
   };
 }
 
-/** The export request of a batch, as protobuf-es builds it (OTLP/HTTP binary and OTLP/gRPC). */
-function exportRequest(resource: Resource, scope: { name: string; version: string }, batch: readonly SpanData[]) {
-  return create(ExportTraceServiceRequestSchema, {
-    resourceSpans: [{ resource: { attributes: attributesMessage(resource) }, scopeSpans: [{ scope, spans: batch.map(spanMessage) }] }],
-  });
+/**
+ * A batch as OTLP's encodings write it, under one resource and scope: the
+ * protobuf-es request (binary OTLP/HTTP and gRPC), and OTLP's JSON, whose
+ * text before and after the spans is made once.
+ */
+class Encodings {
+  private readonly resource: Resource;
+  private readonly scope: { readonly name: string; readonly version: string };
+  private readonly head: string;
+  private readonly tail = "]}]}]}";
+
+  constructor(resource: Resource, scope: { readonly name: string; readonly version: string }) {
+    this.resource = resource;
+    this.scope = scope;
+    this.head = `{"resourceSpans":[{"resource":{"attributes":${attributesJson(resource)}},"scopeSpans":[{"scope":{"name":${JSON.stringify(scope.name)},"version":${JSON.stringify(scope.version)}},"spans":[`;
+  }
+
+  request(batch: readonly SpanData[]) {
+    return create(ExportTraceServiceRequestSchema, {
+      resourceSpans: [{ resource: { attributes: attributesMessage(this.resource) }, scopeSpans: [{ scope: this.scope, spans: batch.map(spanMessage) }] }],
+    });
+  }
+
+  binary(batch: readonly SpanData[]): Buffer {
+    const bytes = toBinary(ExportTraceServiceRequestSchema, this.request(batch));
+    return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  }
+
+  json(batch: readonly SpanData[]): Buffer {
+    return Buffer.from(this.head + batch.map(spanJson).join(",") + this.tail);
+  }
 }
 
 /** The collector's words, fit for a log line: printable, and short. */
@@ -205,30 +231,19 @@ class HttpSender implements Sender {
   private readonly url: URL;
   private readonly agent: http.Agent;
   private readonly json: boolean;
-  private readonly head: string;
-  private readonly tail = "]}]}]}";
   private readonly options: OtlpTracesOptions;
-  private readonly resource: Resource;
-  private readonly scope: { name: string; version: string };
+  private readonly encodings: Encodings;
 
-  constructor(options: OtlpTracesOptions, resource: Resource, scope: { name: string; version: string }) {
+  constructor(options: OtlpTracesOptions, encodings: Encodings) {
     this.options = options;
-    this.resource = resource;
-    this.scope = scope;
+    this.encodings = encodings;
     this.url = new URL(options.url);
     this.agent = this.url.protocol === "https:" ? new https.Agent({ keepAlive: true, maxSockets: 1, ...options.tls }) : new http.Agent({ keepAlive: true, maxSockets: 1 });
     this.json = options.protocol === "http/json";
-    this.head = `{"resourceSpans":[{"resource":{"attributes":${attributesJson(resource)}},"scopeSpans":[{"scope":{"name":${JSON.stringify(scope.name)},"version":${JSON.stringify(scope.version)}},"spans":[`;
-  }
-
-  private encode(batch: readonly SpanData[]): Buffer {
-    if (this.json) return Buffer.from(this.head + batch.map(spanJson).join(",") + this.tail);
-    const bytes = toBinary(ExportTraceServiceRequestSchema, exportRequest(this.resource, this.scope, batch));
-    return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   }
 
   async send(batch: readonly SpanData[], timeoutMs: number): Promise<Sent> {
-    let body = this.encode(batch);
+    let body = this.json ? this.encodings.json(batch) : this.encodings.binary(batch);
     const headers: Record<string, string> = { ...this.options.headers, "content-type": this.json ? "application/json" : "application/x-protobuf" };
     if (this.options.gzip) {
       body = await gzipAsync(body);
@@ -360,13 +375,11 @@ class GrpcSender implements Sender {
   private readonly session: GuardedSessions;
   private readonly client: Client<typeof TraceService>;
   private readonly options: OtlpTracesOptions;
-  private readonly resource: Resource;
-  private readonly scope: { name: string; version: string };
+  private readonly encodings: Encodings;
 
-  constructor(options: OtlpTracesOptions, resource: Resource, scope: { name: string; version: string }) {
+  constructor(options: OtlpTracesOptions, encodings: Encodings) {
     this.options = options;
-    this.resource = resource;
-    this.scope = scope;
+    this.encodings = encodings;
     const origin = new URL(options.url).origin;
     this.session = new GuardedSessions(new Http2SessionManager(origin, undefined, origin.startsWith("https:") ? { ...options.tls } : {}));
     const transport = createGrpcTransport({
@@ -380,7 +393,7 @@ class GrpcSender implements Sender {
 
   async send(batch: readonly SpanData[], timeoutMs: number): Promise<Sent> {
     try {
-      const answer = await this.client.export(exportRequest(this.resource, this.scope, batch), { headers: this.options.headers, timeoutMs });
+      const answer = await this.client.export(this.encodings.request(batch), { headers: this.options.headers, timeoutMs });
       const p = answer.partialSuccess;
       return { ok: true, rejected: refusedOf(p?.rejectedSpans, batch.length), message: collectorWords(p?.errorMessage ?? "") };
     } catch (e) {
@@ -429,8 +442,8 @@ export class OtlpTraceExporter implements SpanSink {
     const o = this.options;
     const resource: Record<string, string> = { "service.name": o.serviceName, "service.instance.id": o.instanceId, "service.version": o.serviceVersion, ...o.resource };
     resource["service.name"] = o.serviceName;
-    const scope = { name: o.serviceName, version: o.serviceVersion };
-    this.sender = o.protocol === "grpc" ? new GrpcSender(o, resource, scope) : new HttpSender(o, resource, scope);
+    const encodings = new Encodings(resource, { name: o.serviceName, version: o.serviceVersion });
+    this.sender = o.protocol === "grpc" ? new GrpcSender(o, encodings) : new HttpSender(o, encodings);
   }
 
   add(span: SpanData): void {
