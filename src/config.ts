@@ -86,7 +86,7 @@ export const settings = {
   redisUrl: text("GATEWAY_REDIS_URL", "", "with `GATEWAY_DATABASE_URL`, shared mode: `redis://HOST:6379`, the response cache the replicas share", { shown: "unset (embedded store)", secret: true }),
   tlsCert: text("GATEWAY_TLS_CERT", "", "PEM certificate; with `GATEWAY_TLS_KEY`, serves TLS with ALPN (h2 and http/1.1)", { shown: "unset" }),
   tlsKey: text("GATEWAY_TLS_KEY", "", "PEM private key, set together with `GATEWAY_TLS_CERT`", { shown: "unset" }),
-  tlsCheckSeconds: whole("GATEWAY_TLS_CHECK_SECONDS", 60, [0, 86_400], "seconds", "how often the TLS certificate and key files are read again; when they changed (a renewal) and work together, new connections get them, without a restart. `0`: only on SIGHUP, which always reads them again"),
+  tlsCheckSeconds: whole("GATEWAY_TLS_CHECK_SECONDS", 60, [0, 86_400], "seconds", "how often the TLS certificate and key files are read again, the OTLP collector's (`GATEWAY_OTLP_CERTIFICATE`, `GATEWAY_OTLP_CLIENT_*`) too; when they changed (a renewal) and work together, new connections get them, without a restart. `0`: only on SIGHUP, which always reads them again"),
   logLevel: oneOf("GATEWAY_LOG_LEVEL", "info", ["fatal", "error", "warn", "info", "debug", "trace", "silent"], "`fatal` … `trace`, or `silent`"),
   maxBodyBytes: whole("GATEWAY_MAX_BODY_BYTES", defaultAppSettings.maxBodyBytes, [1024, 1 << 30], "bytes", "largest request body, legacy and RPC alike"),
   shutdownGraceMs: whole("GATEWAY_SHUTDOWN_GRACE_MS", 10_000, [0, 600_000], "milliseconds", "how long in-flight calls may finish after SIGTERM"),

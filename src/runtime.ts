@@ -88,6 +88,8 @@ export interface Runtime {
   readonly alerts: AlertOutbox;
   /** What sends a test alert at once (AccountAdmin.testAlerts). */
   readonly alertSender: AlertPost;
+  /** The OTLP collector's TLS files read again (SIGHUP), where the exporter has any; undefined: none to read. */
+  readonly renewExporterTls: (() => void) | undefined;
   /** Commits every queued ledger row, then closes the stores (the embedded store at once, before the promise settles). */
   close(): Promise<void>;
 }
@@ -396,6 +398,11 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
           ...otlp,
           instanceId: stores.nodeLabel,
           serviceVersion: packageVersion(),
+          tlsCheckMs: config.tlsCheckSeconds * 1000,
+          onTlsRenewal: (outcome, e) =>
+            outcome === "renewed"
+              ? (log?.info ?? log?.error)?.call(log, { files: otlp.tlsFiles }, "the OTLP collector's TLS files were read again and changed: new export requests use them")
+              : (log?.warn ?? log?.error)?.call(log, { err: e, files: otlp.tlsFiles }, "the OTLP collector's TLS files were read again and do not work together, or cannot be read; the ones before stay in use"),
           onSpans: (outcome, n) => telemetry.spans(outcome, n),
           onError: (e) => (log?.warn ?? log?.error)?.call(log, { err: e }, "spans could not all be sent to the OTLP collector; those not taken are counted (gateway_spans_total) and calls go on"),
         });
@@ -461,6 +468,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
     catalogue,
     cache: stores.cache,
     answers,
+    renewExporterTls: spans !== undefined && otlp !== undefined && Object.keys(otlp.tlsFiles).length > 0 ? () => void spans.renewTls() : undefined,
     onPurge: (purge) => (log?.info ?? log?.error)?.call(log, purge, "cached answers purged by an operator: the next calls for them ask the source"),
     close: async () => {
       readiness.drain();

@@ -9,7 +9,7 @@ import { JsonTraceSerializer, ProtobufTraceSerializer } from "@opentelemetry/otl
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider, type ReadableSpan } from "@opentelemetry/sdk-trace";
 import * as grpc from "@grpc/grpc-js";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -429,6 +429,44 @@ describe("a collector over TLS that asks for the gateway's certificate", () => {
     pem = (name) => readFileSync(join(dir, name), "utf8");
   });
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("uses a renewed client certificate once its files are read again, and keeps the one before when the new files are not a pair", async () => {
+    const files = { cert: join(dir, "renewed.cert.pem"), key: join(dir, "renewed.key.pem") };
+    const use = (name: string, keyOf = name) => (writeFileSync(files.cert, pem(`${name}.cert.pem`)), writeFileSync(files.key, pem(`${keyOf}.key.pem`)));
+    use("client");
+    const clientCa = pem("client.cert.pem") + pem("stranger.cert.pem");
+    const http1 = await new HttpCollector({ cert: pem("collector.cert.pem"), key: pem("collector.key.pem"), clientCa }).start();
+    // gRPC's collector knows only the renewed one: before the renewal it refuses the gateway.
+    const grpcOnly = await new GrpcCollector({ cert: pem("collector.cert.pem"), key: pem("collector.key.pem"), clientCa: pem("stranger.cert.pem") }).start();
+    const renewals: string[] = [];
+    const make = (url: string, protocol: "http/protobuf" | "grpc") =>
+      exporterTo(url, { protocol, retry: { ...quick, attempts: 1 }, tls: { ca: pem("collector.cert.pem"), cert: readFileSync(files.cert, "utf8"), key: readFileSync(files.key, "utf8") }, tlsFiles: files, onTlsRenewal: (o) => renewals.push(o) });
+    const overHttp = make(http1.url, "http/protobuf");
+    const overGrpc = make(grpcOnly.url, "grpc");
+    try {
+      await overHttp.send();
+      await overGrpc.send();
+      expect([http1.peers, overGrpc.outcomes.dropped]).toEqual([["gateway-client"], 3]);
+      // The same files: nothing to do.
+      expect(overHttp.exporter.renewTls()).toBe("unchanged");
+      use("stranger");
+      expect([overHttp.exporter.renewTls(), overGrpc.exporter.renewTls()]).toEqual(["renewed", "renewed"]);
+      await overHttp.send();
+      await overGrpc.send();
+      expect([http1.peers, overGrpc.outcomes.exported]).toEqual([["gateway-client", "gateway-stranger"], 3]);
+      // Half copied (a certificate with another's key): refused, the renewed pair still used.
+      use("client", "stranger");
+      expect(overHttp.exporter.renewTls()).toBe("refused");
+      await overHttp.send();
+      expect(http1.peers.at(-1)).toBe("gateway-stranger");
+      expect(renewals).toEqual(["renewed", "renewed", "refused"]);
+    } finally {
+      await overHttp.exporter.flush();
+      await overGrpc.exporter.flush();
+      await http1.stop();
+      await grpcOnly.stop();
+    }
+  });
 
   for (const protocol of ["http/protobuf", "grpc"] as const) {
     it(`takes spans over ${protocol} from a gateway that trusts its authority and shows the certificate it knows, and no others`, async () => {

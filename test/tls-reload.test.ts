@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeCertificate, makeExpiredCertificate } from "./support/certificates.ts";
 import { root } from "./support/cli.ts";
 import { demo, startGateway } from "./support/gateway-fixture.ts";
+import { HttpCollector } from "./support/otlp-collectors.ts";
 
 // A renewed certificate reaches a serving gateway without a restart: files read again every
 // GATEWAY_TLS_CHECK_SECONDS when they changed, and on SIGHUP (src/transports/server/tls-certificate.ts).
@@ -211,6 +212,44 @@ describe("gateway serve with TLS files", () => {
       expect(await gw.exited).toBe(0);
     } finally {
       gw.cleanup();
+    }
+  });
+
+  it("reads the OTLP collector's client certificate again on SIGHUP, without TLS of its own, and stays up", async () => {
+    // The collector serves a's certificate and asks for a client's: a or b.
+    const collector = await new HttpCollector({ cert: pem("a", "cert").toString(), key: pem("a", "key").toString(), clientCa: pem("a", "cert").toString() + pem("b", "cert").toString() }).start();
+    const cert = join(dir, "otlp-client.cert.pem");
+    const key = join(dir, "otlp-client.key.pem");
+    copyFileSync(join(dir, "a.cert.pem"), cert);
+    copyFileSync(join(dir, "a.key.pem"), key);
+    const gw = serve({
+      OTEL_EXPORTER_OTLP_ENDPOINT: collector.url.replace("/v1/traces", ""),
+      OTEL_EXPORTER_OTLP_CERTIFICATE: join(dir, "a.cert.pem"),
+      OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE: cert,
+      OTEL_EXPORTER_OTLP_CLIENT_KEY: key,
+      OTEL_TRACES_SAMPLER: "parentbased_always_on",
+      GATEWAY_TLS_CHECK_SECONDS: "0",
+    });
+    try {
+      await waitFor("the banner", async () => gw.out.text, (t) => /Demo account/.test(t), 30_000);
+      const port = Number(/listening on http:\/\/127\.0\.0\.1:(\d+) /.exec(gw.out.text)![1]);
+      const [, demoKey, demoSecret] = /Demo account\s+key: (\S+)\s+secret: (\S+)/.exec(gw.out.text)!;
+      const call = () => fetch(`http://127.0.0.1:${port}/retail/item_get/?${new URLSearchParams({ key: demoKey!, secret: demoSecret!, num_iid: demo.retailNumIid })}`).then((r) => r.json());
+      await call();
+      await waitFor("a span shown a's certificate", async () => collector.peers, (p) => p.includes("gateway-a"));
+      copyFileSync(join(dir, "b.cert.pem"), cert);
+      copyFileSync(join(dir, "b.key.pem"), key);
+      gw.child.kill("SIGHUP");
+      await waitFor("the renewal line", async () => gw.out.text, (t) => t.includes("the OTLP collector's TLS files were read again and changed"));
+      await call();
+      await waitFor("a span shown b's certificate", async () => collector.peers, (p) => p.includes("gateway-b"));
+      expect(gw.child.exitCode).toBe(null);
+      gw.child.kill("SIGTERM");
+      expect(await gw.exited).toBe(0);
+      for (const name of ["a", "b"]) expect(gw.out.text).not.toContain(pem(name, "key").toString("utf8").split("\n")[1]!);
+    } finally {
+      gw.cleanup();
+      await collector.stop();
     }
   });
 

@@ -129,9 +129,16 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
     };
     process.once("SIGTERM", () => stop("SIGTERM"));
     // With TLS, SIGHUP reads the certificate and key files again (a renewal), as nginx and HAProxy do;
-    // without TLS there is nothing to read again, and Node's default stands (the process ends).
+    // without any TLS file there is nothing to read again, and Node's default stands (the process ends).
+    // The OTLP collector's client certificate too, where one is set.
     const files = appSettings.tls;
-    if (files instanceof TlsCertificateFiles) process.on("SIGHUP", () => void files.reload("SIGHUP"));
+    const exporter = runtime.renewExporterTls;
+    if (files instanceof TlsCertificateFiles || exporter !== undefined) {
+      process.on("SIGHUP", () => {
+        if (files instanceof TlsCertificateFiles) void files.reload("SIGHUP");
+        exporter?.();
+      });
+    }
     process.once("SIGINT", () => stop("SIGINT"));
     // Started through npm or npx, the gateway runs under `sh -c`, which does not pass SIGTERM on:
     // a supervisor's SIGTERM ends npm and the shell and would leave the gateway running alone.

@@ -34,6 +34,8 @@ export interface OtlpPlan {
   readonly headers: Readonly<Record<string, string>>;
   /** PEM text for an `https` collector: the authorities to trust, and the gateway's own certificate and key (mutual TLS). */
   readonly tls: { readonly ca?: string; readonly cert?: string; readonly key?: string };
+  /** The files that PEM text was read from, read again for a renewal. */
+  readonly tlsFiles: { readonly ca?: string; readonly cert?: string; readonly key?: string };
   /** The resource's attributes from `GATEWAY_RESOURCE_ATTRIBUTES`, and `service.name` as the settings decide it. */
   readonly resource: Readonly<Record<string, string>>;
   readonly serviceName: string;
@@ -144,6 +146,7 @@ export function otlpPlan(config: OtlpSettings, read: (file: string) => string = 
   if (resource === undefined) problems.push("GATEWAY_RESOURCE_ATTRIBUTES (resourceAttributes) must be key=value pairs, comma-separated, percent-encoded");
   if ((config.otlpClientCertificate === "") !== (config.otlpClientKey === "")) problems.push("GATEWAY_OTLP_CLIENT_CERTIFICATE and GATEWAY_OTLP_CLIENT_KEY must be set together");
   const tls: { ca?: string; cert?: string; key?: string } = {};
+  const tlsFiles: { ca?: string; cert?: string; key?: string } = {};
   for (const [part, setting, file] of [
     ["ca", "GATEWAY_OTLP_CERTIFICATE (otlpCertificate)", config.otlpCertificate],
     ["cert", "GATEWAY_OTLP_CLIENT_CERTIFICATE (otlpClientCertificate)", config.otlpClientCertificate],
@@ -154,6 +157,7 @@ export function otlpPlan(config: OtlpSettings, read: (file: string) => string = 
       const pem = read(file);
       if (!/-----BEGIN [A-Z0-9 ]+-----/.test(pem)) throw new Error("it holds no PEM block");
       tls[part] = pem;
+      tlsFiles[part] = file;
     } catch (e) {
       // The error's text names the file and the reason, never a key's bytes.
       problems.push(`${setting}: ${file} cannot be read as PEM: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
@@ -170,6 +174,7 @@ export function otlpPlan(config: OtlpSettings, read: (file: string) => string = 
       timeoutMs: config.otlpTimeoutMs,
       headers: headers ?? {},
       tls,
+      tlsFiles,
       resource: own,
       serviceName,
       rootRatio: typeof sampling === "number" ? sampling : 0,

@@ -1,9 +1,12 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { compressionGzip, createGrpcTransport, Http2SessionManager, type GrpcTransportOptions } from "@connectrpc/connect-node";
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
 import http from "node:http";
 import type http2 from "node:http2";
 import https from "node:https";
+import { createSecureContext } from "node:tls";
 import { promisify } from "node:util";
 import { gzip } from "node:zlib";
 import type { SpanData, SpanSink } from "../core/tracing.ts";
@@ -49,6 +52,11 @@ export interface OtlpTracesOptions {
   readonly headers: Readonly<Record<string, string>>;
   /** PEM text for an `https` collector: the authorities trusted instead of the system's, and the gateway's own certificate and key. */
   readonly tls: { readonly ca?: string; readonly cert?: string; readonly key?: string };
+  /** The files `tls` came from: read again every `tlsCheckMs` (0: never) and by renewTls(), so a renewed client certificate needs no restart. */
+  readonly tlsFiles: { readonly ca?: string; readonly cert?: string; readonly key?: string };
+  readonly tlsCheckMs: number;
+  /** Told when the files were read again and changed: `renewed` (new requests use them) or `refused` (they do not work together or cannot be read; the ones before stay). */
+  readonly onTlsRenewal: (outcome: "renewed" | "refused", e?: unknown) => void;
   /** A batch is sent at this many spans, or `intervalMs` after its first. */
   readonly batchSpans: number;
   readonly intervalMs: number;
@@ -71,6 +79,9 @@ export const defaultOtlpTracesOptions: Omit<OtlpTracesOptions, "url" | "serviceN
   resource: {},
   headers: {},
   tls: {},
+  tlsFiles: {},
+  tlsCheckMs: 0,
+  onTlsRenewal: () => {},
   batchSpans: 512,
   intervalMs: 1000,
   maxQueued: 4096,
@@ -424,7 +435,12 @@ class GrpcSender implements Sender {
  */
 export class OtlpTraceExporter implements SpanSink {
   private readonly options: OtlpTracesOptions;
-  private readonly sender: Sender;
+  private sender: Sender;
+  private readonly encodings: Encodings;
+  /** The TLS text in use, and a digest of the files' as last read (renewTls). */
+  private tlsNow: OtlpTracesOptions["tls"];
+  private tlsSeen: string;
+  private readonly tlsTimer: NodeJS.Timeout | undefined;
   private queue: SpanData[] = [];
   private timer: NodeJS.Timeout | undefined;
   /** Whether the timer waits for a full batch (the pause only), not for the interval. */
@@ -442,8 +458,53 @@ export class OtlpTraceExporter implements SpanSink {
     const o = this.options;
     const resource: Record<string, string> = { "service.name": o.serviceName, "service.instance.id": o.instanceId, "service.version": o.serviceVersion, ...o.resource };
     resource["service.name"] = o.serviceName;
-    const encodings = new Encodings(resource, { name: o.serviceName, version: o.serviceVersion });
-    this.sender = o.protocol === "grpc" ? new GrpcSender(o, encodings) : new HttpSender(o, encodings);
+    this.encodings = new Encodings(resource, { name: o.serviceName, version: o.serviceVersion });
+    this.sender = this.senderFor(o.tls);
+    this.tlsNow = o.tls;
+    this.tlsSeen = tlsDigest(o.tls);
+    if (o.tlsCheckMs > 0 && Object.keys(o.tlsFiles).length > 0) {
+      this.tlsTimer = setInterval(() => this.renewTls(), o.tlsCheckMs);
+      this.tlsTimer.unref();
+    }
+  }
+
+  private senderFor(tls: OtlpTracesOptions["tls"]): Sender {
+    const o = { ...this.options, tls };
+    return o.protocol === "grpc" ? new GrpcSender(o, this.encodings) : new HttpSender(o, this.encodings);
+  }
+
+  /**
+   * Reads the TLS files again (SIGHUP, and every `tlsCheckMs`): where their
+   * bytes changed and they work together (`tls.createSecureContext`), new
+   * requests use them, on a new connection, and the old one closes once
+   * its request is done; where they do not, the ones before stay.
+   */
+  renewTls(read: (file: string) => string = (f) => readFileSync(f, "utf8")): "renewed" | "unchanged" | "refused" {
+    const files = this.options.tlsFiles;
+    let next: { ca?: string; cert?: string; key?: string };
+    try {
+      // A part with no file (given as text) stays as it is.
+      next = { ...this.tlsNow, ...Object.fromEntries(Object.entries(files).map(([part, file]) => [part, read(file as string)])) };
+    } catch (e) {
+      this.options.onTlsRenewal("refused", e);
+      return "refused";
+    }
+    const seen = tlsDigest(next);
+    if (seen === this.tlsSeen) return "unchanged";
+    this.tlsSeen = seen;
+    try {
+      createSecureContext(next);
+    } catch (e) {
+      this.options.onTlsRenewal("refused", e);
+      return "refused";
+    }
+    const old = this.sender;
+    this.tlsNow = next;
+    this.sender = this.senderFor(next);
+    if (this.sending !== undefined) void this.sending.finally(() => old.close());
+    else old.close();
+    this.options.onTlsRenewal("renewed");
+    return "renewed";
   }
 
   add(span: SpanData): void {
@@ -471,6 +532,7 @@ export class OtlpTraceExporter implements SpanSink {
 
   /** Sends what is queued, one try a batch, and waits for what is being sent (shutdown); within one request's limit in all. */
   async flush(): Promise<void> {
+    clearInterval(this.tlsTimer);
     this.closing = true;
     this.wake.abort();
     const deadline = Date.now() + this.options.timeoutMs;
@@ -533,6 +595,11 @@ export class OtlpTraceExporter implements SpanSink {
       this.options.onError(e);
     }
   }
+}
+
+/** A short digest of TLS files' text: whether a renewal changed them. */
+function tlsDigest(tls: { readonly ca?: string; readonly cert?: string; readonly key?: string }): string {
+  return createHash("sha256").update(JSON.stringify([tls.ca ?? "", tls.cert ?? "", tls.key ?? ""])).digest("hex");
 }
 
 /** The wait before try `attempt + 1`: growing 1.5 times a try from `firstDelayMs` up to `maxDelayMs`, ±20% so replicas do not come back together. */

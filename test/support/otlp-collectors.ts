@@ -132,6 +132,8 @@ export class HttpCollector extends Collector {
   readonly paths: string[] = [];
   /** Each request's body, decompressed. */
   readonly bodies: Buffer[] = [];
+  /** Over TLS, the common name of each request's client certificate. */
+  readonly peers: string[] = [];
   /** How the n-th request (from 1) is answered. */
   answer: (n: number) => HttpAnswer = () => ({ kind: "ok" });
 
@@ -144,6 +146,8 @@ export class HttpCollector extends Collector {
         const n = this.received.length + 1;
         this.arrivals.push(performance.now());
         this.paths.push(req.url ?? "");
+        const socket = req.socket as import("node:tls").TLSSocket;
+        if (typeof socket.getPeerCertificate === "function") this.peers.push(String(socket.getPeerCertificate().subject?.CN ?? ""));
         const raw = Buffer.concat(chunks);
         const body = req.headers["content-encoding"] === "gzip" ? gunzipSync(raw) : raw;
         this.bodies.push(body);
