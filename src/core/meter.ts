@@ -270,6 +270,12 @@ export interface UsageSums {
 }
 
 /** The sums over usage totals. */
+/** The page key (Meter.pageKey) as a store's row holds it, or why there is none. */
+export function pageKeyOf(stored: Uint8Array | undefined): Uint8Array {
+  if (stored === undefined) throw new Error("the store has no page key: its schema is older than this gateway's (gateway migrate)");
+  return new Uint8Array(stored);
+}
+
 export function usageSums(totals: readonly UsageTotal[]): UsageSums {
   let calls = 0n;
   let chargedCalls = 0n;

@@ -2,7 +2,7 @@ import type { DatabaseSync, SQLInputValue, StatementSync } from "node:sqlite";
 import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
-import { BalanceReferenceConflict, type Admission, type BalanceChange, type BalanceRecord, type FeedPlace, type LedgerPlace, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageQuery, type UsageDays, type UsageReport, type UsageSums, type UsageSummary } from "../../core/meter.ts";
+import { BalanceReferenceConflict, pageKeyOf, type Admission, type BalanceChange, type BalanceRecord, type FeedPlace, type LedgerPlace, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageQuery, type UsageDays, type UsageReport, type UsageSums, type UsageSummary } from "../../core/meter.ts";
 import { freeBytes } from "./store-space.ts";
 import { errorCodeInfo } from "../../contract/error-codes.ts";
 import { previousDay } from "../../core/clock.ts";
@@ -116,7 +116,7 @@ const accountKey = (account: string, part: string) => `${account}\u0000${part}`;
  */
 export class SqliteMeter implements Meter {
   private readonly db: DatabaseSync;
-  private pageKeyRead: Promise<Uint8Array> | undefined;
+  private pageKeyBytes: Uint8Array | undefined;
   private readonly options: SqliteMeterOptions;
   /** Where usage reports run (sql-reader.ts). */
   private readonly reader: SqlReader;
@@ -606,17 +606,10 @@ export class SqliteMeter implements Meter {
     return { calls: sum.calls as bigint, chargedCalls: sum.charged as bigint, amount: sum.amount as bigint, cacheHits: sum.cache_hits as bigint, upstreamRequests: sum.upstream_requests as bigint };
   }
 
-  /** Read once (core/meter.ts Meter.pageKey); a read that failed is tried again next time. */
-  pageKey(): Promise<Uint8Array> {
-    this.pageKeyRead ??= (async () => {
-      const row = this.db.prepare("SELECT key FROM page_keys WHERE name = 'usage-sums'").get() as { key: Uint8Array } | undefined;
-      if (row === undefined) throw new Error("the store has no page key: its schema is older than this gateway's (gateway migrate)");
-      return new Uint8Array(row.key);
-    })().catch((e: unknown) => {
-      this.pageKeyRead = undefined;
-      throw e;
-    });
-    return this.pageKeyRead;
+  /** Read on first use (core/meter.ts Meter.pageKey); a read that failed is tried again next time. */
+  async pageKey(): Promise<Uint8Array> {
+    this.pageKeyBytes ??= pageKeyOf((this.db.prepare("SELECT key FROM page_keys WHERE name = 'usage-sums'").get() as { key: Uint8Array } | undefined)?.key);
+    return this.pageKeyBytes;
   }
 
   async usageDays(q: UsageQuery): Promise<UsageDays | undefined> {

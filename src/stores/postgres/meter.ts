@@ -3,7 +3,7 @@ import type pg from "pg";
 import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
-import { BalanceReferenceConflict, type Admission, type BalanceChange, type BalanceRecord, type FeedPlace, type LedgerPlace, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageDays, type UsageQuery, type UsageReport, type UsageSums, type UsageSummary } from "../../core/meter.ts";
+import { BalanceReferenceConflict, pageKeyOf, type Admission, type BalanceChange, type BalanceRecord, type FeedPlace, type LedgerPlace, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageDays, type UsageQuery, type UsageReport, type UsageSums, type UsageSummary } from "../../core/meter.ts";
 import { rateBounds } from "../../core/call-rate.ts";
 import { balanceShort, concurrencyReached, dailyMaxReached, rateReached } from "../../core/limit-refusals.ts";
 import type { Micros } from "../../core/money.ts";
@@ -156,7 +156,7 @@ SELECT 1`;
  */
 export class PostgresMeter implements Meter {
   private readonly pool: pg.Pool;
-  private pageKeyRead: Promise<Uint8Array> | undefined;
+  private pageKeyBytes: Uint8Array | undefined;
   private readonly options: PostgresMeterOptions;
   private queue: Queued[] = [];
   private committing: Promise<void> | undefined;
@@ -502,17 +502,10 @@ export class PostgresMeter implements Meter {
     return { calls: BigInt(sum.calls!), chargedCalls: BigInt(sum.charged!), amount: BigInt(sum.amount!), cacheHits: BigInt(sum.cache_hits!), upstreamRequests: BigInt(sum.upstream_requests!) };
   }
 
-  /** Read once (core/meter.ts Meter.pageKey); a read that failed (the database away) is tried again next time. */
-  pageKey(): Promise<Uint8Array> {
-    this.pageKeyRead ??= (async () => {
-      const { rows } = await this.pool.query<{ key: Buffer }>("SELECT key FROM page_keys WHERE name = 'usage-sums'");
-      if (rows[0] === undefined) throw new Error("the store has no page key: its schema is older than this gateway's (gateway migrate)");
-      return new Uint8Array(rows[0].key);
-    })().catch((e: unknown) => {
-      this.pageKeyRead = undefined;
-      throw e;
-    });
-    return this.pageKeyRead;
+  /** Read on first use (core/meter.ts Meter.pageKey); a read that failed is tried again next time. */
+  async pageKey(): Promise<Uint8Array> {
+    this.pageKeyBytes ??= pageKeyOf((await this.pool.query<{ key: Buffer }>("SELECT key FROM page_keys WHERE name = 'usage-sums'")).rows[0]?.key);
+    return this.pageKeyBytes;
   }
 
   async usageDays(q: UsageQuery): Promise<UsageDays | undefined> {
