@@ -276,13 +276,15 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     expect(await open(a.key)).toEqual([]);
     expect(await open(b.key)).toEqual([]);
     // Leases a dead replica left: counted while they live, and swept when they would refuse a call.
-    const dying = replica("t3", { leaseMs: 300 });
+    // They live 3 s: long enough to be there at the call that must be refused, on a machine busy with other files
+    // (at 300 ms, a full run once found them gone already).
+    const dying = replica("t3", { leaseMs: 3000 });
     for (let i = 0; i < 3; i++) await dying.admit(b, "retail/item_get", "2026-11-22");
     dying.close();
     expect(await open(b.key)).toEqual(await leases(b.key));
     expect(await open(b.key)).toEqual([{ day: "2026-11-22", calls: "3", amount: "0" }]);
     expect(await call(replicas[0]!, b)).toBe(4008);
-    await new Promise((r) => setTimeout(r, 400));
+    await new Promise((r) => setTimeout(r, 3100));
     expect(await call(replicas[1]!, b)).toBe(0);
     expect(await open(b.key)).toEqual([]);
     expect(await leases(b.key)).toEqual([]);
