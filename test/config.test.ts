@@ -1,10 +1,11 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { readFileSync } from "node:fs";
 import { ConfigError, defaultConfig, loadConfig, settings } from "../src/config.ts";
 import { otlpHeaderList, otlpPlan } from "../src/exporters/otlp-plan.ts";
+import { makeCertificate } from "./support/certificates.ts";
 import { defaultCachePolicy } from "../src/core/cached-catalogue.ts";
 import { defaultUpstreamOptions } from "../src/sources/upstream/upstream-source.ts";
 import { defaultMeterOptions } from "../src/stores/embedded/meter.ts";
@@ -170,8 +171,11 @@ describe("configuration", () => {
   it("reads the TLS files for an https collector at the start, refusing a missing one or a half pair without showing a key", () => {
     const dir = mkdtempSync(join(tmpdir(), "otlp-config-"));
     try {
-      writeFileSync(join(dir, "ca.pem"), "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
-      writeFileSync(join(dir, "key.pem"), "-----BEGIN PRIVATE KEY-----\nhunter2-key-bytes\n-----END PRIVATE KEY-----\n");
+      // Real ones: the start checks that they work together (as the gateway's own certificate and key).
+      makeCertificate(dir, "one");
+      makeCertificate(dir, "two");
+      copyFileSync(join(dir, "one.cert.pem"), join(dir, "ca.pem"));
+      copyFileSync(join(dir, "one.key.pem"), join(dir, "key.pem"));
       writeFileSync(join(dir, "junk.pem"), "hunter2-not-pem");
       const base = { OTEL_EXPORTER_OTLP_ENDPOINT: "https://c:4318" };
       const p = otlpPlan(loadConfig({ ...base, OTEL_EXPORTER_OTLP_CERTIFICATE: join(dir, "ca.pem"), OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE: join(dir, "ca.pem"), OTEL_EXPORTER_OTLP_CLIENT_KEY: join(dir, "key.pem") })).plan;
@@ -190,6 +194,10 @@ describe("configuration", () => {
       expect(junk).toMatch(/GATEWAY_OTLP_CLIENT_KEY \(otlpClientKey\): .*junk\.pem cannot be read as PEM: it holds no PEM block/);
       expect(junk).not.toContain("hunter2");
       expect(problem({ GATEWAY_OTLP_CLIENT_KEY: join(dir, "key.pem") })).toMatch(/GATEWAY_OTLP_CLIENT_CERTIFICATE and GATEWAY_OTLP_CLIENT_KEY must be set together/);
+      // A key that is not the certificate's: refused at the start, as OpenSSL words it, quoting neither.
+      const mismatch = problem({ GATEWAY_OTLP_CLIENT_CERTIFICATE: join(dir, "ca.pem"), GATEWAY_OTLP_CLIENT_KEY: join(dir, "two.key.pem") });
+      expect(mismatch).toMatch(/the collector's TLS files .* cannot be used together: key values mismatch/);
+      expect(mismatch).not.toContain(readFileSync(join(dir, "two.key.pem"), "utf8").split("\n")[1]!);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -1,5 +1,7 @@
 import { readFileSync } from "node:fs";
+import { createSecureContext } from "node:tls";
 import type { GatewayConfig } from "../config.ts";
+import { reasonOf } from "../transports/server/tls-certificate.ts";
 
 /** The protocols OpenTelemetry's exporters speak (`OTEL_EXPORTER_OTLP_PROTOCOL`). */
 export const otlpProtocols = ["http/protobuf", "http/json", "grpc"] as const;
@@ -77,6 +79,45 @@ export function resourceAttributeList(config: Pick<GatewayConfig, "resourceAttri
   return percentPairs(config.resourceAttributes, (name) => name.length <= 255 && !/[\0-\x1f]/.test(name), false);
 }
 
+/** The collector's TLS parts as PEM text (or, as `tlsFiles`, the files they are read from). */
+export interface TlsParts {
+  ca?: string;
+  cert?: string;
+  key?: string;
+}
+
+/**
+ * Reads the collector's TLS files, at start and at each renewal: their PEM
+ * text, or the first that cannot be read as PEM and why, in words that quote
+ * none of its bytes.
+ */
+export function readTlsFiles(files: Readonly<TlsParts>, read: (file: string) => string): { tls: TlsParts } | { part: keyof TlsParts; problem: string } {
+  const tls: TlsParts = {};
+  for (const part of ["ca", "cert", "key"] as const) {
+    const file = files[part];
+    if (file === undefined) continue;
+    let pem: string;
+    try {
+      pem = read(file);
+    } catch (e) {
+      return { part, problem: reasonOf(e) };
+    }
+    if (!/-----BEGIN [A-Z0-9 ]+-----/.test(pem)) return { part, problem: "it holds no PEM block" };
+    tls[part] = pem;
+  }
+  return { tls };
+}
+
+/** Why TLS parts cannot be used together (a key that is not the certificate's, say), as OpenSSL says it and quoting none of them; undefined where they can. */
+export function tlsProblem(tls: Readonly<TlsParts>): string | undefined {
+  try {
+    createSecureContext(tls);
+    return undefined;
+  } catch (e) {
+    return reasonOf(e);
+  }
+}
+
 /** `none`, or a list that names `otlp`: whether spans are wanted; undefined for anything else. */
 function exporterWanted(value: string): boolean | undefined {
   const names = value.split(",").map((n) => n.trim().toLowerCase()).filter((n) => n !== "");
@@ -145,23 +186,19 @@ export function otlpPlan(config: OtlpSettings, read: (file: string) => string = 
   const resource = resourceAttributeList(config);
   if (resource === undefined) problems.push("GATEWAY_RESOURCE_ATTRIBUTES (resourceAttributes) must be key=value pairs, comma-separated, percent-encoded");
   if ((config.otlpClientCertificate === "") !== (config.otlpClientKey === "")) problems.push("GATEWAY_OTLP_CLIENT_CERTIFICATE and GATEWAY_OTLP_CLIENT_KEY must be set together");
-  const tls: { ca?: string; cert?: string; key?: string } = {};
-  const tlsFiles: { ca?: string; cert?: string; key?: string } = {};
-  for (const [part, setting, file] of [
-    ["ca", "GATEWAY_OTLP_CERTIFICATE (otlpCertificate)", config.otlpCertificate],
-    ["cert", "GATEWAY_OTLP_CLIENT_CERTIFICATE (otlpClientCertificate)", config.otlpClientCertificate],
-    ["key", "GATEWAY_OTLP_CLIENT_KEY (otlpClientKey)", config.otlpClientKey],
-  ] as const) {
-    if (file === "" || url === "" || wanted !== true) continue;
-    try {
-      const pem = read(file);
-      if (!/-----BEGIN [A-Z0-9 ]+-----/.test(pem)) throw new Error("it holds no PEM block");
-      tls[part] = pem;
-      tlsFiles[part] = file;
-    } catch (e) {
-      // The error's text names the file and the reason, never a key's bytes.
-      problems.push(`${setting}: ${file} cannot be read as PEM: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
-    }
+  const settingOf = { ca: "GATEWAY_OTLP_CERTIFICATE (otlpCertificate)", cert: "GATEWAY_OTLP_CLIENT_CERTIFICATE (otlpClientCertificate)", key: "GATEWAY_OTLP_CLIENT_KEY (otlpClientKey)" } as const;
+  const tlsFiles: TlsParts = {};
+  if (url !== "" && wanted === true) {
+    if (config.otlpCertificate !== "") tlsFiles.ca = config.otlpCertificate;
+    if (config.otlpClientCertificate !== "") tlsFiles.cert = config.otlpClientCertificate;
+    if (config.otlpClientKey !== "") tlsFiles.key = config.otlpClientKey;
+  }
+  const found = readTlsFiles(tlsFiles, read);
+  const tls = "tls" in found ? found.tls : {};
+  if ("problem" in found) problems.push(`${settingOf[found.part]}: ${tlsFiles[found.part]} cannot be read as PEM: ${found.problem}`);
+  else if (Object.keys(tls).length > 0) {
+    const unusable = tlsProblem(tls);
+    if (unusable !== undefined) problems.push(`the collector's TLS files (GATEWAY_OTLP_CERTIFICATE, GATEWAY_OTLP_CLIENT_CERTIFICATE, GATEWAY_OTLP_CLIENT_KEY) cannot be used together: ${unusable}`);
   }
   if (problems.length > 0 || url === "" || wanted !== true) return { plan: undefined, problems };
   const own = resource ?? {};

@@ -6,7 +6,6 @@ import { readFileSync } from "node:fs";
 import http from "node:http";
 import type http2 from "node:http2";
 import https from "node:https";
-import { createSecureContext } from "node:tls";
 import { promisify } from "node:util";
 import { gzip } from "node:zlib";
 import type { SpanData, SpanSink } from "../core/tracing.ts";
@@ -16,7 +15,7 @@ import { ExportTraceServiceRequestSchema, ExportTraceServiceResponseSchema, Trac
 import type { KeyValueSchema } from "../gen/opentelemetry/proto/common/v1/common_pb.js";
 import { Span_SpanKind, SpanFlags, Status_StatusCode, type SpanSchema } from "../gen/opentelemetry/proto/trace/v1/trace_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { OtlpProtocol } from "./otlp-plan.ts";
+import { readTlsFiles, tlsProblem, type OtlpProtocol } from "./otlp-plan.ts";
 
 /** What became of spans: taken by the collector, refused by it (a partial success), or lost on the way. */
 export type SpanOutcome = "exported" | "rejected" | "dropped";
@@ -480,22 +479,19 @@ export class OtlpTraceExporter implements SpanSink {
    * its request is done; where they do not, the ones before stay.
    */
   renewTls(read: (file: string) => string = (f) => readFileSync(f, "utf8")): "renewed" | "unchanged" | "refused" {
-    const files = this.options.tlsFiles;
-    let next: { ca?: string; cert?: string; key?: string };
-    try {
-      // A part with no file (given as text) stays as it is.
-      next = { ...this.tlsNow, ...Object.fromEntries(Object.entries(files).map(([part, file]) => [part, read(file as string)])) };
-    } catch (e) {
-      this.options.onTlsRenewal("refused", e);
+    const found = readTlsFiles(this.options.tlsFiles, read);
+    if ("problem" in found) {
+      this.options.onTlsRenewal("refused", new Error(`${this.options.tlsFiles[found.part]} cannot be read as PEM: ${found.problem}`));
       return "refused";
     }
+    // A part with no file (given as text) stays as it is.
+    const next = { ...this.tlsNow, ...found.tls };
     const seen = tlsDigest(next);
     if (seen === this.tlsSeen) return "unchanged";
     this.tlsSeen = seen;
-    try {
-      createSecureContext(next);
-    } catch (e) {
-      this.options.onTlsRenewal("refused", e);
+    const unusable = tlsProblem(next);
+    if (unusable !== undefined) {
+      this.options.onTlsRenewal("refused", new Error(`they cannot be used together: ${unusable}`));
       return "refused";
     }
     const old = this.sender;

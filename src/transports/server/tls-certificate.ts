@@ -30,8 +30,8 @@ export interface TlsReloadWatchers {
 /** The TLS files configured cannot serve: the start stops, with this one line. */
 export class TlsFilesError extends Error {}
 
-/** An OpenSSL or file error in words that quote no file contents (a key's bytes never appear). */
-function reasonOf(e: unknown): string {
+/** An OpenSSL or file error in words that quote no file contents (a key's bytes never appear); the collector's TLS files too (exporters/otlp-plan.ts). */
+export function reasonOf(e: unknown): string {
   const err = e as { code?: string; reason?: string; message?: string };
   if (typeof err.code === "string" && err.code.startsWith("E") && !err.code.startsWith("ERR_")) return err.code; // ENOENT, EACCES…
   // A key under a passphrase: the gateway is given none (OpenSSL's "bad decrypt").
