@@ -12,7 +12,8 @@ import type { SpanData, SpanSink } from "../core/tracing.ts";
 import { RetryInfoSchema } from "../gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../gen/google/rpc/status_pb.js";
 import { ExportTraceServiceRequestSchema, ExportTraceServiceResponseSchema, TraceService } from "../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js";
-import type { KeyValueSchema } from "../gen/opentelemetry/proto/common/v1/common_pb.js";
+import { InstrumentationScopeSchema, type InstrumentationScope, type KeyValueSchema } from "../gen/opentelemetry/proto/common/v1/common_pb.js";
+import { ResourceSchema, type Resource as ResourceMessage } from "../gen/opentelemetry/proto/resource/v1/resource_pb.js";
 import { Span_SpanKind, SpanFlags, Status_StatusCode, type SpanSchema } from "../gen/opentelemetry/proto/trace/v1/trace_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { readTlsFiles, tlsProblem, type OtlpProtocol } from "./otlp-plan.ts";
@@ -182,20 +183,21 @@ function spanMessage(s: SpanData): MessageInitShape<typeof SpanSchema> {
  * text before and after the spans is made once.
  */
 class Encodings {
-  private readonly resource: Resource;
-  private readonly scope: { readonly name: string; readonly version: string };
+  /** The batch's resource and scope as messages, made once: every request carries the same. */
+  private readonly resource: ResourceMessage;
+  private readonly scope: InstrumentationScope;
   private readonly head: string;
   private readonly tail = "]}]}]}";
 
   constructor(resource: Resource, scope: { readonly name: string; readonly version: string }) {
-    this.resource = resource;
-    this.scope = scope;
+    this.resource = create(ResourceSchema, { attributes: attributesMessage(resource) });
+    this.scope = create(InstrumentationScopeSchema, scope);
     this.head = `{"resourceSpans":[{"resource":{"attributes":${attributesJson(resource)}},"scopeSpans":[{"scope":{"name":${JSON.stringify(scope.name)},"version":${JSON.stringify(scope.version)}},"spans":[`;
   }
 
   request(batch: readonly SpanData[]) {
     return create(ExportTraceServiceRequestSchema, {
-      resourceSpans: [{ resource: { attributes: attributesMessage(this.resource) }, scopeSpans: [{ scope: this.scope, spans: batch.map(spanMessage) }] }],
+      resourceSpans: [{ resource: this.resource, scopeSpans: [{ scope: this.scope, spans: batch.map(spanMessage) }] }],
     });
   }
 
