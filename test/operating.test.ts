@@ -8,6 +8,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { HealthCheckRequestSchema, HealthCheckResponseSchema, HealthCheckResponse_ServingStatus as Serving } from "../src/gen/grpc/health/v1/health_pb.js";
 import * as reflection from "../src/gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { ConnectError, createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { fourDigits } from "../src/contract/error-codes.ts";
+import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { AccountService } from "../src/gen/gateway/account/v1/account_pb.js";
+import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { root } from "./support/cli.ts";
 
 const run = promisify(execFile);
@@ -387,6 +393,75 @@ describe("logs", () => {
     expect(report.rows.map((r) => r.requestId)).toContain(requestId);
     // Every line is JSON, and no line quotes the secret.
     expect(logLines.join("\n")).not.toContain(gw.account.secret);
+  });
+});
+
+describe("the access line of a call says how it ended", () => {
+  type Completed = { requestId: string; res: { statusCode: number }; errorCode?: string };
+  /** The `request completed` line of the one request `send` makes (written as the answer finishes, maybe after the client has it). */
+  const completedOf = async (send: () => Promise<unknown>): Promise<Completed> => {
+    logLines.length = 0;
+    await send();
+    await expect.poll(() => logLines.some((l) => l.includes('"request completed"'))).toBe(true);
+    const lines = logLines.filter((l) => l.includes('"request completed"'));
+    expect(lines).toHaveLength(1);
+    return JSON.parse(lines[0]!) as Completed;
+  };
+  const key = () => gw.account.key;
+  const secret = () => gw.account.secret;
+
+  it("with its four-digit code, which the HTTP status does not say (a legacy answer and a gRPC call are 200 whatever the code)", async () => {
+    const legacy = async (path: string, params: Record<string, string>): Promise<[number, string]> => {
+      let seen: [number, string] = [0, ""];
+      const line = await completedOf(async () => {
+        const res = await legacyGet(gw.base, path, params);
+        seen = [res.status, res.json.error_code as string];
+      });
+      expect(line.requestId).toMatch(/./);
+      expect([line.res.statusCode, line.errorCode]).toEqual(seen);
+      return seen;
+    };
+    expect(await legacy("/retail/item_get/", { key: key(), secret: secret(), num_iid: demo.retailNumIid })).toEqual([200, "0000"]);
+    expect(await legacy("/retail/item_get/", { key: key(), secret: "not-the-secret", num_iid: demo.retailNumIid })).toEqual([200, "4005"]);
+    // Refused before any operation: Fastify's route for what names none.
+    expect(await legacy("/retail/no_such_api/", { key: key(), secret: secret() })).toEqual([200, "4010"]);
+
+    // gRPC: every call is HTTP 200; the code was only in the trailers.
+    const transport = createGrpcTransport({ baseUrl: gw.base });
+    let refused: ConnectError | undefined;
+    const grpcLine = await completedOf(async () => {
+      refused = await createClient(RetailService, transport)
+        .itemGet({ numIid: demo.retailNumIid }, { headers: { "x-api-key": "no-such-key", "x-api-secret": "x" } })
+        .then(() => undefined, ConnectError.from);
+    });
+    const status = refused!.findDetails(StatusBlockSchema)[0]!;
+    expect([grpcLine.requestId, grpcLine.res.statusCode, grpcLine.errorCode]).toEqual([status.requestId, 200, fourDigits(status.errorCode)]);
+
+    // Refused by connect-node before the core (a body that is not JSON), and a method this server lacks.
+    const connect = (path: string, body: string) => () => fetch(`${gw.base}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body }).then((r) => r.text());
+    const malformed = await completedOf(connect("/gateway.catalogue.v1.RetailService/ItemGet", "{not json"));
+    expect([malformed.res.statusCode, malformed.errorCode]).toEqual([400, "4003"]);
+    const unknown = await completedOf(connect("/gateway.catalogue.v1.RetailService/NoSuchMethod", "{}"));
+    expect([unknown.res.statusCode, unknown.errorCode]).toEqual([404, "4010"]);
+
+    // A team's read of its own account: a refusal says its code (a failed login is a 4005 wherever it is tried); a read answered has none.
+    const account = createClient(AccountService, transport);
+    const ownRead = async (secret: string) => {
+      let status: number | undefined;
+      const line = await completedOf(async () => {
+        status = await account.getMyAccount({}, { headers: { "x-api-key": key(), "x-api-secret": secret } }).then(
+          () => undefined,
+          (e: unknown) => ConnectError.from(e).findDetails(StatusBlockSchema)[0]!.errorCode,
+        );
+      });
+      return [line.res.statusCode, line.errorCode, status === undefined ? undefined : fourDigits(status)];
+    };
+    expect(await ownRead("not-the-secret")).toEqual([200, "4005", "4005"]);
+    expect(await ownRead(secret())).toEqual([200, undefined, undefined]);
+
+    // A request that is not a call has none.
+    const options = await completedOf(() => fetch(`${gw.base}/retail/item_get/`, { method: "OPTIONS" }).then((r) => r.text()));
+    expect([options.res.statusCode, "errorCode" in options]).toEqual([204, false]);
   });
 });
 

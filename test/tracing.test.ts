@@ -3,10 +3,13 @@
 // on purpose, do not answer): OTLP/HTTP binary by default, OTLP/gRPC on grpc-js below; the provider is the fake
 // upstream, which records the traceparent of each purchase. The exporter's encodings, retries and TLS are in
 // otlp-export.test.ts.
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Tracer } from "../src/core/tracing.ts";
+import { Tracer, type SpanData } from "../src/core/tracing.ts";
+import type { CatalogueSource } from "../src/core/catalogue-source.ts";
+import { operations } from "../src/operations/index.ts";
+import { catalogueRoutes } from "../src/transports/connect/catalogue-services.ts";
 import { OtlpTraceExporter } from "../src/exporters/otlp-traces.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { FakeUpstream } from "./support/fake-upstream.ts";
@@ -123,6 +126,103 @@ describe("the gateway's own spans, to an OTLP collector", () => {
     const failedSpan = await collector.next((s) => attr(s)["gateway.request_id"] === failed.request_id);
     expect([attr(failedSpan)["gateway.charge"], failedSpan.status.code]).toEqual(["uncharged", 2]);
     expect(failedSpan.status.message).toMatch(/./);
+  });
+});
+
+describe("log lines that lead to the call's span", () => {
+  let collector: HttpCollector;
+  let gw: GatewayFixture;
+  const lines: string[] = [];
+  beforeAll(async () => {
+    collector = await new HttpCollector().start();
+    // An allowed origin: a browser's call goes by Fastify's route, not the fast paths before it.
+    gw = await startGateway({ logLines: lines, app: { corsOrigins: ["https://shop.example"] }, config: { otlpTracesUrl: collector.url, tracesSampler: "parentbased_always_on" } });
+  });
+  afterAll(async () => {
+    await gw.close();
+    await collector.stop();
+  });
+
+  type Line = { msg: string; requestId?: string; traceId?: string; spanId?: string; errorCode?: string; req?: { traceId?: string }; res?: { statusCode: number } };
+  const parsed = () => lines.map((l) => JSON.parse(l) as Line);
+  /** A request's line with `msg`, once written (the last is written as the answer finishes, which may be after the client has it). */
+  const lineOf = async (requestId: string, msg: string): Promise<Line> => {
+    await expect.poll(() => parsed().some((l) => l.requestId === requestId && l.msg === msg)).toBe(true);
+    return parsed().find((l) => l.requestId === requestId && l.msg === msg)!;
+  };
+  const auth = (extra: Record<string, string> = {}) => ({ "x-api-key": gw.account.key, "x-api-secret": gw.account.secret, ...extra });
+  const sampled = `00-${traceId}-${callerSpan}-01`;
+
+  /** A legacy call: a GET takes the fast path before Fastify, a POST (a form body) Fastify's route. */
+  const legacy = async (method: "GET" | "POST", traceparent?: string): Promise<string> => {
+    const q = new URLSearchParams({ key: gw.account.key, secret: gw.account.secret, num_iid: demo.retailNumIid });
+    const headers = traceparent === undefined ? {} : { traceparent };
+    const res = method === "GET" ? await fetch(`${gw.base}/retail/item_get/?${q}`, { headers }) : await fetch(`${gw.base}/retail/item_get/`, { method, headers, body: q });
+    return ((await res.json()) as { request_id: string }).request_id;
+  };
+  const rpc = async (transport: Parameters<typeof createClient>[1], callOptions: { timeoutMs?: number } = {}): Promise<string> => {
+    const r = await createClient(RetailService, transport).itemGet({ numIid: demo.retailNumIid }, { headers: auth({ traceparent: sampled }), ...callOptions });
+    return r.status!.requestId;
+  };
+  const browser = async (): Promise<string> => {
+    const res = await fetch(`${gw.base}/gateway.catalogue.v1.RetailService/ItemGet`, {
+      method: "POST",
+      headers: auth({ origin: "https://shop.example", "content-type": "application/json", traceparent: sampled }),
+      body: JSON.stringify({ numIid: demo.retailNumIid }),
+    });
+    return ((await res.json()) as { status: { requestId: string } }).status.requestId;
+  };
+
+  it("name the gateway's span (traceId, spanId) and the call's code on the request completed line, on every path a call can take", async () => {
+    const paths: [string, () => Promise<string>][] = [
+      ["legacy GET, the fast path", () => legacy("GET", sampled)],
+      ["legacy POST, Fastify's route", () => legacy("POST", sampled)],
+      ["Connect JSON, fast path before Fastify", () => rpc(createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }))],
+      ["Connect binary, fast path before Fastify", () => rpc(createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1", useBinaryFormat: true }))],
+      ["Connect with a timeout, connect-node's handler on Fastify", () => rpc(createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }), { timeoutMs: 30_000 })],
+      ["Connect from a page, Fastify's route", browser],
+      ["gRPC, the stream path", () => rpc(createGrpcTransport({ baseUrl: gw.base }))],
+      ["gRPC with a deadline, handed to connect-node", () => rpc(createGrpcTransport({ baseUrl: gw.base }), { timeoutMs: 30_000 })],
+      ["gRPC-Web, connect-node's handler on Fastify", () => rpc(createGrpcWebTransport({ baseUrl: gw.base, httpVersion: "1.1" }))],
+    ];
+    for (const [name, call] of paths) {
+      const requestId = await call();
+      const span = await collector.next((s) => attr(s)["gateway.request_id"] === requestId);
+      const completed = await lineOf(requestId, "request completed");
+      expect([completed.traceId, completed.spanId, completed.errorCode], name).toEqual([traceId, span.spanId, "0000"]);
+      expect(span.parentSpanId, name).toBe(callerSpan);
+      expect((await lineOf(requestId, "incoming request")).req?.traceId, name).toBe(traceId);
+    }
+  });
+
+  it("name the trace the gateway started for a call that sent none, and nothing for a call it did not record", async () => {
+    const root = await legacy("GET");
+    const span = await collector.next((s) => attr(s)["gateway.request_id"] === root);
+    expect(span.parentSpanId).toBeUndefined();
+    const completed = await lineOf(root, "request completed");
+    expect([completed.traceId, completed.spanId]).toEqual([span.traceId, span.spanId]);
+    // Before the call the trace did not exist: the first line cannot name it.
+    expect((await lineOf(root, "incoming request")).req?.traceId).toBeUndefined();
+
+    const unsampled = await legacy("POST", `00-${traceId}-${callerSpan}-00`);
+    const line = await lineOf(unsampled, "request completed");
+    expect([line.res?.statusCode, line.errorCode]).toEqual([200, "0000"]);
+    expect("spanId" in line || "traceId" in line).toBe(false);
+    // The caller's trace id is still on its first line; its parent id is on none.
+    expect((await lineOf(unsampled, "incoming request")).req?.traceId).toBe(traceId);
+    expect(lines.join("\n")).not.toContain(callerSpan);
+  });
+
+  it("name the span on the error line of a call that failed inside the gateway", async () => {
+    const spans: SpanData[] = [];
+    const logged: Record<string, unknown>[] = [];
+    const failing: CatalogueSource = { label: "broken", fetch: () => Promise.reject(new Error("disk on fire")) };
+    const core = gw.gatewayWith(new Map([["retail", failing]]), { error: (obj) => logged.push(obj as Record<string, unknown>) }, new Tracer({ add: (s) => spans.push(s) }, 1));
+    const client = createClient(RetailService, createRouterTransport(catalogueRoutes(core, operations)));
+    const err = await client.itemGet({ numIid: demo.retailNumIid }, { headers: auth({ traceparent: sampled }) }).then(() => undefined, ConnectError.from);
+    expect(err?.code).toBe(Code.Internal);
+    const span = spans.find((s) => s.kind === "server")!;
+    expect(logged).toEqual([expect.objectContaining({ requestId: span.attributes["gateway.request_id"], traceId, spanId: span.spanId })]);
   });
 });
 

@@ -27,7 +27,7 @@ import { noTelemetry, type AbandonStage, type StoppedWaiting, type Telemetry } f
 import { quotaStanding, type QuotaStanding } from "./quota-standing.ts";
 import { rateStanding } from "./call-rate.ts";
 import type { TraceContext } from "./trace-context.ts";
-import type { ActiveSpan, SpanAttributes, Tracer } from "./tracing.ts";
+import { spanLogFields, type ActiveSpan, type SpanAttributes, type Tracer } from "./tracing.ts";
 import { idempotencyKey, idempotencyKeyOf, keyForOtherRequest, keyInFlight, type TakenKey } from "./idempotency.ts";
 
 export type { Transport } from "./meter.ts";
@@ -93,8 +93,24 @@ export interface CallInput {
   readonly requestId?: string | undefined;
   /** The caller's trace context, handed on to the upstream provider when the call buys its item (trace-context.ts). */
   readonly trace?: TraceContext | undefined;
+  /** Where the core tells the transport's access line how the call went (CallLogFields); undefined where no line is written. */
+  readonly logFields?: CallLogFields | undefined;
   /** The request's `Idempotency-Key` as sent (a repeated one joined with ", "); read once the caller is authenticated (idempotency.ts). */
   readonly idempotencyKey?: string | undefined;
+}
+
+/**
+ * What a call's access line (`request completed`) says of it besides the
+ * HTTP status, set by the core as the call goes: the four-digit code it
+ * ended with (a legacy answer and a gRPC call are HTTP 200 whatever the
+ * code), and, where the core records the call's span (tracing.ts), its
+ * trace and span ids, so that a log search leads to the trace, including
+ * one the gateway started for a call that sent no `traceparent`.
+ */
+export interface CallLogFields {
+  errorCode?: string;
+  traceId?: string;
+  spanId?: string;
 }
 
 /**
@@ -135,11 +151,13 @@ export interface CallerInput {
   readonly transport: Transport;
   readonly clientIp: string;
   readonly requestId?: string | undefined;
+  /** Where a refusal's code is told to the access line (CallLogFields); a read that is answered has none. */
+  readonly logFields?: CallLogFields | undefined;
 }
 
 /** The account a caller proved is its own, or its refusal with the status block a call's would carry. */
 export type CallerIdentity =
-  | { readonly kind: "account"; readonly account: Account; readonly requestId: string; readonly now: number }
+  | { readonly kind: "account"; readonly account: Account; readonly requestId: string; readonly now: number; readonly logFields: CallLogFields | undefined }
   | { readonly kind: "refused"; readonly status: StatusBlock; readonly unauthenticated: boolean; readonly refusedBy: LimitRefusal | undefined };
 
 export interface GatewayOptions {
@@ -274,6 +292,10 @@ export class Gateway {
     let sent: SentRequests | undefined;
     // The call's own span, where it is traced; its purchases hang beneath it.
     const span = this.ports.tracer?.startCall(input.trace, spanName(operation, input.transport));
+    if (span !== undefined && input.logFields !== undefined) {
+      input.logFields.traceId = span.traceId;
+      input.logFields.spanId = span.spanId;
+    }
     // Each step awaits only a promise: a port that answers at once is not waited for (MaybeAsync).
     try {
       const locked = this.lockedOut(input.clientIp, now);
@@ -323,7 +345,7 @@ export class Gateway {
       code = answer.found ? ErrorCode.SUCCESS : ErrorCode.NO_RESULT;
       if (!answer.found) reason = answer.reason;
     } catch (e) {
-      ({ code, reason } = this.failureOf(e, requestId, "call failed inside the gateway"));
+      ({ code, reason } = this.failureOf(e, requestId, "call failed inside the gateway", span));
       if (e instanceof GatewayError) {
         notAllowedHere = e instanceof AddressNotAllowed;
         refusedBy = this.refusalOf(e, account, now);
@@ -360,7 +382,7 @@ export class Gateway {
       );
     } catch (e) {
       // A call that would be charged is not answered unrecorded; a refusal keeps its own code.
-      this.ports.log?.error({ err: e, requestId }, "the usage ledger cannot be written");
+      this.ports.log?.error({ err: e, requestId, ...spanLogFields(span) }, "the usage ledger cannot be written");
       if (charge === "charged") {
         code = ErrorCode.SERVER_INTERNAL_ERROR;
         reason = `the usage ledger cannot be written, so the call was not charged; quote request id ${requestId}`;
@@ -373,6 +395,7 @@ export class Gateway {
     const charged = replayOf === undefined && errorCodeInfo(code).charge === "charged";
     const quota = account === undefined ? undefined : quotaStanding(account, { admission, refusedBy, usage, charged, dayEndsInMs: this.dayEndsAt(day, account.zone) - now });
 
+    if (input.logFields !== undefined) input.logFields.errorCode = fourDigits(code);
     const status = this.statusBlock(code, reason, now, requestId, operation.catalogue, input.clientIp);
     if (account !== undefined && usage !== undefined) status.apiInfo = apiInfoText(account, usage);
     status.callArgs = echoArgs(operation, input.args);
@@ -423,9 +446,10 @@ export class Gateway {
       account = identified instanceof Promise ? await identified : identified;
       if (!addressAllowed(account.allowedFrom, input.clientIp)) throw new AddressNotAllowed(input.clientIp);
       this.ownReads.take(account.key, now);
-      return { kind: "account", account, requestId, now };
+      return { kind: "account", account, requestId, now, logFields: input.logFields };
     } catch (e) {
       const { code, reason } = this.failureOf(e, requestId, "reading the caller's account failed inside the gateway");
+      if (input.logFields !== undefined) input.logFields.errorCode = fourDigits(code);
       await this.authenticationFailed(code, e instanceof AddressNotAllowed, input.clientIp, now);
       const unauthenticated = code === ErrorCode.MISSING_URL_PARAM && account === undefined;
       if (unauthenticated) this.telemetry.authFailed("missing_key");
@@ -435,7 +459,8 @@ export class Gateway {
   }
 
   /** The status block of a read of its own account that asks for what cannot be (a day out of form): a refusal as a call's. */
-  ownRefusal(code: ErrorCode, reason: string, identity: { readonly requestId: string; readonly now: number }, clientIp: string): StatusBlock {
+  ownRefusal(code: ErrorCode, reason: string, identity: { readonly requestId: string; readonly now: number; readonly logFields: CallLogFields | undefined }, clientIp: string): StatusBlock {
+    if (identity.logFields !== undefined) identity.logFields.errorCode = fourDigits(code);
     return this.statusBlock(code, reason, identity.now, identity.requestId, "account", clientIp);
   }
 
@@ -504,12 +529,12 @@ export class Gateway {
    * words (a 4000 logged with its cause), anything else an internal error,
    * logged as `what`, that the caller is asked to quote.
    */
-  private failureOf(e: unknown, requestId: string, what: string): { readonly code: ErrorCode; readonly reason: string } {
+  private failureOf(e: unknown, requestId: string, what: string, span?: ActiveSpan): { readonly code: ErrorCode; readonly reason: string } {
     if (e instanceof GatewayError) {
-      if (e.code === ErrorCode.SERVER_INTERNAL_ERROR) this.ports.log?.error({ err: e.cause ?? e, requestId }, e.message);
+      if (e.code === ErrorCode.SERVER_INTERNAL_ERROR) this.ports.log?.error({ err: e.cause ?? e, requestId, ...spanLogFields(span) }, e.message);
       return { code: e.code, reason: e.message };
     }
-    this.ports.log?.error({ err: e, requestId }, what);
+    this.ports.log?.error({ err: e, requestId, ...spanLogFields(span) }, what);
     return { code: ErrorCode.SERVER_INTERNAL_ERROR, reason: `internal error; quote request id ${requestId}` };
   }
 
@@ -541,10 +566,11 @@ export class Gateway {
    * none (4010), or a request the HTTP layer could not read (4003). Nothing
    * is charged; there is no account to charge.
    */
-  async refuse(code: ErrorCode, apiType: string, reason: string, input: Pick<CallInput, "clientIp" | "transport" | "requestId">, cause?: unknown): Promise<Outcome> {
+  async refuse(code: ErrorCode, apiType: string, reason: string, input: Pick<CallInput, "clientIp" | "transport" | "requestId" | "logFields">, cause?: unknown): Promise<Outcome> {
     const started = performance.now();
     const now = this.options.clock.now();
     const requestId = input.requestId ?? this.nextRequestId();
+    if (input.logFields !== undefined) input.logFields.errorCode = fourDigits(code);
     if (code === ErrorCode.SERVER_INTERNAL_ERROR) this.ports.log?.error({ err: cause, requestId }, reason);
     const status = this.statusBlock(code, reason, now, requestId, apiType, input.clientIp);
     await this.ports.meter.record(

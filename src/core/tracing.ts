@@ -47,6 +47,11 @@ export interface SpanSink {
   add(span: SpanData): void;
 }
 
+/** A log line's fields naming a span: `traceId` and `spanId`, or none where there is no span. */
+export function spanLogFields(span: { readonly traceId: string; readonly spanId: string } | undefined): { readonly traceId?: string; readonly spanId?: string } {
+  return span === undefined ? {} : { traceId: span.traceId, spanId: span.spanId };
+}
+
 /** A span being recorded. */
 export interface ActiveSpan {
   readonly traceId: string;

@@ -9,6 +9,7 @@ import type { CatalogueSource } from "../../src/core/catalogue-source.ts";
 import type { Clock } from "../../src/core/clock.ts";
 import { CachedCatalogue } from "../../src/core/cached-catalogue.ts";
 import { Gateway } from "../../src/core/gateway.ts";
+import type { Tracer } from "../../src/core/tracing.ts";
 import { demoExampleIds, demoRecords } from "../../src/catalogue/demo-dataset.ts";
 import { appOptions, openRuntime, seedDemoCatalogue, type Runtime, type RuntimeOptions } from "../../src/runtime.ts";
 import { buildApp, type AppOptions } from "../../src/transports/server/app.ts";
@@ -24,7 +25,7 @@ export interface GatewayFixture {
   readonly account: { readonly key: string; readonly secret: string };
   newAccount(plan?: Partial<AccountPlan> & { externalId?: string }): Promise<{ key: string; secret: string }>;
   /** A core over this fixture's real stores, with other catalogue sources and no response cache. */
-  gatewayWith(sources: ReadonlyMap<string, CatalogueSource>, log?: { error(obj: unknown, msg: string): void }): Gateway;
+  gatewayWith(sources: ReadonlyMap<string, CatalogueSource>, log?: { error(obj: unknown, msg: string): void }, tracer?: Tracer): Gateway;
   close(): Promise<void>;
 }
 
@@ -75,8 +76,8 @@ export async function startGateway(
     config,
     account: await newAccount({ name: "test" }),
     newAccount,
-    gatewayWith: (sources, log) =>
-      new Gateway({ accounts: runtime.accounts, meter: runtime.meter, switches: runtime.switches, catalogue: new CachedCatalogue(sources, undefined), ...(log ? { log } : {}) }),
+    gatewayWith: (sources, log, tracer) =>
+      new Gateway({ accounts: runtime.accounts, meter: runtime.meter, switches: runtime.switches, catalogue: new CachedCatalogue(sources, undefined), ...(log ? { log } : {}), ...(tracer ? { tracer } : {}) }),
     async close() {
       // A graceful close waits for every open connection's request. A test that left one half sent (a
       // hostile request) would hold it until the request timeout or longer; `serve` bounds the wait with

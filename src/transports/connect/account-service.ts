@@ -30,7 +30,7 @@ import {
   UsageTotalSchema,
 } from "../../gen/gateway/account/v1/account_pb.js";
 import { credentialFields, readCredentials } from "../credentials.ts";
-import { clientIpKey, requestIdKey } from "./context.ts";
+import { callLogKey, clientIpKey, requestIdKey } from "./context.ts";
 import { rpcTransportOf, statusError } from "./status-error.ts";
 
 const day = /^\d{4}-\d{2}-\d{2}$/;
@@ -57,6 +57,7 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
       transport,
       clientIp: ctx.values.get(clientIpKey),
       requestId: ctx.values.get(requestIdKey) || undefined,
+      logFields: ctx.values.get(callLogKey),
     });
     if (who.kind === "refused") throw statusError(who.status, { unauthenticated: who.unauthenticated, refusedBy: who.refusedBy, transport });
     return { ...who, transport };

@@ -6,7 +6,7 @@ import type { CallInput, Gateway, Outcome, Transport } from "../../core/gateway.
 import type { Operation } from "../../core/operation.ts";
 import { CacheMode, Lang } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { credentialFields, readCredentials } from "../credentials.ts";
-import { callReachedKey, clientIpKey, requestIdKey } from "./context.ts";
+import { callReachedKey, callLogKey, clientIpKey, requestIdKey } from "./context.ts";
 import { rpcTransportOf, statusError } from "./status-error.ts";
 import { callHeaderPairs } from "../replay-headers.ts";
 import { traceContextOf } from "../../core/trace-context.ts";
@@ -24,6 +24,8 @@ export interface CallSource {
   readonly transport: Transport;
   /** The messages travel in the protobuf binary format (Connect proto, gRPC, gRPC-Web), not JSON. */
   readonly binary: boolean;
+  /** What the core tells the access line of the call (CallInput.logFields). */
+  readonly logFields?: CallInput["logFields"];
 }
 
 /** A CallSource's header reader over Node's request headers (the fast paths'): repeated headers joined with ", ", as fetch's Headers join them. */
@@ -49,6 +51,7 @@ function sourceOfContext(ctx: HandlerContext): CallSource {
     gone: () => (ctx.signal.aborted ? (ConnectError.from(ctx.signal.reason).code === Code.DeadlineExceeded ? "deadline" : "hung_up") : undefined),
     transport: rpcTransportOf(contentType),
     binary: binaryCall(ctx),
+    logFields: ctx.values.get(callLogKey),
   };
 }
 
@@ -95,6 +98,7 @@ function requestReader(operation: Operation): (req: Message, src: CallSource) =>
       deadline: src.deadline,
       gone: src.gone,
       trace: traceContextOf(src.header("traceparent"), src.header("tracestate")),
+      logFields: src.logFields,
       idempotencyKey: src.header("idempotency-key"),
     };
   };

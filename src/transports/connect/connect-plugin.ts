@@ -11,7 +11,9 @@ import { operations } from "../../operations/index.ts";
 import { accountRoutes } from "./account-service.ts";
 import { adminRoutes, type AdminPorts } from "./admin-service.ts";
 import { catalogueRoutes } from "./catalogue-services.ts";
-import { clientIpKey, requestIdKey } from "./context.ts";
+import { callLogKey, clientIpKey, requestIdKey } from "./context.ts";
+import { callLogOf } from "../server/access-log.ts";
+import type { CallLogFields } from "../../core/gateway.ts";
 import { healthRoutes } from "./health-service.ts";
 import { DescriptorIndex, reflectionRoutes, reflectionServices } from "./reflection-service.ts";
 import { logInternalErrors } from "./internal-errors.ts";
@@ -53,8 +55,8 @@ export interface ConnectOptions {
  */
 export async function registerConnect(app: FastifyInstance, options: ConnectOptions): Promise<RequestClaims> {
   const logInternal = logInternalErrors(app.log);
-  const context = (clientIp: string, requestId: string) => createContextValues().set(clientIpKey, clientIp).set(requestIdKey, requestId);
-  const contextValues = (req: FastifyRequest) => context(req.clientIp, req.id);
+  const context = (clientIp: string, requestId: string, logFields: CallLogFields | undefined) => createContextValues().set(clientIpKey, clientIp).set(requestIdKey, requestId).set(callLogKey, logFields);
+  const contextValues = (req: FastifyRequest) => context(req.clientIp, req.id, callLogOf(req));
   // The catalogue services have routes of their own (catalogueConnectRoutes), with a fast path for their hottest shape.
   const catalogue = createConnectRouter({ interceptors: [logInternal], readMaxBytes: options.readMaxBytes, acceptCompression });
   catalogueRoutes(options.gateway, operations)(catalogue);

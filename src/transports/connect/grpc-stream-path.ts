@@ -6,6 +6,7 @@ import type { Http2StreamClaim } from "../server/one-port-server.ts";
 import { accessLog, type AccessLog } from "../server/access-log.ts";
 import { goneOf } from "../server/caller-gone.ts";
 import { headerReader, type CallSource } from "./catalogue-services.ts";
+import type { CallLogFields } from "../../core/gateway.ts";
 import { isGrpcAnswer, trailersOnlyOr } from "./grpc-trailers-only.ts";
 import { acceptCompression, compressMinBytes, fastRoutes, headerValue, once, oneBlock, readBody, type FastPathOptions, type FastResult, type FastRoute } from "./unary-fast-path.ts";
 
@@ -65,6 +66,8 @@ interface Opened {
   readonly requestId: string;
   readonly clientIp: string;
   readonly procedure: string;
+  /** What the core tells the access line of the call (CallInput.logFields). */
+  readonly logFields: CallLogFields | undefined;
 }
 
 function opened(options: FastPathOptions & { readonly accessLog: AccessLog }, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, path: string): Opened {
@@ -72,9 +75,9 @@ function opened(options: FastPathOptions & { readonly accessLog: AccessLog }, st
   stream.on("error", () => {});
   const requestId = options.gateway.newRequestId();
   const clientIp = options.clientAddress(stream.session?.socket?.remoteAddress ?? "", headers);
-  const completed = options.accessLog(requestId, "POST", path, clientIp, headers.traceparent);
-  if (completed !== undefined) stream.once("close", () => completed(Number(stream.sentHeaders?.[":status"] ?? 200)));
-  return { requestId, clientIp, procedure: `${headers[":scheme"] ?? "http"}://${headers[":authority"] ?? headers.host ?? ""}${path}` };
+  const logged = options.accessLog(requestId, "POST", path, clientIp, headers.traceparent);
+  if (logged !== undefined) stream.once("close", () => logged.completed(Number(stream.sentHeaders?.[":status"] ?? 200)));
+  return { requestId, clientIp, procedure: `${headers[":scheme"] ?? "http"}://${headers[":authority"] ?? headers.host ?? ""}${path}`, logFields: logged?.fields };
 }
 
 /** The call handed to connect-node's handler with its body, and its answer written to the stream (Trailers-Only for an error). */
@@ -93,7 +96,7 @@ async function handOver(
     if (k.startsWith(":") || v === undefined) continue;
     for (const one of Array.isArray(v) ? v : [String(v)]) header.append(k, one);
   }
-  const response = await handler({ httpVersion: "2.0", method: "POST", url: caller.procedure, header, body, signal: abort.signal, contextValues: options.contextValues(caller.clientIp, caller.requestId) });
+  const response = await handler({ httpVersion: "2.0", method: "POST", url: caller.procedure, header, body, signal: abort.signal, contextValues: options.contextValues(caller.clientIp, caller.requestId, caller.logFields) });
   await writeUniversal(stream, response, options.answerHeaders);
 }
 
@@ -142,6 +145,7 @@ async function serve(options: FastPathOptions & { readonly accessLog: AccessLog 
     gone: goneOf(stream),
     transport: "grpc",
     binary: true,
+    logFields: caller.logFields,
   };
   await respondGrpc(stream, headers, await route.fast.call(input, src, procedure), options.answerHeaders);
 }

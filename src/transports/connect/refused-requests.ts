@@ -8,7 +8,7 @@ import { fourDigits } from "../../contract/error-codes.ts";
 import type { Gateway } from "../../core/gateway.ts";
 import type { Operation } from "../../core/operation.ts";
 import { ErrorCode, StatusBlockSchema } from "../../gen/gateway/catalogue/v1/status_pb.js";
-import { callReachedKey, clientIpKey, requestIdKey } from "./context.ts";
+import { callLogKey, callReachedKey, clientIpKey, requestIdKey } from "./context.ts";
 import { grpcWebTrailerFrame } from "./error-answer.ts";
 
 /**
@@ -181,7 +181,7 @@ export function unreadRequestRefusal(gateway: Gateway, operation: Operation): Re
     const values = req.contextValues;
     if (values === undefined || values.get(callReachedKey)) return undefined;
     try {
-      const refused = await gateway.refuse(ErrorCode.PARAM_ERROR, operation.catalogue, error.rawMessage, { clientIp: values.get(clientIpKey), transport, requestId: values.get(requestIdKey) || undefined });
+      const refused = await gateway.refuse(ErrorCode.PARAM_ERROR, operation.catalogue, error.rawMessage, { clientIp: values.get(clientIpKey), transport, requestId: values.get(requestIdKey) || undefined, logFields: values.get(callLogKey) });
       return new ConnectError(`${fourDigits(ErrorCode.PARAM_ERROR)} ${refused.status.reason}`, error.code, undefined, [{ desc: StatusBlockSchema, value: refused.status }]);
     } catch {
       return undefined;

@@ -10,7 +10,7 @@ import { IncomingMessage, type IncomingHttpHeaders, type ServerResponse } from "
 import type { Http2ServerResponse } from "node:http2";
 import type { Readable } from "node:stream";
 import type { TLSSocket } from "node:tls";
-import { accessLog } from "../server/access-log.ts";
+import { accessLog, callLogOf } from "../server/access-log.ts";
 import { goneOf } from "../server/caller-gone.ts";
 import { endInParts } from "../server/end-in-parts.ts";
 import type { ClientAddress } from "../server/client-address.ts";
@@ -18,6 +18,7 @@ import type { Http1RequestClaim } from "../server/one-port-server.ts";
 import type { Gateway } from "../../core/gateway.ts";
 import { exactUtf8 } from "../../core/retained-size.ts";
 import type { Operation } from "../../core/operation.ts";
+import type { CallLogFields } from "../../core/gateway.ts";
 import { StatusBlockSchema } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { Outcome } from "../../core/gateway.ts";
 import { headerReader, operationAnswer, type CallSource } from "./catalogue-services.ts";
@@ -262,6 +263,8 @@ interface ConnectRequest {
   readonly requestId: string;
   /** The URL connect-node names the call by (its log line of an internal error). */
   readonly procedure: string;
+  /** What the core tells the access line of the call (CallInput.logFields). */
+  readonly logFields: CallLogFields | undefined;
 }
 
 /**
@@ -275,7 +278,7 @@ async function fastConnectCall(fast: FastAnswer, readMaxBytes: number, binary: b
   const input = fast.parse(body.bytes, binary);
   if (input === undefined) return { body: once(body.bytes) };
   const h = req.raw.headers;
-  const src: CallSource = { header: headerReader(h), clientIp: req.clientIp, requestId: req.requestId, signal: undefined, gone: goneOf(req.res), transport: "connect", binary };
+  const src: CallSource = { header: headerReader(h), clientIp: req.clientIp, requestId: req.requestId, signal: undefined, gone: goneOf(req.res), transport: "connect", binary, logFields: req.logFields };
   return connectAnswer(await fast.call(input, src, req.procedure), binary, h["accept-encoding"]);
 }
 
@@ -311,7 +314,7 @@ export function unaryFastPath(
     if (shape === undefined) return {};
     let answer: ConnectAnswer | Declined;
     try {
-      answer = await fastConnectCall(fast, options.readMaxBytes, shape.binary, { raw: req.raw, res: reply.raw, clientIp: req.clientIp, requestId: req.id, procedure: `${req.protocol}://${req.host}${path}` });
+      answer = await fastConnectCall(fast, options.readMaxBytes, shape.binary, { raw: req.raw, res: reply.raw, clientIp: req.clientIp, requestId: req.id, procedure: `${req.protocol}://${req.host}${path}`, logFields: callLogOf(req) });
     } catch (e) {
       // The body never ended: the caller went away, or the server answered the request already (over
       // HTTP/2, one past the request timeout, which one-port-server.ts answers and resets). Nobody is
@@ -377,8 +380,8 @@ export interface FastPathOptions {
   readonly clientAddress: ClientAddress;
   /** Headers every answer to a request without `Origin` carries on Fastify's path (CORS). */
   readonly answerHeaders: Readonly<Record<string, string>>;
-  /** The handler context values connect-node's path gives a call. */
-  readonly contextValues: (clientIp: string, requestId: string) => ContextValues;
+  /** The handler context values connect-node's path gives a call (`logFields`: what the core tells its access line, CallInput.logFields). */
+  readonly contextValues: (clientIp: string, requestId: string, logFields: CallLogFields | undefined) => ContextValues;
   /**
    * The other services' handlers (AccountService, AdminService, health,
    * reflection): their unary methods are served over gRPC on the stream
@@ -424,12 +427,12 @@ export function connectRequestPath(options: FastPathOptions): Http1RequestClaim 
     const url = req.url!;
     const requestId = options.gateway.newRequestId();
     const clientIp = options.clientAddress(req.socket.remoteAddress ?? "", req.headers);
-    const completed = log(requestId, "POST", url, clientIp, req.headers.traceparent);
-    if (completed !== undefined) res.once("finish", () => completed(res.statusCode));
+    const logged = log(requestId, "POST", url, clientIp, req.headers.traceparent);
+    if (logged !== undefined) res.once("finish", () => logged.completed(res.statusCode));
     const procedure = `${(req.socket as TLSSocket).encrypted ? "https" : "http"}://${req.headers.host ?? ""}${url}`;
-    const answer = await fastConnectCall(route.fast, options.readMaxBytes, binary, { raw: req, res, clientIp, requestId, procedure });
+    const answer = await fastConnectCall(route.fast, options.readMaxBytes, binary, { raw: req, res, clientIp, requestId, procedure, logFields: logged?.fields });
     if (!("status" in answer)) {
-      await answerWithConnectNode(route.handler, req, res, { headers: options.answerHeaders, contextValues: options.contextValues(clientIp, requestId), body: answer.body, log: options.log, requestId });
+      await answerWithConnectNode(route.handler, req, res, { headers: options.answerHeaders, contextValues: options.contextValues(clientIp, requestId, logged?.fields), body: answer.body, log: options.log, requestId });
       return;
     }
     const headers: Record<string, string> = { ...options.answerHeaders };

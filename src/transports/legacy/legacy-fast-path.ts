@@ -59,8 +59,8 @@ export function legacyFastPath(gateway: Gateway, options: LegacyFastPathOptions)
     const url = req.url!;
     const requestId = gateway.newRequestId();
     const clientIp = clientAddress(req.socket.remoteAddress ?? "", req.headers);
-    const completed = log(requestId, "GET", url, clientIp, req.headers.traceparent);
-    if (completed !== undefined) res.once("finish", () => completed(res.statusCode));
+    const logged = log(requestId, "GET", url, clientIp, req.headers.traceparent);
+    if (logged !== undefined) res.once("finish", () => logged.completed(res.statusCode));
     try {
       const { input, format } = legacyCall(operation, legacyParams(url), {
         method: "GET",
@@ -69,6 +69,7 @@ export function legacyFastPath(gateway: Gateway, options: LegacyFastPathOptions)
         requestId,
         gone: goneOf(res),
         trace: traceContextOfHeaders(req.headers),
+        logFields: logged?.fields,
         idempotencyKey: headerText(req.headers["idempotency-key"]),
       });
       write(res, legacyAnswer(await gateway.call(operation, input), format, "GET", req.headers["accept-encoding"]));
@@ -78,7 +79,7 @@ export function legacyFastPath(gateway: Gateway, options: LegacyFastPathOptions)
         res.destroy();
         return;
       }
-      const refusal = await gateway.refuse(ErrorCode.SERVER_INTERNAL_ERROR, "", "internal error", { clientIp, transport: "legacy", requestId }, e);
+      const refusal = await gateway.refuse(ErrorCode.SERVER_INTERNAL_ERROR, "", "internal error", { clientIp, transport: "legacy", requestId, logFields: logged?.fields }, e);
       write(res, legacyAnswer(refusal, "json", "GET", req.headers["accept-encoding"]));
     }
   };

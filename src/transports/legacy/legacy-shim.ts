@@ -11,6 +11,7 @@ import { retryAfterSeconds } from "../retry-hints.ts";
 import { traceContextOf, type TraceContext } from "../../core/trace-context.ts";
 import { callHeaderPairs } from "../replay-headers.ts";
 import { endInParts } from "../server/end-in-parts.ts";
+import { callLogOf } from "../server/access-log.ts";
 import { credentialFields, readCredentials } from "../credentials.ts";
 import { compress, negotiateEncoding } from "./legacy-compression.ts";
 import { legacyParams, type LegacyParams } from "./legacy-params.ts";
@@ -103,6 +104,8 @@ export interface LegacyRequest {
   readonly gone: CallInput["gone"];
   /** The caller's trace context (CallInput.trace). */
   readonly trace: CallInput["trace"];
+  /** What the core tells the access line of the call (CallInput.logFields). */
+  readonly logFields: CallInput["logFields"];
   /** Its `Idempotency-Key` header (CallInput.idempotencyKey). */
   readonly idempotencyKey: string | undefined;
 }
@@ -142,6 +145,7 @@ export function legacyCall(operation: Operation, params: LegacyParams, req: Lega
     requestId: req.requestId,
     gone: req.gone,
     trace: req.trace,
+    logFields: req.logFields,
     idempotencyKey: req.idempotencyKey,
     malformed: params.problem,
     rejection,
@@ -160,7 +164,7 @@ export async function refuseLegacy(
   reply: FastifyReply,
   refusal: { readonly code: ErrorCode; readonly reason: string; readonly apiType?: string; readonly cause?: unknown },
 ): Promise<FastifyReply> {
-  const outcome = await gateway.refuse(refusal.code, refusal.apiType ?? "", refusal.reason, { clientIp: req.clientIp, transport: "legacy", requestId: req.id }, refusal.cause);
+  const outcome = await gateway.refuse(refusal.code, refusal.apiType ?? "", refusal.reason, { clientIp: req.clientIp, transport: "legacy", requestId: req.id, logFields: callLogOf(req) }, refusal.cause);
   return sendLegacy(reply, outcome, "json");
 }
 
@@ -205,6 +209,7 @@ export function installLegacyShim(root: FastifyInstance, gateway: Gateway): void
         requestId: req.id,
         gone: goneOf(reply.raw),
         trace: traceContextOfHeaders(req.headers),
+        logFields: callLogOf(req),
         idempotencyKey: headerText(req.headers["idempotency-key"]),
       });
       return sendLegacy(reply, await gateway.call(operation, input), format);

@@ -1,6 +1,6 @@
 import { cors as connectCors } from "@connectrpc/connect";
 import fastifyCors from "@fastify/cors";
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from "fastify";
 import type { Gateway } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { AdminPorts } from "../connect/admin-service.ts";
@@ -13,6 +13,7 @@ import { createOnePortServer, createTlsServer, type Http1RequestClaim, type OneP
 import { legacyFastPath } from "../legacy/legacy-fast-path.ts";
 import { MemoryAddressLockout, type AddressLockout } from "../../core/address-lockout.ts";
 import { createLogger, type Logger } from "./logger.ts";
+import { AccessLogController } from "./access-log.ts";
 import { Readiness } from "../../core/health.ts";
 import { clientAddressResolver } from "./client-address.ts";
 import { installMetrics, type PrometheusTelemetry } from "./metrics.ts";
@@ -123,7 +124,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     return503OnClosing: false,
     // One id per request, the core's own: the access line, any error line and the ledger row carry the same one.
     genReqId: () => gateway.newRequestId(),
-    logController: new LogController({ requestIdLogLabel: "requestId" }),
+    logController: new AccessLogController({ requestIdLogLabel: "requestId" }),
     ...(options.logger !== undefined
       ? { loggerInstance: options.logger as FastifyBaseLogger }
       : options.logLevel === false
@@ -146,6 +147,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       : refuseLegacy(gateway, req, reply, { code: ErrorCode.SERVER_INTERNAL_ERROR, reason: "internal error", cause: error });
   });
   const clientAddress = clientAddressResolver(options.trustedProxies ?? []);
+  app.decorateRequest("callLog", null);
   app.decorateRequest("clientIp", {
     getter(this: FastifyRequest) {
       return clientAddress(this.ip, this.headers);

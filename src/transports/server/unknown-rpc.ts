@@ -7,6 +7,7 @@ import { errorToJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { fourDigits } from "../../contract/error-codes.ts";
 import { ErrorCode, StatusBlockSchema } from "../../gen/gateway/catalogue/v1/status_pb.js";
+import { callLogOf } from "./access-log.ts";
 
 /** `/package.Service/Method`: the path of every RPC. */
 const rpcPath = /^\/[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+\/[A-Za-z_][A-Za-z0-9_]*$/;
@@ -39,7 +40,7 @@ export function rpcProtocolOf(req: FastifyRequest): Exclude<Transport, "legacy">
  */
 export async function answerUnknownRpc(gateway: Gateway, req: FastifyRequest, reply: FastifyReply, transport: Exclude<Transport, "legacy">): Promise<FastifyReply> {
   const path = req.url.split("?")[0]!.slice(0, 200);
-  const outcome = await gateway.refuse(ErrorCode.API_NOT_FOUND, "", `${path} is not a method of this server`, { clientIp: req.clientIp, transport, requestId: req.id });
+  const outcome = await gateway.refuse(ErrorCode.API_NOT_FOUND, "", `${path} is not a method of this server`, { clientIp: req.clientIp, transport, requestId: req.id, logFields: callLogOf(req) });
   const message = `${path} is not a method of this server (request ${outcome.status.requestId})`;
   // The status block travels as the error's detail, as every catalogue refusal's does.
   const error = new ConnectError(`${fourDigits(outcome.status.errorCode)} ${message}`, Code.Unimplemented, undefined, [{ desc: StatusBlockSchema, value: outcome.status }]);
