@@ -12,6 +12,7 @@ import { defaultLibreTranslateOptions } from "./translation/libretranslate-engin
 import { catalogues, operations, operationsNamed } from "./operations/index.ts";
 import { defaultAppSettings } from "./transports/server/app.ts";
 import { trustedProxiesProblem } from "./transports/server/client-address.ts";
+import { accessLogModes } from "./transports/server/access-log.ts";
 import { defaultServiceName, otlpPlan, otlpProtocols } from "./exporters/otlp-plan.ts";
 import { defaultOtlpTracesOptions } from "./exporters/otlp-traces.ts";
 
@@ -88,6 +89,12 @@ export const settings = {
   tlsKey: text("GATEWAY_TLS_KEY", "", "PEM private key, set together with `GATEWAY_TLS_CERT`", { shown: "unset" }),
   tlsCheckSeconds: whole("GATEWAY_TLS_CHECK_SECONDS", 60, [0, 86_400], "seconds", "how often the TLS certificate and key files are read again, the OTLP collector's (`GATEWAY_OTLP_CERTIFICATE`, `GATEWAY_OTLP_CLIENT_*`) too; when they changed (a renewal) and work together, new connections get them, without a restart. `0`: only on SIGHUP, which always reads them again"),
   logLevel: oneOf("GATEWAY_LOG_LEVEL", "info", ["fatal", "error", "warn", "info", "debug", "trace", "silent"], "`fatal` … `trace`, or `silent`"),
+  accessLog: oneOf(
+    "GATEWAY_ACCESS_LOG",
+    "both",
+    accessLogModes,
+    "which access lines each request gets, at `info`: `both` (`incoming request` as it arrives, `request completed` as it ends), `completed` (only the last, which then names the request too: one line per request), `failures` (that line only for a call whose code is not 0000 or 2000, or another request answered 400 or more), `off`; error lines are written whatever this says",
+  ),
   maxBodyBytes: whole("GATEWAY_MAX_BODY_BYTES", defaultAppSettings.maxBodyBytes, [1024, 1 << 30], "bytes", "largest request body, legacy and RPC alike"),
   shutdownGraceMs: whole("GATEWAY_SHUTDOWN_GRACE_MS", 10_000, [0, 600_000], "milliseconds", "how long in-flight calls may finish after SIGTERM"),
   drainDelayMs: whole("GATEWAY_DRAIN_DELAY_MS", 0, [0, 600_000], "milliseconds", "after SIGTERM, how long `/readyz` and gRPC health answer not-ready while every call is still served, before the port closes (give load balancers time to notice; 5000 or more behind Kubernetes)"),

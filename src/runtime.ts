@@ -47,6 +47,7 @@ import { openRedis } from "./stores/redis/redis-client.ts";
 import { RedisAddressLockout } from "./stores/redis/address-lockout.ts";
 import { RedisResponseCache } from "./stores/redis/response-cache.ts";
 import type { AppOptions } from "./transports/server/app.ts";
+import type { AccessLogMode } from "./transports/server/access-log.ts";
 import type { Logger } from "./transports/server/logger.ts";
 import { PrometheusTelemetry, type DatabasePool } from "./transports/server/metrics.ts";
 import { TlsCertificateFiles } from "./transports/server/tls-certificate.ts";
@@ -518,6 +519,7 @@ export function appOptions(
   return {
     gateway: runtime.gateway,
     ...(extra.logger ? { logger: extra.logger } : { logLevel: config.logLevel === "silent" ? false : config.logLevel }),
+    accessLog: config.accessLog as AccessLogMode,
     lockout: runtime.lockout,
     ...(tls ? { tls } : {}),
     maxBodyBytes: config.maxBodyBytes,

@@ -9,7 +9,8 @@ import { HealthCheckRequestSchema, HealthCheckResponseSchema, HealthCheckRespons
 import * as reflection from "../src/gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 import { ConnectError, createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import type { AccessLogMode } from "../src/transports/server/access-log.ts";
 import { fourDigits } from "../src/contract/error-codes.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { AccountService } from "../src/gen/gateway/account/v1/account_pb.js";
@@ -462,6 +463,94 @@ describe("the access line of a call says how it ended", () => {
     // A request that is not a call has none.
     const options = await completedOf(() => fetch(`${gw.base}/retail/item_get/`, { method: "OPTIONS" }).then((r) => r.text()));
     expect([options.res.statusCode, "errorCode" in options]).toEqual([204, false]);
+  });
+});
+
+describe("GATEWAY_ACCESS_LOG: which access lines a request gets", () => {
+  type Line = { msg: string; requestId?: string; errorCode?: string; req?: { method: string; url: string; remoteAddress: string; traceId?: string }; res?: { statusCode: number } };
+  const traceId = "4bf92f3577b34da6a3ce929d0e0e4736";
+  const traceparent = `00-${traceId}-00f067aa0ba902b7-01`;
+
+  /** Every kind of request once, on each path (fast and Fastify's, legacy, Connect, gRPC), served or refused, each named by what it is. */
+  const requests = (g: GatewayFixture): [string, () => Promise<unknown>][] => {
+    const q = (secret: string) => new URLSearchParams({ key: g.account.key, secret, num_iid: demo.retailNumIid });
+    const text = (r: Response) => r.text();
+    const rpc = (transport: Parameters<typeof createClient>[1], secret: string) =>
+      createClient(RetailService, transport)
+        .itemGet({ numIid: demo.retailNumIid }, { headers: { "x-api-key": g.account.key, "x-api-secret": secret, traceparent } })
+        .catch(() => undefined);
+    const connect = createConnectTransport({ baseUrl: g.base, httpVersion: "1.1" });
+    const grpcTransport = createGrpcTransport({ baseUrl: g.base });
+    return [
+      ["legacy GET 0000", () => fetch(`${g.base}/retail/item_get/?${q(g.account.secret)}`, { headers: { traceparent } }).then(text)],
+      ["legacy GET 4005", () => fetch(`${g.base}/retail/item_get/?${q("not-the-secret")}`).then(text)],
+      ["legacy POST 0000", () => fetch(`${g.base}/retail/item_get/`, { method: "POST", body: q(g.account.secret) }).then(text)],
+      ["legacy POST 4005", () => fetch(`${g.base}/retail/item_get/`, { method: "POST", body: q("not-the-secret") }).then(text)],
+      ["legacy GET 4010", () => fetch(`${g.base}/retail/no_such_api/?${q(g.account.secret)}`).then(text)],
+      ["Connect 0000", () => rpc(connect, g.account.secret)],
+      ["Connect 4005", () => rpc(connect, "not-the-secret")],
+      ["gRPC 0000", () => rpc(grpcTransport, g.account.secret)],
+      ["gRPC 4005", () => rpc(grpcTransport, "not-the-secret")],
+      ["OPTIONS", () => fetch(`${g.base}/retail/item_get/`, { method: "OPTIONS" }).then(text)],
+    ];
+  };
+
+  /** The access lines each request got, by its name: sent one at a time, each followed by a refused call whose line shows the lines before it are all written. */
+  const accessLines = async (mode: AccessLogMode): Promise<Record<string, Line[]>> => {
+    const lines: string[] = [];
+    const g = await startGateway({ logLines: lines, app: { accessLog: mode } });
+    try {
+      const seen: Record<string, Line[]> = {};
+      const marker = (i: number) => fetch(`${g.base}/marker/${i}/`).then((r) => r.text());
+      let i = 0;
+      for (const [name, send] of requests(g)) {
+        lines.length = 0;
+        await send();
+        await marker(++i);
+        if (mode !== "off") await expect.poll(() => lines.some((l) => l.includes(`/marker/${i}/`) && l.includes('"request completed"'))).toBe(true);
+        else await new Promise((r) => setTimeout(r, 100));
+        const parsed = lines.map((l) => JSON.parse(l) as Line).filter((l) => l.msg === "incoming request" || l.msg === "request completed");
+        const markerLines = parsed.filter((l) => l.req?.url.startsWith("/marker/") || parsed.some((m) => m.requestId === l.requestId && m.req?.url.startsWith("/marker/")));
+        seen[name] = parsed.filter((l) => !markerLines.includes(l));
+      }
+      return seen;
+    } finally {
+      await g.close();
+    }
+  };
+
+  it("completed: one line per request, at its end, naming the request, its code and its trace", async () => {
+    const seen = await accessLines("completed");
+    for (const [name, got] of Object.entries(seen)) {
+      expect(got.map((l) => l.msg), name).toEqual(["request completed"]);
+      const line = got[0]!;
+      expect(line.req?.remoteAddress, name).toBe("127.0.0.1");
+      expect(line.errorCode, name).toBe(name === "OPTIONS" ? undefined : name.slice(-4));
+    }
+    expect(seen["legacy GET 0000"]![0]!.req).toMatchObject({ method: "GET", traceId });
+    expect(seen["legacy GET 0000"]![0]!.req!.url).toContain("secret=[redacted]");
+    expect(seen["legacy POST 0000"]![0]!.req).toMatchObject({ method: "POST", url: "/retail/item_get/" });
+    expect(seen["gRPC 0000"]![0]!.req).toMatchObject({ method: "POST", url: "/gateway.catalogue.v1.RetailService/ItemGet", traceId });
+    expect(seen["Connect 4005"]![0]!.res!.statusCode).toBe(401);
+  });
+
+  it("failures: that line only for a call not served, or another request refused", async () => {
+    const seen = await accessLines("failures");
+    const written = Object.entries(seen)
+      .filter(([, got]) => got.length > 0)
+      .map(([name, got]) => [name, got.map((l) => [l.msg, l.errorCode])]);
+    expect(written).toEqual([
+      ["legacy GET 4005", [["request completed", "4005"]]],
+      ["legacy POST 4005", [["request completed", "4005"]]],
+      ["legacy GET 4010", [["request completed", "4010"]]],
+      ["Connect 4005", [["request completed", "4005"]]],
+      ["gRPC 4005", [["request completed", "4005"]]],
+    ]);
+  });
+
+  it("off: none; both (the default) is covered by every other access-line test", async () => {
+    const seen = await accessLines("off");
+    expect(Object.values(seen).flat()).toEqual([]);
   });
 });
 

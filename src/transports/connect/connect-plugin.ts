@@ -12,7 +12,7 @@ import { accountRoutes } from "./account-service.ts";
 import { adminRoutes, type AdminPorts } from "./admin-service.ts";
 import { catalogueRoutes } from "./catalogue-services.ts";
 import { callLogKey, clientIpKey, requestIdKey } from "./context.ts";
-import { callLogOf } from "../server/access-log.ts";
+import { callLogOf, type AccessLogMode } from "../server/access-log.ts";
 import type { CallLogFields } from "../../core/gateway.ts";
 import { healthRoutes } from "./health-service.ts";
 import { DescriptorIndex, reflectionRoutes, reflectionServices } from "./reflection-service.ts";
@@ -41,6 +41,8 @@ export interface ConnectOptions {
   readonly clientAddress: ClientAddress;
   /** Headers the app adds to every answer to a request without `Origin` (CORS), for the gRPC fast path. */
   readonly answerHeaders: Readonly<Record<string, string>>;
+  /** Which access lines the fast paths write, as Fastify's (access-log.ts). */
+  readonly accessLogMode?: AccessLogMode | undefined;
 }
 
 /**
@@ -93,7 +95,7 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
     const operation = operations.find((op) => `/${op.service.typeName}/${op.method.name}` === h.requestPath);
     return operation === undefined ? [] : [{ operation, handler: refusedRequests(h, unreadRequestRefusal(options.gateway, operation)) }];
   });
-  const paths = { gateway: options.gateway, routes, readMaxBytes: options.readMaxBytes, log: app.log, clientAddress: options.clientAddress, answerHeaders: options.answerHeaders, contextValues: context, services: mountedHandlers };
+  const paths = { gateway: options.gateway, routes, readMaxBytes: options.readMaxBytes, log: app.log, clientAddress: options.clientAddress, answerHeaders: options.answerHeaders, accessLogMode: options.accessLogMode, contextValues: context, services: mountedHandlers };
   return { http2Stream: grpcStreamPath(paths), http1Request: connectRequestPath(paths) };
 }
 

@@ -33,7 +33,7 @@ import { acceptCompression, compressMinBytes, fastRoutes, headerValue, once, one
  * test/rpc-fast-path.test.ts compares the two over a matrix of requests.
  */
 export function grpcStreamPath(settings: FastPathOptions): Http2StreamClaim {
-  const options = { ...settings, accessLog: accessLog(settings.log) };
+  const options = { ...settings, accessLog: accessLog(settings.log, settings.accessLogMode) };
   const routes = fastRoutes(options);
   const others = new Map((settings.services ?? []).filter((h) => h.method.methodKind === "unary").map((h) => [h.requestPath, h] as const));
   return (stream, headers) => {

@@ -10,7 +10,7 @@ import { IncomingMessage, type IncomingHttpHeaders, type ServerResponse } from "
 import type { Http2ServerResponse } from "node:http2";
 import type { Readable } from "node:stream";
 import type { TLSSocket } from "node:tls";
-import { accessLog, callLogOf } from "../server/access-log.ts";
+import { accessLog, callLogOf, type AccessLogMode } from "../server/access-log.ts";
 import { goneOf } from "../server/caller-gone.ts";
 import { endInParts } from "../server/end-in-parts.ts";
 import type { ClientAddress } from "../server/client-address.ts";
@@ -380,6 +380,8 @@ export interface FastPathOptions {
   readonly clientAddress: ClientAddress;
   /** Headers every answer to a request without `Origin` carries on Fastify's path (CORS). */
   readonly answerHeaders: Readonly<Record<string, string>>;
+  /** Which access lines are written, as on Fastify's path (access-log.ts; default both). */
+  readonly accessLogMode?: AccessLogMode | undefined;
   /** The handler context values connect-node's path gives a call (`logFields`: what the core tells its access line, CallInput.logFields). */
   readonly contextValues: (clientIp: string, requestId: string, logFields: CallLogFields | undefined) => ContextValues;
   /**
@@ -422,7 +424,7 @@ export function fastRoutes(options: FastPathOptions): Map<string, FastRoute> {
  */
 export function connectRequestPath(options: FastPathOptions): Http1RequestClaim {
   const routes = fastRoutes(options);
-  const log = accessLog(options.log);
+  const log = accessLog(options.log, options.accessLogMode);
   const serve = async (route: FastRoute, binary: boolean, req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = req.url!;
     const requestId = options.gateway.newRequestId();

@@ -6,7 +6,7 @@ import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { operations } from "../../operations/index.ts";
 import type { ClientAddress } from "../server/client-address.ts";
 import type { Http1RequestClaim } from "../server/one-port-server.ts";
-import { accessLog } from "../server/access-log.ts";
+import { accessLog, type AccessLogMode } from "../server/access-log.ts";
 import { goneOf } from "../server/caller-gone.ts";
 import { endInParts } from "../server/end-in-parts.ts";
 import { bodyByteLength, bodyParts } from "../../render/legacy-formats.ts";
@@ -20,6 +20,8 @@ export interface LegacyFastPathOptions {
   readonly answerHeaders: Readonly<Record<string, string>>;
   /** The app's logger: the access lines are written as Fastify writes them. */
   readonly log: FastifyBaseLogger;
+  /** Which access lines are written (access-log.ts; default both). */
+  readonly accessLogMode?: AccessLogMode | undefined;
 }
 
 /**
@@ -41,7 +43,7 @@ export function legacyFastPath(gateway: Gateway, options: LegacyFastPathOptions)
   const byPath = new Map<string, Operation>();
   for (const op of operations) for (const path of legacyPathsOf(op)) byPath.set(path, op);
   const { clientAddress, answerHeaders } = options;
-  const log = accessLog(options.log);
+  const log = accessLog(options.log, options.accessLogMode);
 
   const write = (res: ServerResponse, answer: LegacyAnswer): void => {
     // As sendLegacy on a reply that CORS has already given its headers: Fastify writes them in the order they were set.

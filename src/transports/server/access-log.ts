@@ -8,33 +8,77 @@ declare module "fastify" {
   }
 }
 
+/**
+ * Which access lines are written (`GATEWAY_ACCESS_LOG`):
+ * - `both`: `incoming request` as a request arrives and `request completed`
+ *   as its answer finishes (Fastify's own pair);
+ * - `completed`: only the second, which then carries the request's fields
+ *   too (`req`: method, URL with credentials redacted, address, the
+ *   caller's trace id): one line per request, as most proxies write;
+ * - `failures`: that one line, only for a request that failed: a call whose
+ *   four-digit code is neither 0000 nor 2000 (a served answer), or any other
+ *   request answered with an HTTP status of 400 or more;
+ * - `off`: none.
+ * Lines of errors are written whatever the mode, and every access line is
+ * at `info`, under GATEWAY_LOG_LEVEL.
+ */
+export type AccessLogMode = "both" | "completed" | "failures" | "off";
+
+export const accessLogModes: readonly AccessLogMode[] = ["both", "completed", "failures", "off"];
+
+/** Whether a request's last line is written under `failures`: a call that was not served, or another request refused. */
+function failed(statusCode: number, call: CallLogFields | null | undefined): boolean {
+  const code = call?.errorCode;
+  return code === undefined ? statusCode >= 400 : code !== "0000" && code !== "2000";
+}
+
 /** A request's CallLogFields on Fastify's path: handed to the core with its call (CallInput.logFields), read by its `request completed` line. */
 export function callLogOf(req: FastifyRequest): CallLogFields {
   return (req.callLog ??= {});
 }
 
 /**
- * Fastify's access lines, with what the core told of the call (its
- * four-digit code, its span) on the last one, as the fast paths' accessLog
- * writes it. The app decorates its requests with `callLog`.
+ * Fastify's access lines as the mode asks, with what the core told of the
+ * call (its four-digit code, its span) on the last one, as the fast paths'
+ * accessLog writes them. The app decorates its requests with `callLog`.
  */
 export class AccessLogController extends LogController {
+  private readonly mode: AccessLogMode;
+
+  constructor(options: ConstructorParameters<typeof LogController>[0] & { readonly mode?: AccessLogMode | undefined }) {
+    super(options);
+    this.mode = options?.mode ?? "both";
+  }
+
+  override incomingRequest(request: FastifyRequest, reply: FastifyReply): void {
+    if (this.mode === "both") super.incomingRequest(request, reply);
+  }
+
   override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
     if (this.isLogDisabled(request)) return;
     const call = request.callLog;
-    if (error) reply.log.error({ res: reply, err: error, responseTime: reply.elapsedTime, ...call }, "request errored");
-    else reply.log.info({ res: reply, responseTime: reply.elapsedTime, ...call }, "request completed");
+    // Without an `incoming request` line, the last one names the request.
+    const line: Record<string, unknown> = this.mode === "both" ? {} : { req: request };
+    line.res = reply;
+    line.responseTime = reply.elapsedTime;
+    if (error) {
+      reply.log.error({ ...line, err: error, ...call }, "request errored");
+      return;
+    }
+    if (this.mode === "off" || (this.mode === "failures" && !failed(reply.statusCode, call))) return;
+    reply.log.info({ ...line, errorCode: call?.errorCode, traceId: call?.traceId, spanId: call?.spanId }, "request completed");
   }
 }
 
-/** A request's access lines once the first is written: what the core tells of the call (CallInput.logFields), and the writer of the last. */
+/** A request's access lines once it has arrived: what the core tells of the call (CallInput.logFields), and the writer of the last line. */
 export interface AccessEntry {
   readonly fields: CallLogFields;
   completed(statusCode: number): void;
 }
 
 /**
- * Writes a request's first access line and returns its entry, or undefined when info lines are off.
+ * Starts a request's access lines (writing the first, where the mode has
+ * one) and returns its entry, or undefined when no access line is written.
  * `traceparent`: the request's header, whose trace id the line names (logger.ts).
  */
 export type AccessLog = (requestId: string, method: string, url: string, clientIp: string, traceparent: string | string[] | undefined) => AccessEntry | undefined;
@@ -46,25 +90,38 @@ function infoEnabled(log: FastifyBaseLogger): boolean {
 }
 
 /**
- * The two access lines Fastify writes for each request ("incoming request",
- * "request completed", on a child logger bound to the request id), for the
- * fast paths that answer before Fastify sees the request: the app's
- * logger, so its serializers (credentials redacted from the URL) apply.
- * The last carries what the core told of the call, as Fastify's own does
- * (AccessLogController).
+ * The access lines Fastify writes for each request (AccessLogController),
+ * for the fast paths that answer before Fastify sees the request: the same
+ * lines in the same mode, through the app's logger, so its serializers
+ * (credentials redacted from the URL) apply.
  */
-export function accessLog(log: FastifyBaseLogger): AccessLog {
-  if (!infoEnabled(log)) return () => undefined;
+export function accessLog(log: FastifyBaseLogger, mode: AccessLogMode = "both"): AccessLog {
+  if (mode === "off" || !infoEnabled(log)) return () => undefined;
+  if (mode === "both") {
+    return (requestId, method, url, clientIp, traceparent) => {
+      const started = performance.now();
+      const child = log.child({ requestId });
+      child.info({ req: { method, url, clientIp, headers: { traceparent } } }, "incoming request");
+      const fields: CallLogFields = {};
+      // One shape for every line (pino leaves out a field that is undefined), not a spread of what was set.
+      return {
+        fields,
+        completed: (statusCode) =>
+          child.info({ res: { statusCode }, responseTime: performance.now() - started, errorCode: fields.errorCode, traceId: fields.traceId, spanId: fields.spanId }, "request completed"),
+      };
+    };
+  }
+  // One line, at the end: no child logger (its one binding is written as the line's first field instead).
   return (requestId, method, url, clientIp, traceparent) => {
     const started = performance.now();
-    const child = log.child({ requestId });
-    child.info({ req: { method, url, clientIp, headers: { traceparent } } }, "incoming request");
     const fields: CallLogFields = {};
-    // One shape for every line (pino leaves out a field that is undefined), not a spread of what was set.
     return {
       fields,
-      completed: (statusCode) =>
-        child.info({ res: { statusCode }, responseTime: performance.now() - started, errorCode: fields.errorCode, traceId: fields.traceId, spanId: fields.spanId }, "request completed"),
+      completed: (statusCode) => {
+        if (mode === "failures" && !failed(statusCode, fields)) return;
+        const req = { method, url, clientIp, headers: { traceparent } };
+        log.info({ requestId, req, res: { statusCode }, responseTime: performance.now() - started, errorCode: fields.errorCode, traceId: fields.traceId, spanId: fields.spanId }, "request completed");
+      },
     };
   };
 }

@@ -13,7 +13,7 @@ import { createOnePortServer, createTlsServer, type Http1RequestClaim, type OneP
 import { legacyFastPath } from "../legacy/legacy-fast-path.ts";
 import { MemoryAddressLockout, type AddressLockout } from "../../core/address-lockout.ts";
 import { createLogger, type Logger } from "./logger.ts";
-import { AccessLogController } from "./access-log.ts";
+import { AccessLogController, type AccessLogMode } from "./access-log.ts";
 import { Readiness } from "../../core/health.ts";
 import { clientAddressResolver } from "./client-address.ts";
 import { installMetrics, type PrometheusTelemetry } from "./metrics.ts";
@@ -33,6 +33,8 @@ export interface AppOptions {
   readonly logLevel?: string | false;
   /** Where log lines go (default stdout). */
   readonly logStream?: NodeJS.WritableStream;
+  /** Which access lines are written (access-log.ts; default both: `incoming request` and `request completed`). */
+  readonly accessLog?: AccessLogMode;
   /** PEM certificate and key: serve TLS with ALPN (h2, http/1.1) instead of cleartext; from files, read again when they change (tls-certificate.ts). */
   readonly tls?: TlsCredentials | TlsCertificateFiles;
   /** Largest request body on any path, legacy or RPC. */
@@ -124,7 +126,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     return503OnClosing: false,
     // One id per request, the core's own: the access line, any error line and the ledger row carry the same one.
     genReqId: () => gateway.newRequestId(),
-    logController: new AccessLogController({ requestIdLogLabel: "requestId" }),
+    logController: new AccessLogController({ requestIdLogLabel: "requestId", mode: options.accessLog }),
     ...(options.logger !== undefined
       ? { loggerInstance: options.logger as FastifyBaseLogger }
       : options.logLevel === false
@@ -196,7 +198,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     rpcFastPath: options.rpcFastPath,
     clientAddress,
     answerHeaders,
+    accessLogMode: options.accessLog,
   });
-  if (options.legacyFastPath !== false) legacyRequests = legacyFastPath(gateway, { clientAddress, answerHeaders, log: app.log });
+  if (options.legacyFastPath !== false) legacyRequests = legacyFastPath(gateway, { clientAddress, answerHeaders, log: app.log, accessLogMode: options.accessLog });
   return app;
 }
