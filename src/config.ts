@@ -93,7 +93,7 @@ export const settings = {
     "GATEWAY_ACCESS_LOG",
     "both",
     accessLogModes,
-    "which access lines each request gets, at `info`: `both` (`incoming request` as it arrives, `request completed` as it ends), `completed` (only the last, which then names the request too: one line per request), `failures` (that line only for a call whose code is not 0000 or 2000, or another request answered 400 or more), `off`; error lines are written whatever this says",
+    "which access lines each request gets, at `info`: `both` (`incoming request` as it arrives, `request completed` as it ends), `completed` (only the last, which then names the request too: one line per request), `failures` (that line only for a call whose code is not 0000 or 2000, an RPC that ended in an error, or another request answered 400 or more), `off`; error lines are written whatever this says",
   ),
   maxBodyBytes: whole("GATEWAY_MAX_BODY_BYTES", defaultAppSettings.maxBodyBytes, [1024, 1 << 30], "bytes", "largest request body, legacy and RPC alike"),
   shutdownGraceMs: whole("GATEWAY_SHUTDOWN_GRACE_MS", 10_000, [0, 600_000], "milliseconds", "how long in-flight calls may finish after SIGTERM"),

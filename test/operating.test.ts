@@ -7,9 +7,10 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { HealthCheckRequestSchema, HealthCheckResponseSchema, HealthCheckResponse_ServingStatus as Serving } from "../src/gen/grpc/health/v1/health_pb.js";
 import * as reflection from "../src/gen/grpc/reflection/v1alpha/reflection_pb.js";
-import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 import { ConnectError, createClient } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import type { AccessLogMode } from "../src/transports/server/access-log.ts";
 import { fourDigits } from "../src/contract/error-codes.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
@@ -467,51 +468,68 @@ describe("the access line of a call says how it ended", () => {
 });
 
 describe("GATEWAY_ACCESS_LOG: which access lines a request gets", () => {
-  type Line = { msg: string; requestId?: string; errorCode?: string; req?: { method: string; url: string; remoteAddress: string; traceId?: string }; res?: { statusCode: number } };
+  type Line = { msg: string; requestId?: string; errorCode?: string; rpcCode?: string; req?: { method: string; url: string; remoteAddress: string; traceId?: string }; res?: { statusCode: number } };
+  type Told = { errorCode?: string; rpcCode?: string };
   const traceId = "4bf92f3577b34da6a3ce929d0e0e4736";
   const traceparent = `00-${traceId}-00f067aa0ba902b7-01`;
 
-  /** Every kind of request once, on each path (fast and Fastify's, legacy, Connect, gRPC), served or refused, each named by what it is. */
-  const requests = (g: GatewayFixture): [string, () => Promise<unknown>][] => {
+  /**
+   * Every kind of request once, each with what its last line must say of it: on each path (the fast paths and
+   * Fastify's, legacy, Connect, gRPC, gRPC-Web, connect-node's handlers), served or refused, catalogue calls and
+   * the AdminService (whose refusals have an RPC code only, one of them in the middle of a stream).
+   */
+  const requests = (g: GatewayFixture): [string, () => Promise<unknown>, Told][] => {
     const q = (secret: string) => new URLSearchParams({ key: g.account.key, secret, num_iid: demo.retailNumIid });
     const text = (r: Response) => r.text();
-    const rpc = (transport: Parameters<typeof createClient>[1], secret: string) =>
+    const rpc = (transport: Parameters<typeof createClient>[1], secret: string, timeoutMs?: number) =>
       createClient(RetailService, transport)
-        .itemGet({ numIid: demo.retailNumIid }, { headers: { "x-api-key": g.account.key, "x-api-secret": secret, traceparent } })
+        .itemGet({ numIid: demo.retailNumIid }, { headers: { "x-api-key": g.account.key, "x-api-secret": secret, traceparent }, ...(timeoutMs ? { timeoutMs } : {}) })
         .catch(() => undefined);
     const connect = createConnectTransport({ baseUrl: g.base, httpVersion: "1.1" });
     const grpcTransport = createGrpcTransport({ baseUrl: g.base });
+    const grpcWeb = createGrpcWebTransport({ baseUrl: g.base, httpVersion: "1.1" });
+    const admin = (token: string) => ({ headers: { authorization: `Bearer ${token}` } });
+    const adminClient = createClient(AdminService, grpcTransport);
+    const watch = async () => {
+      for await (const _ of adminClient.watchCalls({ cursor: "not-a-cursor" }, admin(adminToken))) break;
+    };
+    const refused = { errorCode: "4005", rpcCode: "unauthenticated" };
     return [
-      ["legacy GET 0000", () => fetch(`${g.base}/retail/item_get/?${q(g.account.secret)}`, { headers: { traceparent } }).then(text)],
-      ["legacy GET 4005", () => fetch(`${g.base}/retail/item_get/?${q("not-the-secret")}`).then(text)],
-      ["legacy POST 0000", () => fetch(`${g.base}/retail/item_get/`, { method: "POST", body: q(g.account.secret) }).then(text)],
-      ["legacy POST 4005", () => fetch(`${g.base}/retail/item_get/`, { method: "POST", body: q("not-the-secret") }).then(text)],
-      ["legacy GET 4010", () => fetch(`${g.base}/retail/no_such_api/?${q(g.account.secret)}`).then(text)],
-      ["Connect 0000", () => rpc(connect, g.account.secret)],
-      ["Connect 4005", () => rpc(connect, "not-the-secret")],
-      ["gRPC 0000", () => rpc(grpcTransport, g.account.secret)],
-      ["gRPC 4005", () => rpc(grpcTransport, "not-the-secret")],
-      ["OPTIONS", () => fetch(`${g.base}/retail/item_get/`, { method: "OPTIONS" }).then(text)],
+      ["legacy GET, served", () => fetch(`${g.base}/retail/item_get/?${q(g.account.secret)}`, { headers: { traceparent } }).then(text), { errorCode: "0000" }],
+      ["legacy GET, a wrong secret", () => fetch(`${g.base}/retail/item_get/?${q("not-the-secret")}`).then(text), { errorCode: "4005" }],
+      ["legacy POST, served", () => fetch(`${g.base}/retail/item_get/`, { method: "POST", body: q(g.account.secret) }).then(text), { errorCode: "0000" }],
+      ["legacy POST, a wrong secret", () => fetch(`${g.base}/retail/item_get/`, { method: "POST", body: q("not-the-secret") }).then(text), { errorCode: "4005" }],
+      ["legacy GET, no such operation", () => fetch(`${g.base}/retail/no_such_api/?${q(g.account.secret)}`).then(text), { errorCode: "4010" }],
+      ["Connect, served", () => rpc(connect, g.account.secret), { errorCode: "0000" }],
+      ["Connect, a wrong secret", () => rpc(connect, "not-the-secret"), refused],
+      ["Connect with a timeout (connect-node's handler), a wrong secret", () => rpc(connect, "not-the-secret", 30_000), refused],
+      ["gRPC, served", () => rpc(grpcTransport, g.account.secret), { errorCode: "0000" }],
+      ["gRPC, a wrong secret", () => rpc(grpcTransport, "not-the-secret"), refused],
+      ["gRPC-Web, a wrong secret", () => rpc(grpcWeb, "not-the-secret"), refused],
+      ["AdminService over gRPC, served", () => adminClient.listAccounts({}, admin(adminToken)), {}],
+      ["AdminService over gRPC, a wrong token", () => adminClient.listAccounts({}, admin("not-the-token")).catch(() => undefined), { rpcCode: "unauthenticated" }],
+      ["AdminService WatchCalls over gRPC, a cursor it never gave (an error inside the stream)", () => watch().catch(() => undefined), { rpcCode: "invalid_argument" }],
+      ["OPTIONS", () => fetch(`${g.base}/retail/item_get/`, { method: "OPTIONS" }).then(text), {}],
     ];
   };
 
   /** The access lines each request got, by its name: sent one at a time, each followed by a refused call whose line shows the lines before it are all written. */
-  const accessLines = async (mode: AccessLogMode): Promise<Record<string, Line[]>> => {
+  const accessLines = async (mode: AccessLogMode): Promise<[string, Line[], Told][]> => {
     const lines: string[] = [];
     const g = await startGateway({ logLines: lines, app: { accessLog: mode } });
     try {
-      const seen: Record<string, Line[]> = {};
+      const seen: [string, Line[], Told][] = [];
       const marker = (i: number) => fetch(`${g.base}/marker/${i}/`).then((r) => r.text());
       let i = 0;
-      for (const [name, send] of requests(g)) {
+      for (const [name, send, told] of requests(g)) {
         lines.length = 0;
         await send();
         await marker(++i);
         if (mode !== "off") await expect.poll(() => lines.some((l) => l.includes(`/marker/${i}/`) && l.includes('"request completed"'))).toBe(true);
         else await new Promise((r) => setTimeout(r, 100));
         const parsed = lines.map((l) => JSON.parse(l) as Line).filter((l) => l.msg === "incoming request" || l.msg === "request completed");
-        const markerLines = parsed.filter((l) => l.req?.url.startsWith("/marker/") || parsed.some((m) => m.requestId === l.requestId && m.req?.url.startsWith("/marker/")));
-        seen[name] = parsed.filter((l) => !markerLines.includes(l));
+        const markerIds = new Set(parsed.filter((l) => l.req?.url.startsWith("/marker/")).map((l) => l.requestId));
+        seen.push([name, parsed.filter((l) => !markerIds.has(l.requestId)), told]);
       }
       return seen;
     } finally {
@@ -519,38 +537,36 @@ describe("GATEWAY_ACCESS_LOG: which access lines a request gets", () => {
     }
   };
 
-  it("completed: one line per request, at its end, naming the request, its code and its trace", async () => {
+  it("completed: one line per request, at its end, naming the request, its codes and its trace", async () => {
     const seen = await accessLines("completed");
-    for (const [name, got] of Object.entries(seen)) {
+    for (const [name, got, told] of seen) {
       expect(got.map((l) => l.msg), name).toEqual(["request completed"]);
       const line = got[0]!;
-      expect(line.req?.remoteAddress, name).toBe("127.0.0.1");
-      expect(line.errorCode, name).toBe(name === "OPTIONS" ? undefined : name.slice(-4));
+      expect(line.req?.remoteAddress, `${name}: ${JSON.stringify(line)}`).toBe("127.0.0.1");
+      expect({ errorCode: line.errorCode, rpcCode: line.rpcCode }, name).toEqual({ errorCode: told.errorCode, rpcCode: told.rpcCode });
     }
-    expect(seen["legacy GET 0000"]![0]!.req).toMatchObject({ method: "GET", traceId });
-    expect(seen["legacy GET 0000"]![0]!.req!.url).toContain("secret=[redacted]");
-    expect(seen["legacy POST 0000"]![0]!.req).toMatchObject({ method: "POST", url: "/retail/item_get/" });
-    expect(seen["gRPC 0000"]![0]!.req).toMatchObject({ method: "POST", url: "/gateway.catalogue.v1.RetailService/ItemGet", traceId });
-    expect(seen["Connect 4005"]![0]!.res!.statusCode).toBe(401);
+    const line = (name: string) => seen.find(([n]) => n === name)![1][0]!;
+    expect(line("legacy GET, served").req).toMatchObject({ method: "GET", traceId });
+    expect(line("legacy GET, served").req!.url).toContain("secret=[redacted]");
+    expect(line("legacy POST, served").req).toMatchObject({ method: "POST", url: "/retail/item_get/" });
+    expect(line("gRPC, served").req).toMatchObject({ method: "POST", url: "/gateway.catalogue.v1.RetailService/ItemGet", traceId });
+    expect(line("Connect, a wrong secret").res!.statusCode).toBe(401);
+    expect(line("AdminService over gRPC, a wrong token").res!.statusCode).toBe(200);
   });
 
-  it("failures: that line only for a call not served, or another request refused", async () => {
+  it("failures: that line only for a call not served, an RPC that ended in an error, or another request refused", async () => {
     const seen = await accessLines("failures");
-    const written = Object.entries(seen)
-      .filter(([, got]) => got.length > 0)
-      .map(([name, got]) => [name, got.map((l) => [l.msg, l.errorCode])]);
-    expect(written).toEqual([
-      ["legacy GET 4005", [["request completed", "4005"]]],
-      ["legacy POST 4005", [["request completed", "4005"]]],
-      ["legacy GET 4010", [["request completed", "4010"]]],
-      ["Connect 4005", [["request completed", "4005"]]],
-      ["gRPC 4005", [["request completed", "4005"]]],
-    ]);
+    const written = seen.filter(([, got]) => got.length > 0).map(([name, got]) => [name, got.map((l) => [l.msg, l.errorCode, l.rpcCode])]);
+    const expected = seen
+      .filter(([, , told]) => (told.errorCode !== undefined && told.errorCode !== "0000") || told.rpcCode !== undefined)
+      .map(([name, , told]) => [name, [["request completed", told.errorCode, told.rpcCode]]]);
+    expect(expected).toHaveLength(9);
+    expect(written).toEqual(expected);
   });
 
   it("off: none; both (the default) is covered by every other access-line test", async () => {
     const seen = await accessLines("off");
-    expect(Object.values(seen).flat()).toEqual([]);
+    expect(seen.flatMap(([, got]) => got)).toEqual([]);
   });
 });
 

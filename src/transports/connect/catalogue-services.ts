@@ -9,6 +9,7 @@ import { credentialFields, readCredentials } from "../credentials.ts";
 import { callReachedKey, callLogKey, clientIpKey, requestIdKey } from "./context.ts";
 import { rpcTransportOf, statusError } from "./status-error.ts";
 import { callHeaderPairs } from "../replay-headers.ts";
+import type { AccessFields } from "../server/access-log.ts";
 import { traceContextOf } from "../../core/trace-context.ts";
 
 /** What a catalogue handler reads of a call besides its message: the same whichever path the call took. */
@@ -24,8 +25,8 @@ export interface CallSource {
   readonly transport: Transport;
   /** The messages travel in the protobuf binary format (Connect proto, gRPC, gRPC-Web), not JSON. */
   readonly binary: boolean;
-  /** What the core tells the access line of the call (CallInput.logFields). */
-  readonly logFields?: CallInput["logFields"];
+  /** What the core and the RPC layer tell the access line of the call (CallInput.logFields, AccessFields.rpcCode). */
+  readonly logFields?: AccessFields | undefined;
 }
 
 /** A CallSource's header reader over Node's request headers (the fast paths'): repeated headers joined with ", ", as fetch's Headers join them. */

@@ -12,10 +12,10 @@ import { accountRoutes } from "./account-service.ts";
 import { adminRoutes, type AdminPorts } from "./admin-service.ts";
 import { catalogueRoutes } from "./catalogue-services.ts";
 import { callLogKey, clientIpKey, requestIdKey } from "./context.ts";
-import { callLogOf, type AccessLogMode } from "../server/access-log.ts";
-import type { CallLogFields } from "../../core/gateway.ts";
+import { callLogOf, type AccessFields, type AccessLogMode } from "../server/access-log.ts";
 import { healthRoutes } from "./health-service.ts";
 import { DescriptorIndex, reflectionRoutes, reflectionServices } from "./reflection-service.ts";
+import { recordRpcCode } from "./rpc-outcome.ts";
 import { logInternalErrors } from "./internal-errors.ts";
 import { refusedRequests, unreadRequestRefusal } from "./refused-requests.ts";
 import { acceptCompression, answerWithConnectNode, connectRequestPath, unaryFastPath } from "./unary-fast-path.ts";
@@ -57,22 +57,22 @@ export interface ConnectOptions {
  */
 export async function registerConnect(app: FastifyInstance, options: ConnectOptions): Promise<RequestClaims> {
   const logInternal = logInternalErrors(app.log);
-  const context = (clientIp: string, requestId: string, logFields: CallLogFields | undefined) => createContextValues().set(clientIpKey, clientIp).set(requestIdKey, requestId).set(callLogKey, logFields);
+  const context = (clientIp: string, requestId: string, logFields: AccessFields | undefined) => createContextValues().set(clientIpKey, clientIp).set(requestIdKey, requestId).set(callLogKey, logFields);
   const contextValues = (req: FastifyRequest) => context(req.clientIp, req.id, callLogOf(req));
   // The catalogue services have routes of their own (catalogueConnectRoutes), with a fast path for their hottest shape.
-  const catalogue = createConnectRouter({ interceptors: [logInternal], readMaxBytes: options.readMaxBytes, acceptCompression });
+  const catalogue = createConnectRouter({ interceptors: [recordRpcCode, logInternal], readMaxBytes: options.readMaxBytes, acceptCompression });
   catalogueRoutes(options.gateway, operations)(catalogue);
   // The services connect-fastify mounts, as it mounts them: their gRPC unary calls are also served on the stream path.
   let mountedHandlers: readonly UniversalHandler[] = [];
   await app.register(fastifyConnectPlugin, {
-    interceptors: [logInternal],
+    interceptors: [recordRpcCode, logInternal],
     routes: (router) => {
       // Service interceptors replace the router's, so the admin service is given the logger again.
       accountRoutes(options.gateway)(router);
       if (options.admin) adminRoutes(options.admin.ports, {
           token: options.admin.token,
           lockout: options.lockout,
-          interceptors: [logInternal],
+          interceptors: [recordRpcCode, logInternal],
           ...(options.telemetry ? { telemetry: options.telemetry } : {}),
           ...(options.admin.watchHeartbeatMs !== undefined ? { watchHeartbeatMs: options.admin.watchHeartbeatMs } : {}),
         })(router);

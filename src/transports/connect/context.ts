@@ -1,5 +1,5 @@
 import { createContextKey } from "@connectrpc/connect";
-import type { CallLogFields } from "../../core/gateway.ts";
+import type { AccessFields } from "../server/access-log.ts";
 
 /** The caller's address, put into the handler context by the HTTP server. */
 export const clientIpKey = createContextKey<string>("", { description: "caller's network address" });
@@ -11,4 +11,4 @@ export const requestIdKey = createContextKey<string>("", { description: "the HTT
 export const callReachedKey = createContextKey<boolean>(false, { description: "the method's implementation ran" });
 
 /** What the core tells the request's access line of the call (CallInput.logFields); undefined where no line is written. */
-export const callLogKey = createContextKey<CallLogFields | undefined>(undefined, { description: "what the core tells the access line of the call" });
+export const callLogKey = createContextKey<AccessFields | undefined>(undefined, { description: "what the core tells the access line of the call" });

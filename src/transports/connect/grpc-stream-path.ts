@@ -6,7 +6,7 @@ import type { Http2StreamClaim } from "../server/one-port-server.ts";
 import { accessLog, type AccessLog } from "../server/access-log.ts";
 import { goneOf } from "../server/caller-gone.ts";
 import { headerReader, type CallSource } from "./catalogue-services.ts";
-import type { CallLogFields } from "../../core/gateway.ts";
+import type { AccessFields } from "../server/access-log.ts";
 import { isGrpcAnswer, trailersOnlyOr } from "./grpc-trailers-only.ts";
 import { acceptCompression, compressMinBytes, fastRoutes, headerValue, once, oneBlock, readBody, type FastPathOptions, type FastResult, type FastRoute } from "./unary-fast-path.ts";
 
@@ -67,7 +67,7 @@ interface Opened {
   readonly clientIp: string;
   readonly procedure: string;
   /** What the core tells the access line of the call (CallInput.logFields). */
-  readonly logFields: CallLogFields | undefined;
+  readonly logFields: AccessFields | undefined;
 }
 
 function opened(options: FastPathOptions & { readonly accessLog: AccessLog }, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, path: string): Opened {

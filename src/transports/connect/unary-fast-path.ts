@@ -1,7 +1,7 @@
 import { create, toBinary, toJsonString, type DescMessage, type Message } from "@bufbuild/protobuf";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import { compressionNegotiate, createMethodSerializationLookup, type Compression } from "@connectrpc/connect/protocol";
-import { codeToHttpStatus, errorToJsonBytes } from "@connectrpc/connect/protocol-connect";
+import { codeToHttpStatus, codeToString, errorToJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { Code, ConnectError, type ContextValues } from "@connectrpc/connect";
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
@@ -10,7 +10,7 @@ import { IncomingMessage, type IncomingHttpHeaders, type ServerResponse } from "
 import type { Http2ServerResponse } from "node:http2";
 import type { Readable } from "node:stream";
 import type { TLSSocket } from "node:tls";
-import { accessLog, callLogOf, type AccessLogMode } from "../server/access-log.ts";
+import { accessLog, callLogOf, type AccessFields, type AccessLogMode } from "../server/access-log.ts";
 import { goneOf } from "../server/caller-gone.ts";
 import { endInParts } from "../server/end-in-parts.ts";
 import type { ClientAddress } from "../server/client-address.ts";
@@ -18,7 +18,6 @@ import type { Http1RequestClaim } from "../server/one-port-server.ts";
 import type { Gateway } from "../../core/gateway.ts";
 import { exactUtf8 } from "../../core/retained-size.ts";
 import type { Operation } from "../../core/operation.ts";
-import type { CallLogFields } from "../../core/gateway.ts";
 import { StatusBlockSchema } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { Outcome } from "../../core/gateway.ts";
 import { headerReader, operationAnswer, type CallSource } from "./catalogue-services.ts";
@@ -182,8 +181,10 @@ export function fastAnswer(gateway: Gateway, operation: Operation, options: { re
         const outcome = await answer(input, src);
         return { parts: successParts(output, statusField, outcome, src.binary), header: callHeaderPairs(outcome) };
       } catch (e) {
-        // As the logInternalErrors interceptor does on connect-node's path.
-        return { error: callerError(e, src.requestId, procedure, options.log) };
+        // As the logInternalErrors and recordRpcCode interceptors do on connect-node's path.
+        const error = callerError(e, src.requestId, procedure, options.log);
+        if (src.logFields !== undefined) src.logFields.rpcCode = codeToString(error.code);
+        return { error };
       }
     },
   };
@@ -264,7 +265,7 @@ interface ConnectRequest {
   /** The URL connect-node names the call by (its log line of an internal error). */
   readonly procedure: string;
   /** What the core tells the access line of the call (CallInput.logFields). */
-  readonly logFields: CallLogFields | undefined;
+  readonly logFields: AccessFields | undefined;
 }
 
 /**
@@ -383,7 +384,7 @@ export interface FastPathOptions {
   /** Which access lines are written, as on Fastify's path (access-log.ts; default both). */
   readonly accessLogMode?: AccessLogMode | undefined;
   /** The handler context values connect-node's path gives a call (`logFields`: what the core tells its access line, CallInput.logFields). */
-  readonly contextValues: (clientIp: string, requestId: string, logFields: CallLogFields | undefined) => ContextValues;
+  readonly contextValues: (clientIp: string, requestId: string, logFields: AccessFields | undefined) => ContextValues;
   /**
    * The other services' handlers (AccountService, AdminService, health,
    * reflection): their unary methods are served over gRPC on the stream

@@ -3,9 +3,31 @@ import type { CallLogFields } from "../../core/gateway.ts";
 
 declare module "fastify" {
   interface FastifyRequest {
-    /** What the core tells the access line of the request's call, once a route hands it to the core (callLogOf); null before. */
-    callLog: CallLogFields | null;
+    /** What the core and the RPC layer tell the access line of the request's call, once a route hands it on (callLogOf); null before. */
+    callLog: AccessFields | null;
+    /** The request as its one access line names it, taken as it arrives (its address may be gone by its end); null in `both` mode. */
+    accessRequest: RequestFields | null;
   }
+}
+
+/** A request as an access line names it (logger.ts serializes it as `req`). */
+interface RequestFields {
+  readonly method: string;
+  readonly url: string;
+  readonly clientIp: string;
+  readonly headers: { readonly traceparent: string | string[] | undefined };
+}
+
+/**
+ * What a request's last access line says of its call: what the core told
+ * (CallLogFields: its four-digit code, its span), and, for an RPC that
+ * ended in an error, its Connect/gRPC code (`rpcCode`, as Connect names it:
+ * `unauthenticated`, `resource_exhausted`…), which a gRPC caller gets in
+ * trailers after an HTTP 200, and which is the only code an RPC outside
+ * the catalogue has (the AdminService, health, reflection).
+ */
+export interface AccessFields extends CallLogFields {
+  rpcCode?: string;
 }
 
 /**
@@ -16,8 +38,9 @@ declare module "fastify" {
  *   too (`req`: method, URL with credentials redacted, address, the
  *   caller's trace id): one line per request, as most proxies write;
  * - `failures`: that one line, only for a request that failed: a call whose
- *   four-digit code is neither 0000 nor 2000 (a served answer), or any other
- *   request answered with an HTTP status of 400 or more;
+ *   four-digit code is neither 0000 nor 2000 (a served answer), an RPC that
+ *   ended in an error (AccessFields.rpcCode), or any other request answered
+ *   with an HTTP status of 400 or more;
  * - `off`: none.
  * Lines of errors are written whatever the mode, and every access line is
  * at `info`, under GATEWAY_LOG_LEVEL.
@@ -26,14 +49,14 @@ export type AccessLogMode = "both" | "completed" | "failures" | "off";
 
 export const accessLogModes: readonly AccessLogMode[] = ["both", "completed", "failures", "off"];
 
-/** Whether a request's last line is written under `failures`: a call that was not served, or another request refused. */
-function failed(statusCode: number, call: CallLogFields | null | undefined): boolean {
+/** Whether a request's last line is written under `failures`: a call that was not served, an RPC that ended in an error, or another request refused. */
+function failed(statusCode: number, call: AccessFields | null | undefined): boolean {
   const code = call?.errorCode;
-  return code === undefined ? statusCode >= 400 : code !== "0000" && code !== "2000";
+  return code === undefined ? statusCode >= 400 || call?.rpcCode !== undefined : code !== "0000" && code !== "2000";
 }
 
 /** A request's CallLogFields on Fastify's path: handed to the core with its call (CallInput.logFields), read by its `request completed` line. */
-export function callLogOf(req: FastifyRequest): CallLogFields {
+export function callLogOf(req: FastifyRequest): AccessFields {
   return (req.callLog ??= {});
 }
 
@@ -52,13 +75,16 @@ export class AccessLogController extends LogController {
 
   override incomingRequest(request: FastifyRequest, reply: FastifyReply): void {
     if (this.mode === "both") super.incomingRequest(request, reply);
+    else if (this.mode !== "off" && !this.isLogDisabled(request)) {
+      request.accessRequest = { method: request.method, url: request.url, clientIp: request.clientIp, headers: { traceparent: request.headers.traceparent } };
+    }
   }
 
   override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
     if (this.isLogDisabled(request)) return;
     const call = request.callLog;
     // Without an `incoming request` line, the last one names the request.
-    const line: Record<string, unknown> = this.mode === "both" ? {} : { req: request };
+    const line: Record<string, unknown> = this.mode === "both" ? {} : { req: request.accessRequest ?? request };
     line.res = reply;
     line.responseTime = reply.elapsedTime;
     if (error) {
@@ -66,13 +92,13 @@ export class AccessLogController extends LogController {
       return;
     }
     if (this.mode === "off" || (this.mode === "failures" && !failed(reply.statusCode, call))) return;
-    reply.log.info({ ...line, errorCode: call?.errorCode, traceId: call?.traceId, spanId: call?.spanId }, "request completed");
+    reply.log.info({ ...line, errorCode: call?.errorCode, rpcCode: call?.rpcCode, traceId: call?.traceId, spanId: call?.spanId }, "request completed");
   }
 }
 
 /** A request's access lines once it has arrived: what the core tells of the call (CallInput.logFields), and the writer of the last line. */
 export interface AccessEntry {
-  readonly fields: CallLogFields;
+  readonly fields: AccessFields;
   completed(statusCode: number): void;
 }
 
@@ -102,25 +128,25 @@ export function accessLog(log: FastifyBaseLogger, mode: AccessLogMode = "both"):
       const started = performance.now();
       const child = log.child({ requestId });
       child.info({ req: { method, url, clientIp, headers: { traceparent } } }, "incoming request");
-      const fields: CallLogFields = {};
+      const fields: AccessFields = {};
       // One shape for every line (pino leaves out a field that is undefined), not a spread of what was set.
       return {
         fields,
         completed: (statusCode) =>
-          child.info({ res: { statusCode }, responseTime: performance.now() - started, errorCode: fields.errorCode, traceId: fields.traceId, spanId: fields.spanId }, "request completed"),
+          child.info({ res: { statusCode }, responseTime: performance.now() - started, errorCode: fields.errorCode, rpcCode: fields.rpcCode, traceId: fields.traceId, spanId: fields.spanId }, "request completed"),
       };
     };
   }
   // One line, at the end: no child logger (its one binding is written as the line's first field instead).
   return (requestId, method, url, clientIp, traceparent) => {
     const started = performance.now();
-    const fields: CallLogFields = {};
+    const fields: AccessFields = {};
     return {
       fields,
       completed: (statusCode) => {
         if (mode === "failures" && !failed(statusCode, fields)) return;
         const req = { method, url, clientIp, headers: { traceparent } };
-        log.info({ requestId, req, res: { statusCode }, responseTime: performance.now() - started, errorCode: fields.errorCode, traceId: fields.traceId, spanId: fields.spanId }, "request completed");
+        log.info({ requestId, req, res: { statusCode }, responseTime: performance.now() - started, errorCode: fields.errorCode, rpcCode: fields.rpcCode, traceId: fields.traceId, spanId: fields.spanId }, "request completed");
       },
     };
   };
