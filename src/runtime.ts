@@ -400,10 +400,12 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
           instanceId: stores.nodeLabel,
           serviceVersion: packageVersion(),
           tlsCheckMs: config.tlsCheckSeconds * 1000,
-          onTlsRenewal: (outcome, e) =>
-            outcome === "renewed"
-              ? (log?.info ?? log?.error)?.call(log, { files: otlp.tlsFiles }, "the OTLP collector's TLS files were read again and changed: new export requests use them")
-              : (log?.warn ?? log?.error)?.call(log, { err: e, files: otlp.tlsFiles }, "the OTLP collector's TLS files were read again and do not work together, or cannot be read; the ones before stay in use"),
+          onTlsRenewal: (outcome, e) => {
+            telemetry.collectorTlsRenewal(outcome);
+            if (outcome === "renewed") (log?.info ?? log?.error)?.call(log, { files: otlp.tlsFiles }, "the OTLP collector's TLS files were read again and changed: new export requests use them");
+            else (log?.warn ?? log?.error)?.call(log, { err: e, files: otlp.tlsFiles }, "the OTLP collector's TLS files were read again and do not work together, or cannot be read; the ones before stay in use");
+          },
+          onClientCertificate: (validity) => telemetry.collectorCertificate(validity),
           onSpans: (outcome, n) => telemetry.spans(outcome, n),
           onError: (e) => (log?.warn ?? log?.error)?.call(log, { err: e }, "spans could not all be sent to the OTLP collector; those not taken are counted (gateway_spans_total) and calls go on"),
         });

@@ -2,6 +2,7 @@
 // (test/support/otlp-collectors.ts): every encoding OpenTelemetry's exporters speak, held to what OpenTelemetry's
 // own SDK sends for the same spans; a collector that throttles, refuses, takes part of a batch, falls silent or
 // asks for a client certificate. The gateway end to end is in tracing.test.ts; the settings in config.test.ts.
+import { X509Certificate } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type HrTime } from "@opentelemetry/api";
 import { TraceState } from "@opentelemetry/core";
@@ -425,7 +426,8 @@ describe("a collector over TLS that asks for the gateway's certificate", () => {
     dir = mkdtempSync(join(tmpdir(), "otlp-tls-"));
     makeCertificate(dir, "collector");
     makeCertificate(dir, "client");
-    makeCertificate(dir, "stranger");
+    // Another lifetime than the client's: the validity told after a renewal is the renewed certificate's.
+    makeCertificate(dir, "stranger", 90);
     pem = (name) => readFileSync(join(dir, name), "utf8");
   });
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -439,8 +441,20 @@ describe("a collector over TLS that asks for the gateway's certificate", () => {
     // gRPC's collector knows only the renewed one: before the renewal it refuses the gateway.
     const grpcOnly = await new GrpcCollector({ cert: pem("collector.cert.pem"), key: pem("collector.key.pem"), clientCa: pem("stranger.cert.pem") }).start();
     const renewals: string[] = [];
+    const validity: string[] = [];
     const make = (url: string, protocol: "http/protobuf" | "grpc") =>
-      exporterTo(url, { protocol, retry: { ...quick, attempts: 1 }, tls: { ca: pem("collector.cert.pem"), cert: readFileSync(files.cert, "utf8"), key: readFileSync(files.key, "utf8") }, tlsFiles: files, onTlsRenewal: (o) => renewals.push(o) });
+      exporterTo(url, {
+        protocol,
+        retry: { ...quick, attempts: 1 },
+        tls: { ca: pem("collector.cert.pem"), cert: readFileSync(files.cert, "utf8"), key: readFileSync(files.key, "utf8") },
+        tlsFiles: files,
+        onTlsRenewal: (o) => renewals.push(o),
+        onClientCertificate: (v) => validity.push(`${v.notBefore.toISOString()}..${v.notAfter.toISOString()}`),
+      });
+    const validityOf = (name: string) => {
+      const x509 = new X509Certificate(pem(`${name}.cert.pem`));
+      return `${x509.validFromDate.toISOString()}..${x509.validToDate.toISOString()}`;
+    };
     const overHttp = make(http1.url, "http/protobuf");
     const overGrpc = make(grpcOnly.url, "grpc");
     try {
@@ -460,6 +474,8 @@ describe("a collector over TLS that asks for the gateway's certificate", () => {
       await overHttp.send();
       expect(http1.peers.at(-1)).toBe("gateway-stranger");
       expect(renewals).toEqual(["renewed", "renewed", "refused"]);
+      // What the metrics are told (gateway_otlp_client_certificate_*): each exporter's certificate at its start and after its renewal; nothing for a refused one.
+      expect(validity).toEqual([validityOf("client"), validityOf("client"), validityOf("stranger"), validityOf("stranger")]);
     } finally {
       await overHttp.exporter.flush();
       await overGrpc.exporter.flush();

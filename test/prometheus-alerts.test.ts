@@ -69,6 +69,10 @@ describe("the Prometheus alerting rules", () => {
             { series: `gateway_tls_certificate_expiry_timestamp_seconds{${labels}}`, values: "864000x120" },
             { series: `gateway_circuit_open{${labels}, catalogue="retail"}`, values: "0 0 1x10" },
             { series: `gateway_ledger_feed_held_seconds{${labels}}`, values: "0.01 0.01 120x10" },
+            // A client certificate for the collector valid from the test's start for 100 minutes: 80% through at 80m.
+            { series: `gateway_otlp_client_certificate_start_timestamp_seconds{${labels}}`, values: "0x120" },
+            { series: `gateway_otlp_client_certificate_expiry_timestamp_seconds{${labels}}`, values: "6000x120" },
+            { series: `gateway_otlp_tls_renewals_total{${labels}, outcome="refused"}`, values: "0 0 1x10" },
           ],
           alert_rule_test: [
             { eval_time: "5m", alertname: "GatewayDiskLow", exp_alerts: [] },
@@ -80,6 +84,10 @@ describe("the Prometheus alerting rules", () => {
             { eval_time: "4m", alertname: "GatewayUpstreamCircuitOpen", exp_alerts: [] },
             { eval_time: "8m", alertname: "GatewayUpstreamCircuitOpen", exp_alerts: fires("GatewayUpstreamCircuitOpen", { severity: "critical", instance: "gw-1:8080", catalogue: "retail" }, "The upstream provider of retail has been failing for 5 minutes") },
             { eval_time: "8m", alertname: "GatewayFeedHeld", exp_alerts: fires("GatewayFeedHeld", { severity: "warning", ...gw1 }, "The ledger's feed has held calls back for 2m 0s") },
+            { eval_time: "84m", alertname: "GatewayCollectorCertificateNotRenewed", exp_alerts: [] },
+            { eval_time: "87m", alertname: "GatewayCollectorCertificateNotRenewed", exp_alerts: fires("GatewayCollectorCertificateNotRenewed", { severity: "warning", ...gw1 }, "Gateway gw-1:8080's client certificate for the OTLP collector is 87% through its life") },
+            { eval_time: "1m", alertname: "GatewayCollectorTlsRenewalRefused", exp_alerts: [] },
+            { eval_time: "5m", alertname: "GatewayCollectorTlsRenewalRefused", exp_alerts: fires("GatewayCollectorTlsRenewalRefused", { severity: "warning", outcome: "refused", ...gw1 }, "Gateway gw-1:8080 refused renewed TLS files for the OTLP collector") },
           ],
         },
       ],
@@ -90,11 +98,14 @@ describe("the Prometheus alerting rules", () => {
     expect(tested, `${tested.stdout}\n${tested.stderr}`).toMatchObject({ stdout: expect.stringContaining("SUCCESS") });
   });
 
-  it("name only metrics a real gateway exports: embedded with TLS and both storage limits, and shared", async () => {
+  it("name only metrics a real gateway exports: embedded with TLS, both storage limits and a collector over mutual TLS, and shared", async () => {
     const named = new Set([...readFileSync(rules, "utf8").matchAll(/^\s*expr: (.*)$/gm)].flatMap((m) => metricsOf(m[1]!)));
     expect(named.size).toBeGreaterThan(10);
     makeCertificate(dir, "gw");
-    const gw = await startGateway({ config: { tlsCert: join(dir, "gw.cert.pem"), tlsKey: join(dir, "gw.key.pem"), storeMaxBytes: 50_000_000, minFreeMb: 64 } });
+    makeCertificate(dir, "collector-client");
+    // A collector over mutual TLS (nothing listens there: the exporter's metrics are made at its start).
+    const collector = { otlpTracesUrl: "https://127.0.0.1:9/v1/traces", otlpClientCertificate: join(dir, "collector-client.cert.pem"), otlpClientKey: join(dir, "collector-client.key.pem") };
+    const gw = await startGateway({ config: { tlsCert: join(dir, "gw.cert.pem"), tlsKey: join(dir, "gw.key.pem"), storeMaxBytes: 50_000_000, minFreeMb: 64, ...collector } });
     let exported: Set<string>;
     try {
       exported = familiesOf(await gw.runtime.metrics.scrape());

@@ -1,7 +1,7 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { compressionGzip, createGrpcTransport, Http2SessionManager, type GrpcTransportOptions } from "@connectrpc/connect-node";
-import { createHash } from "node:crypto";
+import { createHash, X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
 import http from "node:http";
 import type http2 from "node:http2";
@@ -57,6 +57,8 @@ export interface OtlpTracesOptions {
   readonly tlsCheckMs: number;
   /** Told when the files were read again and changed: `renewed` (new requests use them) or `refused` (they do not work together or cannot be read; the ones before stay). */
   readonly onTlsRenewal: (outcome: "renewed" | "refused", e?: unknown) => void;
+  /** Told the validity of the client certificate in use, where there is one: at the start, and after each renewal. */
+  readonly onClientCertificate: (validity: { readonly notBefore: Date; readonly notAfter: Date }) => void;
   /** A batch is sent at this many spans, or `intervalMs` after its first. */
   readonly batchSpans: number;
   readonly intervalMs: number;
@@ -82,6 +84,7 @@ export const defaultOtlpTracesOptions: Omit<OtlpTracesOptions, "url" | "serviceN
   tlsFiles: {},
   tlsCheckMs: 0,
   onTlsRenewal: () => {},
+  onClientCertificate: () => {},
   batchSpans: 512,
   intervalMs: 1000,
   maxQueued: 4096,
@@ -467,6 +470,20 @@ export class OtlpTraceExporter implements SpanSink {
       this.tlsTimer = setInterval(() => this.renewTls(), o.tlsCheckMs);
       this.tlsTimer.unref();
     }
+    this.tellClientCertificate();
+  }
+
+  /** The client certificate's validity (its first, the leaf, where the file holds a chain), to onClientCertificate. */
+  private tellClientCertificate(): void {
+    const cert = this.tlsNow.cert;
+    if (cert === undefined) return;
+    let x509: X509Certificate;
+    try {
+      x509 = new X509Certificate(cert);
+    } catch {
+      return; // A pair that works together has a certificate that reads (tlsProblem); nothing to tell otherwise.
+    }
+    this.options.onClientCertificate({ notBefore: x509.validFromDate, notAfter: x509.validToDate });
   }
 
   private senderFor(tls: OtlpTracesOptions["tls"]): Sender {
@@ -502,6 +519,7 @@ export class OtlpTraceExporter implements SpanSink {
     if (this.sending !== undefined) void this.sending.finally(() => old.close());
     else old.close();
     this.options.onTlsRenewal("renewed");
+    this.tellClientCertificate();
     return "renewed";
   }
 

@@ -204,6 +204,14 @@ export class PrometheusTelemetry implements Telemetry {
   private readonly tlsReloads = new Counter({ name: "gateway_tls_reloads_total", help: "TLS certificate files read again and found changed (GATEWAY_TLS_CHECK_SECONDS, SIGHUP), by outcome: reloaded (new connections get the new certificate), refused (they did not work together, or could not be read; the certificate before is still served).", labelNames: ["outcome"], registers: [this.registry] });
   /** Made when a certificate is first served: a gateway without TLS shows no expiry (a 0 would read as expired). */
   private tlsExpiry: Gauge | undefined;
+  private readonly collectorTlsRenewals = new Counter({
+    name: "gateway_otlp_tls_renewals_total",
+    help: "The OTLP collector's TLS files (GATEWAY_OTLP_CERTIFICATE, GATEWAY_OTLP_CLIENT_*) read again and found changed (GATEWAY_TLS_CHECK_SECONDS, SIGHUP), by outcome: renewed (new export requests use them), refused (they did not work together, or could not be read; the ones before stay in use).",
+    labelNames: ["outcome"],
+    registers: [this.registry],
+  });
+  /** Made when the exporter first holds a client certificate, as tlsExpiry. */
+  private collectorValidity: { readonly from: Gauge; readonly until: Gauge } | undefined;
   private inflightNow = 0;
   private cacheBytesNow: () => number = () => 0;
 
@@ -400,6 +408,21 @@ export class PrometheusTelemetry implements Telemetry {
 
   tlsReload(outcome: "reloaded" | "refused"): void {
     this.tlsReloads.labels(outcome).inc();
+  }
+
+  /** The OTLP collector's TLS files read again and changed (exporters/otlp-traces.ts). */
+  collectorTlsRenewal(outcome: "renewed" | "refused"): void {
+    this.collectorTlsRenewals.labels(outcome).inc();
+  }
+
+  /** The client certificate the exporter shows the collector from now on: when it became valid and when it expires. */
+  collectorCertificate(validity: { readonly notBefore: Date; readonly notAfter: Date }): void {
+    this.collectorValidity ??= {
+      from: new Gauge({ name: "gateway_otlp_client_certificate_start_timestamp_seconds", help: "When the client certificate shown to the OTLP collector became valid (its notBefore), in Unix seconds: with the expiry, how far through its life it is.", registers: [this.registry] }),
+      until: new Gauge({ name: "gateway_otlp_client_certificate_expiry_timestamp_seconds", help: "When the client certificate shown to the OTLP collector expires (its notAfter), in Unix seconds: once it has, the collector refuses every export.", registers: [this.registry] }),
+    };
+    this.collectorValidity.from.set(validity.notBefore.getTime() / 1000);
+    this.collectorValidity.until.set(validity.notAfter.getTime() / 1000);
   }
 }
 
