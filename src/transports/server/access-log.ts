@@ -55,7 +55,7 @@ function failed(statusCode: number, call: AccessFields | null | undefined): bool
   return code === undefined ? statusCode >= 400 || call?.rpcCode !== undefined : code !== "0000" && code !== "2000";
 }
 
-/** A request's CallLogFields on Fastify's path: handed to the core with its call (CallInput.logFields), read by its `request completed` line. */
+/** A request's AccessFields on Fastify's path: handed to the core with its call (CallInput.logFields) and to connect-node's handlers, read by its `request completed` line. */
 export function callLogOf(req: FastifyRequest): AccessFields {
   return (req.callLog ??= {});
 }
