@@ -83,16 +83,14 @@ export class AccessLogController extends LogController {
   override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
     if (this.isLogDisabled(request)) return;
     const call = request.callLog;
-    // Without an `incoming request` line, the last one names the request.
-    const line: Record<string, unknown> = this.mode === "both" ? {} : { req: request.accessRequest ?? request };
-    line.res = reply;
-    line.responseTime = reply.elapsedTime;
+    // Without an `incoming request` line, the last one names the request (pino leaves out a field that is undefined).
+    const req = this.mode === "both" ? undefined : (request.accessRequest ?? request);
     if (error) {
-      reply.log.error({ ...line, err: error, ...call }, "request errored");
+      reply.log.error({ req, res: reply, err: error, responseTime: reply.elapsedTime, ...call }, "request errored");
       return;
     }
     if (this.mode === "off" || (this.mode === "failures" && !failed(reply.statusCode, call))) return;
-    reply.log.info({ ...line, errorCode: call?.errorCode, rpcCode: call?.rpcCode, traceId: call?.traceId, spanId: call?.spanId }, "request completed");
+    reply.log.info({ req, res: reply, responseTime: reply.elapsedTime, errorCode: call?.errorCode, rpcCode: call?.rpcCode, traceId: call?.traceId, spanId: call?.spanId }, "request completed");
   }
 }
 
