@@ -51,6 +51,7 @@ describe("the Prometheus alerting rules", () => {
       return [{ exp_labels: labels, exp_annotations: { summary, description } }];
     };
     const gw1 = { job: "gateway", instance: "gw-1:8080" };
+    const gw4 = { job: "gateway", instance: "gw-4:8080" };
     // Series as a gateway's scrape gives them (job and instance added by Prometheus), minute by minute.
     const labels = 'job="gateway", instance="gw-1:8080"';
     const tests = {
@@ -65,7 +66,8 @@ describe("the Prometheus alerting rules", () => {
             { series: `gateway_store_min_free_bytes{${labels}}`, values: "67108864x30" },
             { series: `gateway_store_bytes{${labels}}`, values: "95+0x30" },
             { series: `gateway_store_max_bytes{${labels}}`, values: "100x30" },
-            // Expires 10 days after the start of the test's time.
+            // A 90-day certificate that expires 10 days after the start of the test's time.
+            { series: `gateway_tls_certificate_start_timestamp_seconds{${labels}}`, values: "-6912000x120" },
             { series: `gateway_tls_certificate_expiry_timestamp_seconds{${labels}}`, values: "864000x120" },
             { series: `gateway_circuit_open{${labels}, catalogue="retail"}`, values: "0 0 1x10" },
             { series: `gateway_ledger_feed_held_seconds{${labels}}`, values: "0.01 0.01 120x10" },
@@ -88,6 +90,47 @@ describe("the Prometheus alerting rules", () => {
             { eval_time: "87m", alertname: "GatewayCollectorCertificateNotRenewed", exp_alerts: fires("GatewayCollectorCertificateNotRenewed", { severity: "warning", ...gw1 }, "Gateway gw-1:8080's client certificate for the OTLP collector is 87% through its life") },
             { eval_time: "1m", alertname: "GatewayCollectorTlsRenewalRefused", exp_alerts: [] },
             { eval_time: "5m", alertname: "GatewayCollectorTlsRenewalRefused", exp_alerts: fires("GatewayCollectorTlsRenewalRefused", { severity: "warning", outcome: "refused", ...gw1 }, "Gateway gw-1:8080 refused renewed TLS files for the OTLP collector") },
+          ],
+        },
+        {
+          // Certificates of other lives: a day's served certificate (gw-1) is not "expiring" all day long, and a
+          // year's client certificate for the collector is not "not renewed" two months before its end (gw-2), only near it (gw-3).
+          // A gateway from before the start gauge (gw-4) is held to the fixed times alone.
+          interval: "1m",
+          input_series: [
+            { series: 'gateway_tls_certificate_expiry_timestamp_seconds{job="gateway", instance="gw-4:8080"}', values: `${2 * 86400}x1440` },
+            { series: `gateway_tls_certificate_start_timestamp_seconds{${labels}}`, values: "0x1440" },
+            { series: `gateway_tls_certificate_expiry_timestamp_seconds{${labels}}`, values: "86400x1440" },
+            { series: 'gateway_otlp_client_certificate_start_timestamp_seconds{job="gateway", instance="gw-2:8080"}', values: `${-305 * 86400}x30` },
+            { series: 'gateway_otlp_client_certificate_expiry_timestamp_seconds{job="gateway", instance="gw-2:8080"}', values: `${60 * 86400}x30` },
+            { series: 'gateway_otlp_client_certificate_start_timestamp_seconds{job="gateway", instance="gw-3:8080"}', values: `${-355 * 86400}x30` },
+            { series: 'gateway_otlp_client_certificate_expiry_timestamp_seconds{job="gateway", instance="gw-3:8080"}', values: `${10 * 86400}x30` },
+          ],
+          alert_rule_test: [
+            { eval_time: "1h", alertname: "GatewayTlsCertificateExpiring", exp_alerts: fires("GatewayTlsCertificateExpiring", { severity: "warning", ...gw4 }, "Gateway gw-4:8080's TLS certificate expires in 1d 23h 0m 0s") },
+            { eval_time: "19h10m", alertname: "GatewayTlsCertificateExpiring", exp_alerts: fires("GatewayTlsCertificateExpiring", { severity: "warning", ...gw4 }, "Gateway gw-4:8080's TLS certificate expires in 1d 4h 50m 0s") },
+            {
+              eval_time: "19h20m",
+              alertname: "GatewayTlsCertificateExpiring",
+              exp_alerts: [
+                ...fires("GatewayTlsCertificateExpiring", { severity: "warning", ...gw1 }, "Gateway gw-1:8080's TLS certificate expires in 4h 40m 0s"),
+                ...fires("GatewayTlsCertificateExpiring", { severity: "warning", ...gw4 }, "Gateway gw-4:8080's TLS certificate expires in 1d 4h 40m 0s"),
+              ],
+            },
+            { eval_time: "22h45m", alertname: "GatewayTlsCertificateExpiringSoon", exp_alerts: fires("GatewayTlsCertificateExpiringSoon", { severity: "critical", ...gw4 }, "Gateway gw-4:8080's TLS certificate expires in 1d 1h 15m 0s") },
+            {
+              eval_time: "22h55m",
+              alertname: "GatewayTlsCertificateExpiringSoon",
+              exp_alerts: [
+                ...fires("GatewayTlsCertificateExpiringSoon", { severity: "critical", ...gw1 }, "Gateway gw-1:8080's TLS certificate expires in 1h 5m 0s"),
+                ...fires("GatewayTlsCertificateExpiringSoon", { severity: "critical", ...gw4 }, "Gateway gw-4:8080's TLS certificate expires in 1d 1h 5m 0s"),
+              ],
+            },
+            {
+              eval_time: "10m",
+              alertname: "GatewayCollectorCertificateNotRenewed",
+              exp_alerts: fires("GatewayCollectorCertificateNotRenewed", { severity: "warning", job: "gateway", instance: "gw-3:8080" }, "Gateway gw-3:8080's client certificate for the OTLP collector is 97.26% through its life"),
+            },
           ],
         },
       ],

@@ -23,7 +23,7 @@ const fingerprintOf = (name: string) => new X509Certificate(pem(name, "cert")).f
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), "gateway-tls-reload-"));
   makeCertificate(dir, "a");
-  makeCertificate(dir, "b");
+  makeCertificate(dir, "b", 90); // a renewal with another life: the expiry served moves
   makeExpiredCertificate(dir, "old", "a");
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -97,6 +97,7 @@ describe("TLS certificate files read again while serving", () => {
       expect(await servedFingerprint(gw.port)).toBe(fingerprintOf("a"));
       expect(await legacyOnSession(session, gw.account)).toBe("0000");
       const before = (await httpsGet(`${base}/metrics`, ca)).body;
+      expect(sample(before, "gateway_tls_certificate_start_timestamp_seconds")).toBe(new X509Certificate(pem("a", "cert")).validFromDate.getTime() / 1000);
       expect(sample(before, "gateway_tls_certificate_expiry_timestamp_seconds")).toBe(new X509Certificate(pem("a", "cert")).validToDate.getTime() / 1000);
 
       // A renewal copied one file at a time: the new certificate with the old key cannot serve, and is refused.
@@ -127,6 +128,7 @@ describe("TLS certificate files read again while serving", () => {
         fresh.close();
       }
       const after = (await httpsGet(`${base}/metrics`, [pem("b", "cert")])).body;
+      expect(sample(after, "gateway_tls_certificate_start_timestamp_seconds")).toBe(new X509Certificate(pem("b", "cert")).validFromDate.getTime() / 1000);
       expect(sample(after, "gateway_tls_certificate_expiry_timestamp_seconds")).toBe(new X509Certificate(pem("b", "cert")).validToDate.getTime() / 1000);
       expect(sample(after, 'gateway_tls_reloads_total{outcome="reloaded"}')).toBe(1);
       expect(sample(after, 'gateway_tls_reloads_total{outcome="refused"}')).toBe(1);
@@ -156,10 +158,11 @@ describe("TLS certificate files read again while serving", () => {
     }
   });
 
-  it("a gateway without TLS shows no certificate expiry (a 0 would read as expired)", async () => {
+  it("a gateway without TLS shows no certificate validity (a 0 would read as expired)", async () => {
     const gw = await startGateway();
     try {
       const metrics = await (await fetch(`${gw.base}/metrics`)).text();
+      expect(metrics).not.toContain("gateway_tls_certificate_start_timestamp_seconds");
       expect(metrics).not.toContain("gateway_tls_certificate_expiry_timestamp_seconds");
     } finally {
       await gw.close();

@@ -202,15 +202,15 @@ export class PrometheusTelemetry implements Telemetry {
   private readonly batchRows = new Histogram({ name: "gateway_ledger_batch_rows", help: "Ledger rows written by each group commit.", buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], registers: [this.registry] });
   private readonly authFailures = new Counter({ name: "gateway_auth_failures_total", help: "Failed authentications: missing_key, unknown_key, bad_credentials, address_not_allowed (a right secret from an address its account does not list), address_locked, admin_token.", labelNames: ["reason"], registers: [this.registry] });
   private readonly tlsReloads = new Counter({ name: "gateway_tls_reloads_total", help: "TLS certificate files read again and found changed (GATEWAY_TLS_CHECK_SECONDS, SIGHUP), by outcome: reloaded (new connections get the new certificate), refused (they did not work together, or could not be read; the certificate before is still served).", labelNames: ["outcome"], registers: [this.registry] });
-  /** Made when a certificate is first served: a gateway without TLS shows no expiry (a 0 would read as expired). */
-  private tlsExpiry: Gauge | undefined;
+  /** Made when a certificate is first served: a gateway without TLS shows no validity (a 0 would read as expired). */
+  private tlsValidity: { readonly from: Gauge; readonly until: Gauge } | undefined;
   private readonly collectorTlsRenewals = new Counter({
     name: "gateway_otlp_tls_renewals_total",
     help: "The OTLP collector's TLS files (GATEWAY_OTLP_CERTIFICATE, GATEWAY_OTLP_CLIENT_*) read again and found changed (GATEWAY_TLS_CHECK_SECONDS, SIGHUP), by outcome: renewed (new export requests use them), refused (they did not work together, or could not be read; the ones before stay in use).",
     labelNames: ["outcome"],
     registers: [this.registry],
   });
-  /** Made when the exporter first holds a client certificate, as tlsExpiry. */
+  /** Made when the exporter first holds a client certificate, as tlsValidity. */
   private collectorValidity: { readonly from: Gauge; readonly until: Gauge } | undefined;
   private inflightNow = 0;
   private cacheBytesNow: () => number = () => 0;
@@ -402,8 +402,12 @@ export class PrometheusTelemetry implements Telemetry {
 
   /** The TLS certificate served from now on (tls-certificate.ts). */
   tlsCertificate(facts: CertificateFacts): void {
-    this.tlsExpiry ??= new Gauge({ name: "gateway_tls_certificate_expiry_timestamp_seconds", help: "When the TLS certificate this process serves expires (its notAfter), in Unix seconds: alert on it minus time().", registers: [this.registry] });
-    this.tlsExpiry.set(facts.notAfter.getTime() / 1000);
+    this.tlsValidity ??= {
+      from: new Gauge({ name: "gateway_tls_certificate_start_timestamp_seconds", help: "When the TLS certificate this process serves became valid (its notBefore), in Unix seconds: with the expiry, how long it lives, so that an alert on what is left suits a certificate of hours as well as one of a year.", registers: [this.registry] }),
+      until: new Gauge({ name: "gateway_tls_certificate_expiry_timestamp_seconds", help: "When the TLS certificate this process serves expires (its notAfter), in Unix seconds: alert on it minus time().", registers: [this.registry] }),
+    };
+    this.tlsValidity.from.set(facts.notBefore.getTime() / 1000);
+    this.tlsValidity.until.set(facts.notAfter.getTime() / 1000);
   }
 
   tlsReload(outcome: "reloaded" | "refused"): void {
