@@ -13,7 +13,7 @@ import { ErrorCode, StatusBlockSchema, type StatusBlock } from "../src/gen/gatew
 import { WholesaleService } from "../src/gen/gateway/catalogue/v1/wholesale_pb.js";
 import { operations } from "../src/operations/index.ts";
 import { catalogueRoutes } from "../src/transports/connect/catalogue-services.ts";
-import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
 let gw: GatewayFixture;
 let headers: Record<string, string>;
@@ -163,9 +163,9 @@ async function refusalsCounted(code: string, transport: string): Promise<number>
 }
 
 /** A gRPC call on a raw HTTP/2 stream: the status it ended with, as a client reads it (trailers, or a trailers-only answer's headers). */
-async function rawGrpc(path: string, body: Uint8Array, extra: Record<string, string> = {}): Promise<ConnectError | undefined> {
+async function rawGrpc(path: string, body: Uint8Array, extra: Record<string, string> = {}, base = gw.base): Promise<ConnectError | undefined> {
   const http2 = await import("node:http2");
-  const session = http2.connect(gw.base);
+  const session = http2.connect(base);
   try {
     const ended = await new Promise<Record<string, unknown>>((resolve, reject) => {
       const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", ...extra });
@@ -205,6 +205,55 @@ function expectRefusal(err: ConnectError | undefined, code: Code, digits: ErrorC
   expect(err!.rawMessage).toContain(status!.reason);
   return status!;
 }
+
+/** The error a Connect stream ends with: its end-stream message (flag 0x02), JSON. */
+async function connectStreamError(res: Response): Promise<ConnectError | undefined> {
+  const bytes = new Uint8Array(await res.arrayBuffer());
+  for (let at = 0; at + 5 <= bytes.length; ) {
+    const size = new DataView(bytes.buffer, bytes.byteOffset + at + 1, 4).getUint32(0);
+    if ((bytes[at]! & 0x02) !== 0) {
+      const end = JSON.parse(Buffer.from(bytes.subarray(at + 5, at + 5 + size)).toString("utf8")) as { error?: unknown };
+      return end.error === undefined ? undefined : errorFromJsonBytes(Buffer.from(JSON.stringify(end.error)), undefined, new ConnectError("", Code.Unknown));
+    }
+    at += 5 + size;
+  }
+  return undefined;
+}
+
+describe("a streaming method's request that does not decode", () => {
+  // connect-es decodes a stream's request as the method reads it, past the point where a unary request's
+  // refusal is made, and codes a failed decode `internal`: it was answered "internal error; quote request id"
+  // with an error line and its stack, for any caller to fill the log with.
+  const lines: string[] = [];
+  let own: GatewayFixture;
+  beforeAll(async () => {
+    own = await startGateway({ logLines: lines });
+  });
+  afterAll(() => own.close());
+  const bad = Buffer.from([0xff, 0xff, 0x07]);
+  const framed = Buffer.concat([Buffer.from([0, 0, 0, 0, bad.length]), bad]);
+  const methods: [string, Record<string, string>][] = [
+    ["/grpc.health.v1.Health/Watch", {}],
+    ["/gateway.admin.v1.AdminService/WatchCalls", { authorization: `Bearer ${adminToken}` }],
+  ];
+
+  it.each(methods)("%s answers invalid_argument with the decoder's words on Connect, gRPC-Web and gRPC, and logs no error", async (path, auth) => {
+    const answers = [
+      await connectStreamError(await fetch(`${own.base}${path}`, { method: "POST", headers: { ...auth, "content-type": "application/connect+proto" }, body: framed })),
+      await grpcWebError(await fetch(`${own.base}${path}`, { method: "POST", headers: { ...auth, "content-type": "application/grpc-web+proto" }, body: framed })),
+      await rawGrpc(path, framed, auth, own.base),
+    ];
+    for (const err of answers) {
+      expect(err?.code).toBe(Code.InvalidArgument);
+      expect(err?.rawMessage).toMatch(/^parse binary:/);
+    }
+    const ours = lines.filter((l) => l.includes(path.slice(1)) || l.includes("inside the gateway"));
+    expect(ours.length).toBeGreaterThan(0);
+    expect(lines.filter((l) => (JSON.parse(l) as { level: number }).level >= 50)).toEqual([]);
+    // Each call's last access line says how it ended.
+    expect(lines.filter((l) => l.includes('"rpcCode":"invalid_argument"')).length).toBeGreaterThanOrEqual(3);
+  });
+});
 
 describe("a catalogue request connect-node refuses before the call: the status block as detail, and recorded", () => {
   const path = "/gateway.catalogue.v1.RetailService/ItemGet";

@@ -27,7 +27,8 @@ export type Refuse = (error: ConnectError, req: UniversalServerRequest, transpor
 // `invalid_argument`, as connect-es already answers for undecodable JSON.
 const parseFailure = "parse binary:";
 
-function undecodableFixed(error: ConnectError): ConnectError {
+/** The error as a server should answer it: connect-es's `internal` for a request whose bytes do not decode made `invalid_argument`. */
+export function undecodableFixed(error: ConnectError): ConnectError {
   if (error.code !== Code.Internal || !error.rawMessage.startsWith(parseFailure)) return error;
   const fixed = new ConnectError(error.rawMessage, Code.InvalidArgument, error.metadata);
   fixed.details.push(...error.details);
