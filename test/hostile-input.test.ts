@@ -12,12 +12,18 @@ import { grpcFrame } from "./support/grpc-frame.ts";
 const seed = Number(process.env.FUZZ_SEED ?? Date.now() % 2_147_483_647);
 let gw: GatewayFixture;
 const maxBodyBytes = 16_384;
+/** The gateway's log: no input of a caller's may write an error line (an operator's alarm, and a log anyone could fill). */
+const logLines: string[] = [];
 
 beforeAll(async () => {
   // Lockouts would answer most of the flood with 4008 and hide the paths under test; they have their own test.
-  gw = await startGateway({ app: { maxBodyBytes }, config: { authSlowAfter: 10_000_000, authLockAfter: 10_000_000 } });
+  gw = await startGateway({ app: { maxBodyBytes }, config: { authSlowAfter: 10_000_000, authLockAfter: 10_000_000 }, logLines });
 });
-afterAll(() => gw.close());
+afterAll(async () => {
+  await gw.close();
+  const errors = logLines.filter((l) => (JSON.parse(l) as { level: number }).level >= 50);
+  expect(errors.slice(0, 5).map((l) => l.slice(0, 600)), `${errors.length} error lines`).toEqual([]);
+});
 
 const legacyPaths = ["/retail/item_get/", "/retail/item_get", "/wholesale/item_search_peerbuy/", "/wholesale/item_get/", "/wholesale/item_search/", "/retail/%zz/", "/", "/a/b/c", "//retail//item_get", "/%00", "/retail/item_get/%ff"];
 const rpcPaths = ["/gateway.catalogue.v1.RetailService/ItemGet", "/gateway.catalogue.v1.WholesaleService/ItemSearchPeerbuy", "/gateway.admin.v1.AdminService/ListAccounts", "/gateway.catalogue.v1.RetailService/Nope"];

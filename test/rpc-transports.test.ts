@@ -253,6 +253,21 @@ describe("a streaming method's request that does not decode", () => {
     // Each call's last access line says how it ended.
     expect(lines.filter((l) => l.includes('"rpcCode":"invalid_argument"')).length).toBeGreaterThanOrEqual(3);
   });
+
+  it.each(methods)("%s keeps gRPC's internal, in connect-es's words, for a message flagged compressed with no encoding, and logs no error", async (path, auth) => {
+    const message = Buffer.from([0x0a, 0x00]);
+    const flagged = Buffer.concat([Buffer.from([1, 0, 0, 0, message.length]), message]);
+    const answers = [
+      await connectStreamError(await fetch(`${own.base}${path}`, { method: "POST", headers: { ...auth, "content-type": "application/connect+proto" }, body: flagged })),
+      await grpcWebError(await fetch(`${own.base}${path}`, { method: "POST", headers: { ...auth, "content-type": "application/grpc-web+proto" }, body: flagged })),
+      await rawGrpc(path, flagged, auth, own.base),
+    ];
+    for (const err of answers) {
+      expect(err?.code).toBe(Code.Internal);
+      expect(err?.rawMessage).toBe("received compressed envelope, but do not know how to decompress");
+    }
+    expect(lines.filter((l) => (JSON.parse(l) as { level: number }).level >= 50)).toEqual([]);
+  });
 });
 
 describe("a catalogue request connect-node refuses before the call: the status block as detail, and recorded", () => {

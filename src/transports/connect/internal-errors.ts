@@ -1,7 +1,7 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { StatusBlockSchema } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { requestIdKey } from "./context.ts";
-import { undecodableFixed } from "./refused-requests.ts";
+import { undecodableFixed, unreadableRequest } from "./refused-requests.ts";
 
 /**
  * Every `internal` answer leaves one error line with the request id and the
@@ -30,11 +30,12 @@ export type InternalErrorLog = { error(obj: unknown, msg: string): void };
  * inside the interceptor, so bytes that do not decode arrive here as
  * connect-es's `internal`: they are the caller's fault, `invalid_argument`
  * with the decoder's words, as a unary request's are (refusedRequests), and
- * not an error line a caller could fill the log with.
+ * not an error line a caller could fill the log with. A message flagged
+ * compressed with no encoding keeps gRPC's `internal`, in connect-es's words.
  */
 export function callerError(e: unknown, requestId: string | undefined, procedure: string, log: InternalErrorLog | undefined): ConnectError {
   if (e instanceof ConnectError) e = undecodableFixed(e);
-  if (e instanceof ConnectError && (e.code !== Code.Internal || e.findDetails(StatusBlockSchema).length > 0)) return e;
+  if (e instanceof ConnectError && (e.code !== Code.Internal || e.findDetails(StatusBlockSchema).length > 0 || unreadableRequest(e))) return e;
   log?.error({ err: e, requestId, procedure }, "an RPC failed inside the gateway");
   return new ConnectError(`internal error; quote request id ${requestId}`, Code.Internal);
 }

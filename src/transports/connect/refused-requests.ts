@@ -27,6 +27,17 @@ export type Refuse = (error: ConnectError, req: UniversalServerRequest, transpor
 // `invalid_argument`, as connect-es already answers for undecodable JSON.
 const parseFailure = "parse binary:";
 
+/**
+ * connect-es's words for a message flagged compressed with no encoding
+ * named: `internal`, as gRPC's protocol has it, but the caller's doing.
+ */
+const compressedWithoutEncoding = "received compressed envelope, but do not know how to decompress";
+
+/** Whether an `internal` error is one connect-es gives a request it cannot read: the caller's fault, its code as the protocol prescribes. */
+export function unreadableRequest(error: ConnectError): boolean {
+  return error.code === Code.Internal && error.rawMessage === compressedWithoutEncoding;
+}
+
 /** The error as a server should answer it: connect-es's `internal` for a request whose bytes do not decode made `invalid_argument`. */
 export function undecodableFixed(error: ConnectError): ConnectError {
   if (error.code !== Code.Internal || !error.rawMessage.startsWith(parseFailure)) return error;
