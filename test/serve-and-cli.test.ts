@@ -163,6 +163,11 @@ describe("npx gateway while the server runs", () => {
     const r = await runCli(["accounts", "create", "--expires", "next-week"], env);
     expect(r.code).toBe(2);
     expect(r.stderr).toContain("YYYY-MM-DD");
+    // A usage day out of the calendar printed an empty report with exit 0, as if no call had been made.
+    for (const [flag, day] of [["--day", "2026-02-30"], ["--from", "2026-13-01"], ["--to", "tomorrow"]]) {
+      const u = await runCli(["usage", flag!, day!], env);
+      expect([u.code, u.stderr.trim()]).toEqual([2, `${flag}: a day is YYYY-MM-DD, not "${day}"`]);
+    }
     const s = await runCli(["accounts", "stop", "nosuchkey"], env);
     expect(s.code).toBe(2);
     const bad = await runCli(["accounts", "list"], { ...env, GATEWAY_PORT: "99999", GATEWAY_TIME_ZONE: "Mars/Olympus" });

@@ -528,6 +528,8 @@ describe("ListCalls, ListMyCalls and the CLI over a running gateway", () => {
         [grpc, { pageToken: token }, b, [Code.InvalidArgument, ErrorCode.WRONG_PAGE_TOKEN, "4015 the page token was given for another filter; ask the first page again"]],
         [mine, { pageToken: "bm90IGEgdG9rZW4" }, a, [Code.InvalidArgument, ErrorCode.WRONG_PAGE_TOKEN, "4015 the page token is not one this gateway gave"]],
         [mine, { from: "2026-13" }, a, [Code.InvalidArgument, ErrorCode.PARAM_ERROR, 'from: a day is YYYY-MM-DD, not "2026-13"']],
+        // A day the calendar does not have is not compared as text (it matched nothing, or every day after it).
+        [mine, { to: "2026-02-29" }, a, [Code.InvalidArgument, ErrorCode.PARAM_ERROR, 'to: a day is YYYY-MM-DD, not "2026-02-29"']],
         [grpc, { pageSize: -1 }, a, [Code.InvalidArgument, ErrorCode.PARAM_ERROR, "4003 the page size must be a whole number, 0 (the default, 1000) or more"]],
       ] as const) {
         const e = await client.listMyCalls(req, plain(who)).then(() => undefined, (err: unknown) => ConnectError.from(err));
@@ -568,13 +570,15 @@ describe("ListCalls, ListMyCalls and the CLI over a running gateway", () => {
       for (const [req, message] of [
         [{ account: b.key, pageToken: firstOfA.nextPageToken }, "given for another filter"],
         [{ from: "yesterday" }, "a day is YYYY-MM-DD"],
+        [{ from: "2026-02-30" }, 'from: a day is YYYY-MM-DD, not "2026-02-30"'],
+        [{ to: "2026-13-45" }, 'to: a day is YYYY-MM-DD, not "2026-13-45"'],
         [{ pageSize: -5 }, "page size"],
       ] as const) {
         const e = await admin.listCalls(req, ok).then(() => undefined, (err: unknown) => ConnectError.from(err));
         expect([e?.code, e?.rawMessage]).toEqual([Code.InvalidArgument, expect.stringContaining(message)]);
       }
       // QueryUsage reads its days as ListCalls does: one that is not a day is refused, not compared as text.
-      for (const req of [{ from: "yesterday" }, { to: "2026-10" }, { from: "2026-10-01", to: "2026-10-31x", pageSize: 5 }]) {
+      for (const req of [{ from: "yesterday" }, { to: "2026-10" }, { from: "2026-10-01", to: "2026-10-31x", pageSize: 5 }, { from: "2026-11-01", to: "2026-11-31" }]) {
         const e = await admin.queryUsage(req, ok).then(() => undefined, (err: unknown) => ConnectError.from(err));
         expect([e?.code, e?.rawMessage]).toEqual([Code.InvalidArgument, expect.stringContaining("a day is YYYY-MM-DD")]);
       }

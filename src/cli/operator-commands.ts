@@ -9,7 +9,7 @@ import type { LedgerRow, UsageQuery } from "../core/meter.ts";
 import { formatMoney } from "../core/money.ts";
 import type { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 import { openRuntime } from "../runtime.ts";
-import { formatDateTime } from "../core/clock.ts";
+import { formatDateTime, isCalendarDay } from "../core/clock.ts";
 import { cliActor } from "./cli-actor.ts";
 
 /** `gateway maintenance on|off OPERATION`, `gateway maintenance list` and `gateway maintenance history [--json]`. */
@@ -56,6 +56,11 @@ export async function usageCommand(config: GatewayConfig, argv: string[]): Promi
       json: { type: "boolean", default: false },
     },
   });
+  for (const name of ["day", "from", "to"] as const) {
+    const value = values[name];
+    // A day out of the calendar matched nothing, and printed an empty report with exit 0, as if no call had been made.
+    if (value !== undefined && !isCalendarDay(value)) throw new AccountAdminError(`--${name}: a day is YYYY-MM-DD, not ${JSON.stringify(value.slice(0, 32))}`);
+  }
   const address = values.address === undefined ? undefined : usageAddress(values.address);
   if (values.csv && values.json) throw new AccountAdminError("--csv and --json: one or the other");
   if (values.code !== undefined && !/^\d{4}$/.test(values.code)) throw new AccountAdminError("--code takes a four-digit code such as 0000 or 4013");

@@ -5,7 +5,7 @@ import { ExternalIdTaken, type AccountStore } from "./account-store.ts";
 import { balanceAccounting, BalanceReferenceConflict, type BalanceAccounting, type Meter, type RecordedBalanceChange } from "./meter.ts";
 import { browserSignature, newKey, newNonce, newSecret, sealSecret, type Account, type OperationState } from "./accounts.ts";
 import type { SignedCall } from "../contract/browser-signature.ts";
-import { assertTimeZone, dayOf, type Clock } from "./clock.ts";
+import { assertTimeZone, dayOf, isCalendarDay, type Clock } from "./clock.ts";
 import { formatMoney, type Micros } from "./money.ts";
 import { checkRate, type CallRate } from "./call-rate.ts";
 import { accountPage, type AccountPage, type AccountPageRequest } from "./account-pages.ts";
@@ -47,8 +47,6 @@ export const defaultPlan: Omit<AccountPlan, "operations"> = {
   expires: "",
   zone: "Asia/Shanghai",
 };
-
-const isoDay = /^\d{4}-\d{2}-\d{2}$/;
 
 /** A list of addresses checked and written in one form (`any` or none: anywhere), or refused in words. */
 function allowedAddresses(list: readonly string[]): readonly string[] | undefined {
@@ -127,12 +125,6 @@ export interface CreatedAccount {
   readonly repeated: boolean;
 }
 
-function validDay(day: string): boolean {
-  if (!isoDay.test(day)) return false;
-  const t = Date.parse(`${day}T00:00:00Z`);
-  return !Number.isNaN(t) && new Date(t).toISOString().slice(0, 10) === day;
-}
-
 /** The longest a rotation may keep the old secret working: long enough for a release cycle, short enough that a leaked secret dies. */
 export const maxKeepOldMs = 30 * 86_400_000;
 
@@ -147,7 +139,7 @@ function checkLimits(p: Pick<AccountPlan, "dailyMax" | "concurrency" | "rate" | 
   } catch (e) {
     throw new AccountAdminError((e as Error).message);
   }
-  if (p.expires !== "" && !validDay(p.expires)) throw new AccountAdminError(`the expiry must be a date as YYYY-MM-DD, not ${p.expires}`);
+  if (p.expires !== "" && !isCalendarDay(p.expires)) throw new AccountAdminError(`the expiry must be a date as YYYY-MM-DD, not ${p.expires}`);
   try {
     assertTimeZone(p.zone);
   } catch {

@@ -65,6 +65,13 @@ function formatDateTimeSlow(second: number, zone: string): string {
   return text;
 }
 
+/** Whether the text is a day of the calendar as `YYYY-MM-DD`: 2026-02-30 and 2026-13-01 are not, and are refused rather than compared as text. */
+export function isCalendarDay(text: string): boolean {
+  if (!/^\d{4}-\d{2}-\d{2}$/.test(text)) return false;
+  const t = Date.parse(`${text}T00:00:00Z`);
+  return !Number.isNaN(t) && new Date(t).toISOString().slice(0, 10) === text;
+}
+
 /** `YYYY-MM-DD`: the calendar day of the instant in the zone. */
 export function dayOf(ms: number, zone: string): string {
   return formatDateTime(ms, zone).slice(0, 10);

@@ -1,5 +1,5 @@
 import { createHash, createHmac } from "node:crypto";
-import { nextDay } from "./clock.ts";
+import { isCalendarDay, nextDay } from "./clock.ts";
 import type { FeedPlace, LedgerPlace, LedgerRow, Meter, TotalPlace, UsageDays, UsageQuery, UsageReport, UsageSums, UsageTotal } from "./meter.ts";
 import { usageSums } from "./meter.ts";
 
@@ -83,7 +83,7 @@ function decode<P>(token: string, valid: (fields: unknown[]) => P | undefined, w
 }
 
 /** A `YYYY-MM-DD` day of the calendar (a token's days are counted on from, so 2026-02-30 is not one). */
-const isDay = (v: unknown): v is string => typeof v === "string" && /^\d{4}-\d{2}-\d{2}$/.test(v) && new Date(`${v}T00:00:00Z`).toISOString().startsWith(v);
+const isDay = (v: unknown): v is string => typeof v === "string" && isCalendarDay(v);
 const isText = (v: unknown): v is string => typeof v === "string" && v.length <= 256;
 
 function ledgerPlace([day, at, requestId]: unknown[]): LedgerPlace | undefined {

@@ -3,6 +3,7 @@ import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { Gateway } from "../../core/gateway.ts";
 import { formatRate } from "../../core/call-rate.ts";
+import { isCalendarDay } from "../../core/clock.ts";
 import type { UsageTotal } from "../../core/meter.ts";
 import { formatMoney } from "../../core/money.ts";
 import { keptUntil } from "../../core/secret-grace.ts";
@@ -33,7 +34,6 @@ import { credentialFields, readCredentials } from "../credentials.ts";
 import { callLogKey, clientIpKey, requestIdKey } from "./context.ts";
 import { rpcTransportOf, statusError } from "./status-error.ts";
 
-const day = /^\d{4}-\d{2}-\d{2}$/;
 const changeKinds = { opening: BalanceChangeKind.OPENING, "top-up": BalanceChangeKind.TOP_UP, carried: BalanceChangeKind.CARRIED, unbilled: BalanceChangeKind.UNBILLED } as const;
 
 /**
@@ -204,7 +204,7 @@ function totalMessage(t: UsageTotal) {
 /** A team's usage filter that cannot be asked: a day not YYYY-MM-DD, an operation the gateway does not have (a 4003, thrown by `refuse`). */
 function checkUsageFilter(req: { readonly from: string; readonly to: string; readonly operation: string }, refuse: (reason: string) => Error): void {
   for (const [name, value] of [["from", req.from], ["to", req.to]] as const) {
-    if (value !== "" && !day.test(value)) throw refuse(`${name}: a day is YYYY-MM-DD, not ${JSON.stringify(value.slice(0, 32))}`);
+    if (value !== "" && !isCalendarDay(value)) throw refuse(`${name}: a day is YYYY-MM-DD, not ${JSON.stringify(value.slice(0, 32))}`);
   }
   if (req.operation !== "" && !allOperations.some((op) => op.id === req.operation)) {
     throw refuse(`operation: ${JSON.stringify(req.operation.slice(0, 64))} is not an operation of this gateway (${allOperations.map((op) => op.id).join(", ")})`);

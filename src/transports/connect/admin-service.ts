@@ -1,6 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextKey, type ConnectRouter, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import type { AdminTokens } from "../../core/admin-tokens.ts";
+import { isCalendarDay } from "../../core/clock.ts";
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { OperationId } from "../../contract/operations.ts";
 import { balanceChangeFields, callFields, usageTotalFields } from "./usage-fields.ts";
@@ -246,7 +247,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
   /** The ledger filter QueryUsage and ListCalls share, under their common field names. */
   const usageFilter = (req: { account: string; from: string; to: string; operation: string; errorCode?: ErrorCode | undefined; clientIp: string; requestId: string }): UsageQuery => {
     for (const [name, value] of [["from", req.from], ["to", req.to]] as const) {
-      if (value !== "" && !/^\d{4}-\d{2}-\d{2}$/.test(value)) throw new AccountAdminError(`${name}: a day is YYYY-MM-DD, not ${JSON.stringify(value.slice(0, 32))}`);
+      if (value !== "" && !isCalendarDay(value)) throw new AccountAdminError(`${name}: a day is YYYY-MM-DD, not ${JSON.stringify(value.slice(0, 32))}`);
     }
     return {
       account: req.account || undefined,
