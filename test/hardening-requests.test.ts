@@ -6,6 +6,7 @@ import http from "node:http";
 import net from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { deriveSigningKey, newNonce, signCall } from "../src/client/browser-signature.ts";
+import { printableName } from "../src/core/account-admin.ts";
 import { GatewayError } from "../src/core/gateway-error.ts";
 import { AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
@@ -215,5 +216,26 @@ describe("AdminService input", () => {
     expect(overflow?.rawMessage).toMatch(/largest it can hold/);
     const plan = await rpcError(admin.setPlan({ key: account!.key, expires: "2026-02-30" }, { headers }));
     expect(plan?.code).toBe(Code.InvalidArgument);
+  });
+
+  it("refuses an account name with control characters or direction overrides, or past 200 characters, quoting none of them", async () => {
+    const admin = createClient(AdminService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }));
+    const headers = { authorization: `Bearer ${adminToken}` };
+    for (const [name, words] of [
+      ["a\u0000b\u001b[31mred", 'control characters, line separators or direction overrides: "a\\u0000b\\u001b[31mred"'],
+      ["shop\u2028two lines", '"shop\\u2028two lines"'],
+      ["\u202Egnp.exe", '"\\u202egnp.exe"'],
+      ["x".repeat(201), "at most 200 characters, not 201"],
+    ] as const) {
+      const e = await rpcError(admin.createAccount({ name }, { headers }));
+      expect([e?.code, e?.rawMessage]).toEqual([Code.InvalidArgument, expect.stringContaining(words)]);
+      expect(e?.rawMessage).not.toMatch(/[\u0000-\u001f\u2028\u202e]/);
+    }
+    // A name from before the check is printed (accounts list) with the same escapes.
+    expect(printableName("a\u001b[31m\u202eb 云栖")).toBe("a\\u001b[31m\\u202eb 云栖");
+    // Any script, up to 200 characters (not UTF-16 units: each of these is two).
+    const wide = "𠮷".repeat(200);
+    expect((await admin.createAccount({ name: wide }, { headers })).account?.name).toBe(wide);
+    expect((await admin.createAccount({ name: "云栖 Shop-2 (test)" }, { headers })).account?.name).toBe("云栖 Shop-2 (test)");
   });
 });

@@ -163,6 +163,8 @@ describe("npx gateway while the server runs", () => {
     const r = await runCli(["accounts", "create", "--expires", "next-week"], env);
     expect(r.code).toBe(2);
     expect(r.stderr).toContain("YYYY-MM-DD");
+    const named = await runCli(["accounts", "create", "--name", "\u001b]0;pwned\u0007shop"], env);
+    expect([named.code, named.stderr.trim()]).toEqual([2, 'an account\'s name cannot hold control characters, line separators or direction overrides: "\\u001b]0;pwned\\u0007shop"']);
     // A usage day out of the calendar printed an empty report with exit 0, as if no call had been made.
     for (const [flag, day] of [["--day", "2026-02-30"], ["--from", "2026-13-01"], ["--to", "tomorrow"]]) {
       const u = await runCli(["usage", flag!, day!], env);

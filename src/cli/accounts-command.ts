@@ -1,6 +1,6 @@
 import { parseArgs } from "node:util";
 import type { GatewayConfig } from "../config.ts";
-import { AccountAdminError, type AccountEvent, type AccountPlan, type BalanceStatement } from "../core/account-admin.ts";
+import { AccountAdminError, printableName, type AccountEvent, type AccountPlan, type BalanceStatement } from "../core/account-admin.ts";
 import type { Account } from "../core/accounts.ts";
 import { formatDateTime } from "../core/clock.ts";
 import { formatMoney, parseMoney, type Micros } from "../core/money.ts";
@@ -184,7 +184,7 @@ export async function accountsCommand(config: GatewayConfig, argv: string[]): Pr
         const page = await admin.page({ query: values.query, status: values.status, pageSize: limit ?? 0, maxWhole: Infinity });
         const accounts = page.accounts.map(describeAccount);
         if (values.json) console.log(JSON.stringify(accounts));
-        else for (const a of accounts) console.log(`${a.key}  ${a.status.padEnd(7)}  max ${a.max}  balance ${a.balance ?? "-"}  expires ${a.expires}  ${a.name}`);
+        else for (const a of accounts) console.log(`${a.key}  ${a.status.padEnd(7)}  max ${a.max}  balance ${a.balance ?? "-"}  expires ${a.expires}  ${printableName(a.name)}`);
         if (page.accounts.length < page.totalSize) console.error(`${page.accounts.length} of ${page.totalSize} accounts shown (--limit ${limit})`);
         return 0;
       }

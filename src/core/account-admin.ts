@@ -131,6 +131,27 @@ export const maxKeepOldMs = 30 * 86_400_000;
 /** The largest balance the store can hold: a signed 64-bit count of micro-units. */
 const maxBalance: Micros = 2n ** 63n - 1n;
 
+/** The longest name an account may have, in characters of any script. */
+const maxAccountNameChars = 200;
+/**
+ * What a name may not hold: control characters (an escape sequence run by
+ * the operator's terminal when `accounts list` prints it, a NUL in a CSV),
+ * line and paragraph separators, and direction overrides, which make a name
+ * read as another.
+ */
+const unfitInName = /[\p{Cc}\p{Zl}\p{Zp}\u202A-\u202E\u2066-\u2069]/u;
+
+/** The name with what a name may not hold written as escapes (`\u001b`): for a refusal, and for a terminal, where a name given before the check may still hold some. */
+export function printableName(name: string): string {
+  return name.replace(new RegExp(unfitInName.source, "gu"), (c) => `\\u${c.codePointAt(0)!.toString(16).padStart(4, "0")}`);
+}
+
+function checkName(name: string): void {
+  const chars = [...name].length;
+  if (chars > maxAccountNameChars) throw new AccountAdminError(`an account's name is at most ${maxAccountNameChars} characters, not ${chars}`);
+  if (unfitInName.test(name)) throw new AccountAdminError(`an account's name cannot hold control characters, line separators or direction overrides: "${printableName(name.slice(0, 64))}"`);
+}
+
 function checkLimits(p: Pick<AccountPlan, "dailyMax" | "concurrency" | "rate" | "expires" | "zone">): void {
   if (!Number.isSafeInteger(p.dailyMax) || p.dailyMax < 0) throw new AccountAdminError("the daily maximum must be a whole number, 0 or more");
   if (!Number.isSafeInteger(p.concurrency) || p.concurrency < 1) throw new AccountAdminError("the concurrency limit must be a whole number, 1 or more");
@@ -206,6 +227,7 @@ export class AccountAdmin {
   async create(plan: Partial<AccountPlan> & { readonly externalId?: string | undefined } = {}): Promise<CreatedAccount> {
     const { externalId, ...asked } = plan;
     const p: AccountPlan = { ...defaultPlan, operations: this.operations.map((op) => op.id), ...asked };
+    checkName(p.name);
     checkLimits(p);
     const allowedFrom = p.allowedFrom === undefined ? undefined : allowedAddresses(p.allowedFrom);
     const operations = p.operations.map((name) => this.operation(name));
