@@ -65,6 +65,13 @@ export const compressMinBytes = 1024;
 /** What the fast path leaves to connect-node: the request, with the body bytes it already read, if any. */
 export type Declined = { readonly body?: AsyncIterable<Uint8Array> };
 
+/** A request's body that closed before its end: its caller reset it or went away, or the server answered it already (past the request timeout). Nobody is left to answer, and it is no fault of the gateway's. */
+export class BodyCut extends Error {
+  constructor() {
+    super("the request stream closed before its end");
+  }
+}
+
 /**
  * The request body, read up to `max` bytes; past it, what was read and the
  * rest of the stream, for connect-node to refuse. Rejects when the stream
@@ -87,7 +94,7 @@ export function readBody(body: Readable, max: number): Promise<BodyRead> {
   return new Promise((resolve, reject) =>
     process.nextTick(() => {
       if (req.destroyed) {
-        reject(new Error("the request stream closed before its end"));
+        reject(new BodyCut());
         return;
       }
       // Whole: the parser said so, or every byte the head declared is here (its end is then pushed
@@ -136,7 +143,7 @@ function listen(body: Readable, max: number, resolve: (read: BodyRead) => void, 
     done();
     reject(e);
   };
-  const onClose = () => onError(new Error("the request stream closed before its end"));
+  const onClose = () => onError(new BodyCut());
   body.on("data", onData);
   body.on("end", onEnd);
   body.on("error", onError);
@@ -319,8 +326,9 @@ export function unaryFastPath(
     } catch (e) {
       // The body never ended: the caller went away, or the server answered the request already (over
       // HTTP/2, one past the request timeout, which one-port-server.ts answers and resets). Nobody is
-      // left to answer; a fault of ours it is not.
-      if (req.raw.destroyed || reply.raw.headersSent) return undefined;
+      // left to answer; a fault of ours it is not. (HTTP/2's compatibility request is not `destroyed`
+      // when its stream is reset: a client's reset mid-body was logged as an error.)
+      if (e instanceof BodyCut || req.raw.destroyed || reply.raw.headersSent) return undefined;
       throw e;
     }
     if (!("status" in answer)) return answer;
