@@ -169,6 +169,26 @@ describe("11.10 a repeated parameter", () => {
       await strict.close();
     }
   });
+
+  it("in a JSON body too (a JSON parser keeps the last), its name compared as read, and a form body's", async () => {
+    const post = async (type: string, body: string) => {
+      const res = await fetch(`${gw.base}/retail/item_get/`, { method: "POST", headers: { "content-type": type }, body });
+      return (await res.json()) as { error_code: string; reason: string };
+    };
+    const { key, secret } = gw.account;
+    for (const body of [
+      `{"key":"${key}","secret":"${secret}","num_iid":"${demo.retailNumIid}","num_iid":"600000000001"}`,
+      `{"key":"${key}","secret":"${secret}","num_iid":"${demo.retailNumIid}", "num\u005fiid" : 600000000001}`,
+    ]) {
+      expect(await post("application/json", body)).toMatchObject({ error_code: "4003", reason: "parameter num_iid is given more than once" });
+    }
+    expect(await post("application/x-www-form-urlencoded", `key=${key}&secret=${secret}&num_iid=${demo.retailNumIid}&num_iid=1`)).toMatchObject({ error_code: "4003", reason: "parameter num_iid is given more than once" });
+    // A name repeated inside a nested value is not the body's (the value itself is refused), and JSON Fastify refuses stays refused.
+    expect(await post("application/json", `{"key":"${key}","secret":"${secret}","num_iid":{"a":1,"a":2}}`)).toMatchObject({ error_code: "4003", reason: "parameter num_iid in the JSON body must be a string" });
+    expect(await post("application/json", `{"__proto__":{"x":1},"key":"${key}"}`)).toMatchObject({ error_code: "4003", reason: "the request body is not valid JSON" });
+    expect(await post("application/json", `{"key":"${key}",`)).toMatchObject({ error_code: "4003", reason: "the request body is not valid JSON" });
+    expect(await post("application/json", `{"key":"${key}","secret":"${secret}","num_iid":"${demo.retailNumIid}"}`)).toMatchObject({ error_code: "0000" });
+  });
 });
 
 describe("11.13 Authorization: KEY and Authorization: Bearer KEY", () => {

@@ -14,7 +14,7 @@ import { endInParts } from "../server/end-in-parts.ts";
 import { callLogOf } from "../server/access-log.ts";
 import { credentialFields, readCredentials } from "../credentials.ts";
 import { compress, negotiateEncoding } from "./legacy-compression.ts";
-import { legacyParams, type LegacyParams } from "./legacy-params.ts";
+import { legacyParams, repeatedJsonName, RepeatedJsonName, type LegacyParams } from "./legacy-params.ts";
 
 const operationList = operations.map((op) => op.id).join(", ");
 const formatList = Object.keys(legacyFormats).join(", ");
@@ -200,6 +200,14 @@ export function installLegacyShim(root: FastifyInstance, gateway: Gateway): void
     // A body is JSON or a form; Fastify's text/plain parser would let other text through.
     app.removeContentTypeParser("text/plain");
     app.addContentTypeParser("application/x-www-form-urlencoded", { parseAs: "string" }, (_req, body, done) => done(null, body));
+    // JSON as Fastify parses it, but a name given twice is refused as in the query string, not the last one kept.
+    const json = app.getDefaultJsonParser("error", "error");
+    app.removeContentTypeParser("application/json");
+    app.addContentTypeParser("application/json", { parseAs: "string" }, (req, body, done) => {
+      const repeated = repeatedJsonName(body as string);
+      if (repeated !== undefined) done(null, new RepeatedJsonName(repeated));
+      else json(req, body as string, done);
+    });
 
     const handle = (operation: Operation) => async (req: FastifyRequest, reply: FastifyReply) => {
       const { input, format } = legacyCall(operation, legacyParams(req.url, req.body), {
