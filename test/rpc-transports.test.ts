@@ -236,14 +236,15 @@ describe("a request the gateway cannot read whole: no error line for the caller'
     ["/grpc.health.v1.Health/Watch", {}],
     ["/gateway.admin.v1.AdminService/WatchCalls", { authorization: `Bearer ${adminToken}` }],
   ];
+  /** The error a stream's request ends with on Connect, gRPC-Web and gRPC, in that order. */
+  const streamErrors = async (path: string, auth: Record<string, string>, body: Buffer) => [
+    await connectStreamError(await fetch(`${own.base}${path}`, { method: "POST", headers: { ...auth, "content-type": "application/connect+proto" }, body })),
+    await grpcWebError(await fetch(`${own.base}${path}`, { method: "POST", headers: { ...auth, "content-type": "application/grpc-web+proto" }, body })),
+    await rawGrpc(path, body, auth, own.base),
+  ];
 
   it.each(methods)("%s answers invalid_argument with the decoder's words on Connect, gRPC-Web and gRPC, and logs no error", async (path, auth) => {
-    const answers = [
-      await connectStreamError(await fetch(`${own.base}${path}`, { method: "POST", headers: { ...auth, "content-type": "application/connect+proto" }, body: framed })),
-      await grpcWebError(await fetch(`${own.base}${path}`, { method: "POST", headers: { ...auth, "content-type": "application/grpc-web+proto" }, body: framed })),
-      await rawGrpc(path, framed, auth, own.base),
-    ];
-    for (const err of answers) {
+    for (const err of await streamErrors(path, auth, framed)) {
       expect(err?.code).toBe(Code.InvalidArgument);
       expect(err?.rawMessage).toMatch(/^parse binary:/);
     }
@@ -278,12 +279,7 @@ describe("a request the gateway cannot read whole: no error line for the caller'
   it.each(methods)("%s keeps gRPC's internal, in connect-es's words, for a message flagged compressed with no encoding, and logs no error", async (path, auth) => {
     const message = Buffer.from([0x0a, 0x00]);
     const flagged = Buffer.concat([Buffer.from([1, 0, 0, 0, message.length]), message]);
-    const answers = [
-      await connectStreamError(await fetch(`${own.base}${path}`, { method: "POST", headers: { ...auth, "content-type": "application/connect+proto" }, body: flagged })),
-      await grpcWebError(await fetch(`${own.base}${path}`, { method: "POST", headers: { ...auth, "content-type": "application/grpc-web+proto" }, body: flagged })),
-      await rawGrpc(path, flagged, auth, own.base),
-    ];
-    for (const err of answers) {
+    for (const err of await streamErrors(path, auth, flagged)) {
       expect(err?.code).toBe(Code.Internal);
       expect(err?.rawMessage).toBe("received compressed envelope, but do not know how to decompress");
     }
