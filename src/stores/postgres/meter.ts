@@ -9,7 +9,7 @@ import { balanceShort, concurrencyReached, dailyMaxReached, rateReached } from "
 import type { Micros } from "../../core/money.ts";
 import { addressesIn } from "../../core/allowed-addresses.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
-import { databaseFault, databaseUnreachable } from "./postgres-database.ts";
+import { checkOut, databaseFault, databaseUnreachable } from "./postgres-database.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { keptMs, type IdempotencyKey, type KeyClaim, type TakenKey } from "../../core/idempotency.ts";
 import { foldedPastCursor, UsagePageError } from "../../core/usage-pages.ts";
@@ -663,7 +663,7 @@ export class PostgresMeter implements Meter {
    * a kept one waits for it.
    */
   async expire(beforeDay: string, signal?: AbortSignal): Promise<number> {
-    const client = await this.pool.connect();
+    const client = await checkOut(this.pool);
     let usable = true;
     try {
       const locked = await client.query<{ locked: boolean }>("SELECT pg_try_advisory_lock($1) AS locked", [retentionLock]);

@@ -581,6 +581,26 @@ export function openPostgres(url: string, options: { max?: number } = {}): pg.Po
 }
 
 /**
+ * A client of the pool for statements of one's own (a transaction, a commit
+ * whose session must be known), given back with `release`. node-postgres
+ * reports a checked-out client's lost connection twice: its statement fails,
+ * and the client emits `error`, which with no listener ends the process. The
+ * statement's failure is what the caller acts on, so the event is heard and
+ * let go while the client is out (the pool listens again once it is back).
+ */
+export async function checkOut(pool: pg.Pool): Promise<pg.PoolClient> {
+  const client = await pool.connect();
+  const heard = () => {};
+  client.on("error", heard);
+  const release = client.release;
+  client.release = (e?: Error | boolean) => {
+    client.removeListener("error", heard);
+    release(e);
+  };
+  return client;
+}
+
+/**
  * Brings the database's schema up to date: each missing step in one
  * transaction, under a transaction-scoped advisory lock, so replicas that
  * start at once apply each step once and the rest find it done. Returns the
@@ -602,20 +622,25 @@ export async function migrateSchema(pool: pg.Pool): Promise<{ from: number; to: 
 
 /**
  * Runs `work` on one client in one transaction (`begin` opens it): committed
- * when `work` returns, rolled back when it throws (the error is thrown on),
- * and the client handed back to the pool either way.
+ * when `work` returns, rolled back when it throws (the error is thrown on).
+ * The client goes back to the pool when the transaction ended, committed or
+ * rolled back; when even the rollback fails (a statement timed out, the
+ * connection was lost) it is closed instead, which ends whatever the
+ * session still held, rather than handed to the next caller in a state
+ * nobody knows.
  */
 export async function inTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>, begin = "BEGIN"): Promise<T> {
-  const client = await pool.connect();
+  const client = await checkOut(pool);
+  let broken: Error | undefined;
   try {
     await client.query(begin);
     const result = await work(client);
     await client.query("COMMIT");
     return result;
   } catch (e) {
-    await client.query("ROLLBACK").catch(() => {});
+    await client.query("ROLLBACK").catch((r: unknown) => (broken = r instanceof Error ? r : new Error(String(r))));
     throw e;
   } finally {
-    client.release();
+    client.release(broken);
   }
 }
