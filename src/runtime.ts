@@ -14,7 +14,7 @@ import { MemoryCache } from "./stores/embedded/response-cache.ts";
 import { AccountAdmin } from "./core/account-admin.ts";
 import type { AccountStore } from "./core/account-store.ts";
 import type { CatalogueStore } from "./core/catalogue-store.ts";
-import type { Meter } from "./core/meter.ts";
+import type { LedgerCommitOutcome, Meter } from "./core/meter.ts";
 import type { OperatorSwitches } from "./core/operator-switches.ts";
 import { MemoryAddressLockout, type AddressLockout } from "./core/address-lockout.ts";
 import { systemClock, type Clock } from "./core/clock.ts";
@@ -274,6 +274,24 @@ function lockoutOptions(config: GatewayConfig) {
   return { slowAfterFailures: config.authSlowAfter, lockAfterFailures: config.authLockAfter, lockSeconds: config.authLockSeconds };
 }
 
+/**
+ * Says what became of a ledger commit sent and not answered (PostgresMeter's
+ * `settle`): a warning when it was learnt in time and the calls were
+ * answered accordingly; an error while calls were told 4000 without knowing
+ * whether they are charged, and when they turn out charged (an operator
+ * refunds them), with their request ids.
+ */
+function logUnansweredCommit(log: RuntimeLog | undefined, outcome: LedgerCommitOutcome, requestIds: readonly string[], cause: unknown): void {
+  const n = `${requestIds.length} call${requestIds.length === 1 ? "" : "s"}`;
+  const fields = { err: cause, outcome, requestIds };
+  const warn = (msg: string) => (log?.warn ?? log?.error)?.call(log, fields, msg);
+  if (outcome === "landed") warn(`a ledger commit's answer was lost; it had committed, so its ${n} were answered and charged`);
+  else if (outcome === "lost") warn(`a ledger commit's answer was lost; it had not committed, so its ${n} answered 4000, not charged`);
+  else if (outcome === "unconfirmed") log?.error(fields, `a ledger commit's answer was lost and the shared database could not be asked whether it committed: its ${n} answered 4000 and are charged only if the ledger lists them; the gateway goes on asking`);
+  else if (outcome === "landed_late") log?.error(fields, `an unconfirmed ledger commit had committed: its ${n} were told 4000 and are charged; refund them`);
+  else warn(`an unconfirmed ledger commit had not committed: none of its ${n} is charged`);
+}
+
 /** This replica's default label in shared mode: its host and process, so no two running replicas share one. */
 function replicaLabel(): string {
   const host = hostname().replace(/[^A-Za-z0-9_-]/g, "").slice(0, 20) || "gw";
@@ -308,6 +326,10 @@ async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog
       commits.ring();
     },
     onVacuumFailed: (e) => (log?.warn ?? log?.error)?.call(log, { err: e }, "the lease table (admissions) could not be vacuumed; calls go on, and it is tried again later"),
+    onUnansweredCommit: (outcome, requestIds, cause) => {
+      telemetry.ledgerCommitUnanswered(outcome, requestIds.length);
+      logUnansweredCommit(log, outcome, requestIds, cause);
+    },
   });
   const connected = redis;
   const postgres: HealthCheck = {

@@ -71,6 +71,8 @@ describe("the Prometheus alerting rules", () => {
             { series: `gateway_tls_certificate_expiry_timestamp_seconds{${labels}}`, values: "864000x120" },
             { series: `gateway_circuit_open{${labels}, catalogue="retail"}`, values: "0 0 1x10" },
             { series: `gateway_ledger_feed_held_seconds{${labels}}`, values: "0.01 0.01 120x10" },
+            // Two calls told 4000 at minute 3 that the ledger later showed charged; nothing more for the next hour and more.
+            { series: `gateway_ledger_unanswered_calls_total{${labels}, outcome="landed_late"}`, values: "0 0 0 2x80" },
             // A client certificate for the collector valid from the test's start for 100 minutes: 80% through at 80m.
             { series: `gateway_otlp_client_certificate_start_timestamp_seconds{${labels}}`, values: "0x120" },
             { series: `gateway_otlp_client_certificate_expiry_timestamp_seconds{${labels}}`, values: "6000x120" },
@@ -85,6 +87,9 @@ describe("the Prometheus alerting rules", () => {
             { eval_time: "61m", alertname: "GatewayTlsCertificateExpiringSoon", exp_alerts: [] },
             { eval_time: "4m", alertname: "GatewayUpstreamCircuitOpen", exp_alerts: [] },
             { eval_time: "8m", alertname: "GatewayUpstreamCircuitOpen", exp_alerts: fires("GatewayUpstreamCircuitOpen", { severity: "critical", instance: "gw-1:8080", catalogue: "retail" }, "The upstream provider of retail has been failing for 5 minutes") },
+            { eval_time: "2m", alertname: "GatewayCallsChargedUnanswered", exp_alerts: [] },
+            { eval_time: "3m", alertname: "GatewayCallsChargedUnanswered", exp_alerts: fires("GatewayCallsChargedUnanswered", { severity: "warning", outcome: "landed_late", ...gw1 }, "Gateway gw-1:8080 told calls 4000 that its ledger then showed charged") },
+            { eval_time: "70m", alertname: "GatewayCallsChargedUnanswered", exp_alerts: [] },
             { eval_time: "8m", alertname: "GatewayFeedHeld", exp_alerts: fires("GatewayFeedHeld", { severity: "warning", ...gw1 }, "The ledger's feed has held calls back for 2m 0s") },
             { eval_time: "84m", alertname: "GatewayCollectorCertificateNotRenewed", exp_alerts: [] },
             { eval_time: "87m", alertname: "GatewayCollectorCertificateNotRenewed", exp_alerts: fires("GatewayCollectorCertificateNotRenewed", { severity: "warning", ...gw1 }, "Gateway gw-1:8080's client certificate for the OTLP collector is 87% through its life") },

@@ -1,12 +1,24 @@
-// A shared-mode gateway's connections to PostgreSQL when they fail part way: a loopback TCP proxy in front of the
-// real server, whose connections open at a switch can be cut as their next answer comes (a reset after the server
-// acted on what it was sent).
+// A shared-mode gateway whose PostgreSQL stops answering rather than going away: the server froze, failed over, or
+// a link or a middlebox drops packets, so connections stay open and nothing comes back. A loopback TCP proxy in front
+// of the real server plays each case on the connections open at the moment it is told to:
+//   silent  drops what either side sends, and holds new connections without connecting them;
+//   deaf    passes the gateway's statements on and drops the answers (they commit, and nobody hears), holds new ones;
+//   cut     passes the statements on and cuts each connection as its answer comes (a reset after the commit);
+//   open    passes everything again (connections held meanwhile stay held: the gateway's own bounds end them).
+// Under load, every call is answered within a bound, the replica serves again by itself, and every answer says what
+// the ledger holds: each 0000 has its charged row, and no call told "not charged" was charged.
+import { spawn, type ChildProcess } from "node:child_process";
 import net from "node:net";
+import { randomBytes } from "node:crypto";
+import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { inTransaction, openPostgres } from "../src/stores/postgres/postgres-database.ts";
+import { openRedis } from "../src/stores/redis/redis-client.ts";
+import { root, runCli } from "./support/cli.ts";
+import { demo } from "./support/gateway-fixture.ts";
 import { freshDatabase } from "./support/postgres.ts";
 
-type Mode = "open";
+type Mode = "open" | "silent" | "deaf";
 
 interface Pair {
   readonly client: net.Socket;
@@ -17,20 +29,35 @@ interface Pair {
 
 let db: Awaited<ReturnType<typeof freshDatabase>>;
 let proxiedUrl: string;
+let gateway: ChildProcess;
+let base: string;
+let log = "";
+let env: Record<string, string>;
 let proxy: net.Server;
+let newConnections: Mode = "open";
 const pairs = new Set<Pair>();
+const redisUrl = "redis://127.0.0.1:6379/11";
 
 function openProxy(): Promise<number> {
   proxy = net.createServer((client) => {
     client.on("error", () => {});
+    if (newConnections !== "open") {
+      // Held: accepted, never connected on, never answered.
+      const held: Pair = { client, server: undefined, mode: newConnections };
+      pairs.add(held);
+      client.on("close", () => pairs.delete(held));
+      return;
+    }
     const server = net.connect(5432, "127.0.0.1");
     server.on("error", () => {});
     const pair: Pair = { client, server, mode: "open" };
     pairs.add(pair);
-    client.on("data", (d) => server.write(d));
+    client.on("data", (d) => {
+      if (pair.mode !== "silent") server.write(d);
+    });
     server.on("data", (d) => {
       if (pair.mode === "open") client.write(d);
-      else (client.destroy(), server.destroy());
+      else if (pair.mode === "cut") (client.destroy(), server.destroy());
     });
     const close = () => (pairs.delete(pair), client.destroy(), server.destroy());
     client.on("close", close);
@@ -39,9 +66,10 @@ function openProxy(): Promise<number> {
   return new Promise((resolve) => proxy.listen(0, "127.0.0.1", () => resolve((proxy.address() as net.AddressInfo).port)));
 }
 
-/** Switches the connections open now to `existing`. */
-function switchTo(existing: Mode | "cut"): void {
+/** Switches the connections open now to `existing`, and what new connections get to `fresh`. */
+function switchTo(existing: Mode | "cut", fresh: Mode): void {
   for (const p of pairs) if (p.server !== undefined) p.mode = existing;
+  newConnections = fresh;
 }
 
 beforeAll(async () => {
@@ -49,24 +77,179 @@ beforeAll(async () => {
   const url = new URL(db.url);
   url.port = String(await openProxy());
   proxiedUrl = url.href;
-});
+  env = { GATEWAY_DATABASE_URL: url.href, GATEWAY_REDIS_URL: redisUrl, GATEWAY_LOG_LEVEL: "warn", GATEWAY_PORT: "0" };
+  gateway = spawn(process.execPath, [`${root}/bin/gateway.js`, "serve", "--demo"], { cwd: root, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  gateway.stdout!.on("data", (d: Buffer) => (log += d.toString()));
+  gateway.stderr!.on("data", (d: Buffer) => (log += d.toString()));
+  const until = Date.now() + 30_000;
+  while (!/listening on (http:\/\/\S+) /.test(log) || !log.includes("Demo account")) {
+    if (Date.now() > until) throw new Error(`no gateway:\n${log}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  base = /listening on (http:\/\/\S+) /.exec(log)![1]!;
+}, 60_000);
 
 afterAll(async () => {
+  gateway?.kill("SIGKILL");
   for (const p of pairs) (p.client.destroy(), p.server?.destroy());
   await new Promise((r) => proxy?.close(r));
   await db?.drop();
+  const redis = await openRedis(redisUrl);
+  await redis.flushdb();
+  redis.disconnect();
 });
+
+interface Answer {
+  readonly code: string;
+  readonly requestId: string;
+  readonly reason: string;
+  readonly ms: number;
+}
+
+/** `loops` callers calling one after another until `stop` resolves: every answer, and how long each took. */
+async function load(account: { key: string; secret: string }, loops: number, stop: Promise<unknown>): Promise<Answer[]> {
+  const url = `${base}/wholesale/item_get/?${new URLSearchParams({ key: account.key, secret: account.secret, num_iid: demo.wholesaleNumIid })}`;
+  const answers: Answer[] = [];
+  let stopped = false;
+  void stop.then(() => (stopped = true));
+  await Promise.all(
+    Array.from({ length: loops }, async () => {
+      while (!stopped) {
+        const t = performance.now();
+        // A caller's own patience, far past the gateway's bounds: the gateway must answer first.
+        const body = (await (await fetch(url, { signal: AbortSignal.timeout(60_000) })).json()) as { error_code: string; request_id: string; reason?: string };
+        answers.push({ code: body.error_code, requestId: body.request_id, reason: body.reason ?? "", ms: performance.now() - t });
+      }
+    }),
+  );
+  return answers;
+}
+
+/** Each answer against the ledger, read from the real server (not through the proxy). */
+async function ledgerOf(answers: readonly Answer[]): Promise<Map<string, { charge: string; error_code: number }>> {
+  const c = new pg.Client({ connectionString: db.url });
+  await c.connect();
+  try {
+    const { rows } = await c.query<{ request_id: string; charge: string; error_code: number }>("SELECT request_id, charge, error_code FROM ledger WHERE request_id = ANY($1)", [answers.map((a) => a.requestId)]);
+    return new Map(rows.map((r) => [r.request_id, r]));
+  } finally {
+    await c.end();
+  }
+}
+
+/** The checks every scenario makes of its answers: each told what the ledger holds. */
+async function expectAnswersMatchTheLedger(answers: readonly Answer[]): Promise<void> {
+  const ledger = await ledgerOf(answers);
+  const wrong: string[] = [];
+  for (const a of answers) {
+    const row = ledger.get(a.requestId);
+    if (a.code === "0000" && row?.charge !== "charged") wrong.push(`0000 ${a.requestId}: ${row?.charge ?? "no row"}`);
+    if (a.code === "4000" && !a.reason.includes("did not confirm") && row?.charge === "charged") wrong.push(`4000 "${a.reason}" ${a.requestId}: charged`);
+    if (a.code !== "0000" && a.code !== "4000") wrong.push(`${a.code} ${a.requestId}: ${a.reason}`);
+  }
+  expect(wrong).toEqual([]);
+}
+
+async function unanswered(): Promise<Record<string, number>> {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const out: Record<string, number> = {};
+  for (const m of text.matchAll(/^gateway_ledger_unanswered_calls_total\{outcome="(\w+)"\} (\d+)/gm)) out[m[1]!] = Number(m[2]);
+  return out;
+}
+
+/** Calls until one answers 0000, for at most `ms`: the replica serving again by itself. */
+async function servesAgain(account: { key: string; secret: string }, ms: number): Promise<number> {
+  const started = Date.now();
+  const url = `${base}/wholesale/item_get/?${new URLSearchParams({ key: account.key, secret: account.secret, num_iid: demo.wholesaleNumIid })}`;
+  while (Date.now() - started < ms) {
+    const body = (await (await fetch(url, { signal: AbortSignal.timeout(60_000) })).json()) as { error_code: string };
+    if (body.error_code === "0000") return Date.now() - started;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`not serving ${ms} ms after PostgreSQL answered again`);
+}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe("a shared-mode gateway whose PostgreSQL stops answering", () => {
+  let account: { key: string; secret: string };
+  beforeAll(async () => {
+    const created = await runCli(["accounts", "create", "--json", "--name", randomBytes(3).toString("hex"), "--max", "100000000", "--concurrency", "1000"], env);
+    account = JSON.parse(created.stdout) as { key: string; secret: string };
+  }, 30_000);
+
+  it("answers a commit whose answer was cut after it committed as charged, and one that did not commit as not charged", async () => {
+    const done = sleep(3000);
+    const calls = load(account, 16, done.then(() => sleep(1500)));
+    await sleep(1000);
+    // Every connection open now is cut as its next answer comes; new ones go through.
+    switchTo("cut", "open");
+    await done;
+    const answers = await calls;
+    expect(answers.filter((a) => a.code === "0000").length).toBeGreaterThan(10);
+    await expectAnswersMatchTheLedger(answers);
+    // Commits had landed when their connections were cut: found in the ledger, and their calls answered.
+    expect((await unanswered()).landed).toBeGreaterThan(0);
+  }, 60_000);
+
+  it("answers every call within its bounds while PostgreSQL takes statements and sends nothing back, then serves again", async () => {
+    const before = await unanswered();
+    const healed = sleep(1000).then(() => switchTo("deaf", "deaf")).then(() => sleep(3000)).then(() => switchTo("open", "open"));
+    const calls = load(account, 16, healed.then(() => sleep(20_000)));
+    await healed;
+    const answers = await calls;
+    // A statement waits 5 s, a commit's outcome 10 s more; a connection 5 s: nothing near the caller's 60 s.
+    expect(Math.max(...answers.map((a) => a.ms))).toBeLessThan(30_000);
+    expect(answers.some((a) => a.code === "4000")).toBe(true);
+    await expectAnswersMatchTheLedger(answers);
+    // The commits in flight reached the server and committed; learnt once it answered again, within their 10 s.
+    const after = await unanswered();
+    expect((after.landed ?? 0) - (before.landed ?? 0)).toBeGreaterThan(0);
+    expect(after.unconfirmed ?? 0).toBe(before.unconfirmed ?? 0);
+    await servesAgain(account, 15_000);
+  }, 90_000);
+
+  it("tells calls it could not learn about that they are unconfirmed, learns it later, and serves again", async () => {
+    const before = await unanswered();
+    let wentSilent = 0;
+    const healed = sleep(1000)
+      .then(() => ((wentSilent = Date.now()), switchTo("silent", "silent")))
+      .then(() => sleep(18_000))
+      .then(() => switchTo("open", "open"));
+    const calls = load(account, 16, healed);
+    await healed;
+    const answers = await calls;
+    expect(wentSilent).toBeGreaterThan(0);
+    expect(Math.max(...answers.map((a) => a.ms))).toBeLessThan(30_000);
+    // Commits sent as it went silent: not learnt within their 15 s, so their calls were told so.
+    const unconfirmed = answers.filter((a) => a.reason.includes("did not confirm"));
+    expect(unconfirmed.length).toBeGreaterThan(0);
+    expect(unconfirmed[0]!.reason).toContain(unconfirmed[0]!.requestId);
+    await expectAnswersMatchTheLedger(answers);
+    await servesAgain(account, 15_000);
+    // Learnt once it answered: each such call is counted again as landed_late or lost_late, as the ledger shows.
+    const until = Date.now() + 20_000;
+    let after = await unanswered();
+    while ((after.landed_late ?? 0) + (after.lost_late ?? 0) - (before.landed_late ?? 0) - (before.lost_late ?? 0) < unconfirmed.length && Date.now() < until) {
+      await sleep(250);
+      after = await unanswered();
+    }
+    expect((after.unconfirmed ?? 0) - (before.unconfirmed ?? 0)).toBe(unconfirmed.length);
+    const ledger = await ledgerOf(unconfirmed);
+    const charged = unconfirmed.filter((a) => ledger.get(a.requestId)?.charge === "charged").length;
+    expect((after.landed_late ?? 0) - (before.landed_late ?? 0)).toBe(charged);
+    expect((after.lost_late ?? 0) - (before.lost_late ?? 0)).toBe(unconfirmed.length - charged);
+    // The operator is told, with the request ids, at error level only where calls may be charged unanswered.
+    expect(log).toContain("could not be asked whether it committed");
+  }, 120_000);
+
   it("fails a transaction whose connection is cut, without ending the process that ran it", async () => {
     // In this process: node-postgres emits a checked-out client's lost connection as an event that, unheard, ends it.
     const pool = openPostgres(proxiedUrl, { max: 1 });
     try {
       const running = inTransaction(pool, (c) => c.query("SELECT pg_sleep(0.5)"));
       await sleep(100);
-      switchTo("cut");
+      switchTo("cut", "open");
       await expect(running).rejects.toThrow(/Connection terminated/);
       // The pool goes on, on a new connection.
       expect((await pool.query<{ n: number }>("SELECT 1 AS n")).rows[0]!.n).toBe(1);

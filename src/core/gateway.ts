@@ -18,7 +18,7 @@ import type { Args, Operation } from "./operation.ts";
 import { createRequestIdGenerator } from "./request-id.ts";
 import { OwnReads } from "./own-reads.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
-import { balanceAccounting, type Admission, type BalanceAccounting, type Meter, type Transport, type UsageQuery, type UsageSummary } from "./meter.ts";
+import { balanceAccounting, UnconfirmedCommit, type Admission, type BalanceAccounting, type Meter, type Transport, type UsageQuery, type UsageSummary } from "./meter.ts";
 import { callPage, followCalls, totalsPage, type CallPage, type FeedPage, type TotalsPage } from "./usage-pages.ts";
 import type { Micros } from "./money.ts";
 import type { OperatorSwitches } from "./operator-switches.ts";
@@ -385,7 +385,10 @@ export class Gateway {
       this.ports.log?.error({ err: e, requestId, ...spanLogFields(span) }, "the usage ledger cannot be written");
       if (charge === "charged") {
         code = ErrorCode.SERVER_INTERNAL_ERROR;
-        reason = `the usage ledger cannot be written, so the call was not charged; quote request id ${requestId}`;
+        reason =
+          e instanceof UnconfirmedCommit
+            ? `the usage ledger did not confirm this call's row in time, so its answer was withheld; it is charged only if the ledger lists request id ${requestId}`
+            : `the usage ledger cannot be written, so the call was not charged; quote request id ${requestId}`;
         answer = undefined;
       }
     }

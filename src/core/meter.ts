@@ -109,6 +109,30 @@ export interface RecordedBalanceChange {
   readonly reference: string;
 }
 
+/**
+ * A ledger commit that was sent and never answered, whose outcome could not
+ * be learnt in time (the shared database stayed out of reach): its calls may
+ * or may not be charged, and are not answered with their data. The ledger,
+ * once it answers again, is the record of which (see `LedgerCommitOutcome`).
+ */
+export class UnconfirmedCommit extends Error {
+  override name = "UnconfirmedCommit";
+
+  constructor(cause: unknown) {
+    super("the usage ledger did not confirm its commit in time", { cause });
+  }
+}
+
+/**
+ * What became of a ledger commit sent and not answered (its connection timed
+ * out or was lost), by the calls it held: `landed` and `lost` were learnt in
+ * time, and its calls were answered accordingly; `unconfirmed` was not (its
+ * calls answered 4000, `UnconfirmedCommit`), and `landed_late` or `lost_late`
+ * is what the ledger later showed for those. `landed_late` calls were told
+ * 4000 and are charged: an operator refunds them.
+ */
+export type LedgerCommitOutcome = "landed" | "lost" | "unconfirmed" | "landed_late" | "lost_late";
+
 /** A top-up whose reference the account's balance already took, for another amount: refused, nothing changed. */
 export class BalanceReferenceConflict extends Error {
   override name = "BalanceReferenceConflict";

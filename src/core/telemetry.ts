@@ -1,6 +1,6 @@
 import type { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 import type { Limit } from "./gateway-error.ts";
-import type { Transport } from "./meter.ts";
+import type { LedgerCommitOutcome, Transport } from "./meter.ts";
 import type { AlertKind } from "./alerts.ts";
 
 /** What became of a call's look into the response cache. */
@@ -47,6 +47,8 @@ export interface Telemetry {
   alertAttempt(kind: AlertKind, outcome: "delivered" | "retried" | "given_up"): void;
   /** One group commit of the usage ledger. */
   ledgerCommitted(seconds: number, rows: number): void;
+  /** A ledger commit sent and not answered, by what became of it (`LedgerCommitOutcome`), and the calls it held. */
+  ledgerCommitUnanswered(outcome: LedgerCommitOutcome, calls: number): void;
   authFailed(reason: AuthFailure): void;
 }
 
@@ -63,5 +65,6 @@ export const noTelemetry: Telemetry = {
   spans() {},
   alertAttempt() {},
   ledgerCommitted() {},
+  ledgerCommitUnanswered() {},
   authFailed() {},
 };

@@ -61,7 +61,9 @@ export function watchQueries(pool: pg.Pool, fragment: string): { count: () => nu
   let held: Hold | undefined;
   const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
   (pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = async (...args: unknown[]) => {
-    if (!String(args[0]).includes(fragment)) return query(...args);
+    // A statement is its text, or a config that holds it (`callStatement`'s, with its bound).
+    const text = typeof args[0] === "object" && args[0] !== null ? (args[0] as { text?: unknown }).text : args[0];
+    if (!String(text).includes(fragment)) return query(...args);
     count++;
     const wait = held;
     const answer = await query(...args);

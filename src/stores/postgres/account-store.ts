@@ -4,7 +4,7 @@ import { ExternalIdTaken, type AccountListing, type AccountStore } from "../../c
 import type { Account } from "../../core/accounts.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
 import { accountChangeFromRow, accountColumns, accountFromRow, accountToRow, changedColumns, changesToJson, type AccountChangeRow, type AccountRow } from "../account-row.ts";
-import { databaseFault, inTransaction } from "./postgres-database.ts";
+import { callStatement, databaseFault, inTransaction } from "./postgres-database.ts";
 
 /** How long a replica trusts what it read of an account: every replica sees a change within this. */
 export const accountFreshMs = 1000;
@@ -64,7 +64,7 @@ export class PostgresAccountStore implements AccountStore {
     };
     let r: pg.QueryResult<AccountRow>;
     try {
-      r = await this.pool.query<AccountRow>(`${read} WHERE a.key = $1`, [key]);
+      r = await this.pool.query<AccountRow>(callStatement(`${read} WHERE a.key = $1`, [key]));
     } catch (e) {
       stillWanted();
       throw databaseFault(e);

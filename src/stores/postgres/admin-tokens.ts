@@ -3,6 +3,7 @@ import type { AdminTokenStore, NamedAdmin } from "../../core/admin-tokens.ts";
 import { adminFromRow, type AdminRow } from "../admin-token-row.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
 import { accountFreshMs } from "./account-store.ts";
+import { callStatement } from "./postgres-database.ts";
 
 const columns = "name, created_at::text AS created_at, created_by, revoked_at::text AS revoked_at, revoked_by";
 
@@ -25,7 +26,7 @@ export class PostgresAdminTokens implements AdminTokenStore {
     const known = this.cached.get(hash);
     const now = this.now();
     if (known !== undefined && now - known.at < accountFreshMs) return known.admin;
-    return this.pool.query<AdminRow>(`SELECT ${columns} FROM admin_tokens WHERE token_hash = $1`, [hash]).then((r) => {
+    return this.pool.query<AdminRow>(callStatement(`SELECT ${columns} FROM admin_tokens WHERE token_hash = $1`, [hash])).then((r) => {
       const admin = r.rows[0] === undefined ? undefined : adminFromRow(r.rows[0]);
       if (this.cached.size >= 10_000) this.cached.clear();
       this.cached.set(hash, { admin, at: now });

@@ -1,7 +1,7 @@
 import type pg from "pg";
 import type { Found, NotFound } from "../../core/catalogue-source.ts";
 import { storedAnswer, type CatalogueStore, type StoredRecord } from "../../core/catalogue-store.ts";
-import { databaseFault } from "./postgres-database.ts";
+import { callStatement, databaseFault } from "./postgres-database.ts";
 import type { Args, Operation } from "../../core/operation.ts";
 
 /**
@@ -22,11 +22,13 @@ export class PostgresCatalogue implements CatalogueStore {
   async fetch(operation: Operation, args: Args): Promise<Found | NotFound> {
     let r: pg.QueryResult<{ record: Buffer; obtainable: boolean; stored_at: string }>;
     try {
-      r = await this.pool.query("SELECT record, obtainable, stored_at::text AS stored_at FROM catalogue_records WHERE catalogue = $1 AND kind = $2 AND key = $3", [
-        operation.catalogue,
-        operation.record.name,
-        operation.recordKey(args),
-      ]);
+      r = await this.pool.query(
+        callStatement("SELECT record, obtainable, stored_at::text AS stored_at FROM catalogue_records WHERE catalogue = $1 AND kind = $2 AND key = $3", [
+          operation.catalogue,
+          operation.record.name,
+          operation.recordKey(args),
+        ]),
+      );
     } catch (e) {
       throw databaseFault(e);
     }

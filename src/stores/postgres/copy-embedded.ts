@@ -1,6 +1,6 @@
 import type { DatabaseSync } from "node:sqlite";
 import type pg from "pg";
-import { inTransaction, migrateSchema } from "./postgres-database.ts";
+import { bounded, bulkStatementMs, inTransaction, migrateSchema } from "./postgres-database.ts";
 
 /** How one table went: rows read from the embedded store, rows in PostgreSQL after the copy. */
 export interface CopiedTable {
@@ -192,7 +192,7 @@ export async function copyEmbeddedStore(db: DatabaseSync, pool: pg.Pool, onTable
       let inBatch = 0;
       const flush = async () => {
         if (inBatch === 0) return;
-        await client.query(insert, columns);
+        await client.query(bounded(bulkStatementMs, insert, columns));
         columns = copy.columns.map(() => []);
         inBatch = 0;
       };

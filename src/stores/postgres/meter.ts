@@ -3,13 +3,13 @@ import type pg from "pg";
 import type { ChargeClass } from "../../contract/error-codes.ts";
 import type { OperationId } from "../../contract/operations.ts";
 import type { Account } from "../../core/accounts.ts";
-import { BalanceReferenceConflict, pageKeyOf, type Admission, type BalanceChange, type BalanceRecord, type FeedPlace, type LedgerPlace, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageDays, type UsageQuery, type UsageReport, type UsageSums, type UsageSummary } from "../../core/meter.ts";
+import { BalanceReferenceConflict, pageKeyOf, UnconfirmedCommit, type LedgerCommitOutcome, type Admission, type BalanceChange, type BalanceRecord, type FeedPlace, type LedgerPlace, type LedgerRow, type Meter, type RecordedBalanceChange, type Transport, type UsageDays, type UsageQuery, type UsageReport, type UsageSums, type UsageSummary } from "../../core/meter.ts";
 import { rateBounds } from "../../core/call-rate.ts";
 import { balanceShort, concurrencyReached, dailyMaxReached, rateReached } from "../../core/limit-refusals.ts";
 import type { Micros } from "../../core/money.ts";
 import { addressesIn } from "../../core/allowed-addresses.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
-import { checkOut, databaseFault, databaseUnreachable } from "./postgres-database.ts";
+import { callStatement, checkOut, databaseFault, databaseUnreachable } from "./postgres-database.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { keptMs, type IdempotencyKey, type KeyClaim, type TakenKey } from "../../core/idempotency.ts";
 import { foldedPastCursor, UsagePageError } from "../../core/usage-pages.ts";
@@ -34,6 +34,10 @@ export interface PostgresMeterOptions {
   readonly vacuumEveryLeases: number;
   /** Told when a vacuum of the lease table failed (calls go on; the next one is tried after as many leases again). */
   readonly onVacuumFailed: (e: unknown) => void;
+  /** Told what became of a commit sent and not answered: its calls' request ids, and the outcome (see `settle`). */
+  readonly onUnansweredCommit: (outcome: LedgerCommitOutcome, requestIds: readonly string[], cause: unknown) => void;
+  /** How long the calls of a commit sent and not answered wait while its outcome is learnt (`settle`). */
+  readonly settleMs: number;
   /** Retention folds this many ledger rows a transaction (`expire`). */
   readonly foldStepRows: number;
 }
@@ -49,8 +53,24 @@ export const defaultPostgresMeterOptions: PostgresMeterOptions = {
   onCommit: () => {},
   vacuumEveryLeases: 5_000,
   onVacuumFailed: () => {},
+  onUnansweredCommit: () => {},
+  settleMs: 10_000,
   foldStepRows: 20_000,
 };
+
+/** How long each later attempt to learn an unconfirmed commit's outcome may take, and the pause between two. */
+const lateSettleStepMs = 5000;
+
+/**
+ * Whether the server answered a statement with an error that rolled it back
+ * (a constraint, a conflict, a cancel): an error of its own, not a lost or
+ * timed-out connection, and not one that ends the session (class 57P, a
+ * shutdown; class 08), which may come after the commit it ended.
+ */
+function refusedByServer(e: unknown): boolean {
+  const { severity, code } = e as { severity?: unknown; code?: unknown };
+  return severity !== undefined && typeof code === "string" && !code.startsWith("57P") && !code.startsWith("08");
+}
 
 /** Held by the replica that folds the ledger past retention, so one folds at a time ("fold"). */
 const retentionLock = 0x666f6c64;
@@ -269,11 +289,11 @@ export class PostgresMeter implements Meter {
       // The rate limit's interval and tolerance in ns (0: none), decided in the same statement (schema step 11).
       const bounds = account.rate === undefined ? { interval: 0n, tolerance: 0n } : rateBounds(account.rate);
       const at = this.options.now();
-      const r = await this.pool.query<{ v: string[] }>({ name: "gw_admit_many_rated", text: admitStatement, values: [
+      const r = await this.pool.query<{ v: string[] }>(callStatement(admitStatement, [
         waiting.map((w) => w.lease), account.key, day, waiting.map((w) => w.price.toString()), account.dailyMax, account.concurrency,
         this.options.holder, at, this.options.leaseMs,
         bounds.interval.toString(), bounds.tolerance.toString(),
-      ] });
+      ], "gw_admit_many_rated"));
       this.clearProblem();
       waiting.forEach((w, i) => w.resolve({ text: r.rows[0]!.v[i]!, at }));
     } catch (e) {
@@ -297,11 +317,9 @@ export class PostgresMeter implements Meter {
     const token = `${this.leasePrefix}k${(this.leases++).toString(36)}`;
     let verdict: string;
     try {
-      const r = await this.pool.query<{ v: string }>({
-        name: "gw_claim_key",
-        text: "SELECT gw_claim_key($1, $2, $3, $4, $5, $6, $7) AS v",
-        values: [account, key.key, key.fingerprint, token, now, this.options.leaseMs, keptMs],
-      });
+      const r = await this.pool.query<{ v: string }>(
+        callStatement("SELECT gw_claim_key($1, $2, $3, $4, $5, $6, $7) AS v", [account, key.key, key.fingerprint, token, now, this.options.leaseMs, keptMs], "gw_claim_key"),
+      );
       this.clearProblem();
       verdict = r.rows[0]!.v;
     } catch (e) {
@@ -420,17 +438,19 @@ export class PostgresMeter implements Meter {
   }
 
   async rateArrival(account: string): Promise<bigint | undefined> {
-    const r = await this.pool.query<{ tat: string }>("SELECT tat::text AS tat FROM rate_arrivals WHERE account = $1", [account]);
+    const r = await this.pool.query<{ tat: string }>(callStatement("SELECT tat::text AS tat FROM rate_arrivals WHERE account = $1", [account]));
     return r.rows[0] === undefined ? undefined : BigInt(r.rows[0].tat);
   }
 
   private async sum(account: string, today: string, yesterday: string, now: number): Promise<UsageSummary> {
     const r = await this.pool.query<{ today: string; yesterday: string; before: string }>(
-      `SELECT coalesce(sum(charged) FILTER (WHERE day = $2), 0)::text AS today,
-              coalesce(sum(charged) FILTER (WHERE day = $3), 0)::text AS yesterday,
-              coalesce(sum(charged) FILTER (WHERE day < $3), 0)::text AS before
-         FROM usage_daily WHERE account = $1`,
-      [account, today, yesterday],
+      callStatement(
+        `SELECT coalesce(sum(charged) FILTER (WHERE day = $2), 0)::text AS today,
+                coalesce(sum(charged) FILTER (WHERE day = $3), 0)::text AS yesterday,
+                coalesce(sum(charged) FILTER (WHERE day < $3), 0)::text AS before
+           FROM usage_daily WHERE account = $1`,
+        [account, today, yesterday],
+      ),
     );
     const s = r.rows[0]!;
     const summary = { today: Number(s.today), yesterday: Number(s.yesterday), before: Number(s.before) };
@@ -836,39 +856,119 @@ export class PostgresMeter implements Meter {
     const col = <T>(f: (r: LedgerRow) => T) => ledger.map(f);
     const d = [...days.values()];
     const refused = [...refusals.values()];
-    try {
-      await this.pool.query({
-        name: "gw_commit",
-        text: commitStatement,
-        values: [
-          col((r) => r.requestId), col((r) => String(r.at)), col((r) => r.day), col((r) => r.account ?? null), col((r) => r.operation ?? null), col((r) => r.code),
-          col((r) => r.charge), col((r) => r.price.toString()), col((r) => r.cacheHit), col((r) => String(r.latencyMicros)), col((r) => r.transport),
-          d.map((x) => x.account), d.map((x) => x.day), d.map((x) => x.calls),
-          [...amounts.keys()], [...amounts.values()].map(String),
-          refused.map((x) => x.day), refused.map((x) => x.operation), refused.map((x) => x.code), refused.map((x) => x.charge), refused.map((x) => x.ip), refused.map((x) => x.transport),
-          refused.map((x) => x.calls),
-          leases,
-          col((r) => r.clientIp ?? null),
-          kept.map((q) => q.row.account!), kept.map((q) => q.key!.key.key), kept.map((q) => q.key!.token), kept.map((q) => q.row.requestId), kept.map((q) => String(q.row.at)),
-          released.map((q) => q.row.account!), released.map((q) => q.key!.key.key), released.map((q) => q.key!.token),
-          col((r) => r.upstreamRequests),
-        ],
-      });
+    const statement = callStatement(
+      commitStatement,
+      [
+        col((r) => r.requestId), col((r) => String(r.at)), col((r) => r.day), col((r) => r.account ?? null), col((r) => r.operation ?? null), col((r) => r.code),
+        col((r) => r.charge), col((r) => r.price.toString()), col((r) => r.cacheHit), col((r) => String(r.latencyMicros)), col((r) => r.transport),
+        d.map((x) => x.account), d.map((x) => x.day), d.map((x) => x.calls),
+        [...amounts.keys()], [...amounts.values()].map(String),
+        refused.map((x) => x.day), refused.map((x) => x.operation), refused.map((x) => x.code), refused.map((x) => x.charge), refused.map((x) => x.ip), refused.map((x) => x.transport),
+        refused.map((x) => x.calls),
+        leases,
+        col((r) => r.clientIp ?? null),
+        kept.map((q) => q.row.account!), kept.map((q) => q.key!.key.key), kept.map((q) => q.key!.token), kept.map((q) => q.row.requestId), kept.map((q) => String(q.row.at)),
+        released.map((q) => q.row.account!), released.map((q) => q.key!.key.key), released.map((q) => q.key!.token),
+        col((r) => r.upstreamRequests),
+      ],
+      "gw_commit",
+    );
+    const landed = () => {
       this.clearProblem();
-      for (const q of keyed) this.heldKeys.delete(q.key!.token);
-      for (const l of leases) this.held.delete(l);
       this.settled(leases.length);
       for (const c of charged) {
         const known = this.summaries.get(c.account!);
         if (known !== undefined && known.today === c.day) known.summary.today++;
       }
       for (const q of batch) q.done.resolve();
-    } catch (e) {
+    };
+    const failed = (e: unknown) => {
       this.setProblem();
-      // The leases and held keys stay until they expire: their calls answer 4000, uncharged, and free their places then.
-      for (const q of keyed) this.heldKeys.delete(q.key!.token);
-      for (const l of leases) this.held.delete(l);
       for (const q of batch) q.done.reject(e);
+    };
+    // From here the leases and keys are this batch's commit's to settle, or theirs to lapse: no longer renewed.
+    for (const q of keyed) this.heldKeys.delete(q.key!.token);
+    for (const l of leases) this.held.delete(l);
+    let client: pg.PoolClient;
+    try {
+      client = await checkOut(this.pool);
+    } catch (e) {
+      // Nothing was sent. The leases and held keys lapse: their calls answer 4000, uncharged, and free their places then.
+      failed(e);
+      return;
+    }
+    try {
+      await client.query(statement);
+    } catch (e) {
+      // The connection is closed, not reused: after a timeout its session's state is unknown.
+      client.release(e instanceof Error ? e : new Error(String(e)));
+      // The server refused the statement (a constraint, a shutdown's error): it rolled back.
+      if (refusedByServer(e) || ledger.length === 0) return failed(e);
+      // Sent and not answered: it may have committed. Its calls wait while that is learnt, and the next batch
+      // does not wait for them (this one's rows are found by their request ids, whatever committed since).
+      this.setProblem();
+      const ids = ledger.map((r) => r.requestId);
+      // The server process of the session that ran it (node-postgres keeps it from the session's start; its types leave it out).
+      const pid = (client as unknown as { processID: number | null }).processID ?? 0;
+      void this.settle(pid, ids).then((outcome) => {
+        this.options.onUnansweredCommit(outcome, ids, e);
+        if (outcome === "landed") landed();
+        else failed(outcome === "lost" ? e : new UnconfirmedCommit(e));
+        if (outcome === "unconfirmed") void this.settleLate(pid, ids, e);
+      });
+      return;
+    }
+    client.release();
+    landed();
+  }
+
+  /**
+   * Learns whether a commit sent on the connection to server process `pid`,
+   * and never answered, committed: `landed` if its rows (`requestIds`, all
+   * or none) are in the ledger, `lost` if not, `unconfirmed` if the server
+   * could not be asked within `settleMs`. The rows' absence alone proves
+   * nothing while that session may still commit (its statement waiting on a
+   * lock, or still on its way), so the session is ended first
+   * (`pg_terminate_backend`), and the ledger read once the server no longer
+   * lists it: a session that has ended has committed or rolled back for
+   * good. A session the server no longer lists (it restarted, or saw the
+   * connection close) has ended too. The session is named by its process id
+   * and this connection's user; a process id is reused only after its
+   * session ended, and within seconds only on a server that starts
+   * processes faster than its id space wraps.
+   */
+  private async settle(pid: number, requestIds: readonly string[], settleMs = this.options.settleMs): Promise<"landed" | "lost" | "unconfirmed"> {
+    const until = performance.now() + settleMs;
+    const session = "FROM pg_stat_activity WHERE pid = $1 AND usename = current_user AND backend_type = 'client backend'";
+    for (;;) {
+      try {
+        await this.pool.query(callStatement(`SELECT pg_terminate_backend(pid) ${session}`, [pid]));
+        while ((await this.pool.query(callStatement(`SELECT 1 ${session}`, [pid]))).rows.length > 0) {
+          if (performance.now() >= until) return "unconfirmed";
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        const found = await this.pool.query<{ n: number }>(callStatement("SELECT count(*)::int AS n FROM ledger WHERE request_id = ANY($1::text[])", [requestIds]));
+        return found.rows[0]!.n > 0 ? "landed" : "lost";
+      } catch {
+        if (performance.now() >= until) return "unconfirmed";
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    }
+  }
+
+  /**
+   * Goes on learning the outcome of a commit left `unconfirmed`, every few
+   * seconds until the server answers (or the meter closes), for the
+   * operator: `landed_late` calls were told 4000 and are charged.
+   */
+  private async settleLate(pid: number, requestIds: readonly string[], cause: unknown): Promise<void> {
+    while (!this.closed) {
+      const outcome = await this.settle(pid, requestIds, lateSettleStepMs);
+      if (outcome !== "unconfirmed") {
+        this.options.onUnansweredCommit(outcome === "landed" ? "landed_late" : "lost_late", requestIds, cause);
+        return;
+      }
+      await new Promise((r) => setTimeout(r, lateSettleStepMs).unref());
     }
   }
 
@@ -912,8 +1012,8 @@ export class PostgresMeter implements Meter {
   private async renew(): Promise<void> {
     const now = this.options.now();
     try {
-      if (this.held.size > 0) await this.pool.query("UPDATE admissions SET expires_at = $1 WHERE lease = ANY($2::text[])", [now + this.options.leaseMs, [...this.held]]);
-      if (this.heldKeys.size > 0) await this.pool.query("UPDATE idempotency_keys SET expires_at = $1 WHERE token = ANY($2::text[])", [now + this.options.leaseMs, [...this.heldKeys]]);
+      if (this.held.size > 0) await this.pool.query(callStatement("UPDATE admissions SET expires_at = $1 WHERE lease = ANY($2::text[])", [now + this.options.leaseMs, [...this.held]]));
+      if (this.heldKeys.size > 0) await this.pool.query(callStatement("UPDATE idempotency_keys SET expires_at = $1 WHERE token = ANY($2::text[])", [now + this.options.leaseMs, [...this.heldKeys]]));
       if (now >= this.nextKeyPrune) {
         this.nextKeyPrune = now + keyPruneEveryMs;
         await this.pool.query("DELETE FROM idempotency_keys WHERE (request_id IS NOT NULL AND at <= $1) OR (request_id IS NULL AND expires_at <= $2)", [now - keptMs, now]);

@@ -2,7 +2,7 @@ import type pg from "pg";
 import type { OperationId } from "../../contract/operations.ts";
 import type { MaintenanceChange, OperatorSwitches } from "../../core/operator-switches.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
-import { databaseFault } from "./postgres-database.ts";
+import { callStatement, databaseFault } from "./postgres-database.ts";
 
 /** How long a replica trusts what it read of the switches: every replica sees a change within this. */
 export const switchesFreshMs = 1000;
@@ -56,7 +56,7 @@ export class PostgresOperatorSwitches implements OperatorSwitches {
 
   private async read(): Promise<Set<OperationId>> {
     const at = this.now();
-    const on = new Set((await this.pool.query<{ operation: string }>("SELECT operation FROM maintenance")).rows.map((r) => r.operation));
+    const on = new Set((await this.pool.query<{ operation: string }>(callStatement("SELECT operation FROM maintenance"))).rows.map((r) => r.operation));
     this.known = { on, at };
     return on;
   }

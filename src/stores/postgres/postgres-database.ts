@@ -572,9 +572,55 @@ export function databaseFault(cause: unknown): GatewayError {
 /** Any lock id will do, as long as every gateway uses the same one. */
 const schemaLock = 0x67617465; // "gate"
 
-/** A pool on the shared database; bigint columns come back as bigint, not text. */
+/**
+ * How long a statement a call waits for may take: an admission, an
+ * idempotency key's claim, a ledger commit, an account's or an item's read,
+ * a sign's check. A connection that stops answering (a server that froze, a
+ * failover, a link or a middlebox that drops packets) would otherwise hold
+ * its statement, and every call behind it, until TCP gives up: minutes, or
+ * never on a connection with nothing left to send. Past the bound the
+ * statement fails, its connection is closed rather than reused, and its
+ * calls answer 4000, like calls that meet an unreachable server.
+ */
+export const callStatementMs = 5000;
+
+/**
+ * The bound of every other statement (usage reports, listings, retention's
+ * steps, a vacuum): long enough for a report over a large ledger, short
+ * enough that nothing waits on a silent connection for ever. Schema steps
+ * and copies are bounded by `bulkStatementMs` instead.
+ */
+export const backstopStatementMs = 60_000;
+
+/** The bound of a schema step or a bulk copy, whose work grows with the data. */
+export const bulkStatementMs = 3_600_000;
+
+/** A statement with its own bound (node-postgres's `query_timeout`, which its published types leave out). */
+export function bounded<I extends unknown[] = unknown[]>(ms: number, text: string, values?: I, name?: string): pg.QueryConfig<I> {
+  return { text, values, name, query_timeout: ms } as pg.QueryConfig<I>;
+}
+
+/** A statement a call waits for: bounded by `callStatementMs`. */
+export function callStatement<I extends unknown[] = unknown[]>(text: string, values?: I, name?: string): pg.QueryConfig<I> {
+  return bounded(callStatementMs, text, values, name);
+}
+
+/**
+ * A pool on the shared database; bigint columns come back as bigint, not
+ * text. Every statement is bounded (`backstopStatementMs` unless it says
+ * otherwise), and so is the wait for a connection. TCP keepalive starts
+ * after 10 s of quiet, so a connection whose server went away while it was
+ * idle is found dead by probes rather than by the next statement.
+ */
 export function openPostgres(url: string, options: { max?: number } = {}): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max: options.max ?? 10, connectionTimeoutMillis: 5000 });
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: options.max ?? 10,
+    connectionTimeoutMillis: 5000,
+    query_timeout: backstopStatementMs,
+    keepAlive: true,
+    keepAliveInitialDelayMillis: 10_000,
+  });
   // A pool's idle client can fail (the server restarted); the next query reconnects, so say nothing here.
   pool.on("error", () => {});
   return pool;
@@ -613,7 +659,7 @@ export async function migrateSchema(pool: pg.Pool): Promise<{ from: number; to: 
     const { rows } = await client.query<{ v: number | null }>("SELECT max(version) AS v FROM schema_migrations");
     const from = rows[0]?.v ?? 0;
     for (let v = from; v < migrations.length; v++) {
-      await client.query(migrations[v]!);
+      await client.query(bounded(bulkStatementMs, migrations[v]!));
       await client.query("INSERT INTO schema_migrations (version) VALUES ($1)", [v + 1]);
     }
     return { from, to: Math.max(from, migrations.length) };

@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import type pg from "pg";
 import type { ReplayGuard } from "../../core/replay-guard.ts";
+import { callStatement } from "./postgres-database.ts";
 
 /**
  * Used signatures in the shared store: one statement records an id, or takes
@@ -25,8 +26,7 @@ export class PostgresReplayGuard implements ReplayGuard {
     // Stored as a digest: ids join their parts with NUL, which PostgreSQL text cannot hold.
     const digest = createHash("sha256").update(id).digest("hex");
     const r = await this.pool.query(
-      "INSERT INTO used_signatures (id, until) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET until = excluded.until WHERE used_signatures.until <= $3",
-      [digest, now + ttlMs, now],
+      callStatement("INSERT INTO used_signatures (id, until) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET until = excluded.until WHERE used_signatures.until <= $3", [digest, now + ttlMs, now]),
     );
     return r.rowCount === 0;
   }

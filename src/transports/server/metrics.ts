@@ -2,7 +2,7 @@ import type { FastifyInstance } from "fastify";
 import type { AlertKind } from "../../core/alerts.ts";
 import { timingSafeEqual } from "node:crypto";
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
-import type { Transport } from "../../core/meter.ts";
+import type { LedgerCommitOutcome, Transport } from "../../core/meter.ts";
 import type { Limit } from "../../core/gateway-error.ts";
 import type { AbandonStage, AuthFailure, CacheResult, KeyOutcome, StoppedWaiting, Telemetry } from "../../core/telemetry.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
@@ -200,6 +200,12 @@ export class PrometheusTelemetry implements Telemetry {
   private readonly circuit = new Gauge({ name: "gateway_circuit_open", help: "1 while the upstream circuit breaker of a catalogue is open (calls answered 4002 at once).", labelNames: ["catalogue"], registers: [this.registry] });
   private readonly commitSeconds = new Histogram({ name: "gateway_ledger_commit_seconds", help: "Time of each group commit of the usage ledger.", buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1], registers: [this.registry] });
   private readonly batchRows = new Histogram({ name: "gateway_ledger_batch_rows", help: "Ledger rows written by each group commit.", buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], registers: [this.registry] });
+  private readonly unanswered = new Counter({
+    name: "gateway_ledger_unanswered_calls_total",
+    help: "Calls whose ledger commit was sent and not answered (a timed-out or lost connection to the shared database), by what the ledger showed: landed (answered, charged), lost (answered 4000, not charged), unconfirmed (not known in time: answered 4000, charged only if the ledger lists them), then for those landed_late (told 4000 and charged: refund them) or lost_late.",
+    labelNames: ["outcome"],
+    registers: [this.registry],
+  });
   private readonly authFailures = new Counter({ name: "gateway_auth_failures_total", help: "Failed authentications: missing_key, unknown_key, bad_credentials, address_not_allowed (a right secret from an address its account does not list), address_locked, admin_token.", labelNames: ["reason"], registers: [this.registry] });
   private readonly tlsReloads = new Counter({ name: "gateway_tls_reloads_total", help: "TLS certificate files read again and found changed (GATEWAY_TLS_CHECK_SECONDS, SIGHUP), by outcome: reloaded (new connections get the new certificate), refused (they did not work together, or could not be read; the certificate before is still served).", labelNames: ["outcome"], registers: [this.registry] });
   /** Made when a certificate is first served: a gateway without TLS shows no validity (a 0 would read as expired). */
@@ -216,6 +222,9 @@ export class PrometheusTelemetry implements Telemetry {
   private cacheBytesNow: () => number = () => 0;
 
   constructor() {
+    // Every outcome from the start, at 0: an alert on increase() sees the first calls of one (a series that appears
+    // at its first count of 3 is read as starting at 3).
+    for (const outcome of ["landed", "lost", "unconfirmed", "landed_late", "lost_late"] satisfies LedgerCommitOutcome[]) this.unanswered.labels(outcome).inc(0);
     // The gauge is read when scraped, so a call costs an addition, not a gauge update.
     const self = this;
     new Gauge({
@@ -394,6 +403,10 @@ export class PrometheusTelemetry implements Telemetry {
   ledgerCommitted(seconds: number, rows: number): void {
     this.commitSeconds.observe(seconds);
     this.batchRows.observe(rows);
+  }
+
+  ledgerCommitUnanswered(outcome: LedgerCommitOutcome, calls: number): void {
+    this.unanswered.labels(outcome).inc(calls);
   }
 
   authFailed(reason: AuthFailure): void {
