@@ -288,7 +288,7 @@ function logUnansweredCommit(log: RuntimeLog | undefined, outcome: LedgerCommitO
   if (outcome === "landed") warn(`a ledger commit's answer was lost; it had committed, so its ${n} were answered and charged`);
   else if (outcome === "lost") warn(`a ledger commit's answer was lost; it had not committed, so its ${n} answered 4000, not charged`);
   else if (outcome === "unconfirmed") log?.error(fields, `a ledger commit's answer was lost and the shared database could not be asked whether it committed: its ${n} answered 4000 and are charged only if the ledger lists them; the gateway goes on asking`);
-  else if (outcome === "landed_late") log?.error(fields, `an unconfirmed ledger commit had committed: its ${n} were told 4000 and are charged; refund them`);
+  else if (outcome === "landed_late") log?.error(fields, `an unconfirmed ledger commit had committed: its ${n} were told 4000 and are charged; refund them, except calls sent again with their Idempotency-Key (each copy was answered from the charged call, uncharged)`);
   else warn(`an unconfirmed ledger commit had not committed: none of its ${n} is charged`);
 }
 

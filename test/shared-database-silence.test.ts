@@ -104,29 +104,37 @@ interface Answer {
   readonly requestId: string;
   readonly reason: string;
   readonly ms: number;
+  /** The Idempotency-Key it was sent with, if any, and whether it was answered as a replay of the key's call. */
+  readonly key?: string;
+  readonly replayed: boolean;
 }
 
-/** `loops` callers calling one after another until `stop` resolves: every answer, and how long each took. */
-async function load(account: { key: string; secret: string }, loops: number, stop: Promise<unknown>): Promise<Answer[]> {
+/** One legacy call (with an Idempotency-Key if given), answered within a caller's patience far past the gateway's bounds. */
+async function call(account: { key: string; secret: string }, key?: string): Promise<Answer> {
   const url = `${base}/wholesale/item_get/?${new URLSearchParams({ key: account.key, secret: account.secret, num_iid: demo.wholesaleNumIid })}`;
+  const t = performance.now();
+  const res = await fetch(url, { headers: key === undefined ? {} : { "idempotency-key": key }, signal: AbortSignal.timeout(60_000) });
+  const body = (await res.json()) as { error_code: string; request_id: string; reason?: string };
+  return { code: body.error_code, requestId: body.request_id, reason: body.reason ?? "", ms: performance.now() - t, key, replayed: res.headers.get("idempotent-replayed") === "true" };
+}
+
+/** `loops` callers calling one after another until `stop` resolves (each call with a key of its own if `keyed`): every answer. */
+async function load(account: { key: string; secret: string }, loops: number, stop: Promise<unknown>, keyed = false): Promise<Answer[]> {
   const answers: Answer[] = [];
   let stopped = false;
+  let n = 0;
+  const tag = randomBytes(4).toString("hex");
   void stop.then(() => (stopped = true));
   await Promise.all(
     Array.from({ length: loops }, async () => {
-      while (!stopped) {
-        const t = performance.now();
-        // A caller's own patience, far past the gateway's bounds: the gateway must answer first.
-        const body = (await (await fetch(url, { signal: AbortSignal.timeout(60_000) })).json()) as { error_code: string; request_id: string; reason?: string };
-        answers.push({ code: body.error_code, requestId: body.request_id, reason: body.reason ?? "", ms: performance.now() - t });
-      }
+      while (!stopped) answers.push(await call(account, keyed ? `silence-${tag}-${n++}` : undefined));
     }),
   );
   return answers;
 }
 
 /** Each answer against the ledger, read from the real server (not through the proxy). */
-async function ledgerOf(answers: readonly Answer[]): Promise<Map<string, { charge: string; error_code: number }>> {
+async function ledgerOf(answers: readonly Pick<Answer, "requestId">[]): Promise<Map<string, { charge: string; error_code: number }>> {
   const c = new pg.Client({ connectionString: db.url });
   await c.connect();
   try {
@@ -209,38 +217,66 @@ describe("a shared-mode gateway whose PostgreSQL stops answering", () => {
     await servesAgain(account, 15_000);
   }, 90_000);
 
-  it("tells calls it could not learn about that they are unconfirmed, learns it later, and serves again", async () => {
+  /**
+   * PostgreSQL out of reach for longer than a commit's wait (5 s) and its settling (10 s), as `mode` plays it. Keyed
+   * callers: each call told "unconfirmed" is sent again with its key once the replica serves again. Returns what the
+   * replica learnt later of the unconfirmed calls (landed_late, lost_late), and the resent calls' answers.
+   */
+  async function outOfReachPastTheWait(mode: "silent" | "deaf"): Promise<{ late: { landed_late: number; lost_late: number }; unconfirmed: Answer[]; resent: Answer[] }> {
     const before = await unanswered();
-    let wentSilent = 0;
     const healed = sleep(1000)
-      .then(() => ((wentSilent = Date.now()), switchTo("silent", "silent")))
+      .then(() => switchTo(mode, mode))
       .then(() => sleep(18_000))
       .then(() => switchTo("open", "open"));
-    const calls = load(account, 16, healed);
-    await healed;
-    const answers = await calls;
-    expect(wentSilent).toBeGreaterThan(0);
+    const answers = await load(account, 16, healed, true);
     expect(Math.max(...answers.map((a) => a.ms))).toBeLessThan(30_000);
-    // Commits sent as it went silent: not learnt within their 15 s, so their calls were told so.
+    // Commits sent as it went out of reach: not learnt within their 15 s, so their calls were told so, with their ids.
     const unconfirmed = answers.filter((a) => a.reason.includes("did not confirm"));
     expect(unconfirmed.length).toBeGreaterThan(0);
-    expect(unconfirmed[0]!.reason).toContain(unconfirmed[0]!.requestId);
+    for (const a of unconfirmed) expect(a.reason).toContain(a.requestId);
     await expectAnswersMatchTheLedger(answers);
     await servesAgain(account, 15_000);
     // Learnt once it answered: each such call is counted again as landed_late or lost_late, as the ledger shows.
     const until = Date.now() + 20_000;
     let after = await unanswered();
-    while ((after.landed_late ?? 0) + (after.lost_late ?? 0) - (before.landed_late ?? 0) - (before.lost_late ?? 0) < unconfirmed.length && Date.now() < until) {
+    const learnt = () => (after.landed_late ?? 0) + (after.lost_late ?? 0) - (before.landed_late ?? 0) - (before.lost_late ?? 0);
+    while (learnt() < unconfirmed.length && Date.now() < until) {
       await sleep(250);
       after = await unanswered();
     }
     expect((after.unconfirmed ?? 0) - (before.unconfirmed ?? 0)).toBe(unconfirmed.length);
     const ledger = await ledgerOf(unconfirmed);
-    const charged = unconfirmed.filter((a) => ledger.get(a.requestId)?.charge === "charged").length;
-    expect((after.landed_late ?? 0) - (before.landed_late ?? 0)).toBe(charged);
-    expect((after.lost_late ?? 0) - (before.lost_late ?? 0)).toBe(unconfirmed.length - charged);
-    // The operator is told, with the request ids, at error level only where calls may be charged unanswered.
+    const charged = unconfirmed.filter((a) => ledger.get(a.requestId)?.charge === "charged");
+    const late = { landed_late: (after.landed_late ?? 0) - (before.landed_late ?? 0), lost_late: (after.lost_late ?? 0) - (before.lost_late ?? 0) };
+    expect(late.landed_late).toBe(charged.length);
+    expect(late.lost_late).toBe(unconfirmed.length - charged.length);
     expect(log).toContain("could not be asked whether it committed");
+    // Each sent again with its key: a call whose commit landed is replayed (its data, not charged again); one whose
+    // commit was lost runs, charged once. Either way each key is charged exactly once.
+    const resent: Answer[] = [];
+    for (const a of unconfirmed) resent.push(await call(account, a.key));
+    for (const [i, r] of resent.entries()) {
+      expect(r.code).toBe("0000");
+      expect(r.replayed).toBe(ledger.get(unconfirmed[i]!.requestId)?.charge === "charged");
+    }
+    const resentRows = await ledgerOf(resent);
+    const chargedAgain = resent.filter((r) => resentRows.get(r.requestId)?.charge === "charged").length;
+    expect(charged.length + chargedAgain).toBe(unconfirmed.length);
+    return { late, unconfirmed, resent };
+  }
+
+  it("tells calls it could not learn about that they are unconfirmed, learns each as the ledger shows it, and charges each keyed call sent again once", async () => {
+    // Silent: what was sent before the switch reached the server (its commit landed), what was sent after did not.
+    const { late, unconfirmed } = await outOfReachPastTheWait("silent");
+    expect(late.landed_late + late.lost_late).toBe(unconfirmed.length);
+  }, 120_000);
+
+  it("learns late that unconfirmed commits landed, says so at error level, and replays their keyed calls uncharged", async () => {
+    // Deaf: what was sent reached the server and committed; only the answers were lost.
+    const { late, unconfirmed } = await outOfReachPastTheWait("deaf");
+    expect(late.landed_late).toBe(unconfirmed.length);
+    expect(late.lost_late).toBe(0);
+    expect(log).toContain("were told 4000 and are charged");
   }, 120_000);
 
   it("fails a transaction whose connection is cut, without ending the process that ran it", async () => {

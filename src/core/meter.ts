@@ -125,7 +125,7 @@ export class UnconfirmedCommit extends Error {
 
 /**
  * What became of a ledger commit sent and not answered (its connection timed
- * out or was lost), by the calls it held: `landed` and `lost` were learnt in
+ * out or was lost), by the calls it would charge: `landed` and `lost` were learnt in
  * time, and its calls were answered accordingly; `unconfirmed` was not (its
  * calls answered 4000, `UnconfirmedCommit`), and `landed_late` or `lost_late`
  * is what the ledger later showed for those. `landed_late` calls were told

@@ -34,7 +34,7 @@ export interface PostgresMeterOptions {
   readonly vacuumEveryLeases: number;
   /** Told when a vacuum of the lease table failed (calls go on; the next one is tried after as many leases again). */
   readonly onVacuumFailed: (e: unknown) => void;
-  /** Told what became of a commit sent and not answered: its calls' request ids, and the outcome (see `settle`). */
+  /** Told what became of a commit sent and not answered: the request ids of the calls it would charge, and the outcome (see `settle`). */
   readonly onUnansweredCommit: (outcome: LedgerCommitOutcome, requestIds: readonly string[], cause: unknown) => void;
   /** How long the calls of a commit sent and not answered wait while its outcome is learnt (`settle`). */
   readonly settleMs: number;
@@ -908,13 +908,16 @@ export class PostgresMeter implements Meter {
       // does not wait for them (this one's rows are found by their request ids, whatever committed since).
       this.setProblem();
       const ids = ledger.map((r) => r.requestId);
+      // What is told is the calls it would charge: the batch's refusals keep their own answers, whatever became of their rows.
+      const chargedIds = charged.map((r) => r.requestId);
+      const tell = (outcome: LedgerCommitOutcome) => chargedIds.length > 0 && this.options.onUnansweredCommit(outcome, chargedIds, e);
       // The server process of the session that ran it (node-postgres keeps it from the session's start; its types leave it out).
       const pid = (client as unknown as { processID: number | null }).processID ?? 0;
       void this.settle(pid, ids).then((outcome) => {
-        this.options.onUnansweredCommit(outcome, ids, e);
+        tell(outcome);
         if (outcome === "landed") landed();
         else failed(outcome === "lost" ? e : new UnconfirmedCommit(e));
-        if (outcome === "unconfirmed") void this.settleLate(pid, ids, e);
+        if (outcome === "unconfirmed") void this.settleLate(pid, ids).then((late) => late !== undefined && tell(late));
       });
       return;
     }
@@ -961,15 +964,13 @@ export class PostgresMeter implements Meter {
    * seconds until the server answers (or the meter closes), for the
    * operator: `landed_late` calls were told 4000 and are charged.
    */
-  private async settleLate(pid: number, requestIds: readonly string[], cause: unknown): Promise<void> {
+  private async settleLate(pid: number, requestIds: readonly string[]): Promise<"landed_late" | "lost_late" | undefined> {
     while (!this.closed) {
       const outcome = await this.settle(pid, requestIds, lateSettleStepMs);
-      if (outcome !== "unconfirmed") {
-        this.options.onUnansweredCommit(outcome === "landed" ? "landed_late" : "lost_late", requestIds, cause);
-        return;
-      }
+      if (outcome !== "unconfirmed") return outcome === "landed" ? "landed_late" : "lost_late";
       await new Promise((r) => setTimeout(r, lateSettleStepMs).unref());
     }
+    return undefined;
   }
 
   /**

@@ -202,7 +202,7 @@ export class PrometheusTelemetry implements Telemetry {
   private readonly batchRows = new Histogram({ name: "gateway_ledger_batch_rows", help: "Ledger rows written by each group commit.", buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], registers: [this.registry] });
   private readonly unanswered = new Counter({
     name: "gateway_ledger_unanswered_calls_total",
-    help: "Calls whose ledger commit was sent and not answered (a timed-out or lost connection to the shared database), by what the ledger showed: landed (answered, charged), lost (answered 4000, not charged), unconfirmed (not known in time: answered 4000, charged only if the ledger lists them), then for those landed_late (told 4000 and charged: refund them) or lost_late.",
+    help: "Calls to be charged whose ledger commit was sent and not answered (a timed-out or lost connection to the shared database), by what the ledger showed: landed (answered, charged), lost (answered 4000, not charged), unconfirmed (not known in time: answered 4000, charged only if the ledger lists them), then for those landed_late (told 4000 and charged: refund them) or lost_late.",
     labelNames: ["outcome"],
     registers: [this.registry],
   });
