@@ -9,7 +9,7 @@ import { balanceShort, concurrencyReached, dailyMaxReached, rateReached } from "
 import type { Micros } from "../../core/money.ts";
 import { addressesIn } from "../../core/allowed-addresses.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
-import { callStatement, checkOut, databaseFault, databaseUnreachable } from "./postgres-database.ts";
+import { callStatement, databaseFault, databaseUnreachable } from "./postgres-database.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { keptMs, type IdempotencyKey, type KeyClaim, type TakenKey } from "../../core/idempotency.ts";
 import { foldedPastCursor, UsagePageError } from "../../core/usage-pages.ts";
@@ -683,7 +683,7 @@ export class PostgresMeter implements Meter {
    * a kept one waits for it.
    */
   async expire(beforeDay: string, signal?: AbortSignal): Promise<number> {
-    const client = await checkOut(this.pool);
+    const client = await this.pool.connect();
     let usable = true;
     try {
       const locked = await client.query<{ locked: boolean }>("SELECT pg_try_advisory_lock($1) AS locked", [retentionLock]);
@@ -891,7 +891,7 @@ export class PostgresMeter implements Meter {
     for (const l of leases) this.held.delete(l);
     let client: pg.PoolClient;
     try {
-      client = await checkOut(this.pool);
+      client = await this.pool.connect();
     } catch (e) {
       // Nothing was sent. The leases and held keys lapse: their calls answer 4000, uncharged, and free their places then.
       failed(e);

@@ -623,27 +623,11 @@ export function openPostgres(url: string, options: { max?: number } = {}): pg.Po
   });
   // A pool's idle client can fail (the server restarted); the next query reconnects, so say nothing here.
   pool.on("error", () => {});
+  // node-postgres reports a checked-out client's lost connection twice: its statement fails, and the client emits
+  // `error`, which with no listener ends the process (the pool listens only while a client is idle). The statement's
+  // failure is what its caller acts on, so every client's event is heard once, for its whole life.
+  pool.on("connect", (client) => client.on("error", () => {}));
   return pool;
-}
-
-/**
- * A client of the pool for statements of one's own (a transaction, a commit
- * whose session must be known), given back with `release`. node-postgres
- * reports a checked-out client's lost connection twice: its statement fails,
- * and the client emits `error`, which with no listener ends the process. The
- * statement's failure is what the caller acts on, so the event is heard and
- * let go while the client is out (the pool listens again once it is back).
- */
-export async function checkOut(pool: pg.Pool): Promise<pg.PoolClient> {
-  const client = await pool.connect();
-  const heard = () => {};
-  client.on("error", heard);
-  const release = client.release;
-  client.release = (e?: Error | boolean) => {
-    client.removeListener("error", heard);
-    release(e);
-  };
-  return client;
 }
 
 /**
@@ -676,7 +660,7 @@ export async function migrateSchema(pool: pg.Pool): Promise<{ from: number; to: 
  * nobody knows.
  */
 export async function inTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>, begin = "BEGIN"): Promise<T> {
-  const client = await checkOut(pool);
+  const client = await pool.connect();
   let broken: Error | undefined;
   try {
     await client.query(begin);
