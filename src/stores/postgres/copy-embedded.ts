@@ -173,7 +173,7 @@ export async function copyEmbeddedStore(db: DatabaseSync, pool: pg.Pool, onTable
   await migrateSchema(pool);
   return inTransaction(pool, async (client) => {
     // Any row in any table the copy writes.
-    const held = await client.query<{ n: string }>(`SELECT (${copies.map((c) => `(SELECT count(*) FROM ${c.table})`).join(" + ")})::text AS n`);
+    const held = await client.query<{ n: string }>(bounded(bulkStatementMs, `SELECT (${copies.map((c) => `(SELECT count(*) FROM ${c.table})`).join(" + ")})::text AS n`));
     if (held.rows[0]!.n !== "0") throw new CopyRefusedError("the database already holds gateway data; copy into an empty database, so nothing is mixed or counted twice");
     // What the store already recorded is copied as it is: the rows copied are not calls that cross an alert's line
     // (the triggers come back on in this transaction, before its commit).
@@ -207,11 +207,11 @@ export async function copyEmbeddedStore(db: DatabaseSync, pool: pg.Pool, onTable
       }
       await flush();
       const embedded = Number((db.prepare(copy.count).get() as { n: number | bigint }).n);
-      const postgres = Number((await client.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${copy.table}`)).rows[0]!.n);
+      const postgres = Number((await client.query<{ n: string }>(bounded(bulkStatementMs, `SELECT count(*)::text AS n FROM ${copy.table}`))).rows[0]!.n);
       if (embedded !== postgres || rows !== embedded) throw new CopyRefusedError(`${copy.table}: ${embedded} rows in the embedded store, ${postgres} copied; nothing was committed`);
       for (const [name, mine, theirs] of copy.sums ?? []) {
         const a = BigInt((db.prepare(mine).get() as { n: number | bigint }).n);
-        const b = BigInt((await client.query<{ n: string }>(theirs.replace(" AS n", "::text AS n"))).rows[0]!.n);
+        const b = BigInt((await client.query<{ n: string }>(bounded(bulkStatementMs, theirs.replace(" AS n", "::text AS n")))).rows[0]!.n);
         if (a !== b) throw new CopyRefusedError(`${copy.table}: the ${name} is ${a} in the embedded store and ${b} copied; nothing was committed`);
       }
       report.push({ table: copy.table, embedded, postgres });
@@ -220,7 +220,7 @@ export async function copyEmbeddedStore(db: DatabaseSync, pool: pg.Pool, onTable
     await client.query("ALTER TABLE usage_daily ENABLE TRIGGER usage_alerts");
     await client.query("ALTER TABLE balances ENABLE TRIGGER balance_alerts");
     for (const table of ["balance_changes", "account_changes", "maintenance_changes", "alerts"]) {
-      await client.query(`SELECT setval(pg_get_serial_sequence('${table}', 'id'), (SELECT max(id) FROM ${table}))`);
+      await client.query(bounded(bulkStatementMs, `SELECT setval(pg_get_serial_sequence('${table}', 'id'), (SELECT max(id) FROM ${table}))`));
     }
     return report;
   }, "BEGIN ISOLATION LEVEL SERIALIZABLE");

@@ -9,7 +9,7 @@ import { balanceShort, concurrencyReached, dailyMaxReached, rateReached } from "
 import type { Micros } from "../../core/money.ts";
 import { addressesIn } from "../../core/allowed-addresses.ts";
 import { RefusalAddresses } from "../../core/refusal-addresses.ts";
-import { callStatement, databaseFault, databaseUnreachable } from "./postgres-database.ts";
+import { bounded, bulkStatementMs, callStatement, databaseFault, databaseUnreachable } from "./postgres-database.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { keptMs, type IdempotencyKey, type KeyClaim, type TakenKey } from "../../core/idempotency.ts";
 import { foldedPastCursor, UsagePageError } from "../../core/usage-pages.ts";
@@ -692,10 +692,13 @@ export class PostgresMeter implements Meter {
         // `day COLLATE "C"` keeps the day's index out: the first kept row is looked for from the start of the commit
         // order, so the cost is the rows folded, not the days kept.
         const bounds = await client.query<{ txid: string; request_id: string }>(
-          `SELECT coalesce(k.txid, x.xmin)::text AS txid, coalesce(k.request_id, '') AS request_id
+          bounded(
+            bulkStatementMs,
+            `SELECT coalesce(k.txid, x.xmin)::text AS txid, coalesce(k.request_id, '') AS request_id
            FROM (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin) x
-           LEFT JOIN LATERAL (SELECT txid, request_id FROM ledger WHERE txid < x.xmin AND day COLLATE "C" >= $1 ORDER BY txid, request_id COLLATE "C" LIMIT 1) k ON true`,
-          [beforeDay],
+             LEFT JOIN LATERAL (SELECT txid, request_id FROM ledger WHERE txid < x.xmin AND day COLLATE "C" >= $1 ORDER BY txid, request_id COLLATE "C" LIMIT 1) k ON true`,
+            [beforeDay],
+          ),
         );
         const bound = bounds.rows[0]!;
         let removed = 0;

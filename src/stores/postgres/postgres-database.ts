@@ -585,14 +585,19 @@ const schemaLock = 0x67617465; // "gate"
 export const callStatementMs = 5000;
 
 /**
- * The bound of every other statement (usage reports, listings, retention's
- * steps, a vacuum): long enough for a report over a large ledger, short
- * enough that nothing waits on a silent connection for ever. Schema steps
- * and copies are bounded by `bulkStatementMs` instead.
+ * The bound of every other statement (usage reports and listings, the
+ * ledger's feed, account changes, top-ups, a catalogue import's batches, a
+ * vacuum): long enough for a report over a large ledger, short enough that
+ * nothing waits on a silent connection for ever. Schema steps, copies and
+ * retention's folding are bounded by `bulkStatementMs` instead.
  */
-export const backstopStatementMs = 60_000;
+export const backstopStatementMs = 300_000;
 
-/** The bound of a schema step or a bulk copy, whose work grows with the data. */
+/**
+ * The bound of work that grows with the data and that no caller waits for:
+ * a schema step (and the wait for another replica's), the embedded store's
+ * copy, retention's folding of a large ledger.
+ */
 export const bulkStatementMs = 3_600_000;
 
 /** A statement with its own bound (node-postgres's `query_timeout`, which its published types leave out). */
@@ -638,7 +643,8 @@ export function openPostgres(url: string, options: { max?: number } = {}): pg.Po
  */
 export async function migrateSchema(pool: pg.Pool): Promise<{ from: number; to: number }> {
   return inTransaction(pool, async (client) => {
-    await client.query("SELECT pg_advisory_xact_lock($1)", [schemaLock]);
+    // Another replica's schema steps may hold the lock for as long as they take.
+    await client.query(bounded(bulkStatementMs, "SELECT pg_advisory_xact_lock($1)", [schemaLock]));
     await client.query("CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())");
     const { rows } = await client.query<{ v: number | null }>("SELECT max(version) AS v FROM schema_migrations");
     const from = rows[0]?.v ?? 0;
