@@ -13,11 +13,12 @@ import { WholesaleService } from "../src/gen/gateway/catalogue/v1/wholesale_pb.j
 import { AccountService } from "../src/gen/gateway/account/v1/account_pb.js";
 import { AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
-import { root, runCli } from "./support/cli.ts";
+import { runCli } from "./support/cli.ts";
 import { FakeUpstream } from "./support/fake-upstream.ts";
 import { demo } from "./support/gateway-fixture.ts";
 import { freshDatabase } from "./support/postgres.ts";
 import { receiver } from "./support/receiver.ts";
+import { startServe } from "./support/gateway-process.ts";
 
 const adminToken = "replicas-admin-token-0123456789";
 let db: Awaited<ReturnType<typeof freshDatabase>>;
@@ -62,24 +63,11 @@ function redisCli(...args: string[]): Promise<string> {
 }
 
 async function startReplica(demoFlag: boolean): Promise<(typeof replicas)[number]> {
-  let output = "";
-  const child = spawn(process.execPath, [root + "/bin/gateway.js", "serve", ...(demoFlag ? ["--demo"] : [])], {
-    cwd: root,
-    env: { ...process.env, ...env, GATEWAY_PORT: "0" },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  child.stdout!.on("data", (d: Buffer) => (output += d.toString()));
-  child.stderr!.on("data", (d: Buffer) => (output += d.toString()));
+  const replica = await startServe(env, { demo: demoFlag });
   // A replica that stops by itself (not by a test's SIGKILL) says why, so a failure that follows can be read.
-  child.once("exit", (code, signal) => {
-    if (signal !== "SIGKILL") console.error(`a replica exited by itself (code ${code}, signal ${signal}); its last output:\n${output.slice(-4000)}`);
+  replica.child.once("exit", (code, signal) => {
+    if (signal !== "SIGKILL") console.error(`a replica exited by itself (code ${code}, signal ${signal}); its last output:\n${replica.output().slice(-4000)}`);
   });
-  const until = Date.now() + 30_000;
-  while (!/listening on (http:\/\/\S+) /.test(output) || (demoFlag && !output.includes("Admin API") && !output.includes("Demo account"))) {
-    if (Date.now() > until || child.exitCode !== null) throw new Error(`replica did not start:\n${output}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  const replica = { child, base: /listening on (http:\/\/\S+) /.exec(output)![1]!, output: () => output };
   replicas.push(replica);
   return replica;
 }

@@ -1,12 +1,13 @@
 // Issue 13, property 7 with a real process: a shared-mode gateway whose PostgreSQL goes away (a
 // loopback TCP proxy in front of the real server, closed and reopened by the test) answers 4000,
 // uncharged, naming PostgreSQL, and serves again by itself when it comes back.
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import net from "node:net";
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openRedis } from "../src/stores/redis/redis-client.ts";
-import { root, runCli } from "./support/cli.ts";
+import { runCli } from "./support/cli.ts";
+import { startServe } from "./support/gateway-process.ts";
 import { demo } from "./support/gateway-fixture.ts";
 import { freshDatabase } from "./support/postgres.ts";
 
@@ -49,17 +50,8 @@ beforeAll(async () => {
   await openProxy();
   const url = new URL(db.url);
   url.port = String(proxyPort);
-  env = { GATEWAY_DATABASE_URL: url.href, GATEWAY_REDIS_URL: "redis://127.0.0.1:6379/7", GATEWAY_LOG_LEVEL: "silent", GATEWAY_PORT: "0" };
-  let output = "";
-  gateway = spawn(process.execPath, [`${root}/bin/gateway.js`, "serve", "--demo"], { cwd: root, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-  gateway.stdout!.on("data", (d: Buffer) => (output += d.toString()));
-  gateway.stderr!.on("data", (d: Buffer) => (output += d.toString()));
-  const until = Date.now() + 30_000;
-  while (!/listening on (http:\/\/\S+) /.test(output) || !output.includes("Demo account")) {
-    if (Date.now() > until) throw new Error(`no gateway:\n${output}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  base = /listening on (http:\/\/\S+) /.exec(output)![1]!;
+  env = { GATEWAY_DATABASE_URL: url.href, GATEWAY_REDIS_URL: "redis://127.0.0.1:6379/7", GATEWAY_LOG_LEVEL: "silent" };
+  ({ child: gateway, base } = await startServe(env, { demo: true }));
 }, 60_000);
 
 afterAll(async () => {

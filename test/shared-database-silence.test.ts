@@ -7,14 +7,15 @@
 //   open    passes everything again (connections held meanwhile stay held: the gateway's own bounds end them).
 // Under load, every call is answered within a bound, the replica serves again by itself, and every answer says what
 // the ledger holds: each 0000 has its charged row, and no call told "not charged" was charged.
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import net from "node:net";
 import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { inTransaction, openPostgres } from "../src/stores/postgres/postgres-database.ts";
 import { openRedis } from "../src/stores/redis/redis-client.ts";
-import { root, runCli } from "./support/cli.ts";
+import { runCli } from "./support/cli.ts";
+import { startServe } from "./support/gateway-process.ts";
 import { demo } from "./support/gateway-fixture.ts";
 import { freshDatabase } from "./support/postgres.ts";
 
@@ -31,7 +32,8 @@ let db: Awaited<ReturnType<typeof freshDatabase>>;
 let proxiedUrl: string;
 let gateway: ChildProcess;
 let base: string;
-let log = "";
+/** What the gateway has printed so far. */
+let log: () => string;
 let env: Record<string, string>;
 let proxy: net.Server;
 let newConnections: Mode = "open";
@@ -77,16 +79,8 @@ beforeAll(async () => {
   const url = new URL(db.url);
   url.port = String(await openProxy());
   proxiedUrl = url.href;
-  env = { GATEWAY_DATABASE_URL: url.href, GATEWAY_REDIS_URL: redisUrl, GATEWAY_LOG_LEVEL: "warn", GATEWAY_PORT: "0" };
-  gateway = spawn(process.execPath, [`${root}/bin/gateway.js`, "serve", "--demo"], { cwd: root, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-  gateway.stdout!.on("data", (d: Buffer) => (log += d.toString()));
-  gateway.stderr!.on("data", (d: Buffer) => (log += d.toString()));
-  const until = Date.now() + 30_000;
-  while (!/listening on (http:\/\/\S+) /.test(log) || !log.includes("Demo account")) {
-    if (Date.now() > until) throw new Error(`no gateway:\n${log}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  base = /listening on (http:\/\/\S+) /.exec(log)![1]!;
+  env = { GATEWAY_DATABASE_URL: url.href, GATEWAY_REDIS_URL: redisUrl, GATEWAY_LOG_LEVEL: "warn" };
+  ({ child: gateway, base, output: log } = await startServe(env, { demo: true }));
 }, 60_000);
 
 afterAll(async () => {
@@ -250,7 +244,7 @@ describe("a shared-mode gateway whose PostgreSQL stops answering", () => {
     const late = { landed_late: (after.landed_late ?? 0) - (before.landed_late ?? 0), lost_late: (after.lost_late ?? 0) - (before.lost_late ?? 0) };
     expect(late.landed_late).toBe(charged.length);
     expect(late.lost_late).toBe(unconfirmed.length - charged.length);
-    expect(log).toContain("could not be asked whether it committed");
+    expect(log()).toContain("could not be asked whether it committed");
     // Each sent again with its key: a call whose commit landed is replayed (its data, not charged again); one whose
     // commit was lost runs, charged once. Either way each key is charged exactly once.
     const resent: Answer[] = [];
@@ -276,7 +270,7 @@ describe("a shared-mode gateway whose PostgreSQL stops answering", () => {
     const { late, unconfirmed } = await outOfReachPastTheWait("deaf");
     expect(late.landed_late).toBe(unconfirmed.length);
     expect(late.lost_late).toBe(0);
-    expect(log).toContain("were told 4000 and are charged");
+    expect(log()).toContain("were told 4000 and are charged");
   }, 120_000);
 
   it("fails a transaction whose connection is cut, without ending the process that ran it", async () => {
