@@ -5,6 +5,9 @@
 //   deaf    passes the gateway's statements on and drops the answers (they commit, and nobody hears), holds new ones;
 //   cut     passes the statements on and cuts each connection as its answer comes (a reset after the commit);
 //   open    passes everything again (connections held meanwhile stay held: the gateway's own bounds end them).
+// A switch can also wait for the next ledger commit the gateway sends (its prepared statement's name in the bytes), so
+// that one commit is surely in flight: passed on before going deaf (it commits), or dropped as it goes silent (it never
+// arrives).
 // Under load, every call is answered within a bound, the replica serves again by itself, and every answer says what
 // the ledger holds: each 0000 has its charged row, and no call told "not charged" was charged.
 import type { ChildProcess } from "node:child_process";
@@ -38,6 +41,9 @@ let env: Record<string, string>;
 let proxy: net.Server;
 let newConnections: Mode = "open";
 const pairs = new Set<Pair>();
+/** A switch waiting for the next ledger commit, and what to tell when it happened. */
+let atCommit: { readonly mode: "silent" | "deaf"; readonly done: () => void } | undefined;
+const commitName = Buffer.from("gw_commit\0");
 const redisUrl = "redis://127.0.0.1:6379/11";
 
 function openProxy(): Promise<number> {
@@ -54,7 +60,19 @@ function openProxy(): Promise<number> {
     server.on("error", () => {});
     const pair: Pair = { client, server, mode: "open" };
     pairs.add(pair);
+    // The last bytes of the chunk before, so a name split between two chunks is still seen.
+    let tail = Buffer.alloc(0);
     client.on("data", (d) => {
+      const seen = Buffer.concat([tail, d]);
+      tail = seen.subarray(Math.max(0, seen.length - commitName.length));
+      if (atCommit !== undefined && pair.mode === "open" && seen.includes(commitName)) {
+        const { mode, done } = atCommit;
+        atCommit = undefined;
+        if (mode === "deaf") server.write(d);
+        switchTo(mode, mode);
+        done();
+        return;
+      }
       if (pair.mode !== "silent") server.write(d);
     });
     server.on("data", (d) => {
@@ -196,7 +214,11 @@ describe("a shared-mode gateway whose PostgreSQL stops answering", () => {
 
   it("answers every call within its bounds while PostgreSQL takes statements and sends nothing back, then serves again", async () => {
     const before = await unanswered();
-    const healed = sleep(1000).then(() => switchTo("deaf", "deaf")).then(() => sleep(3000)).then(() => switchTo("open", "open"));
+    // Deaf as the next commit goes out after a second of load (so one is surely caught), for 3 s.
+    const healed = sleep(1000)
+      .then(() => new Promise<void>((done) => (atCommit = { mode: "deaf", done })))
+      .then(() => sleep(3000))
+      .then(() => switchTo("open", "open"));
     const calls = load(account, 16, healed.then(() => sleep(20_000)));
     await healed;
     const answers = await calls;
@@ -218,8 +240,9 @@ describe("a shared-mode gateway whose PostgreSQL stops answering", () => {
    */
   async function outOfReachPastTheWait(mode: "silent" | "deaf"): Promise<{ late: { landed_late: number; lost_late: number }; unconfirmed: Answer[]; resent: Answer[] }> {
     const before = await unanswered();
+    // Out of reach as the next commit goes out after a second of load, so that at least one is caught in flight.
     const healed = sleep(1000)
-      .then(() => switchTo(mode, mode))
+      .then(() => new Promise<void>((done) => (atCommit = { mode, done })))
       .then(() => sleep(18_000))
       .then(() => switchTo("open", "open"));
     const answers = await load(account, 16, healed, true);
@@ -260,8 +283,10 @@ describe("a shared-mode gateway whose PostgreSQL stops answering", () => {
   }
 
   it("tells calls it could not learn about that they are unconfirmed, learns each as the ledger shows it, and charges each keyed call sent again once", async () => {
-    // Silent: what was sent before the switch reached the server (its commit landed), what was sent after did not.
+    // Silent: the commit that set it off was dropped (it never arrives: lost); one sent before whose answer was still
+    // on its way landed.
     const { late, unconfirmed } = await outOfReachPastTheWait("silent");
+    expect(late.lost_late).toBeGreaterThan(0);
     expect(late.landed_late + late.lost_late).toBe(unconfirmed.length);
   }, 120_000);
 
