@@ -42,7 +42,7 @@ let proxy: net.Server;
 let newConnections: Mode = "open";
 const pairs = new Set<Pair>();
 /** A switch waiting for the next ledger commit, and what to tell when it happened. */
-let atCommit: { readonly mode: "silent" | "deaf"; readonly done: () => void } | undefined;
+let atCommit: { readonly mode: "silent" | "deaf" | "cut"; readonly done: () => void } | undefined;
 const commitName = Buffer.from("gw_commit\0");
 const redisUrl = "redis://127.0.0.1:6379/11";
 
@@ -68,8 +68,10 @@ function openProxy(): Promise<number> {
       if (atCommit !== undefined && pair.mode === "open" && seen.includes(commitName)) {
         const { mode, done } = atCommit;
         atCommit = undefined;
-        if (mode === "deaf") server.write(d);
-        switchTo(mode, mode);
+        if (mode !== "silent") server.write(d);
+        // Cut: this connection alone, as the commit's answer comes; the others go on.
+        if (mode === "cut") pair.mode = "cut";
+        else switchTo(mode, mode);
         done();
         return;
       }
@@ -202,7 +204,9 @@ describe("a shared-mode gateway whose PostgreSQL stops answering", () => {
     const done = sleep(3000);
     const calls = load(account, 16, done.then(() => sleep(1500)));
     await sleep(1000);
-    // Every connection open now is cut as its next answer comes; new ones go through.
+    // The connection of the next commit is cut as its answer comes (it committed); every connection open then is cut
+    // as its own next answer comes; new ones go through.
+    await new Promise<void>((cut) => (atCommit = { mode: "cut", done: cut }));
     switchTo("cut", "open");
     await done;
     const answers = await calls;
