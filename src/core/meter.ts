@@ -131,7 +131,8 @@ export class UnconfirmedCommit extends Error {
  * is what the ledger later showed for those. `landed_late` calls were told
  * 4000 and are charged: an operator refunds them.
  */
-export type LedgerCommitOutcome = "landed" | "lost" | "unconfirmed" | "landed_late" | "lost_late";
+export const ledgerCommitOutcomes = ["landed", "lost", "unconfirmed", "landed_late", "lost_late"] as const;
+export type LedgerCommitOutcome = (typeof ledgerCommitOutcomes)[number];
 
 /** A top-up whose reference the account's balance already took, for another amount: refused, nothing changed. */
 export class BalanceReferenceConflict extends Error {

@@ -2,7 +2,7 @@ import type { FastifyInstance } from "fastify";
 import type { AlertKind } from "../../core/alerts.ts";
 import { timingSafeEqual } from "node:crypto";
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
-import type { LedgerCommitOutcome, Transport } from "../../core/meter.ts";
+import { ledgerCommitOutcomes, type LedgerCommitOutcome, type Transport } from "../../core/meter.ts";
 import type { Limit } from "../../core/gateway-error.ts";
 import type { AbandonStage, AuthFailure, CacheResult, KeyOutcome, StoppedWaiting, Telemetry } from "../../core/telemetry.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
@@ -224,7 +224,7 @@ export class PrometheusTelemetry implements Telemetry {
   constructor() {
     // Every outcome from the start, at 0: an alert on increase() sees the first calls of one (a series that appears
     // at its first count of 3 is read as starting at 3).
-    for (const outcome of ["landed", "lost", "unconfirmed", "landed_late", "lost_late"] satisfies LedgerCommitOutcome[]) this.unanswered.labels(outcome).inc(0);
+    for (const outcome of ledgerCommitOutcomes) this.unanswered.labels(outcome).inc(0);
     // The gauge is read when scraped, so a call costs an addition, not a gauge update.
     const self = this;
     new Gauge({
