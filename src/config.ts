@@ -13,6 +13,7 @@ import { catalogues, operations, operationsNamed } from "./operations/index.ts";
 import { defaultAppSettings } from "./transports/server/app.ts";
 import { trustedProxiesProblem } from "./transports/server/client-address.ts";
 import { accessLogModes } from "./transports/server/access-log.ts";
+import { defaultRepeatWindowSeconds } from "./transports/server/repeated-lines.ts";
 import { defaultServiceName, otlpPlan, otlpProtocols } from "./exporters/otlp-plan.ts";
 import { defaultOtlpTracesOptions } from "./exporters/otlp-traces.ts";
 
@@ -94,6 +95,13 @@ export const settings = {
     "both",
     accessLogModes,
     "which access lines each request gets, at `info`: `both` (`incoming request` as it arrives, `request completed` as it ends), `completed` (only the last, which then names the request too: one line per request), `failures` (that line only for a call whose code is not 0000 or 2000, an RPC that ended in an error, or another request answered 400 or more), `off`; error lines are written whatever this says",
+  ),
+  logRepeatSeconds: whole(
+    "GATEWAY_LOG_REPEAT_SECONDS",
+    defaultRepeatWindowSeconds,
+    [0, 3_600],
+    "seconds",
+    "a warning or error line that repeats (the same message and error, as every call writes while a store is down) is written once, then counted for this long, and the count written as one line (`repeated`, `repeatedSince`, `firstRequestId`, `lastRequestId`); the next one opens a new window. Access lines are never held. `0`: every line is written",
   ),
   maxBodyBytes: whole("GATEWAY_MAX_BODY_BYTES", defaultAppSettings.maxBodyBytes, [1024, 1 << 30], "bytes", "largest request body, legacy and RPC alike"),
   shutdownGraceMs: whole("GATEWAY_SHUTDOWN_GRACE_MS", 10_000, [0, 600_000], "milliseconds", "how long in-flight calls may finish after SIGTERM"),

@@ -49,6 +49,7 @@ import { RedisResponseCache } from "./stores/redis/response-cache.ts";
 import type { AppOptions } from "./transports/server/app.ts";
 import type { AccessLogMode } from "./transports/server/access-log.ts";
 import type { Logger } from "./transports/server/logger.ts";
+import { everyLine } from "./transports/server/repeated-lines.ts";
 import { PrometheusTelemetry, type DatabasePool } from "./transports/server/metrics.ts";
 import { TlsCertificateFiles } from "./transports/server/tls-certificate.ts";
 import { storeMeasures } from "./stores/embedded/store-space.ts";
@@ -283,7 +284,8 @@ function lockoutOptions(config: GatewayConfig) {
  */
 function logUnansweredCommit(log: RuntimeLog | undefined, outcome: LedgerCommitOutcome, requestIds: readonly string[], cause: unknown): void {
   const n = `${requestIds.length} call${requestIds.length === 1 ? "" : "s"}`;
-  const fields = { err: cause, outcome, requestIds };
+  // Each names its calls (an operator may have to refund them): never held back as a repeat.
+  const fields = everyLine({ err: cause, outcome, requestIds });
   const warn = (msg: string) => (log?.warn ?? log?.error)?.call(log, fields, msg);
   if (outcome === "landed") warn(`a ledger commit's answer was lost; it had committed, so its ${n} were answered and charged`);
   else if (outcome === "lost") warn(`a ledger commit's answer was lost; it had not committed, so its ${n} answered 4000, not charged`);

@@ -8,7 +8,7 @@ import { appOptions, demoAccount, openRuntime, seedDemoCatalogue, sharedMode } f
 import { lockDataDirectory } from "../stores/embedded/data-directory-lock.ts";
 import { credentialHeaders } from "../transports/credentials.ts";
 import { buildApp } from "../transports/server/app.ts";
-import { createLogger } from "../transports/server/logger.ts";
+import { createLogger, flushRepeatedLines } from "../transports/server/logger.ts";
 import { TlsCertificateFiles } from "../transports/server/tls-certificate.ts";
 
 /** The request's JSON body for a call of `op` with `args` (proto JSON names). */
@@ -70,7 +70,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   const shared = sharedMode(config);
   const lock = shared ? undefined : lockDataDirectory(config.dataDir);
   // One logger for the runtime and the app, so every error line (a ledger that cannot be written, an internal RPC) is seen.
-  const log = createLogger({ level: config.logLevel });
+  const log = createLogger({ level: config.logLevel, repeatWindowSeconds: config.logRepeatSeconds });
   // Starting, listening and stopping are always told, as JSON lines, whatever the log level.
   const lifecycle = log.isLevelEnabled("info") ? log : createLogger({ level: "info" });
   const runtime = await openRuntime(config, { log, deliverAlerts: config.alerts === "on", retention: true });
@@ -114,6 +114,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
       runtime.readiness.drain();
       lifecycle.info({ signal, drainDelayMs: config.drainDelayMs, graceMs: config.shutdownGraceMs }, "stopping: not ready from now on; in-flight calls finish, then the gateway exits");
       const force = setTimeout(() => {
+        flushRepeatedLines(log);
         log.error({ graceMs: config.shutdownGraceMs }, "in-flight calls did not finish in time; stopping anyway");
         process.exit(1);
       }, config.drainDelayMs + config.shutdownGraceMs);
@@ -123,6 +124,8 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
         .then(() => runtime.close())
         .then(() => {
           lock?.release();
+          // What was held back is counted before the last line.
+          flushRepeatedLines(log);
           lifecycle.info("stopped");
           resolve();
         });

@@ -1,5 +1,6 @@
 import { LogController, type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from "fastify";
 import type { CallLogFields } from "../../core/gateway.ts";
+import { everyLine } from "./repeated-lines.ts";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -86,7 +87,8 @@ export class AccessLogController extends LogController {
     // Without an `incoming request` line, the last one names the request (pino leaves out a field that is undefined).
     const req = this.mode === "both" ? undefined : (request.accessRequest ?? request);
     if (error) {
-      reply.log.error({ req, res: reply, err: error, responseTime: reply.elapsedTime, ...call }, "request errored");
+      // A request's access line: written every time, however often its error repeats.
+      reply.log.error(everyLine({ req, res: reply, err: error, responseTime: reply.elapsedTime, ...call }), "request errored");
       return;
     }
     if (this.mode === "off" || (this.mode === "failures" && !failed(reply.statusCode, call))) return;

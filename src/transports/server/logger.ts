@@ -1,6 +1,7 @@
 import { pino, type Logger } from "pino";
 import { redactUrl } from "./redact.ts";
 import { traceIdOf } from "../../core/trace-context.ts";
+import { defaultRepeatWindowSeconds, RepeatedLines } from "./repeated-lines.ts";
 
 export type { Logger } from "pino";
 
@@ -8,12 +9,20 @@ export type { Logger } from "pino";
  * The one logger of a running gateway: JSON lines, requests logged with
  * their credentials redacted and no headers, but for the trace id of a
  * W3C `traceparent` the request carries (`traceId`, core/trace-context.ts).
- * The runtime and the app share it.
+ * The runtime and the app share it. A warning or error that repeats is
+ * written once a window and then counted (repeated-lines.ts), so a cause
+ * every call meets cannot fill the disk.
  */
-export function createLogger(options: { level: string; stream?: NodeJS.WritableStream | undefined }): Logger {
-  return pino(
+export function createLogger(options: { level: string; stream?: NodeJS.WritableStream | undefined; repeatWindowSeconds?: number | undefined }): Logger {
+  const repeated = new RepeatedLines((options.repeatWindowSeconds ?? defaultRepeatWindowSeconds) * 1000);
+  const logger = pino(
     {
       level: options.level,
+      hooks: {
+        logMethod(args, method, level) {
+          repeated.hook(this, args, method as (this: unknown, ...a: unknown[]) => void, level);
+        },
+      },
       serializers: {
         err: pino.stdSerializers.err,
         req: (req: { method: string; url: string; ip?: string; clientIp?: string; headers?: { traceparent?: string | string[] | undefined } }) => ({
@@ -26,4 +35,14 @@ export function createLogger(options: { level: string; stream?: NodeJS.WritableS
     },
     (options.stream ?? process.stdout) as pino.DestinationStream,
   );
+  repeated.attach(logger);
+  repeatedOf.set(logger, repeated);
+  return logger;
+}
+
+const repeatedOf = new WeakMap<object, RepeatedLines>();
+
+/** Writes the counts a logger still holds (before a stop's last line). */
+export function flushRepeatedLines(logger: object): void {
+  repeatedOf.get(logger)?.flush();
 }
