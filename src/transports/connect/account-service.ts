@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
+import type { ConnectRouter, HandlerContext, Interceptor } from "@connectrpc/connect";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { Gateway } from "../../core/gateway.ts";
 import { formatRate } from "../../core/call-rate.ts";
@@ -33,6 +33,7 @@ import {
 import { credentialFields, readCredentials } from "../credentials.ts";
 import { callLogKey, clientIpKey, requestIdKey } from "./context.ts";
 import { rpcTransportOf, statusError } from "./status-error.ts";
+import { knownJsonOnly, refuseUnknownFields } from "./known-fields.ts";
 
 const changeKinds = { opening: BalanceChangeKind.OPENING, "top-up": BalanceChangeKind.TOP_UP, carried: BalanceChangeKind.CARRIED, unbilled: BalanceChangeKind.UNBILLED } as const;
 
@@ -41,8 +42,9 @@ const changeKinds = { opening: BalanceChangeKind.OPENING, "top-up": BalanceChang
  * (proto/gateway/account/v1/account.proto). Who the caller is, is decided
  * by the core as for a catalogue call (Gateway.identifyCaller); a refusal is
  * an error with the status block as detail, as a catalogue call's.
+ * `interceptors`: the router's, which the service's own replace.
  */
-export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void {
+export function accountRoutes(gateway: Gateway, options: { readonly interceptors?: readonly Interceptor[] } = {}): (router: ConnectRouter) => void {
   /** The caller's account, or the refusal thrown; `params` are what a signature of the call covers. */
   const caller = async (ctx: HandlerContext, params: Record<string, string | undefined>) => {
     const transport = rpcTransportOf(ctx.requestHeader.get("content-type"));
@@ -190,7 +192,9 @@ export function accountRoutes(gateway: Gateway): (router: ConnectRouter) => void
         const { upstreamRequests: _operators, ...sums } = report.sums;
         return create(QueryMyUsageResponseSchema, { totals: report.totals.map(totalMessage), ...sums, amount: formatMoney(sums.amount), nextPageToken: report.nextPageToken });
       },
-    });
+    },
+    // Only the fields it has (known-fields.ts): a misspelt filter is refused, not read as no filter.
+    { ...knownJsonOnly, interceptors: [...(options.interceptors ?? []), refuseUnknownFields] });
 }
 
 /** A team's cursor that retention passed over (FollowMyCalls): what to do, in the team's own methods. */

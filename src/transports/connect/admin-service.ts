@@ -14,6 +14,7 @@ import { keptUntil } from "../../core/secret-grace.ts";
 import type { AddressLockout } from "../../core/address-lockout.ts";
 import { noTelemetry, type Telemetry } from "../../core/telemetry.ts";
 import { clientIpKey } from "./context.ts";
+import { knownJsonOnly, refuseUnknownFields } from "./known-fields.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
 import { refusalError, rpcTransportOf } from "./status-error.ts";
 import type { LedgerRow, Meter, UsageQuery, UsageTotal } from "../../core/meter.ts";
@@ -463,6 +464,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           }
         },
       },
-      { interceptors: [...(options.interceptors ?? []), requireAdminToken(options.token, options.lockout, options.telemetry, ports.admins)] },
+      // Only the fields it has (known-fields.ts): a misspelt one is refused, not taken as its default. The token is checked first.
+      { ...knownJsonOnly, interceptors: [...(options.interceptors ?? []), requireAdminToken(options.token, options.lockout, options.telemetry, ports.admins), refuseUnknownFields] },
     );
 }

@@ -67,8 +67,8 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
   await app.register(fastifyConnectPlugin, {
     interceptors: [recordRpcCode, logInternal],
     routes: (router) => {
-      // Service interceptors replace the router's, so the admin service is given the logger again.
-      accountRoutes(options.gateway)(router);
+      // Service interceptors replace the router's, so these two services are given the logger again.
+      accountRoutes(options.gateway, { interceptors: [recordRpcCode, logInternal] })(router);
       if (options.admin) adminRoutes(options.admin.ports, {
           token: options.admin.token,
           lockout: options.lockout,
