@@ -14,6 +14,7 @@ import { defaultAppSettings } from "./transports/server/app.ts";
 import { trustedProxiesProblem } from "./transports/server/client-address.ts";
 import { accessLogModes } from "./transports/server/access-log.ts";
 import { defaultRepeatWindowSeconds } from "./transports/server/repeated-lines.ts";
+import { defaultLogBacklogBytes } from "./transports/server/log-output.ts";
 import { defaultServiceName, otlpPlan, otlpProtocols } from "./exporters/otlp-plan.ts";
 import { defaultOtlpTracesOptions } from "./exporters/otlp-traces.ts";
 
@@ -102,6 +103,13 @@ export const settings = {
     [0, 3_600],
     "seconds",
     "a warning or error line that repeats (the same message and error, as every call writes while a store is down) is written once, then counted for this long, and the count written as one line (`repeated`, `repeatedSince`, `firstRequestId`, `lastRequestId`); the next one opens a new window. Access lines are never held. `0`: every line is written",
+  ),
+  logBacklogKb: whole(
+    "GATEWAY_LOG_BACKLOG_KB",
+    defaultLogBacklogBytes / 1024,
+    [64, 1_048_576],
+    "KiB",
+    "log lines stdout's reader may leave waiting (a pipe, a socket, a terminal); a line past that is dropped and counted (`gateway_log_lines_dropped_total`), and calls go on being served. A line a file cannot take (a full disk) is dropped too; a reader that is gone drops every line after it",
   ),
   maxBodyBytes: whole("GATEWAY_MAX_BODY_BYTES", defaultAppSettings.maxBodyBytes, [1024, 1 << 30], "bytes", "largest request body, legacy and RPC alike"),
   shutdownGraceMs: whole("GATEWAY_SHUTDOWN_GRACE_MS", 10_000, [0, 600_000], "milliseconds", "how long in-flight calls may finish after SIGTERM"),

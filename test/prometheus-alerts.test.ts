@@ -10,6 +10,7 @@ import { migrateSchema, openPostgres } from "../src/stores/postgres/postgres-dat
 import { makeCertificate } from "./support/certificates.ts";
 import { root } from "./support/cli.ts";
 import { startGateway } from "./support/gateway-fixture.ts";
+import { startServe } from "./support/gateway-process.ts";
 import { freshDatabase } from "./support/postgres.ts";
 
 // docs/prometheus-alerts.yml: Prometheus's own checker reads it, its alerts fire on the series they are
@@ -77,6 +78,8 @@ describe("the Prometheus alerting rules", () => {
             { series: `gateway_otlp_client_certificate_start_timestamp_seconds{${labels}}`, values: "0x120" },
             { series: `gateway_otlp_client_certificate_expiry_timestamp_seconds{${labels}}`, values: "6000x120" },
             { series: `gateway_otlp_tls_renewals_total{${labels}, outcome="refused"}`, values: "0 0 1x10" },
+            // 40 log lines dropped at minute 2 (a reader behind), none after: the alert holds for 10 minutes.
+            { series: `gateway_log_lines_dropped_total{${labels}, reason="backlog"}`, values: "0 0 40x30" },
           ],
           alert_rule_test: [
             { eval_time: "5m", alertname: "GatewayDiskLow", exp_alerts: [] },
@@ -90,6 +93,9 @@ describe("the Prometheus alerting rules", () => {
             { eval_time: "2m", alertname: "GatewayCallsChargedUnanswered", exp_alerts: [] },
             { eval_time: "3m", alertname: "GatewayCallsChargedUnanswered", exp_alerts: fires("GatewayCallsChargedUnanswered", { severity: "warning", outcome: "landed_late", ...gw1 }, "Gateway gw-1:8080 told calls 4000 that its ledger then showed charged") },
             { eval_time: "70m", alertname: "GatewayCallsChargedUnanswered", exp_alerts: [] },
+            { eval_time: "1m", alertname: "GatewayLogLinesDropped", exp_alerts: [] },
+            { eval_time: "2m", alertname: "GatewayLogLinesDropped", exp_alerts: fires("GatewayLogLinesDropped", { severity: "warning", reason: "backlog", ...gw1 }, "Gateway gw-1:8080 dropped 40 log lines in 10 minutes (backlog)") },
+            { eval_time: "13m", alertname: "GatewayLogLinesDropped", exp_alerts: [] },
             { eval_time: "8m", alertname: "GatewayFeedHeld", exp_alerts: fires("GatewayFeedHeld", { severity: "warning", ...gw1 }, "The ledger's feed has held calls back for 2m 0s") },
             { eval_time: "84m", alertname: "GatewayCollectorCertificateNotRenewed", exp_alerts: [] },
             { eval_time: "87m", alertname: "GatewayCollectorCertificateNotRenewed", exp_alerts: fires("GatewayCollectorCertificateNotRenewed", { severity: "warning", ...gw1 }, "Gateway gw-1:8080's client certificate for the OTLP collector is 87% through its life") },
@@ -146,7 +152,7 @@ describe("the Prometheus alerting rules", () => {
     expect(tested, `${tested.stdout}\n${tested.stderr}`).toMatchObject({ stdout: expect.stringContaining("SUCCESS") });
   });
 
-  it("name only metrics a real gateway exports: embedded with TLS, both storage limits and a collector over mutual TLS, and shared", async () => {
+  it("name only metrics a real gateway exports: embedded with TLS, both storage limits and a collector over mutual TLS, shared, and `gateway serve` itself", async () => {
     const named = new Set([...readFileSync(rules, "utf8").matchAll(/^\s*expr: (.*)$/gm)].flatMap((m) => metricsOf(m[1]!)));
     expect(named.size).toBeGreaterThan(10);
     makeCertificate(dir, "gw");
@@ -174,6 +180,13 @@ describe("the Prometheus alerting rules", () => {
       }
     } finally {
       await database.drop();
+    }
+    // What only `gateway serve` counts (its stdout: log-output.ts), from a real one.
+    const served = await startServe({ GATEWAY_DATA_DIR: join(dir, "serve") });
+    try {
+      for (const name of familiesOf(await (await fetch(`${served.base}/metrics`)).text())) exported.add(name);
+    } finally {
+      served.child.kill("SIGKILL");
     }
     expect([...named].filter((name) => !exported.has(name))).toEqual([]);
   });

@@ -8,7 +8,7 @@ import { appOptions, demoAccount, openRuntime, seedDemoCatalogue, sharedMode } f
 import { lockDataDirectory } from "../stores/embedded/data-directory-lock.ts";
 import { credentialHeaders } from "../transports/credentials.ts";
 import { buildApp } from "../transports/server/app.ts";
-import { createLogger, flushRepeatedLines } from "../transports/server/logger.ts";
+import { createLogger, flushRepeatedLines, stdoutOutput } from "../transports/server/logger.ts";
 import { TlsCertificateFiles } from "../transports/server/tls-certificate.ts";
 
 /** The request's JSON body for a call of `op` with `args` (proto JSON names). */
@@ -70,10 +70,14 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   const shared = sharedMode(config);
   const lock = shared ? undefined : lockDataDirectory(config.dataDir);
   // One logger for the runtime and the app, so every error line (a ledger that cannot be written, an internal RPC) is seen.
+  stdoutOutput({ maxBacklogBytes: config.logBacklogKb * 1024 });
   const log = createLogger({ level: config.logLevel, repeatWindowSeconds: config.logRepeatSeconds });
   // Starting, listening and stopping are always told, as JSON lines, whatever the log level.
   const lifecycle = log.isLevelEnabled("info") ? log : createLogger({ level: "info" });
   const runtime = await openRuntime(config, { log, deliverAlerts: config.alerts === "on", retention: true });
+  // What stdout's reader or disk could not take is counted (log-output.ts); an error writing stderr (a reader gone) is not the process's end.
+  runtime.metrics.watchLogOutput(stdoutOutput());
+  process.stderr.on("error", () => {});
   if (options.demo && (await seedDemoCatalogue(runtime))) lifecycle.info({ into: shared ? "the shared database" : config.dataDir }, "seeded the demo catalogue");
   // A demo without a configured admin token gets one for this run, printed below.
   const adminToken = config.adminToken === "" && options.demo ? randomBytes(24).toString("base64url") : config.adminToken;
@@ -105,7 +109,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
       log.error({ err: e }, "the demo account could not be written; the gateway serves without one");
     }
     // The one human text: the demo's ready-to-paste calls, on stdout as the demo has always printed them.
-    if (demo !== undefined) process.stdout.write(`${banner(base, tls, demo, adminToken === config.adminToken ? undefined : adminToken, appSettings.console === true)}\n`);
+    if (demo !== undefined) stdoutOutput().write(`${banner(base, tls, demo, adminToken === config.adminToken ? undefined : adminToken, appSettings.console === true)}\n`);
   }
 
   await new Promise<void>((resolve) => {
@@ -156,5 +160,10 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
       watch.unref();
     }
   });
+  // A reader of stdout that stopped reading holds a stop no longer than this; what it did not take is dropped.
+  if (!(await stdoutOutput().settle(logSettleMs))) process.exit(0);
   return 0;
 }
+
+/** How long a stop waits for the log lines its stdout's reader has not taken yet. */
+const logSettleMs = 2_000;

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { createServer, type AddressInfo } from "node:net";
 import { root } from "./cli.ts";
 
 /** A `gateway serve` process of a test's own, and what it has printed so far. */
@@ -14,20 +15,44 @@ export interface ServeProcess {
  * `env` over the test process's, and resolves once it says where it listens
  * (and, with `--demo`, has printed the demo account or the admin token). It
  * throws with what it printed if it exits first or takes over 30 s.
+ * `stdout`: a file descriptor its stdout goes to instead of a pipe the test
+ * reads (`/dev/full`, say); it is then ready once `/readyz` answers on a
+ * port picked for it.
  */
-export async function startServe(env: Record<string, string>, options: { demo?: boolean } = {}): Promise<ServeProcess> {
+export async function startServe(env: Record<string, string>, options: { demo?: boolean; stdout?: number } = {}): Promise<ServeProcess> {
   let output = "";
+  const port = options.stdout === undefined ? 0 : await freePort();
   const child = spawn(process.execPath, [`${root}/bin/gateway.js`, "serve", ...(options.demo === true ? ["--demo"] : [])], {
     cwd: root,
-    env: { ...process.env, ...env, GATEWAY_PORT: "0" },
-    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, ...env, GATEWAY_PORT: String(port) },
+    stdio: ["ignore", options.stdout ?? "pipe", "pipe"],
   });
-  child.stdout!.on("data", (d: Buffer) => (output += d.toString()));
+  child.stdout?.on("data", (d: Buffer) => (output += d.toString()));
   child.stderr!.on("data", (d: Buffer) => (output += d.toString()));
   const until = Date.now() + 30_000;
-  while (!/listening on (http:\/\/\S+) /.test(output) || (options.demo === true && !output.includes("Admin API") && !output.includes("Demo account"))) {
+  const ready = async () => {
+    if (options.stdout === undefined) return /listening on (http:\/\/\S+) /.test(output) && (options.demo !== true || output.includes("Admin API") || output.includes("Demo account"));
+    return await fetch(`http://127.0.0.1:${port}/readyz`).then(
+      () => true,
+      () => false,
+    );
+  };
+  while (!(await ready())) {
     if (Date.now() > until || child.exitCode !== null) throw new Error(`gateway serve did not start:\n${output}`);
     await new Promise((r) => setTimeout(r, 50));
   }
-  return { child, base: /listening on (http:\/\/\S+) /.exec(output)![1]!, output: () => output };
+  const base = options.stdout === undefined ? /listening on (http:\/\/\S+) /.exec(output)![1]! : `http://127.0.0.1:${port}`;
+  return { child, base, output: () => output };
+}
+
+/** A loopback port nothing listens on now. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
 }

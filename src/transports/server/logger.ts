@@ -2,6 +2,7 @@ import { pino, type Logger } from "pino";
 import { redactUrl } from "./redact.ts";
 import { traceIdOf } from "../../core/trace-context.ts";
 import { defaultRepeatWindowSeconds, RepeatedLines } from "./repeated-lines.ts";
+import { LogOutput } from "./log-output.ts";
 
 export type { Logger } from "pino";
 
@@ -11,7 +12,9 @@ export type { Logger } from "pino";
  * W3C `traceparent` the request carries (`traceId`, core/trace-context.ts).
  * The runtime and the app share it. A warning or error that repeats is
  * written once a window and then counted (repeated-lines.ts), so a cause
- * every call meets cannot fill the disk.
+ * every call meets cannot fill the disk; and on stdout, a line its reader
+ * or disk cannot take is dropped and counted, never the process's end or a
+ * pile in memory (log-output.ts).
  */
 export function createLogger(options: { level: string; stream?: NodeJS.WritableStream | undefined; repeatWindowSeconds?: number | undefined }): Logger {
   const repeated = new RepeatedLines((options.repeatWindowSeconds ?? defaultRepeatWindowSeconds) * 1000);
@@ -33,11 +36,19 @@ export function createLogger(options: { level: string; stream?: NodeJS.WritableS
         }),
       },
     },
-    (options.stream ?? process.stdout) as pino.DestinationStream,
+    (options.stream ?? stdoutOutput()) as pino.DestinationStream,
   );
   repeated.attach(logger);
   repeatedOf.set(logger, repeated);
+  if (options.stream === undefined) stdoutOutput().onRecovered ??= (fields, message) => logger.warn(fields, message);
   return logger;
+}
+
+let stdout: LogOutput | undefined;
+
+/** The process's stdout as its loggers write to it (log-output.ts): one for the process, as stdout is; `options` count the first time. */
+export function stdoutOutput(options?: { maxBacklogBytes?: number }): LogOutput {
+  return (stdout ??= new LogOutput(options));
 }
 
 const repeatedOf = new WeakMap<object, RepeatedLines>();

@@ -7,6 +7,7 @@ import type { Limit } from "../../core/gateway-error.ts";
 import type { AbandonStage, AuthFailure, CacheResult, KeyOutcome, StoppedWaiting, Telemetry } from "../../core/telemetry.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { CertificateFacts } from "./tls-certificate.ts";
+import { logDropReasons, type LogOutputCounts } from "./log-output.ts";
 import type { StoreMeasures } from "../../stores/embedded/store-space.ts";
 
 /** How long a scrape waits for the shared database's answer on the feed's hold before reading it as unknown (NaN). */
@@ -319,6 +320,24 @@ export class PrometheusTelemetry implements Telemetry {
       },
     });
     new Gauge({ name: "gateway_database_connections_max", help: "Shared mode: the most connections this replica opens to the shared database.", registers: [this.registry] }).set(pool.max);
+  }
+
+  /**
+   * Log lines stdout could not take (log-output.ts), read when scraped: its
+   * reader fell behind (`backlog`), a write failed (`write_error`: a full
+   * disk) or its reader is gone (`reader_gone`). Calls were served meanwhile.
+   */
+  watchLogOutput(output: LogOutputCounts): void {
+    new Counter({
+      name: "gateway_log_lines_dropped_total",
+      help: "Log lines dropped because stdout could not take them, by reason: backlog (its reader fell behind; 16 MiB waited), write_error (a write failed, e.g. a full disk), reader_gone (its reader closed). Calls are served meanwhile.",
+      labelNames: ["reason"],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const reason of logDropReasons) this.labels(reason).inc(output.dropped[reason]);
+      },
+    });
   }
 
   /** Where `gateway_cache_bytes` is read from. */
