@@ -170,7 +170,7 @@ describe("TLS certificate files read again while serving", () => {
   });
 });
 
-describe("gateway serve with TLS files", () => {
+describe("gateway serve and its TLS files", () => {
   /** `gateway serve --demo` on TLS files; its output so far, and its exit. */
   function serve(env: Record<string, string>) {
     const dataDir = mkdtempSync(join(tmpdir(), "gateway-tls-serve-"));
@@ -210,6 +210,28 @@ describe("gateway serve with TLS files", () => {
       expect(gw.out.text).toContain(`"reason":"SIGHUP"`);
       const answer = await httpsGet(`https://127.0.0.1:${port}/retail/item_get/?${new URLSearchParams({ key: demoKey!, secret: demoSecret!, num_iid: demo.retailNumIid })}`, [pem("b", "cert")]);
       expect(JSON.parse(answer.body)).toMatchObject({ error_code: "0000" });
+      expect(gw.child.exitCode).toBe(null);
+      gw.child.kill("SIGTERM");
+      expect(await gw.exited).toBe(0);
+    } finally {
+      gw.cleanup();
+    }
+  });
+
+  it("stays up on SIGHUP with no file to read again (systemctl reload), serving, and says so", async () => {
+    // Before, Node's default ended it at once (exit 129), and systemd does not restart a service a SIGHUP ended.
+    const gw = serve({});
+    try {
+      await waitFor("the banner", async () => gw.out.text, (t) => /Demo account/.test(t), 30_000);
+      const port = Number(/listening on http:\/\/127\.0\.0\.1:(\d+) /.exec(gw.out.text)![1]);
+      const [, demoKey, demoSecret] = /Demo account\s+key: (\S+)\s+secret: (\S+)/.exec(gw.out.text)!;
+      const call = () => fetch(`http://127.0.0.1:${port}/retail/item_get/?${new URLSearchParams({ key: demoKey!, secret: demoSecret!, num_iid: demo.retailNumIid })}`).then((r) => r.json() as Promise<{ error_code: string }>);
+      // A call in flight across the signal, and one after it.
+      const during = call();
+      gw.child.kill("SIGHUP");
+      await waitFor("the line", async () => gw.out.text, (t) => t.includes("SIGHUP: no TLS or collector certificate files are set, so there is nothing to read again; serving on"));
+      expect((await during).error_code).toBe("0000");
+      expect((await call()).error_code).toBe("0000");
       expect(gw.child.exitCode).toBe(null);
       gw.child.kill("SIGTERM");
       expect(await gw.exited).toBe(0);

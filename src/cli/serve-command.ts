@@ -135,17 +135,19 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
         });
     };
     process.once("SIGTERM", () => stop("SIGTERM"));
-    // With TLS, SIGHUP reads the certificate and key files again (a renewal), as nginx and HAProxy do;
-    // without any TLS file there is nothing to read again, and Node's default stands (the process ends).
-    // The OTLP collector's client certificate too, where one is set.
+    // SIGHUP (`systemctl reload`, ExecReload) reads the TLS certificate and key files again (a renewal), as nginx
+    // and HAProxy do, and the OTLP collector's client certificate, where they are set. Without any, there is
+    // nothing to read again; the gateway says so and serves on. Node's default (the process ends at once, calls
+    // in flight cut, and systemd counts a SIGHUP as a clean exit, so it would not restart it) is never right here.
     const files = appSettings.tls;
     const exporter = runtime.renewExporterTls;
-    if (files instanceof TlsCertificateFiles || exporter !== undefined) {
-      process.on("SIGHUP", () => {
-        if (files instanceof TlsCertificateFiles) void files.reload("SIGHUP");
-        exporter?.();
-      });
-    }
+    process.on("SIGHUP", () => {
+      if (files instanceof TlsCertificateFiles) void files.reload("SIGHUP");
+      exporter?.();
+      if (!(files instanceof TlsCertificateFiles) && exporter === undefined) {
+        lifecycle.info({ signal: "SIGHUP" }, "SIGHUP: no TLS or collector certificate files are set, so there is nothing to read again; serving on");
+      }
+    });
     process.once("SIGINT", () => stop("SIGINT"));
     // Started through npm or npx, the gateway runs under `sh -c`, which does not pass SIGTERM on:
     // a supervisor's SIGTERM ends npm and the shell and would leave the gateway running alone.
