@@ -27,6 +27,7 @@ import { Readiness, type HealthCheck } from "./core/health.ts";
 import type { Telemetry } from "./core/telemetry.ts";
 import { SqliteAccountStore } from "./stores/embedded/account-store.ts";
 import { ChangeWatch } from "./stores/embedded/change-watch.ts";
+import { usableDataDirectory } from "./stores/embedded/data-directory-lock.ts";
 import { EmbeddedCatalogue } from "./stores/embedded/catalogue-store.ts";
 import { migrations as embeddedSteps, openDatabase, schemaStep } from "./stores/embedded/sqlite-database.ts";
 import { WalCheckpointer } from "./stores/embedded/wal-checkpointer.ts";
@@ -194,6 +195,7 @@ function warnIfNewer(log: RuntimeLog | undefined, store: string, found: number, 
 }
 
 function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | undefined, telemetry: Telemetry, commits: CommitBell): Stores {
+  usableDataDirectory(config.dataDir);
   const db = openDatabase(databasePath(config), { maxBytes: config.storeMaxBytes });
   warnIfNewer(log, "embedded", schemaStep(db), embeddedSteps.length);
   const watch = new ChangeWatch(db);

@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { operations } from "../src/operations/index.ts";
@@ -176,6 +176,48 @@ describe("npx gateway while the server runs", () => {
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain("GATEWAY_PORT");
     expect(bad.stderr).toContain("GATEWAY_TIME_ZONE");
+  });
+});
+
+describe("a start that cannot be made", () => {
+  // One line on stderr that says why and what to set, never a stack; 2 where a setting must change, 1 where waiting may do.
+  const oneLine = (r: { code: number | null; stderr: string; stdout: string }) => {
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).not.toMatch(/^\s+at /m);
+    return [r.code, r.stderr.trim()];
+  };
+
+  it("says so in one line for a port another process holds, an address not on this machine, and a data directory it cannot make", async () => {
+    const own = mkdtempSync(join(tmpdir(), "gateway-start-"));
+    try {
+      const port = new URL(base).port;
+      expect(oneLine(await runCli(["serve"], { ...env, GATEWAY_DATA_DIR: own, GATEWAY_PORT: port }))).toEqual([
+        1,
+        `cannot listen on 127.0.0.1:${port}: another process listens there (EADDRINUSE); stop it, or set GATEWAY_PORT to another port`,
+      ]);
+      // TEST-NET-1 (RFC 5737): no machine has it.
+      expect(oneLine(await runCli(["serve"], { ...env, GATEWAY_DATA_DIR: own, GATEWAY_HOST: "192.0.2.1" }))).toEqual([
+        2,
+        "cannot listen on 192.0.2.1:0: no interface of this machine has that address (EADDRNOTAVAIL); set GATEWAY_HOST to one of its addresses, or 0.0.0.0",
+      ]);
+      // A data directory under a file: serve and every command alike.
+      const file = join(own, "a-file");
+      writeFileSync(file, "");
+      for (const args of [["serve"], ["accounts", "list"]]) {
+        const [code, line] = oneLine(await runCli(args, { ...env, GATEWAY_DATA_DIR: join(file, "data") }));
+        expect(code).toBe(2);
+        expect(line).toMatch(/^the data directory \S+\/a-file\/data \(GATEWAY_DATA_DIR\) cannot be used: it, or a part of its path, is a file, not a directory \(ENOTDIR\)\. /);
+      }
+      // `gateway check` says what serve would meet, and that it would not start.
+      const checked = await runCli(["check"], { ...env, GATEWAY_DATA_DIR: join(file, "data"), GATEWAY_PORT: port });
+      expect(checked.code).toBe(1);
+      expect(checked.stdout).toMatch(/^fail {2}data directory \S+\/a-file, where \S+\/a-file\/data would be made, is a file, not a directory: serve would not start$/m);
+      expect(checked.stdout).toMatch(/^warn {2}listen {9}cannot listen on 127\.0\.0\.1:\d+: another process listens there \(EADDRINUSE\)/m);
+      const unbound = await runCli(["check"], { ...env, GATEWAY_DATA_DIR: own, GATEWAY_HOST: "192.0.2.1" });
+      expect(unbound.stdout).toMatch(/^fail {2}listen {9}cannot listen on 192\.0\.2\.1:0: no interface of this machine has that address/m);
+    } finally {
+      rmSync(own, { recursive: true, force: true });
+    }
   });
 });
 

@@ -1,6 +1,6 @@
-import { existsSync, readFileSync } from "node:fs";
-import { hostname } from "node:os";
-import { join } from "node:path";
+import { accessSync, constants, existsSync, readFileSync, statSync } from "node:fs";
+import { hostname, userInfo } from "node:os";
+import { dirname, join, resolve } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { parseArgs } from "node:util";
 import { cacheBound, type GatewayConfig } from "../config.ts";
@@ -13,6 +13,7 @@ import { storeSpace } from "../stores/embedded/store-space.ts";
 import { migrations as sharedSteps, openPostgres } from "../stores/postgres/postgres-database.ts";
 import { probeRedis } from "../stores/redis/redis-client.ts";
 import { TlsCertificateFiles, TlsFilesError } from "../transports/server/tls-certificate.ts";
+import { ListenError, listenProbe } from "./listen-error.ts";
 
 /**
  * `gateway check`: what `serve` would start with, looked at before it does,
@@ -158,7 +159,8 @@ export function spaceFindings(config: GatewayConfig): Finding[] {
 /** The embedded store, opened read-only: its schema step, counts and whether a gateway serves it now. */
 export function embeddedFindings(config: GatewayConfig): Finding[] {
   const path = databasePath(config);
-  if (!existsSync(path)) return [{ check: "store", status: "warn", detail: `embedded: ${path} does not exist yet; serve creates it empty (no accounts, no catalogue)` }, ...spaceFindings(config)];
+  const unwritable = dataDirectoryFinding(config.dataDir);
+  if (!existsSync(path)) return [...unwritable, { check: "store", status: "warn", detail: `embedded: ${path} does not exist yet; serve creates it empty (no accounts, no catalogue)` }, ...spaceFindings(config)];
   let db: DatabaseSync | undefined;
   try {
     db = new DatabaseSync(path, { readOnly: true });
@@ -169,11 +171,39 @@ export function embeddedFindings(config: GatewayConfig): Finding[] {
       const all = (sql: string) => db!.prepare(sql).all() as Rows;
       findings.push(...countsFinding(countsOf({ accounts: all(countsSql.accounts), admins: all(countsSql.admins), catalogue: all(countsSql.catalogue) }), config));
     }
-    return [...findings, ...spaceFindings(config)];
+    return [...unwritable, ...findings, ...spaceFindings(config)];
   } catch (e) {
     return [{ check: "store", status: "fail", detail: `embedded: ${path} cannot be read (${(e as { code?: string }).code ?? (e as Error).message})` }];
   } finally {
     db?.close();
+  }
+}
+
+/**
+ * A data directory serve could not make or write, as the user `check` runs
+ * as (run it as the gateway's own: `sudo -u gateway npx gateway check`):
+ * nothing when it could. Only asked, never written.
+ */
+export function dataDirectoryFinding(dataDir: string): Finding[] {
+  // The directory, or where it would be made: its nearest existing parent.
+  let dir = resolve(dataDir);
+  while (!existsSync(dir) && dirname(dir) !== dir) dir = dirname(dir);
+  try {
+    if (!statSync(dir).isDirectory()) throw Object.assign(new Error(`${dir} is a file`), { code: "ENOTDIR" });
+    accessSync(dir, constants.W_OK);
+    return [];
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code ?? "";
+    const user = (() => {
+      try {
+        return userInfo().username;
+      } catch {
+        return "this user";
+      }
+    })();
+    const what = dir === resolve(dataDir) ? dataDir : `${dir}, where ${dataDir} would be made,`;
+    const why = code === "ENOTDIR" ? `is a file, not a directory` : `is not writable by ${user} (${code === "EROFS" ? "a read-only file system" : code})`;
+    return [{ check: "data directory", status: "fail", detail: `${what} ${why}: serve would not start` }];
   }
 }
 
@@ -243,11 +273,18 @@ export async function sharedFindings(config: GatewayConfig): Promise<Finding[]> 
 
 const loopback = new Set(["127.0.0.1", "::1", "localhost"]);
 
-/** What the settings expose, or leave open, beyond this machine. */
-export function exposureFindings(config: GatewayConfig): Finding[] {
+/**
+ * What the settings expose, or leave open, beyond this machine; `listening`,
+ * what `listenProbe` found of the address: a port another process holds is a
+ * warning (the gateway itself, already serving?), one that cannot be had a failure.
+ */
+export function exposureFindings(config: GatewayConfig, listening?: unknown): Finding[] {
   const findings: Finding[] = [];
   const reachable = !loopback.has(config.host);
-  findings.push({ check: "listen", status: "ok", detail: `${config.host}:${config.port}${reachable ? "" : " (this machine only)"}` });
+  const where = `${config.host}:${config.port}${reachable ? "" : " (this machine only)"}`;
+  if (listening === undefined) findings.push({ check: "listen", status: "ok", detail: where });
+  else if (listening instanceof ListenError && listening.exitCode === 1) findings.push({ check: "listen", status: "warn", detail: `${listening.message} (if it is this gateway, already serving, that is expected)` });
+  else findings.push({ check: "listen", status: "fail", detail: listening instanceof Error ? listening.message : String(listening) });
   if (reachable && config.tlsCert === "") findings.push({ check: "listen", status: "warn", detail: `cleartext on ${config.host}: keys and secrets cross the network unencrypted unless a proxy in front terminates TLS (GATEWAY_TLS_CERT, or the proxy's)` });
   if (reachable && config.metricsToken === "") findings.push({ check: "metrics", status: "warn", detail: `/metrics answers anyone who reaches ${config.host}:${config.port} (GATEWAY_METRICS_TOKEN unset)` });
   if (config.upstreamUrl !== "") findings.push({ check: "upstream", status: "ok", detail: `${shownUrl(config.upstreamUrl)}; not contacted (a request to it may be billed)` });
@@ -293,7 +330,7 @@ export async function checkCommand(config: GatewayConfig, args: string[]): Promi
     { check: "configuration", status: "ok", detail: `read${process.env.GATEWAY_CONFIG ? ` from ${process.env.GATEWAY_CONFIG} and` : " from"} the environment; ${sharedMode(config) ? "shared mode" : "embedded mode"}` },
     ...tlsFindings(config, Date.now()),
     ...(sharedMode(config) ? await sharedFindings(config) : embeddedFindings(config)),
-    ...exposureFindings(config),
+    ...exposureFindings(config, await listenProbe(config.host, config.port)),
     ...(await tracesFindings(config)),
   ];
   const failed = findings.some((f) => f.status === "fail");

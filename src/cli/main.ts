@@ -9,8 +9,9 @@ import { importCommand } from "./import-command.ts";
 import { migrateCommand } from "./migrate-command.ts";
 import { feedCommand, maintenanceCommand, usageCommand } from "./operator-commands.ts";
 import { MoneyError } from "../core/money.ts";
+import { ListenError } from "./listen-error.ts";
 import { serveCommand } from "./serve-command.ts";
-import { DataDirectoryInUseError } from "../stores/embedded/data-directory-lock.ts";
+import { DataDirectoryInUseError, DataDirectoryUnusableError } from "../stores/embedded/data-directory-lock.ts";
 import { TlsFilesError } from "../transports/server/tls-certificate.ts";
 
 const usage = `usage: gateway <command> [options]
@@ -91,7 +92,10 @@ main(process.argv.slice(2)).then(
     process.exitCode = code;
   },
   (e: unknown) => {
-    if (e instanceof ConfigError || e instanceof AccountAdminError || e instanceof MoneyError || e instanceof DataDirectoryInUseError || e instanceof TlsFilesError || String((e as { code?: string }).code).startsWith("ERR_PARSE_ARGS")) {
+    if (e instanceof ListenError) {
+      console.error(e.message);
+      process.exitCode = e.exitCode;
+    } else if (e instanceof ConfigError || e instanceof AccountAdminError || e instanceof MoneyError || e instanceof DataDirectoryInUseError || e instanceof DataDirectoryUnusableError || e instanceof TlsFilesError || String((e as { code?: string }).code).startsWith("ERR_PARSE_ARGS")) {
       // One line: the bad value and what is accepted; never a stack.
       console.error((e as Error).message.split("\n").filter(Boolean).join(" "));
       process.exitCode = 2;

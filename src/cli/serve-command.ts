@@ -9,6 +9,7 @@ import { lockDataDirectory } from "../stores/embedded/data-directory-lock.ts";
 import { credentialHeaders } from "../transports/credentials.ts";
 import { buildApp } from "../transports/server/app.ts";
 import { createLogger, flushRepeatedLines, stdoutOutput } from "../transports/server/logger.ts";
+import { listenError } from "./listen-error.ts";
 import { TlsCertificateFiles } from "../transports/server/tls-certificate.ts";
 
 /** The request's JSON body for a call of `op` with `args` (proto JSON names). */
@@ -92,7 +93,15 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   }
   const tls = appSettings.tls !== undefined;
   const app = await buildApp(appSettings);
-  await app.listen({ host: config.host, port: config.port });
+  try {
+    await app.listen({ host: config.host, port: config.port });
+  } catch (e) {
+    // A port it cannot have: one line that says why and what to set, not a stack; nothing left open behind it.
+    await app.close();
+    await runtime.close();
+    lock?.release();
+    throw listenError(e, config.host, config.port);
+  }
   const address = app.server.address();
   const port = typeof address === "object" && address !== null ? address.port : config.port;
   const host = config.host.includes(":") ? `[${config.host}]` : config.host;

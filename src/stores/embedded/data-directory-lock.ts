@@ -1,11 +1,16 @@
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { hostname } from "node:os";
+import { accessSync, constants, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { hostname, userInfo } from "node:os";
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 
 /** Another live process serves from this data directory. */
 export class DataDirectoryInUseError extends Error {
   override name = "DataDirectoryInUseError";
+}
+
+/** A data directory this process cannot make, or cannot write in (permissions, a read-only file system). */
+export class DataDirectoryUnusableError extends Error {
+  override name = "DataDirectoryUnusableError";
 }
 
 /**
@@ -18,7 +23,7 @@ export class DataDirectoryInUseError extends Error {
  * (accounts, import, usage) does not take it and works beside the server.
  */
 export function lockDataDirectory(dataDir: string): { release(): void } {
-  mkdirSync(dataDir, { recursive: true });
+  usableDataDirectory(dataDir);
   const owner = join(dataDir, "serve.owner");
   const db = new DatabaseSync(join(dataDir, "serve.lock"));
   try {
@@ -46,4 +51,39 @@ export function lockDataDirectory(dataDir: string): { release(): void } {
       db.close();
     },
   };
+}
+
+/**
+ * Makes the data directory where it is missing, and checks this process may
+ * write in it: otherwise one line that says what to change, not a stack (the
+ * first thing a new install meets, for `serve` and every command alike).
+ */
+export function usableDataDirectory(dataDir: string): void {
+  try {
+    mkdirSync(dataDir, { recursive: true });
+    accessSync(dataDir, constants.W_OK);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    const why =
+      code === "EROFS"
+        ? "it is on a read-only file system"
+        : code === "EACCES" || code === "EPERM"
+          ? "this user may not make or write it"
+          : code === "ENOTDIR" || code === "EEXIST"
+            ? "it, or a part of its path, is a file, not a directory"
+            : (e as Error).message;
+    throw new DataDirectoryUnusableError(
+      `the data directory ${dataDir} (GATEWAY_DATA_DIR) cannot be used: ${why}${code === undefined ? "" : ` (${code})`}. ` +
+        `Make it writable by the user the gateway runs as${userName()}, or set GATEWAY_DATA_DIR to a directory it can write.`,
+      { cause: e },
+    );
+  }
+}
+
+function userName(): string {
+  try {
+    return ` (${userInfo().username})`;
+  } catch {
+    return "";
+  }
 }
