@@ -71,9 +71,28 @@ export function hasPretenuringFlag(execArgv: readonly string[], nodeOptions: str
   return givenFlag(execArgv, nodeOptions, /^--(no-)?allocation-site-pretenuring$/);
 }
 
-/** The V8 flags `serve` adds to its own: the plan's heap limits and pretenuring off, each unless the process was given its own. */
+/**
+ * Node's debugger, never opened by a signal. By default a SIGUSR1 makes
+ * Node listen on 127.0.0.1:9229 with an inspector that asks for nothing:
+ * whoever connects from this machine (another user, another container of
+ * the pod, which shares its loopback) runs code inside the gateway, with its
+ * admin token, database credentials and every account's secret hashes.
+ * Other servers take SIGUSR1 for "reopen the logs" (nginx), so an operator
+ * sends it in good faith. With this flag the signal does nothing. A
+ * debugger is still had on purpose, with `--inspect` in NODE_OPTIONS.
+ */
+export const debugSignalFlag = "--disable-sigusr1";
+
+/**
+ * The flags `serve` adds to its own: the plan's heap limits and pretenuring
+ * off, each unless the process was given its own, and no debugger on SIGUSR1.
+ */
 export function servingFlags(plan: MemoryPlan, execArgv: readonly string[], nodeOptions: string | undefined): string[] {
-  return [...(hasHeapFlags(execArgv, nodeOptions) ? [] : heapFlags(plan)), ...(hasPretenuringFlag(execArgv, nodeOptions) ? [] : [pretenuringFlag])];
+  return [
+    ...(hasHeapFlags(execArgv, nodeOptions) ? [] : heapFlags(plan)),
+    ...(hasPretenuringFlag(execArgv, nodeOptions) ? [] : [pretenuringFlag]),
+    ...(givenFlag(execArgv, nodeOptions, /^--disable-sigusr1$/) ? [] : [debugSignalFlag]),
+  ];
 }
 
 /**

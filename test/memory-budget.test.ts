@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import { loadConfig } from "../src/config.ts";
-import { fixedOverheadMb, hasHeapFlags, hasPretenuringFlag, heapFlags, mallocArenaMax, memoryMbOf, memoryPlan, pretenuringFlag, servingEnv, servingFlags } from "../src/memory-budget.ts";
+import { debugSignalFlag, fixedOverheadMb, hasHeapFlags, hasPretenuringFlag, heapFlags, mallocArenaMax, memoryMbOf, memoryPlan, pretenuringFlag, servingEnv, servingFlags } from "../src/memory-budget.ts";
 import { distinctItems } from "./support/catalogue.ts";
 import { root, runCli } from "./support/cli.ts";
 
@@ -71,14 +71,16 @@ describe("how the budget divides, and where it is read", () => {
     expect(hasHeapFlags(["--cpu-prof"], "--enable-source-maps")).toBe(false);
   });
 
-  it("turns V8's allocation-site pretenuring off, unless the operator set it either way", () => {
+  it("turns V8's allocation-site pretenuring off, unless the operator set it either way, and the debugger's signal off", () => {
     const plan = memoryPlan(512);
-    expect(servingFlags(plan, [], undefined)).toEqual([...heapFlags(plan), "--no-allocation-site-pretenuring"]);
+    expect(servingFlags(plan, [], undefined)).toEqual([...heapFlags(plan), "--no-allocation-site-pretenuring", "--disable-sigusr1"]);
     expect(pretenuringFlag).toBe("--no-allocation-site-pretenuring");
-    // Each of the two is left out on its own when the process has its own.
-    expect(servingFlags(plan, ["--max-old-space-size=900"], undefined)).toEqual([pretenuringFlag]);
-    expect(servingFlags(plan, ["--allocation-site-pretenuring"], undefined)).toEqual(heapFlags(plan));
-    expect(servingFlags(plan, [], "--max_semi_space_size=4 --no_allocation_site_pretenuring")).toEqual([]);
+    expect(debugSignalFlag).toBe("--disable-sigusr1");
+    // Each is left out on its own when the process has its own.
+    expect(servingFlags(plan, ["--max-old-space-size=900"], undefined)).toEqual([pretenuringFlag, debugSignalFlag]);
+    expect(servingFlags(plan, ["--allocation-site-pretenuring"], undefined)).toEqual([...heapFlags(plan), debugSignalFlag]);
+    expect(servingFlags(plan, [], "--max_semi_space_size=4 --no_allocation_site_pretenuring")).toEqual([debugSignalFlag]);
+    expect(servingFlags(plan, ["--disable-sigusr1"], "--max_semi_space_size=4 --no_allocation_site_pretenuring")).toEqual([]);
     // Once re-executed with them, nothing more is added (bin/gateway.js then runs on).
     expect(servingFlags(plan, servingFlags(plan, [], undefined), undefined)).toEqual([]);
     expect(hasPretenuringFlag(["--cpu-prof"], "--allocation-site-pretenuring-x")).toBe(false);
@@ -121,8 +123,13 @@ describe("the memory budget", () => {
     const pid = server.pid!;
     // The arena cap reached the process glibc started (the same pid, re-executed).
     expect(readFileSync(`/proc/${pid}/environ`, "utf8").split("\0")).toContain(`MALLOC_ARENA_MAX=${mallocArenaMax}`);
-    // So did V8's flags: the heap limits, and pretenuring off.
-    expect(readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")).toEqual(expect.arrayContaining([...heapFlags(plan), pretenuringFlag]));
+    // So did the flags: the heap limits, pretenuring off, and no debugger on SIGUSR1.
+    expect(readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")).toEqual(expect.arrayContaining([...heapFlags(plan), pretenuringFlag, debugSignalFlag]));
+    // A SIGUSR1 (nginx's "reopen the logs") opens no debugger on 127.0.0.1:9229 and ends nothing: the load below is served.
+    process.kill(pid, "SIGUSR1");
+    await new Promise((r) => setTimeout(r, 500));
+    expect(out).not.toContain("Debugger listening");
+    expect(server.exitCode).toBeNull();
     // Nothing it started lives on beside it: esbuild's service, which built the console, is stopped.
     // Its stop closes the service's input and does not wait for the exit, so the service may still be
     // ending, or ended and not yet reaped, when the gateway says it listens: give it a few seconds.
