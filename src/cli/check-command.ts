@@ -1,5 +1,5 @@
 import { accessSync, constants, existsSync, readFileSync, statSync } from "node:fs";
-import { hostname, userInfo } from "node:os";
+import { hostname } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { parseArgs } from "node:util";
@@ -10,6 +10,7 @@ import { packageVersion } from "../package-version.ts";
 import { databasePath, sharedMode } from "../runtime.ts";
 import { migrations as embeddedSteps, schemaStep } from "../stores/embedded/sqlite-database.ts";
 import { storeSpace } from "../stores/embedded/store-space.ts";
+import { processUser } from "../stores/embedded/data-directory-lock.ts";
 import { migrations as sharedSteps, openPostgres } from "../stores/postgres/postgres-database.ts";
 import { probeRedis } from "../stores/redis/redis-client.ts";
 import { TlsCertificateFiles, TlsFilesError } from "../transports/server/tls-certificate.ts";
@@ -194,13 +195,7 @@ export function dataDirectoryFinding(dataDir: string): Finding[] {
     return [];
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code ?? "";
-    const user = (() => {
-      try {
-        return userInfo().username;
-      } catch {
-        return "this user";
-      }
-    })();
+    const user = processUser();
     const what = dir === resolve(dataDir) ? dataDir : `${dir}, where ${dataDir} would be made,`;
     const why = code === "ENOTDIR" ? `is a file, not a directory` : `is not writable by ${user} (${code === "EROFS" ? "a read-only file system" : code})`;
     return [{ check: "data directory", status: "fail", detail: `${what} ${why}: serve would not start` }];

@@ -9,8 +9,8 @@ import { lockDataDirectory } from "../stores/embedded/data-directory-lock.ts";
 import { credentialHeaders } from "../transports/credentials.ts";
 import { buildApp } from "../transports/server/app.ts";
 import { createLogger, flushRepeatedLines, stdoutOutput } from "../transports/server/logger.ts";
-import { listenError } from "./listen-error.ts";
 import { TlsCertificateFiles } from "../transports/server/tls-certificate.ts";
+import { listenError } from "./listen-error.ts";
 
 /** The request's JSON body for a call of `op` with `args` (proto JSON names). */
 function jsonBody(op: Operation, args: Readonly<Record<string, string>>): string {
@@ -75,6 +75,9 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   const log = createLogger({ level: config.logLevel, repeatWindowSeconds: config.logRepeatSeconds });
   // Starting, listening and stopping are always told, as JSON lines, whatever the log level.
   const lifecycle = log.isLevelEnabled("info") ? log : createLogger({ level: "info" });
+  // SIGHUP never ends the process (below); while it starts, the files it reads are being read anyway.
+  let hangup = () => {};
+  process.on("SIGHUP", () => hangup());
   const runtime = await openRuntime(config, { log, deliverAlerts: config.alerts === "on", retention: true });
   // What stdout's reader or disk could not take is counted (log-output.ts); an error writing stderr (a reader gone) is not the process's end.
   runtime.metrics.watchLogOutput(stdoutOutput());
@@ -150,13 +153,13 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
     // in flight cut, and systemd counts a SIGHUP as a clean exit, so it would not restart it) is never right here.
     const files = appSettings.tls;
     const exporter = runtime.renewExporterTls;
-    process.on("SIGHUP", () => {
+    hangup = () => {
       if (files instanceof TlsCertificateFiles) void files.reload("SIGHUP");
       exporter?.();
       if (!(files instanceof TlsCertificateFiles) && exporter === undefined) {
         lifecycle.info({ signal: "SIGHUP" }, "SIGHUP: no TLS or collector certificate files are set, so there is nothing to read again; serving on");
       }
-    });
+    };
     process.once("SIGINT", () => stop("SIGINT"));
     // Started through npm or npx, the gateway runs under `sh -c`, which does not pass SIGTERM on:
     // a supervisor's SIGTERM ends npm and the shell and would leave the gateway running alone.

@@ -74,16 +74,17 @@ export function usableDataDirectory(dataDir: string): void {
             : (e as Error).message;
     throw new DataDirectoryUnusableError(
       `the data directory ${dataDir} (GATEWAY_DATA_DIR) cannot be used: ${why}${code === undefined ? "" : ` (${code})`}. ` +
-        `Make it writable by the user the gateway runs as${userName()}, or set GATEWAY_DATA_DIR to a directory it can write.`,
+        `Make it writable by the user the gateway runs as (${processUser()}), or set GATEWAY_DATA_DIR to a directory it can write.`,
       { cause: e },
     );
   }
 }
 
-function userName(): string {
+/** The user this process runs as, by name, for what it tells of permissions. */
+export function processUser(): string {
   try {
-    return ` (${userInfo().username})`;
+    return userInfo().username;
   } catch {
-    return "";
+    return "this user";
   }
 }
