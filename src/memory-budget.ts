@@ -39,11 +39,19 @@ export interface MemoryPlan {
   readonly oldSpaceMb: number;
   /** The response cache's bound when GATEWAY_CACHE_MAX_BYTES does not set one. */
   readonly cacheMaxBytes: number;
+  /** Bytes of HTTP/2 answers that may wait for clients that do not take them, all connections together (slow-readers.ts). */
+  readonly waitingAnswerBytes: number;
 }
 
 export function memoryPlan(memoryMb: number): MemoryPlan {
   const semiSpaceMb = Math.min(16, Math.max(8, 2 ** Math.floor(Math.log2(memoryMb / 32))));
-  return { memoryMb, semiSpaceMb, oldSpaceMb: memoryMb - 3 * semiSpaceMb, cacheMaxBytes: Math.floor(memoryMb / 4) * 1_048_576 };
+  return {
+    memoryMb,
+    semiSpaceMb,
+    oldSpaceMb: memoryMb - 3 * semiSpaceMb,
+    cacheMaxBytes: Math.floor(memoryMb / 4) * 1_048_576,
+    waitingAnswerBytes: Math.floor(memoryMb / 8) * 1_048_576,
+  };
 }
 
 /** The V8 flags of a plan. */

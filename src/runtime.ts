@@ -11,6 +11,7 @@ import { UpstreamSource } from "./sources/upstream/upstream-source.ts";
 import { GlossaryEngine } from "./translation/glossary-engine.ts";
 import { LibreTranslateEngine } from "./translation/libretranslate-engine.ts";
 import { MemoryCache } from "./stores/embedded/response-cache.ts";
+import { memoryPlan } from "./memory-budget.ts";
 import { AccountAdmin } from "./core/account-admin.ts";
 import type { AccountStore } from "./core/account-store.ts";
 import type { CatalogueStore } from "./core/catalogue-store.ts";
@@ -558,6 +559,8 @@ export function appOptions(
       maxConnections: config.maxConnections,
       http2MaxStreams: config.http2MaxStreams,
       firstRequestTimeoutMs: config.firstRequestTimeoutMs,
+      sendTimeoutMs: config.sendTimeoutMs,
+      waitingAnswerBytes: memoryPlan(config.memoryMb).waitingAnswerBytes,
     },
     admin: { ports: runtime, token: extra.adminToken ?? config.adminToken },
     corsOrigins: corsOriginList(config),

@@ -41,9 +41,9 @@ const childrenOf = (pid: number): string[] =>
 const rssKb = (pid: number, field: "VmRSS" | "VmHWM") => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]);
 
 describe("how the budget divides, and where it is read", () => {
-  it("gives V8 three power-of-two semi-spaces and the rest, and the cache a quarter", () => {
-    expect(memoryPlan(512)).toEqual({ memoryMb: 512, semiSpaceMb: 16, oldSpaceMb: 464, cacheMaxBytes: 128 * 1_048_576 });
-    expect(memoryPlan(160)).toEqual({ memoryMb: 160, semiSpaceMb: 8, oldSpaceMb: 136, cacheMaxBytes: 40 * 1_048_576 });
+  it("gives V8 three power-of-two semi-spaces and the rest, the cache a quarter, and HTTP/2 answers waiting for their clients an eighth", () => {
+    expect(memoryPlan(512)).toEqual({ memoryMb: 512, semiSpaceMb: 16, oldSpaceMb: 464, cacheMaxBytes: 128 * 1_048_576, waitingAnswerBytes: 64 * 1_048_576 });
+    expect(memoryPlan(160)).toEqual({ memoryMb: 160, semiSpaceMb: 8, oldSpaceMb: 136, cacheMaxBytes: 40 * 1_048_576, waitingAnswerBytes: 20 * 1_048_576 });
     expect(memoryPlan(300).semiSpaceMb).toBe(8);
     expect(memoryPlan(4096).semiSpaceMb).toBe(16);
     expect(heapFlags(memoryPlan(512))).toEqual(["--max-old-space-size=464", "--max-semi-space-size=16"]);

@@ -8,6 +8,7 @@ import { appOptions, demoAccount, openRuntime, seedDemoCatalogue, sharedMode } f
 import { lockDataDirectory } from "../stores/embedded/data-directory-lock.ts";
 import { credentialHeaders } from "../transports/credentials.ts";
 import { buildApp } from "../transports/server/app.ts";
+import type { OnePortServerExtras } from "../transports/server/one-port-server.ts";
 import { createLogger, flushRepeatedLines, stdoutOutput } from "../transports/server/logger.ts";
 import { TlsCertificateFiles } from "../transports/server/tls-certificate.ts";
 import { listenError } from "./listen-error.ts";
@@ -96,6 +97,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   }
   const tls = appSettings.tls !== undefined;
   const app = await buildApp(appSettings);
+  runtime.metrics.watchSlowReaders((app.server as unknown as OnePortServerExtras).connectionsCut);
   try {
     await app.listen({ host: config.host, port: config.port });
   } catch (e) {

@@ -12,6 +12,7 @@ import { corsHeaders, corsSettings } from "./cors-headers.ts";
 import { createOnePortServer, createTlsServer, type Http1RequestClaim, type OnePortServerOptions, type RequestClaims } from "./one-port-server.ts";
 import { legacyFastPath } from "../legacy/legacy-fast-path.ts";
 import { MemoryAddressLockout, type AddressLockout } from "../../core/address-lockout.ts";
+import { defaultMemoryMb, memoryPlan } from "../../memory-budget.ts";
 import { createLogger, type Logger } from "./logger.ts";
 import { AccessLogController, type AccessLogMode } from "./access-log.ts";
 import { Readiness } from "../../core/health.ts";
@@ -73,6 +74,8 @@ export const defaultAppSettings = {
     maxConnections: 10_000,
     http2MaxStreams: 100,
     firstRequestTimeoutMs: 5000,
+    sendTimeoutMs: 30_000,
+    waitingAnswerBytes: memoryPlan(defaultMemoryMb).waitingAnswerBytes,
   } satisfies OnePortServerOptions as OnePortServerOptions,
 };
 

@@ -8,6 +8,7 @@ import type { AbandonStage, AuthFailure, CacheResult, KeyOutcome, StoppedWaiting
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { CertificateFacts } from "./tls-certificate.ts";
 import { logDropReasons, type LogOutputCounts } from "./log-output.ts";
+import { cutReasons, type CutCounts } from "./slow-readers.ts";
 import type { StoreMeasures } from "../../stores/embedded/store-space.ts";
 
 /** How long a scrape waits for the shared database's answer on the feed's hold before reading it as unknown (NaN). */
@@ -336,6 +337,23 @@ export class PrometheusTelemetry implements Telemetry {
       collect() {
         this.reset();
         for (const reason of logDropReasons) this.labels(reason).inc(output.dropped[reason]);
+      },
+    });
+  }
+
+  /**
+   * HTTP/1.1 connections closed and HTTP/2 streams reset under clients that
+   * send faster than they read (slow-readers.ts), read when scraped.
+   */
+  watchSlowReaders(cut: CutCounts): void {
+    new Counter({
+      name: "gateway_slow_readers_cut_total",
+      help: "HTTP/1.1 connections closed and HTTP/2 streams reset under clients that sent faster than they read, by reason: pipeline (a connection with more pipelined requests waiting than one connection, or all together, may hold; the waiting ones were not handled), send_timeout (a connection whose waiting answer its client took none of for GATEWAY_SEND_TIMEOUT_MS), http2_send_timeout (the same for a stream), http2_waiting (a stream whose answer made no progress while HTTP/2 answers waiting for their clients took more than their share of the memory budget).",
+      labelNames: ["reason"],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const reason of cutReasons) this.labels(reason).inc(cut[reason]);
       },
     });
   }

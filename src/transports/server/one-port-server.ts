@@ -1,6 +1,7 @@
 import http from "node:http";
 import http2 from "node:http2";
 import type { Socket } from "node:net";
+import { requestSocket, watchHttp2Answers, watchSlowReaders, type AnsweredOn, type CutCounts } from "./slow-readers.ts";
 
 /** The client connection preface of HTTP/2 (RFC 9113, section 3.4). */
 const h2Preface = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
@@ -55,6 +56,24 @@ export interface OnePortServerOptions {
    * sockets that send nothing cannot hold the connection cap.
    */
   firstRequestTimeoutMs: number;
+  /**
+   * Time a client has to take some of an answer waiting to be written; an
+   * HTTP/1.1 connection whose client took none of it for this long is
+   * closed, an HTTP/2 stream reset (slow-readers.ts).
+   */
+  sendTimeoutMs: number;
+  /**
+   * Bytes of HTTP/2 answers that may wait, all connections together, for
+   * clients that do not take them; past it, the answers that have waited
+   * longest without progress are reset (slow-readers.ts).
+   */
+  waitingAnswerBytes: number;
+}
+
+/** What the servers below add to Node's: Fastify's close hook for HTTP/2 sessions, and the connections closed under clients that did not read. */
+export interface OnePortServerExtras {
+  closeHttp2Sessions(): void;
+  readonly connectionsCut: CutCounts;
 }
 
 /**
@@ -97,7 +116,15 @@ function firstRequestArrived(socket: PendingSocket): void {
  * `claims` may take HTTP/2 streams and HTTP/1.1 requests before Fastify sees them.
  */
 export function createOnePortServer(handler: Handler, options: OnePortServerOptions, claims: RequestClaims = {}): http.Server {
-  const h1 = http.createServer({ maxHeaderSize: options.maxHeaderBytes, connectionsCheckingInterval: timeoutCheckEvery(options.requestTimeoutMs) }, http1Handler(handler, claims.http1Request));
+  // Once closing starts, every HTTP/1.1 connection ends with its current
+  // response, and HTTP/2 sessions get a GOAWAY and end with their streams.
+  let closing = false;
+  const onFinish = function (this: AnsweredOn) {
+    leftBodyDiscarded.call(this);
+    if (closing) setImmediate(() => h1.closeIdleConnections());
+  };
+  const readers = watchSlowReaders(http1Handler(handler, claims.http1Request), options.sendTimeoutMs, onFinish);
+  const h1 = http.createServer({ maxHeaderSize: options.maxHeaderBytes, connectionsCheckingInterval: timeoutCheckEvery(options.requestTimeoutMs) }, readers.handler);
   h1.keepAliveTimeout = options.keepAliveTimeoutMs;
   h1.requestTimeout = options.requestTimeoutMs;
   h1.headersTimeout = Math.min(options.requestTimeoutMs, 60_000);
@@ -106,7 +133,7 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   // does; by default Node would drop the request if the answer is not ready yet.
   (h1 as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
   const h2 = http2.createServer({ maxSessionMemory: 10, settings: http2Settings(options) }, handler as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
-  const streams = serveHttp2Streams(h2, options, claims);
+  const streams = serveHttp2Streams(h2, options, claims, readers.cut);
   const sessions = trackHttp2Sessions(h2, options);
 
   const h1Listeners = h1.listeners("connection") as ((socket: Socket) => void)[];
@@ -139,19 +166,9 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
     socket.on("end", onEnd);
   });
 
-  // Once closing starts, every HTTP/1.1 connection ends with its current
-  // response, and HTTP/2 sessions get a GOAWAY and end with their streams.
-  let closing = false;
-  // One function for every response, not a closure each: this runs on every request.
-  const onFinish = function (this: http.ServerResponse) {
-    leftBodyDiscarded.call(this);
-    if (closing) setImmediate(() => h1.closeIdleConnections());
-  };
   h1.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {
     firstRequestArrived(req.socket);
     if (closing) res.shouldKeepAlive = false;
-    keepRequestSocket(req, res);
-    res.on("finish", onFinish);
   });
   // Fastify calls this hook by name when it starts closing.
   Object.assign(h1, {
@@ -159,8 +176,10 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
       closing = true;
       sessions.closeAll();
     },
-  });
+    connectionsCut: readers.cut,
+  } satisfies OnePortServerExtras);
   h1.on("close", () => {
+    readers.stop();
     streams.stop();
     h2.close();
   });
@@ -180,7 +199,7 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
  * what still comes), and the socket read again. The request timeout still
  * bounds how long its sender may take.
  */
-function leftBodyDiscarded(this: http.ServerResponse & { [requestSocket]?: Socket }): void {
+function leftBodyDiscarded(this: AnsweredOn): void {
   const req = this.req;
   // Read to its end, or arrived whole and taken: nothing holds the parser.
   if (req.readableEnded || (req.complete && req.readableLength === 0)) return;
@@ -229,12 +248,6 @@ function closeOnceAnswered(stream: http2.ServerHttp2Stream, tries: number): void
   else if (tries < 250) setTimeout(closeOnceAnswered, 20, stream, tries + 1).unref();
 }
 
-/** The socket of an answer's request, kept for leftBodyDiscarded. */
-const requestSocket = Symbol("requestSocket");
-function keepRequestSocket(req: http.IncomingMessage, res: http.ServerResponse & { [requestSocket]?: Socket }): void {
-  res[requestSocket] = req.socket;
-}
-
 /**
  * The HTTP/2 sessions of a server, each closed when idle for the session
  * timeout: asked to end (GOAWAY), it waits for its open streams, but a
@@ -275,6 +288,7 @@ export function createTlsServer(
   tls: { readonly cert: string | Buffer; readonly key: string | Buffer },
   claims: RequestClaims = {},
 ): http2.Http2SecureServer {
+  const readers = watchSlowReaders(http1Handler(handler, claims.http1Request), options.sendTimeoutMs, leftBodyDiscarded);
   const server = http2.createSecureServer(
     {
       allowHTTP1: true,
@@ -284,7 +298,7 @@ export function createTlsServer(
       maxSessionMemory: 10,
       settings: http2Settings(options),
     },
-    http1Handler(handler, claims.http1Request) as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
+    readers.handler as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
   );
   // Node's HTTP/1.1 handling of an ALPN `http/1.1` connection reads these from the server.
   Object.assign(server, {
@@ -294,8 +308,11 @@ export function createTlsServer(
     maxHeaderSize: options.maxHeaderBytes,
   });
   server.maxConnections = options.maxConnections;
-  const streams = serveHttp2Streams(server, options, claims);
-  server.on("close", () => streams.stop());
+  const streams = serveHttp2Streams(server, options, claims, readers.cut);
+  server.on("close", () => {
+    readers.stop();
+    streams.stop();
+  });
   const sessions = trackHttp2Sessions(server, options);
   server.on("secureConnection", (socket: PendingSocket) => {
     awaitFirstRequest(socket, options.firstRequestTimeoutMs);
@@ -305,10 +322,8 @@ export function createTlsServer(
   server.on("request", (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => {
     if (req.httpVersionMajor !== 1) return;
     firstRequestArrived(req.socket as PendingSocket);
-    keepRequestSocket(req as http.IncomingMessage, res as http.ServerResponse);
-    res.on("finish", leftBodyDiscarded);
   });
-  Object.assign(server, { closeHttp2Sessions: () => sessions.closeAll() });
+  Object.assign(server, { closeHttp2Sessions: () => sessions.closeAll(), connectionsCut: readers.cut } satisfies OnePortServerExtras);
   return server;
 }
 
@@ -351,9 +366,10 @@ const ignore = () => {};
  *   Node's own request timeout does this, over HTTP/2 nothing did, and a
  *   client that kept its session busy could hold streams open for ever.
  *   Open streams are looked at every quarter of the timeout, as Node looks
- *   at HTTP/1.1 requests.
+ *   at HTTP/1.1 requests;
+ * - answers its client does not take are reset (watchHttp2Answers).
  */
-function serveHttp2Streams(server: http2.Http2Server | http2.Http2SecureServer, options: OnePortServerOptions, claims: RequestClaims): { stop(): void } {
+function serveHttp2Streams(server: http2.Http2Server | http2.Http2SecureServer, options: OnePortServerOptions, claims: RequestClaims, cut: CutCounts): { stop(): void } {
   const compat = server.listeners("stream") as ((...args: unknown[]) => void)[];
   server.removeAllListeners("stream");
   const claim = claims.http2Stream;
@@ -390,7 +406,13 @@ function serveHttp2Streams(server: http2.Http2Server | http2.Http2SecureServer, 
     }
   }, timeoutCheckEvery(options.requestTimeoutMs));
   sweep.unref();
-  return { stop: () => clearInterval(sweep) };
+  const answers = watchHttp2Answers(open, options, cut);
+  return {
+    stop: () => {
+      clearInterval(sweep);
+      answers.stop();
+    },
+  };
 }
 
 /**
