@@ -6,6 +6,7 @@ import { DatabaseSync } from "node:sqlite";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { migrations } from "../src/stores/embedded/sqlite-database.ts";
 import { root, runCli } from "./support/cli.ts";
+import { withoutSecrets } from "./support/gateway-process.ts";
 import { demo, legacyGet } from "./support/gateway-fixture.ts";
 
 // `gateway backup` and `gateway restore` (src/stores/embedded/backup.ts): a consistent copy of the embedded
@@ -30,7 +31,7 @@ async function serve(dataDir: string): Promise<{ child: ChildProcess; base: stri
   const until = Date.now() + 30_000;
   while (!out.includes("Demo account") && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
   const base = /listening on (http:\/\/\S+) /.exec(out)?.[1];
-  if (base === undefined) throw new Error(`the gateway did not start: ${out}`);
+  if (base === undefined) throw new Error(`the gateway did not start: ${withoutSecrets(out)}`);
   return {
     child,
     base,

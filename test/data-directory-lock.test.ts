@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { demo } from "./support/gateway-fixture.ts";
 import { root, runCli } from "./support/cli.ts";
+import { withoutSecrets } from "./support/gateway-process.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "gateway-lock-"));
 const children: ChildProcess[] = [];
@@ -31,7 +32,7 @@ function serve(): { child: ChildProcess; output: () => string; exit: Promise<num
 async function banner(s: ReturnType<typeof serve>): Promise<{ base: string; key: string; secret: string }> {
   const until = Date.now() + 20_000;
   while (!/Admin API/.test(s.output())) {
-    if (Date.now() > until) throw new Error(`no banner:\n${s.output()}`);
+    if (Date.now() > until) throw new Error(`no banner:\n${withoutSecrets(s.output())}`);
     await new Promise((r) => setTimeout(r, 50));
   }
   const [, key, secret] = /Demo account\s+key: (\S+)\s+secret: (\S+)/.exec(s.output())!;

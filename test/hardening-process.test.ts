@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { demoExampleIds, demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { runCli, root } from "./support/cli.ts";
+import { withoutSecrets } from "./support/gateway-process.ts";
 import { startGateway } from "./support/gateway-fixture.ts";
 
 const dirs: string[] = [];
@@ -25,7 +26,7 @@ afterAll(() => {
 async function waitFor(predicate: () => boolean, what: string, output: () => string, ms = 20_000): Promise<void> {
   const until = Date.now() + ms;
   while (!predicate()) {
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}; output so far:\n${output()}`);
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}; output so far:\n${withoutSecrets(output())}`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }

@@ -8,6 +8,10 @@ import { legacySign, legacySigningKey } from "../src/core/legacy-signature.ts";
 import { AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { adminToken, demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { startServe, withoutSecrets } from "./support/gateway-process.ts";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 
 const lines: string[] = [];
 let gw: GatewayFixture;
@@ -69,5 +73,28 @@ describe("logs", () => {
     const leaks = lines.filter((line) => secrets.some((s) => line.includes(s)));
     expect(leaks).toEqual([]);
     expect(lines.some((l) => l.includes("secret=[redacted]"))).toBe(true);
+  });
+});
+
+describe("a test's failure message", () => {
+  it("quotes a demo gateway's output without the demo secret or the run's admin token, wherever the banner prints them", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "gateway-banner-"));
+    const s = await startServe({ GATEWAY_DATA_DIR: dir, GATEWAY_LOG_LEVEL: "warn" }, { demo: true });
+    try {
+      const out = s.output();
+      const secret = /Demo account\s+key: \S+\s+secret: (\S+)/.exec(out)![1]!;
+      const token = /Admin API \(token for this run only[^)]*\): (\S+)/.exec(out)![1]!;
+      // The banner prints each several times: in its header and in every ready-to-paste command.
+      expect(out.split(secret).length).toBeGreaterThan(3);
+      expect(out.split(token).length).toBeGreaterThan(2);
+      const shown = withoutSecrets(out);
+      expect(shown).not.toContain(secret);
+      expect(shown).not.toContain(token);
+      expect(withoutSecrets(JSON.stringify(out))).not.toContain(secret);
+      expect(shown).toContain("[redacted]");
+    } finally {
+      s.child.kill("SIGKILL");
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

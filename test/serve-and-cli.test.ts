@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { operations } from "../src/operations/index.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { root, runCli } from "./support/cli.ts";
+import { withoutSecrets } from "./support/gateway-process.ts";
 
 let dir: string;
 let server: ChildProcess;
@@ -17,7 +18,7 @@ let env: Record<string, string>;
 async function waitFor(predicate: () => boolean, what: string, ms = 20_000): Promise<void> {
   const until = Date.now() + ms;
   while (!predicate()) {
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}; output so far:\n${output}`);
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}; output so far:\n${withoutSecrets(output)}`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }

@@ -9,6 +9,7 @@ import tls from "node:tls";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeCertificate, makeExpiredCertificate } from "./support/certificates.ts";
 import { root } from "./support/cli.ts";
+import { withoutSecrets } from "./support/gateway-process.ts";
 import { demo, startGateway } from "./support/gateway-fixture.ts";
 import { HttpCollector } from "./support/otlp-collectors.ts";
 
@@ -45,7 +46,7 @@ async function waitFor<T>(what: string, read: () => Promise<T>, done: (value: T)
   for (;;) {
     const value = await read();
     if (done(value)) return value;
-    if (Date.now() > until) throw new Error(`${what}: still ${JSON.stringify(value)} after ${ms} ms`);
+    if (Date.now() > until) throw new Error(`${what}: still ${withoutSecrets(JSON.stringify(value))} after ${ms} ms`);
     await new Promise((r) => setTimeout(r, 100));
   }
 }

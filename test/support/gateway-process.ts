@@ -38,7 +38,7 @@ export async function startServe(env: Record<string, string>, options: { demo?: 
     );
   };
   while (!(await ready())) {
-    if (Date.now() > until || child.exitCode !== null) throw new Error(`gateway serve did not start:\n${output}`);
+    if (Date.now() > until || child.exitCode !== null) throw new Error(`gateway serve did not start:\n${withoutSecrets(output)}`);
     await new Promise((r) => setTimeout(r, 50));
   }
   const base = options.stdout === undefined ? /listening on (http:\/\/\S+) /.exec(output)![1]! : `http://127.0.0.1:${port}`;
@@ -55,4 +55,16 @@ function freePort(): Promise<number> {
       server.close(() => resolve(port));
     });
   });
+}
+
+/**
+ * A gateway's output with its secrets masked, for a test's failure message:
+ * the demo banner prints the demo account's secret and the run's admin
+ * token (in its ready-to-paste commands too), and test output is read by
+ * people and kept by CI.
+ */
+export function withoutSecrets(text: string): string {
+  return text
+    .replace(/(secret[=:]\s*|x-api-secret:\s*|Bearer\s+|"secret"\s*:\s*")[A-Za-z0-9_\-.~]+/gi, "$1[redacted]")
+    .replace(/(\(token for this run only[^)]*\):\s*)\S+/g, "$1[redacted]");
 }
