@@ -97,7 +97,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   }
   const tls = appSettings.tls !== undefined;
   const app = await buildApp(appSettings);
-  runtime.metrics.watchSlowReaders((app.server as unknown as OnePortServerExtras).connectionsCut);
+  runtime.metrics.watchSlowReaders((app.server as unknown as OnePortServerExtras).slowReadersCut);
   try {
     await app.listen({ host: config.host, port: config.port });
   } catch (e) {

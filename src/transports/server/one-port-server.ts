@@ -70,10 +70,10 @@ export interface OnePortServerOptions {
   waitingAnswerBytes: number;
 }
 
-/** What the servers below add to Node's: Fastify's close hook for HTTP/2 sessions, and the connections closed under clients that did not read. */
+/** What the servers below add to Node's: Fastify's close hook for HTTP/2 sessions, and the HTTP/1.1 connections closed and HTTP/2 streams reset under clients that did not read. */
 export interface OnePortServerExtras {
   closeHttp2Sessions(): void;
-  readonly connectionsCut: CutCounts;
+  readonly slowReadersCut: CutCounts;
 }
 
 /**
@@ -176,7 +176,7 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
       closing = true;
       sessions.closeAll();
     },
-    connectionsCut: readers.cut,
+    slowReadersCut: readers.cut,
   } satisfies OnePortServerExtras);
   h1.on("close", () => {
     readers.stop();
@@ -323,7 +323,7 @@ export function createTlsServer(
     if (req.httpVersionMajor !== 1) return;
     firstRequestArrived(req.socket as PendingSocket);
   });
-  Object.assign(server, { closeHttp2Sessions: () => sessions.closeAll(), connectionsCut: readers.cut } satisfies OnePortServerExtras);
+  Object.assign(server, { closeHttp2Sessions: () => sessions.closeAll(), slowReadersCut: readers.cut } satisfies OnePortServerExtras);
   return server;
 }
 

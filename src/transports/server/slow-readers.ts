@@ -43,7 +43,7 @@ export const answersAtOnce = 4;
 export const heldPerConnection = 32;
 export const heldInAll = 4096;
 
-/** Why connections were closed under a client that did not read: the counts `gateway_slow_readers_cut_total` reports. */
+/** Why HTTP/1.1 connections were closed or HTTP/2 streams reset under a client that did not read: the counts `gateway_slow_readers_cut_total` reports. */
 export const cutReasons = ["pipeline", "send_timeout", "http2_send_timeout", "http2_waiting"] as const;
 export type CutReason = (typeof cutReasons)[number];
 export type CutCounts = Record<CutReason, number>;
