@@ -1,7 +1,7 @@
 import http from "node:http";
 import http2 from "node:http2";
 import type { Socket } from "node:net";
-import { requestSocket, watchHttp2Answers, watchSlowReaders, type AnsweredOn, type CutCounts } from "./slow-readers.ts";
+import { ignore, noCuts, requestSocket, watchHttp2Answers, watchSlowReaders, type AnsweredOn, type CutCounts } from "./slow-readers.ts";
 
 /** The client connection preface of HTTP/2 (RFC 9113, section 3.4). */
 const h2Preface = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
@@ -123,7 +123,8 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
     leftBodyDiscarded.call(this);
     if (closing) setImmediate(() => h1.closeIdleConnections());
   };
-  const readers = watchSlowReaders(http1Handler(handler, claims.http1Request), options.sendTimeoutMs, onFinish);
+  const cut = noCuts();
+  const readers = watchSlowReaders(http1Handler(handler, claims.http1Request), options.sendTimeoutMs, onFinish, cut);
   const h1 = http.createServer({ maxHeaderSize: options.maxHeaderBytes, connectionsCheckingInterval: timeoutCheckEvery(options.requestTimeoutMs) }, readers.handler);
   h1.keepAliveTimeout = options.keepAliveTimeoutMs;
   h1.requestTimeout = options.requestTimeoutMs;
@@ -133,7 +134,7 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   // does; by default Node would drop the request if the answer is not ready yet.
   (h1 as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
   const h2 = http2.createServer({ maxSessionMemory: 10, settings: http2Settings(options) }, handler as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
-  const streams = serveHttp2Streams(h2, options, claims, readers.cut);
+  const streams = serveHttp2Streams(h2, options, claims, cut);
   const sessions = trackHttp2Sessions(h2, options);
 
   const h1Listeners = h1.listeners("connection") as ((socket: Socket) => void)[];
@@ -176,7 +177,7 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
       closing = true;
       sessions.closeAll();
     },
-    slowReadersCut: readers.cut,
+    slowReadersCut: cut,
   } satisfies OnePortServerExtras);
   h1.on("close", () => {
     readers.stop();
@@ -288,7 +289,8 @@ export function createTlsServer(
   tls: { readonly cert: string | Buffer; readonly key: string | Buffer },
   claims: RequestClaims = {},
 ): http2.Http2SecureServer {
-  const readers = watchSlowReaders(http1Handler(handler, claims.http1Request), options.sendTimeoutMs, leftBodyDiscarded);
+  const cut = noCuts();
+  const readers = watchSlowReaders(http1Handler(handler, claims.http1Request), options.sendTimeoutMs, leftBodyDiscarded, cut);
   const server = http2.createSecureServer(
     {
       allowHTTP1: true,
@@ -308,7 +310,7 @@ export function createTlsServer(
     maxHeaderSize: options.maxHeaderBytes,
   });
   server.maxConnections = options.maxConnections;
-  const streams = serveHttp2Streams(server, options, claims, readers.cut);
+  const streams = serveHttp2Streams(server, options, claims, cut);
   server.on("close", () => {
     readers.stop();
     streams.stop();
@@ -323,7 +325,7 @@ export function createTlsServer(
     if (req.httpVersionMajor !== 1) return;
     firstRequestArrived(req.socket as PendingSocket);
   });
-  Object.assign(server, { closeHttp2Sessions: () => sessions.closeAll(), slowReadersCut: readers.cut } satisfies OnePortServerExtras);
+  Object.assign(server, { closeHttp2Sessions: () => sessions.closeAll(), slowReadersCut: cut } satisfies OnePortServerExtras);
   return server;
 }
 
@@ -345,7 +347,6 @@ const timedOut = Symbol("timedOut");
 const requestHeaders = Symbol("requestHeaders");
 /** A stream in the map of open streams: its request's headers (for an answer at the request timeout), and whether it timed out. */
 type OpenStream = http2.ServerHttp2Stream & { [requestHeaders]?: http2.IncomingHttpHeaders; [timedOut]?: true };
-const ignore = () => {};
 
 /**
  * Every new HTTP/2 stream, before Node's compatibility layer (the handler's

@@ -48,6 +48,14 @@ export const cutReasons = ["pipeline", "send_timeout", "http2_send_timeout", "ht
 export type CutReason = (typeof cutReasons)[number];
 export type CutCounts = Record<CutReason, number>;
 
+/** A server's counts, none yet: its HTTP/1.1 gate and its HTTP/2 watcher add to the same ones. */
+export function noCuts(): CutCounts {
+  return { pipeline: 0, send_timeout: 0, http2_send_timeout: 0, http2_waiting: 0 };
+}
+
+/** For a stream closed with an error code, which emits it: unheard, it would stop the process. */
+export const ignore = () => {};
+
 /** The socket of an answer's request: Node detaches it from the answer before `finish` listeners run. */
 export const requestSocket = Symbol("requestSocket");
 export type AnsweredOn = http.ServerResponse & { [requestSocket]?: Socket };
@@ -84,22 +92,21 @@ const stopParsing = () => 2;
 export interface SlowReaders {
   /** The handler, gated as above for HTTP/1.1 requests; HTTP/2 compatibility requests pass straight through. */
   readonly handler: (req: http.IncomingMessage, res: http.ServerResponse) => void;
-  readonly cut: CutCounts;
   stop(): void;
 }
 
 /**
  * Gates `next` (see above), and calls `afterAnswer` on each HTTP/1.1 answer
- * once it has gone to the socket. Connections are looked at every quarter of
- * the send timeout (at least every 250 ms) for answers their clients do not
- * take.
+ * once it has gone to the socket; counts what it closes in `cut`.
+ * Connections are looked at every quarter of the send timeout (at least
+ * every 250 ms) for answers their clients do not take.
  */
 export function watchSlowReaders(
   next: (req: http.IncomingMessage, res: http.ServerResponse) => void,
   sendTimeoutMs: number,
   afterAnswer: (this: AnsweredOn) => void,
+  cut: CutCounts,
 ): SlowReaders {
-  const cut: CutCounts = { pipeline: 0, send_timeout: 0, http2_send_timeout: 0, http2_waiting: 0 };
   const connections = new Set<GatedSocket>();
   let heldNow = 0;
 
@@ -195,7 +202,7 @@ export function watchSlowReaders(
   }, Math.max(250, Math.floor(sendTimeoutMs / 4)));
   sweep.unref();
 
-  return { handler, cut, stop: () => clearInterval(sweep) };
+  return { handler, stop: () => clearInterval(sweep) };
 }
 
 /** How often HTTP/2 answers are looked at: often enough that a burst of them is seen within a few thousand calls. */
@@ -232,7 +239,6 @@ export function watchHttp2Answers(
   const reset = (stream: http2.ServerHttp2Stream, why: CutReason) => {
     cut[why]++;
     seen.delete(stream);
-    // A stream closed with an error code emits it: unheard, it would stop the process.
     stream.on("error", ignore);
     stream.close(http2.constants.NGHTTP2_CANCEL);
   };
@@ -269,4 +275,3 @@ export function watchHttp2Answers(
   look.unref();
   return { stop: () => clearInterval(look) };
 }
-const ignore = () => {};
