@@ -48,6 +48,7 @@ import { AdminTokens, type AdminTokenStore } from "./core/admin-tokens.ts";
 import { openRedis } from "./stores/redis/redis-client.ts";
 import { RedisAddressLockout } from "./stores/redis/address-lockout.ts";
 import { RedisResponseCache } from "./stores/redis/response-cache.ts";
+import { RedisLink } from "./stores/redis/redis-link.ts";
 import type { AppOptions } from "./transports/server/app.ts";
 import type { AccessLogMode } from "./transports/server/access-log.ts";
 import type { Logger } from "./transports/server/logger.ts";
@@ -174,6 +175,8 @@ interface Stores {
   readonly checks: readonly HealthCheck[];
   /** The shared database's connection pool (shared mode), as the metrics read it. */
   readonly databasePool?: DatabasePool;
+  /** Whether Redis answers (shared mode), as the metrics read it. */
+  readonly redis?: { readonly up: boolean };
   close(): Promise<void>;
 }
 
@@ -336,7 +339,17 @@ async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog
       logUnansweredCommit(log, outcome, requestIds, cause);
     },
   });
-  const connected = redis;
+  const link = new RedisLink(redis, {
+    onChange: (up, reason) => {
+      if (up) log?.info?.({ store: "redis" }, "the shared cache (Redis) answers again: replicas share their cache and failed-authentication counts again");
+      else
+        (log?.warn ?? log?.error)?.call(
+          log,
+          { store: "redis", reason },
+          `the shared cache (Redis) cannot be reached (${reason}): calls go on without it; each replica answers from its own memory and the gateway's catalogue, counts failed authentications alone, and refuses (4000, not charged) only a paid provider's item it does not hold, until Redis answers`,
+        );
+    },
+  });
   const postgres: HealthCheck = {
     name: "postgres",
     run: async () => {
@@ -348,12 +361,14 @@ async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog
   const probeKey = `gateway:probe:${nodeLabel}`;
   const redisCheck: HealthCheck = {
     name: "redis",
+    degradesOnly: true,
     run: async () => {
-      await connected.set(probeKey, String(clock.now()), "PX", 10_000);
+      if (!link.up) return link.reason; // the link pings it meanwhile
+      await link.run((r) => r.set(probeKey, String(clock.now()), "PX", 10_000));
       return undefined;
     },
   };
-  const lockout = new RedisAddressLockout(connected, lockoutOptions(config));
+  const lockout = new RedisAddressLockout(link, lockoutOptions(config));
   return {
     accounts,
     meter,
@@ -362,18 +377,20 @@ async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog
     replays: new PostgresReplayGuard(pool),
     alerts: new PostgresAlertOutbox(pool),
     catalogue: new PostgresCatalogue(pool),
-    cache: cacheBound(config) > 0 ? new RedisResponseCache(connected, { localMaxBytes: Math.min(cacheBound(config), 16 * 1_048_576), now: () => clock.now() }) : undefined,
+    cache: cacheBound(config) > 0 ? new RedisResponseCache(link, { localMaxBytes: Math.min(cacheBound(config), 16 * 1_048_576), now: () => clock.now() }) : undefined,
     lockout,
     nodeLabel,
     lastRequestId: undefined,
     checks: [postgres, redisCheck],
     databasePool: { max: sharedPoolSize, now: () => ({ open: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }) },
+    redis: link,
     close: async () => {
       await meter.flush();
       meter.close();
       await pool.end();
       lockout.close();
-      connected.disconnect();
+      link.close();
+      redis.disconnect();
     },
   };
 }
@@ -480,6 +497,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
   if (cache !== undefined) telemetry.watchCache(() => cache.bytes);
   if (!sharedMode(config)) telemetry.watchStore(storeMeasures(databasePath(config), config.dataDir), { maxBytes: config.storeMaxBytes, minFreeBytes: config.minFreeMb * 1048576 });
   if (stores.databasePool !== undefined) telemetry.watchDatabasePool(stores.databasePool);
+  if (stores.redis !== undefined) telemetry.watchRedis(stores.redis);
   const feedHeldSince = meter.feedHeldSince?.bind(meter);
   if (feedHeldSince !== undefined) telemetry.watchFeedHold(feedHeldSince, () => clock.now());
   return {

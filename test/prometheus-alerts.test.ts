@@ -80,6 +80,8 @@ describe("the Prometheus alerting rules", () => {
             { series: `gateway_otlp_tls_renewals_total{${labels}, outcome="refused"}`, values: "0 0 1x10" },
             // 40 log lines dropped at minute 2 (a reader behind), none after: the alert holds for 10 minutes.
             { series: `gateway_log_lines_dropped_total{${labels}, reason="backlog"}`, values: "0 0 40x30" },
+            // Redis lost at minute 3, back at minute 9.
+            { series: `gateway_redis_up{${labels}}`, values: "1 1 1 0x5 1x20" },
           ],
           alert_rule_test: [
             { eval_time: "5m", alertname: "GatewayDiskLow", exp_alerts: [] },
@@ -96,6 +98,9 @@ describe("the Prometheus alerting rules", () => {
             { eval_time: "1m", alertname: "GatewayLogLinesDropped", exp_alerts: [] },
             { eval_time: "2m", alertname: "GatewayLogLinesDropped", exp_alerts: fires("GatewayLogLinesDropped", { severity: "warning", reason: "backlog", ...gw1 }, "Gateway gw-1:8080 dropped 40 log lines in 10 minutes (backlog)") },
             { eval_time: "13m", alertname: "GatewayLogLinesDropped", exp_alerts: [] },
+            { eval_time: "4m", alertname: "GatewayRedisDown", exp_alerts: [] },
+            { eval_time: "5m", alertname: "GatewayRedisDown", exp_alerts: fires("GatewayRedisDown", { severity: "warning", ...gw1 }, "Gateway gw-1:8080 has served without Redis for 2 minutes") },
+            { eval_time: "10m", alertname: "GatewayRedisDown", exp_alerts: [] },
             { eval_time: "8m", alertname: "GatewayFeedHeld", exp_alerts: fires("GatewayFeedHeld", { severity: "warning", ...gw1 }, "The ledger's feed has held calls back for 2m 0s") },
             { eval_time: "84m", alertname: "GatewayCollectorCertificateNotRenewed", exp_alerts: [] },
             { eval_time: "87m", alertname: "GatewayCollectorCertificateNotRenewed", exp_alerts: fires("GatewayCollectorCertificateNotRenewed", { severity: "warning", ...gw1 }, "Gateway gw-1:8080's client certificate for the OTLP collector is 87% through its life") },

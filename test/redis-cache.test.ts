@@ -9,6 +9,7 @@ import type { CatalogueSource } from "../src/core/catalogue-source.ts";
 import { GatewayError } from "../src/core/gateway-error.ts";
 import { heldInPlace } from "../src/core/message-shape.ts";
 import { retailItemGet } from "../src/operations/retail-item-get.ts";
+import { wholesaleItemGet } from "../src/operations/wholesale-item-get.ts";
 import { wholesaleItemSearchPeerbuy } from "../src/operations/wholesale-item-search-peerbuy.ts";
 import { EmbeddedCatalogue } from "../src/stores/embedded/catalogue-store.ts";
 import { openDatabase } from "../src/stores/embedded/sqlite-database.ts";
@@ -136,7 +137,22 @@ describe("the response cache shared through Redis", () => {
     expect(source.calls).toBe(1);
   });
 
-  it("an entry lost in Redis is a miss, bought again; a Redis that cannot be reached is a 4000 naming it", async () => {
+  it("a replica waiting out another's claim when Redis goes away does not buy the item: refused, 4000 naming Redis", async () => {
+    const source = countingSource(0);
+    const connection = await client();
+    const r = new CachedCatalogue(new Map([["retail", source]]), new RedisResponseCache(connection, { prefix }), { ...defaultCachePolicy, claimMs: 400 });
+    const other = { num_iid: (demoRecords().filter((l) => l.kind === "item_detail")[11]!.item as { num_iid: string }).num_iid, is_promotion: "" };
+    const key = [retailItemGet.id, other.num_iid, other.is_promotion, "cn"].join("\u0000");
+    await (await client()).set(`${prefix}claim:${key}`, "a-replica-buying-it", "PX", 400, "NX");
+    const answer = refusal(() => r.answer(retailItemGet, other, "cn", true, signal));
+    await new Promise((x) => setTimeout(x, 100));
+    connection.disconnect();
+    const refused = (await answer) as GatewayError;
+    expect([refused.code, refused.message]).toEqual([4000, expect.stringContaining("the shared cache (Redis) cannot be reached")]);
+    expect(source.calls).toBe(0);
+  });
+
+  it("an entry lost in Redis is a miss, bought again", async () => {
     const source = countingSource(0);
     const r = await replica(source);
     const other = { num_iid: (demoRecords().filter((l) => l.kind === "item_detail")[7]!.item as { num_iid: string }).num_iid, is_promotion: "" };
@@ -146,14 +162,40 @@ describe("the response cache shared through Redis", () => {
     await new Promise((x) => setTimeout(x, 1100)); // past the in-process tier
     expect((await r.answer(retailItemGet, other, "cn", true, signal)).fromCache).toBe(false);
     expect(source.calls).toBe(2);
+  });
 
-    const gone = await client();
-    gone.disconnect();
-    const cache = new RedisResponseCache(gone, { prefix });
-    const e = await refusal(() => cache.get("retail/item_get\u00001\u0000\u0000cn"));
-    expect(e).toBeInstanceOf(GatewayError);
-    expect((e as GatewayError).code).toBe(4000);
-    expect((e as GatewayError).message).toContain("shared cache (Redis)");
+  it("without Redis, a replica answers from its own copies and the gateway's catalogue, at once; only a paid item it does not hold is refused, 4000 naming Redis, unbought", async () => {
+    const paid = countingSource(0);
+    const reads = { n: 0 };
+    const local: CatalogueSource = { label: "embedded", local: true, fetch: async (op, args) => (reads.n++, catalogue.fetch(op, args)) };
+    const connection = await client();
+    const cache = new RedisResponseCache(connection, { prefix: `${prefix}alone:` });
+    const r = new CachedCatalogue(new Map([["retail", paid], ["wholesale", local]]), cache, defaultCachePolicy);
+    const ids = demoRecords().filter((l) => l.kind === "item_detail").map((l) => (l.item as { num_iid: string }).num_iid);
+    const [held, notHeld] = [{ num_iid: ids[8]!, is_promotion: "" }, { num_iid: ids[9]!, is_promotion: "" }];
+    const bought = await r.answer(retailItemGet, held, "cn", true, signal);
+    expect(paid.calls).toBe(1);
+
+    connection.disconnect(); // Redis is gone for this replica, for good
+    await new Promise((x) => setTimeout(x, 1100)); // past the in-process tier's second
+    // Its own copy, fresh, is served: the first read that fails tells the replica Redis is down.
+    const again = await r.answer(retailItemGet, held, "cn", true, signal);
+    expect([again.fromCache, again.answer]).toEqual([true, bought.answer]);
+    // From then on Redis is not asked: a read is answered at once, from this replica's memory.
+    expect(cache.get(`${retailItemGet.id}\u0000${held.num_iid}\u0000\u0000cn`)).not.toBeInstanceOf(Promise);
+    expect(cache.get(`${retailItemGet.id}\u0000${notHeld.num_iid}\u0000\u0000cn`)).toBeUndefined();
+    // A paid item it does not hold is not bought: without a claim two replicas could both buy it.
+    const refused = (await refusal(() => r.answer(retailItemGet, notHeld, "cn", true, signal))) as GatewayError;
+    expect([refused.code, refused.message]).toEqual([4000, expect.stringContaining("the shared cache (Redis) cannot be reached")]);
+    expect(paid.calls).toBe(1);
+    // The gateway's own catalogue answers (no purchase to share), and what it stores is kept here.
+    const wholesale = { num_iid: demo.wholesaleNumIid, is_promotion: "1" };
+    const read = [];
+    for (let i = 0; i < 3; i++) read.push(await r.answer(wholesaleItemGet, wholesale, "cn", true, signal));
+    expect(read.map((a) => [a.answer.found, a.fromCache])).toEqual([[true, false], [true, false], [true, true]]);
+    expect(reads.n).toBe(2); // kept from its second read (doorkeeper.ts), as with Redis
+    // An operator's purge cannot reach the other replicas' entries: refused, saying so.
+    expect(((await refusal(() => cache.purge(retailItemGet.id))) as GatewayError).message).toContain("purge again once it answers");
   });
 });
 
@@ -241,12 +283,30 @@ describe("failed authentications counted in Redis", () => {
     for (let i = 0; i < 3; i++) await b.failed("192.0.2.1", now + 600 + i); // locked by b
     await vi.waitFor(async () => expect(((await refusal(() => a.check("192.0.2.1", now + 700))) as GatewayError).code).toBe(4008));
     await a.check("192.0.2.2", now + 700);
-    // An address it has not seen, or saw over a second ago, is asked about: Redis is gone, so 4000.
-    for (const [ip, at] of [["192.0.2.3", now + 700], ["192.0.2.2", now + 1100]] as const) {
-      const e = await refusal(() => a.check(ip, at));
-      expect((e as GatewayError).code).toBe(4000);
-    }
+    // An address it has not seen, or saw over a second ago, is asked about: Redis is gone, so a's own count
+    // decides (the next test): nothing counted, not locked.
+    for (const [ip, at] of [["192.0.2.3", now + 700], ["192.0.2.2", now + 1100]] as const) expect(await refusal(() => a.check(ip, at))).toBeUndefined();
     a.close();
     b.close();
+  });
+
+  it("without Redis, a replica keeps the locks it knew and counts failures alone, locking an address at the limit", async () => {
+    const options = { slowAfterFailures: 1, lockAfterFailures: 3, lockSeconds: 60 };
+    const connection = await client();
+    const l = new RedisAddressLockout(connection, options, prefix);
+    const now = Date.now();
+    for (let i = 0; i < 3; i++) await l.failed("192.0.2.40", now + i); // locked in Redis, and known here
+    connection.disconnect();
+    const code = async (ip: string, at: number) => ((await refusal(() => l.check(ip, at))) as GatewayError | undefined)?.code;
+    expect(await code("192.0.2.40", now + 10)).toBe(4008);
+    // Counted here: held back from the first failure past `slowAfterFailures`, locked at the third.
+    expect(await code("192.0.2.41", now + 10)).toBeUndefined();
+    const holds = [];
+    for (let i = 0; i < 3; i++) holds.push(await l.failed("192.0.2.41", now + 20 + i));
+    expect(holds).toEqual([100, 200, 0]);
+    expect(await code("192.0.2.41", now + 30)).toBe(4008);
+    // Another address is not touched, and is answered at once: Redis is not asked.
+    expect(l.check("192.0.2.42", now + 30)).toBeUndefined();
+    l.close();
   });
 });

@@ -7,6 +7,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { createServer } from "node:net";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { formatDateTime } from "../src/core/clock.ts";
 import { legacySign, legacySigningKey } from "../src/core/legacy-signature.ts";
 import { WholesaleService } from "../src/gen/gateway/catalogue/v1/wholesale_pb.js";
@@ -280,7 +281,7 @@ describe("three replicas in shared mode", () => {
     expect((await runCli(["maintenance", "off", "wholesale/item_get"], env)).code).toBe(0);
   });
 
-  it("stay exact when Redis loses everything mid-load (FLUSHALL), and answer 4000 naming Redis while it is down, then recover by themselves", async () => {
+  it("stay exact when Redis loses everything mid-load (FLUSHALL); without Redis serve the gateway's catalogue and refuse only a paid item they do not hold, then share again by themselves", async () => {
     const a = await createAccount("--max", "30", "--concurrency", "1000");
     const load = spread(120, a);
     await new Promise((r) => setTimeout(r, 20));
@@ -291,18 +292,30 @@ describe("three replicas in shared mode", () => {
     const b = await createAccount();
     redis.kill("SIGKILL");
     await new Promise((r) => setTimeout(r, 300));
-    const retail = await fetch(`${replicas[0]!.base}/retail/item_get/?${new URLSearchParams({ key: b.key, secret: b.secret, num_iid: demo.retailNumIid })}`).then((r) => r.json() as Promise<{ error_code: string; reason: string }>);
-    expect(retail.error_code).toBe("4000");
-    expect(retail.reason).toContain("Redis");
+    // A retail item nobody asked for: bought only under a claim in Redis, so no two replicas buy it. Refused, unbought.
+    const unasked = demoRecords().map((r) => (r.item as { num_iid?: string }).num_iid).find((id) => id !== undefined && /^60/.test(id) && id !== demo.retailNumIid)!;
+    const bought = upstream.requests.length;
+    const retail = () => fetch(`${replicas[0]!.base}/retail/item_get/?${new URLSearchParams({ key: b.key, secret: b.secret, num_iid: unasked })}`).then((r) => r.json() as Promise<{ error_code: string; reason: string }>);
+    const refused = await retail();
+    expect([refused.error_code, refused.reason]).toEqual(["4000", expect.stringContaining("the shared cache (Redis) cannot be reached")]);
+    expect(upstream.requests.length).toBe(bought);
     expect((await one("SELECT count(*)::int AS n FROM ledger WHERE account = $1 AND charge = 'charged'", [b.key])).n).toBe(0);
+    // The gateway's own catalogue needs no claim: every replica serves it, over every transport, and charges it.
+    const local = await Promise.all(replicas.flatMap((r) => callers.map((call) => call(r.base, b))));
+    expect(local.map((x) => x.code)).toEqual(local.map(() => "0000"));
+    expect((await one("SELECT count(*)::int AS n FROM ledger WHERE account = $1 AND charge = 'charged'", [b.key])).n).toBe(local.length);
+    const ready = await fetch(`${replicas[1]!.base}/readyz`);
+    expect([ready.status, ((await ready.json()) as { degraded?: string[] }).degraded]).toEqual([200, ["redis"]]);
+
     redis = await startRedis();
     const until = Date.now() + 15_000;
     let code = "";
     while (code !== "0000" && Date.now() < until) {
       await new Promise((r) => setTimeout(r, 200));
-      code = (await legacy(replicas[0]!.base, b)).code;
+      code = (await retail()).error_code;
     }
     expect(code).toBe("0000");
+    expect(upstream.requests.length).toBe(bought + 1);
   });
 
   it("charge once a call whose copies carry one Idempotency-Key, sent at once to every replica over every transport", async () => {

@@ -226,8 +226,9 @@ export class CachedCatalogue {
    * One source call per key at a time; the others wait for it and share its
    * answer. With a cache shared by several replicas and a source that is not
    * local, one replica at a time: the others wait for its entry (up to the claim's length, then ask the
-   * source themselves, so a replica that died holding the claim costs a wait,
-   * never an answer). A `cache=no` refresh always asks the source itself.
+   * source themselves, under a claim of their own, so a replica that died holding the claim costs a wait,
+   * never an answer, unless the shared cache stopped answering meanwhile: then it is refused, since the
+   * holder may have bought it). A `cache=no` refresh always asks the source itself.
    * Only the call that starts a purchase counts its requests (`sent`).
    */
   private fetchOnce(key: string, operation: Operation, source: CatalogueSource, args: Args, useCache: boolean, trace: TraceContext | undefined, sent: SentRequests | undefined): Promise<Fetched> {
@@ -239,13 +240,16 @@ export class CachedCatalogue {
     const call = (async () => {
       // Claims keep a paid item from being bought twice; a local read needs none (and a local
       // answer may not be kept, which would leave the others waiting out the claim).
-      const claim = useCache && source.local !== true ? await this.cache?.claim?.(key, this.policy.claimMs) : undefined;
+      let claim = useCache && source.local !== true ? await this.cache?.claim?.(key, this.policy.claimMs) : undefined;
       if (claim === "held") {
         const shared = await this.awaitShared(key);
         if (shared !== undefined) {
           this.telemetry.cacheEvent(operation.id, "coalesced");
           return { entry: shared, kept: true };
         }
+        // The holder's time is up without an entry: buy under a claim of this call's own, so the others wait for it in
+        // turn. Refused where the shared cache cannot be asked: the holder may have bought it meanwhile.
+        claim = await this.cache!.claim!(key, this.policy.claimMs);
       }
       this.telemetry.cacheEvent(operation.id, "miss");
       try {

@@ -1,6 +1,12 @@
 /** One thing the gateway needs in order to serve: a store that must answer and take writes. */
 export interface HealthCheck {
   readonly name: string;
+  /**
+   * A store the gateway serves without, less well (Redis: a cache): failing, it leaves the gateway ready, and reports
+   * name it as degraded. Taking every replica out for a store they all share would refuse even the calls that need
+   * none of it.
+   */
+  readonly degradesOnly?: boolean;
   /** Why it cannot serve now, or undefined when it can. May throw: that counts as failing, with the error's message. */
   run(): Promise<string | undefined>;
 }
@@ -9,6 +15,8 @@ export interface CheckResult {
   readonly name: string;
   readonly ok: boolean;
   readonly reason?: string;
+  /** Failing, it only degrades the gateway (HealthCheck.degradesOnly). */
+  readonly degradesOnly?: boolean;
 }
 
 export interface ReadinessReport {
@@ -105,7 +113,7 @@ export class Readiness {
   private async runChecks(): Promise<ReadinessReport> {
     const results = await Promise.all(this.checks.map((check) => this.runOne(check)));
     const checks: CheckResult[] = [this.isDraining ? { name: drainingCheck, ok: false, reason: "the gateway is shutting down" } : { name: drainingCheck, ok: true }, ...results];
-    const report = { ready: checks.every((c) => c.ok), checks };
+    const report = { ready: checks.every((c) => c.ok || c.degradesOnly === true), checks };
     this.last = { at: performance.now(), report };
     return report;
   }
@@ -117,11 +125,15 @@ export class Readiness {
     });
     try {
       const reason = await Promise.race([check.run(), timeout]);
-      return reason === undefined ? { name: check.name, ok: true } : { name: check.name, ok: false, reason };
+      return reason === undefined ? { name: check.name, ok: true } : { name: check.name, ok: false, reason, ...degrading(check) };
     } catch (e) {
-      return { name: check.name, ok: false, reason: (e as Error)?.message ?? String(e) };
+      return { name: check.name, ok: false, reason: (e as Error)?.message ?? String(e), ...degrading(check) };
     } finally {
       clearTimeout(timer);
     }
   }
+}
+
+function degrading(check: HealthCheck): Pick<CheckResult, "degradesOnly"> {
+  return check.degradesOnly === true ? { degradesOnly: true } : {};
 }

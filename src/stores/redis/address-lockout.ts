@@ -1,11 +1,8 @@
 import type { Redis } from "ioredis";
 import { lockedOut } from "../../core/limit-refusals.ts";
-import { defaultAddressLockoutOptions, holdMs, type AddressLockout, type AddressLockoutOptions } from "../../core/address-lockout.ts";
-import { GatewayError } from "../../core/gateway-error.ts";
+import { defaultAddressLockoutOptions, holdMs, MemoryAddressLockout, type AddressLockout, type AddressLockoutOptions } from "../../core/address-lockout.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
-import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
-
-const unreachable = "the shared cache (Redis) cannot be reached, so calls are refused, and not charged, until it answers";
+import { RedisLink } from "./redis-link.ts";
 
 // One failure, in one step: drop what left the window, count this one, and lock the address when
 // the count reaches the limit, telling every replica on the channel (ARGV[6]). Returns the count
@@ -48,9 +45,18 @@ export interface RedisAddressLockoutOptions extends AddressLockoutOptions {
  * publishes the lock, and every replica listening keeps the locks it hears of
  * until they end. While this replica is not listening (its subscription is
  * down or not yet made), every call asks Redis, as before.
+ *
+ * Without Redis (RedisLink: down), the replica counts the failures it sees
+ * itself, as an embedded gateway does, and keeps every lock it knew of: an
+ * address is then held to the limit on each replica rather than on all of
+ * them together, until Redis answers. What it counted alone keeps counting
+ * for its own window after that.
  */
 export class RedisAddressLockout implements AddressLockout {
+  private readonly link: RedisLink;
   private readonly redis: Redis;
+  /** The failures this replica counted while Redis was down. */
+  private readonly alone: MemoryAddressLockout;
   private readonly options: RedisAddressLockoutOptions;
   private readonly prefix: string;
   private readonly channel: string;
@@ -62,12 +68,14 @@ export class RedisAddressLockout implements AddressLockout {
   /** Addresses found not locked, and when (ms). */
   private readonly clear = new Map<string, number>();
 
-  constructor(redis: Redis, options: Partial<RedisAddressLockoutOptions> = {}, prefix = "gateway:") {
-    this.redis = redis;
+  constructor(redis: Redis | RedisLink, options: Partial<RedisAddressLockoutOptions> = {}, prefix = "gateway:") {
+    this.link = redis instanceof RedisLink ? redis : new RedisLink(redis);
+    this.redis = this.link.redis;
     this.options = { ...defaultAddressLockoutOptions, recheckMs: 1000, rememberedAddresses: 100_000, ...options };
+    this.alone = new MemoryAddressLockout(this.options);
     this.prefix = prefix;
     this.channel = `${prefix}locked`;
-    this.subscriber = redis.duplicate();
+    this.subscriber = this.redis.duplicate();
     this.subscriber.on("error", () => {}); // it reconnects by itself; until then calls ask Redis
     this.subscriber.on("message", (_channel: string, message: string) => {
       const space = message.indexOf(" ");
@@ -90,13 +98,18 @@ export class RedisAddressLockout implements AddressLockout {
     return this.listening;
   }
 
-  /** At once (MaybeAsync) when this replica knows the address is locked, or, hearing of locks, saw it clear lately; else asks Redis. */
+  /**
+   * At once (MaybeAsync) when this replica knows the address is locked, or, hearing of locks, saw it clear lately, or
+   * Redis is down; else asks Redis.
+   */
   check(clientIp: string, now: number): MaybeAsync<void> {
     const until = this.locked.get(clientIp);
     if (until !== undefined) {
       if (until > now) throw lockedOut(until - now);
       this.locked.delete(clientIp);
     }
+    this.alone.check(clientIp, now);
+    if (!this.link.up) return;
     if (this.listening) {
       const seen = this.clear.get(clientIp);
       if (seen !== undefined && now - seen < this.options.recheckMs && seen <= now) return;
@@ -107,9 +120,9 @@ export class RedisAddressLockout implements AddressLockout {
   private async checkShared(clientIp: string, now: number): Promise<void> {
     let ms: number;
     try {
-      ms = await this.redis.pttl(`${this.prefix}locked:${clientIp}`);
-    } catch (e) {
-      throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, unreachable, { cause: e });
+      ms = await this.link.run((redis) => redis.pttl(`${this.prefix}locked:${clientIp}`));
+    } catch {
+      return; // Redis went down: this replica's own count decides (check, above)
     }
     if (ms > 0) {
       this.remember(clientIp, ms, now);
@@ -119,12 +132,20 @@ export class RedisAddressLockout implements AddressLockout {
     this.clear.set(clientIp, now);
   }
 
+  /** Counted in Redis, for every replica; while Redis is down, by this replica alone. */
   async failed(clientIp: string, now: number): Promise<number> {
     const o = this.options;
-    const [n, lockMs] = (await this.redis.eval(
-      failScript, 2, `${this.prefix}failures:${clientIp}`, `${this.prefix}locked:${clientIp}`,
-      o.failureWindowSeconds * 1000, o.lockAfterFailures, o.lockSeconds * 1000, now, `${now}-${process.pid}-${++this.sequence}`, this.channel, clientIp,
-    )) as [number, number];
+    if (!this.link.up) return this.alone.failed(clientIp, now);
+    let n: number;
+    let lockMs: number;
+    try {
+      [n, lockMs] = (await this.link.run((redis) => redis.eval(
+        failScript, 2, `${this.prefix}failures:${clientIp}`, `${this.prefix}locked:${clientIp}`,
+        o.failureWindowSeconds * 1000, o.lockAfterFailures, o.lockSeconds * 1000, now, `${now}-${process.pid}-${++this.sequence}`, this.channel, clientIp,
+      ))) as [number, number];
+    } catch {
+      return this.alone.failed(clientIp, now);
+    }
     if (lockMs > 0) this.remember(clientIp, lockMs, now);
     return holdMs(n, o);
   }

@@ -10,6 +10,7 @@ import { EntryMemo, entryBytes, weight, type CacheEntry, type ResponseCache } fr
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { operationById } from "../../operations/index.ts";
 import { reweighOnGrowth } from "../reweigh.ts";
+import { RedisLink } from "./redis-link.ts";
 
 export interface RedisResponseCacheOptions {
   /** Put before every key, so several gateways (or test files) can share one Redis. */
@@ -28,7 +29,7 @@ export const defaultRedisResponseCacheOptions: RedisResponseCacheOptions = {
   now: Date.now,
 };
 
-const unreachable = "the shared cache (Redis) cannot be reached, so calls are refused, and not charged, until it answers";
+const unreachable = "the shared cache (Redis) cannot be reached, and this answer is neither held by this replica nor read from the gateway's own catalogue: a paid provider's item is bought only through the shared cache, so that no two replicas buy it; refused, not charged, until Redis answers";
 
 // Deletes a claim only while it is still this holder's: a claim that expired and was taken by
 // another replica is left alone.
@@ -53,39 +54,57 @@ interface Head {
  * renderings). An entry travels as its operation's response message in
  * protobuf binary, so every replica decodes exactly what was stored. Claims
  * (SET NX PX) let one replica buy an item while the others wait for it.
+ *
+ * Without Redis (RedisLink: down), a replica goes on with what it holds: a
+ * read is answered from the in-process tier, however old its copy, as long
+ * as the entry itself is fresh (or may stand in for a failing source), and
+ * is otherwise a miss, which the gateway's own catalogue answers. What it
+ * stores stays in its own memory. Only a claim, which a paid provider's item
+ * needs before it is bought, is refused (4000, naming Redis).
  */
 export class RedisResponseCache implements ResponseCache {
-  private readonly redis: Redis;
+  private readonly link: RedisLink;
   private readonly options: RedisResponseCacheOptions;
   private readonly local: LRUCache<string, CacheEntry>;
 
-  constructor(redis: Redis, options: Partial<RedisResponseCacheOptions> = {}) {
-    this.redis = redis;
+  constructor(redis: Redis | RedisLink, options: Partial<RedisResponseCacheOptions> = {}) {
+    this.link = redis instanceof RedisLink ? redis : new RedisLink(redis);
     this.options = { ...defaultRedisResponseCacheOptions, ...options };
-    this.local = new LRUCache({ maxSize: this.options.localMaxBytes, sizeCalculation: weight, ttl: this.options.localMs, ttlAutopurge: false });
+    // Past its time a copy is not served while Redis answers, but kept (within the tier's bytes) in case Redis stops.
+    this.local = new LRUCache({ maxSize: this.options.localMaxBytes, sizeCalculation: weight, ttl: this.options.localMs, ttlAutopurge: false, noDeleteOnStaleGet: true });
   }
 
   get bytes(): number {
     return this.local.calculatedSize;
   }
 
-  /** A fresh entry of the in-process tier at once (MaybeAsync), anything else from Redis. */
+  /** A fresh entry of the in-process tier at once (MaybeAsync), anything else from Redis; without Redis, this replica's own copy, at once. */
   get(key: string): MaybeAsync<CacheEntry | undefined> {
     const now = this.options.now();
     const near = this.local.get(key);
     if (near !== undefined && near.freshUntil > now) return near;
+    if (!this.link.up) return this.ownCopy(key, now);
     return this.shared(key, now);
+  }
+
+  /** What this replica holds of `key` past its tier's time, while it may still be served or stand in. */
+  private ownCopy(key: string, now: number): CacheEntry | undefined {
+    const entry = this.local.get(key, { allowStale: true });
+    return entry !== undefined && entry.staleUntil > now ? entry : undefined;
   }
 
   private async shared(key: string, now: number): Promise<CacheEntry | undefined> {
     let stored: Buffer | null;
     try {
-      stored = await this.redis.getBuffer(this.options.prefix + key);
-    } catch (e) {
-      throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, unreachable, { cause: e });
+      stored = await this.link.run((redis) => redis.getBuffer(this.options.prefix + key));
+    } catch {
+      return this.ownCopy(key, this.options.now());
     }
     const entry = stored === null ? undefined : decode(key, stored);
-    if (entry === undefined || entry.staleUntil <= now) return undefined;
+    if (entry === undefined || entry.staleUntil <= now) {
+      this.local.delete(key); // gone for every replica (expired, purged): not kept for an outage either
+      return undefined;
+    }
     this.keepLocal(key, entry);
     return entry;
   }
@@ -100,9 +119,9 @@ export class RedisResponseCache implements ResponseCache {
     this.keepLocal(key, entry);
     const ms = entry.staleUntil - this.options.now();
     const bytes = encode(key, entry);
-    if (ms <= 0 || bytes === undefined) return;
+    if (ms <= 0 || bytes === undefined || !this.link.up) return;
     // Written behind the answer: a replica that misses it fetches the item again, nothing worse.
-    this.redis.set(this.options.prefix + key, bytes, "PX", Math.ceil(ms)).catch(() => {});
+    this.link.run((redis) => redis.set(this.options.prefix + key, bytes, "PX", Math.ceil(ms))).catch(() => {});
   }
 
   /** Every replica's entries under `prefix` in Redis (SCAN, then UNLINK), and this replica's own copies. */
@@ -113,12 +132,12 @@ export class RedisResponseCache implements ResponseCache {
     let cursor = "0";
     try {
       do {
-        const [next, keys] = await this.redis.scan(cursor, "MATCH", pattern, "COUNT", 1000);
+        const [next, keys] = await this.link.run((redis) => redis.scan(cursor, "MATCH", pattern, "COUNT", 1000));
         cursor = next;
-        if (keys.length > 0) dropped += await this.redis.unlink(...keys);
+        if (keys.length > 0) dropped += await this.link.run((redis) => redis.unlink(...keys));
       } while (cursor !== "0");
     } catch (e) {
-      throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, unreachable, { cause: e });
+      throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, "the shared cache (Redis) cannot be reached, so the purge may not have reached every replica's entries; purge again once it answers", { cause: e });
     }
     return dropped;
   }
@@ -128,13 +147,14 @@ export class RedisResponseCache implements ResponseCache {
     const token = randomBytes(12).toString("base64url");
     let taken: string | null;
     try {
-      taken = await this.redis.set(claimKey, token, "PX", ms, "NX");
+      if (!this.link.up) throw new Error(this.link.reason);
+      taken = await this.link.run((redis) => redis.set(claimKey, token, "PX", ms, "NX"));
     } catch (e) {
       throw new GatewayError(ErrorCode.SERVER_INTERNAL_ERROR, unreachable, { cause: e });
     }
     if (taken !== "OK") return "held";
     return async () => {
-      await this.redis.eval(releaseScript, 1, claimKey, token);
+      await this.link.run((redis) => redis.eval(releaseScript, 1, claimKey, token));
     };
   }
 }

@@ -324,6 +324,22 @@ export class PrometheusTelemetry implements Telemetry {
   }
 
   /**
+   * Shared mode: whether Redis answers, read when scraped. While it does
+   * not, the replica serves without it (redis-link.ts): alone, from its own
+   * memory and the gateway's catalogue.
+   */
+  watchRedis(link: { readonly up: boolean }): void {
+    new Gauge({
+      name: "gateway_redis_up",
+      help: "Shared mode: 1 while Redis answers; 0 while this replica serves without it (its own memory and the gateway's catalogue answer, failed authentications are counted per replica, a paid provider's item not held here is refused 4000).",
+      registers: [this.registry],
+      collect() {
+        this.set(link.up ? 1 : 0);
+      },
+    });
+  }
+
+  /**
    * Log lines stdout could not take (log-output.ts), read when scraped: its
    * reader fell behind (`backlog`), a write failed (`write_error`: a full
    * disk) or its reader is gone (`reader_gone`). Calls were served meanwhile.

@@ -1,0 +1,121 @@
+import { ReplyError, type Redis } from "ioredis";
+import { redisCommandTimeoutMs } from "./redis-client.ts";
+
+export interface RedisLinkOptions {
+  /** While Redis is down, it is pinged this often (one ping at a time) to see whether it answers again. */
+  readonly retryMs: number;
+  /** Told when Redis stops answering (with why) and when it answers again. */
+  readonly onChange?: (up: boolean, reason: string) => void;
+}
+
+/**
+ * What the replica knows of its Redis, shared by everything that asks it
+ * (the response cache, the failed-authentication counts, readiness).
+ *
+ * Redis holds nothing that bills (the ledger, limits and accounts are in
+ * PostgreSQL), so a Redis that fails is worked around, not waited for: once
+ * a command failed (on a closed connection at once, on a frozen server
+ * after the command timeout), Redis is taken as down and its users go on
+ * without it, asking it nothing, until a ping answers. The link pings it
+ * every `retryMs`, and at once when the client's connection is ready again.
+ * So a Redis that stops answering costs the calls in flight at that moment
+ * the command timeout, and no call after them.
+ */
+export class RedisLink {
+  readonly redis: Redis;
+  private readonly options: RedisLinkOptions;
+  private isUp = true;
+  private why = "";
+  private pinging = false;
+  private timer: NodeJS.Timeout | undefined;
+  private closed = false;
+
+  constructor(redis: Redis, options: Partial<RedisLinkOptions> = {}) {
+    this.redis = redis;
+    this.options = { retryMs: 1000, ...options };
+    redis.on("ready", () => {
+      if (!this.isUp) this.ping();
+    });
+  }
+
+  /** Whether Redis answered the last command sent to it: while false, its users do not ask it. */
+  get up(): boolean {
+    return this.isUp;
+  }
+
+  /** Why the last command failed, while down. */
+  get reason(): string {
+    return this.why;
+  }
+
+  /** Runs `command` and learns from its outcome; rejects with the command's own error. */
+  async run<T>(command: (redis: Redis) => Promise<T>): Promise<T> {
+    try {
+      const result = await command(this.redis);
+      this.answered();
+      return result;
+    } catch (e) {
+      // An error Redis answered (out of memory, a wrong type) is its answer: it is up.
+      if (e instanceof ReplyError) this.answered();
+      else this.failed(e);
+      throw e;
+    }
+  }
+
+  /** A command answered: Redis is up. */
+  answered(): void {
+    if (this.isUp) return;
+    this.isUp = true;
+    this.why = "";
+    clearTimeout(this.timer);
+    this.options.onChange?.(true, "");
+  }
+
+  /** A command failed: Redis is down until a ping answers. */
+  failed(e: unknown): void {
+    const why = describe(this.redis, e);
+    if (!this.isUp) return;
+    this.isUp = false;
+    this.why = why;
+    this.options.onChange?.(false, why);
+    this.later();
+  }
+
+  /** Stops pinging. */
+  close(): void {
+    this.closed = true;
+    clearTimeout(this.timer);
+  }
+
+  private later(): void {
+    if (this.closed) return;
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.ping(), this.options.retryMs);
+    this.timer.unref();
+  }
+
+  /** One ping at a time; a failed one tries again `retryMs` later. */
+  private ping(): void {
+    if (this.pinging || this.closed) return;
+    this.pinging = true;
+    this.redis.ping().then(
+      () => {
+        this.pinging = false;
+        this.answered();
+      },
+      (e: unknown) => {
+        this.pinging = false;
+        this.why = describe(this.redis, e);
+        if (!this.isUp) this.later();
+      },
+    );
+  }
+}
+
+/** Why a command failed, in an operator's words rather than the client library's. */
+function describe(redis: Redis, e: unknown): string {
+  const message = e instanceof Error ? e.message : String(e);
+  if (/command timed out/i.test(message)) return `no answer within ${redisCommandTimeoutMs} ms`;
+  if (redis.status !== "ready") return `not connected (${redis.status})`;
+  return message;
+}
