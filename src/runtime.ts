@@ -45,7 +45,7 @@ import { PostgresReplayGuard } from "./stores/postgres/replay-guard.ts";
 import { PostgresAdminTokens } from "./stores/postgres/admin-tokens.ts";
 import { SqliteAdminTokens } from "./stores/embedded/admin-tokens.ts";
 import { AdminTokens, type AdminTokenStore } from "./core/admin-tokens.ts";
-import { openRedis } from "./stores/redis/redis-client.ts";
+import { redisClient, whenReady } from "./stores/redis/redis-client.ts";
 import { RedisAddressLockout } from "./stores/redis/address-lockout.ts";
 import { RedisResponseCache } from "./stores/redis/response-cache.ts";
 import { RedisLink } from "./stores/redis/redis-link.ts";
@@ -311,14 +311,30 @@ const sharedPoolSize = 16;
 
 async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | undefined, telemetry: Telemetry, commits: CommitBell): Promise<Stores> {
   const pool = openPostgres(config.databaseUrl, { max: sharedPoolSize });
-  let redis: Awaited<ReturnType<typeof openRedis>> | undefined;
   try {
     warnIfNewer(log, "shared", (await migrateSchema(pool)).from, sharedSteps.length);
-    redis = await openRedis(config.redisUrl);
   } catch (e) {
     await pool.end().catch(() => {});
     throw new Error(`shared mode cannot start: ${(e as Error).message}`, { cause: e });
   }
+  // Waited for, not needed: a replica that starts while Redis is away serves without it, as one that was running does.
+  const redis = redisClient(config.redisUrl);
+  const link = new RedisLink(redis, {
+    onChange: (up, reason) => {
+      if (up) log?.info?.({ store: "redis" }, "the shared cache (Redis) answers again: replicas share their cache and failed-authentication counts again");
+      else
+        (log?.warn ?? log?.error)?.call(
+          log,
+          { store: "redis", reason },
+          `the shared cache (Redis) cannot be reached (${reason}): calls go on without it; each replica answers from its own memory and the gateway's catalogue, counts failed authentications alone, and refuses (4000, not charged) only a paid provider's item it does not hold, until Redis answers`,
+        );
+    },
+  });
+  const notReady = await whenReady(redis).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  if (notReady !== undefined) link.failed(notReady);
   const nodeLabel = config.nodeLabel || replicaLabel();
   const accounts = new PostgresAccountStore(pool, () => clock.now());
   const meter = new PostgresMeter(pool, {
@@ -337,17 +353,6 @@ async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog
     onUnansweredCommit: (outcome, requestIds, cause) => {
       telemetry.ledgerCommitUnanswered(outcome, requestIds.length);
       logUnansweredCommit(log, outcome, requestIds, cause);
-    },
-  });
-  const link = new RedisLink(redis, {
-    onChange: (up, reason) => {
-      if (up) log?.info?.({ store: "redis" }, "the shared cache (Redis) answers again: replicas share their cache and failed-authentication counts again");
-      else
-        (log?.warn ?? log?.error)?.call(
-          log,
-          { store: "redis", reason },
-          `the shared cache (Redis) cannot be reached (${reason}): calls go on without it; each replica answers from its own memory and the gateway's catalogue, counts failed authentications alone, and refuses (4000, not charged) only a paid provider's item it does not hold, until Redis answers`,
-        );
     },
   });
   const postgres: HealthCheck = {

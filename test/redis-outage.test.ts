@@ -156,4 +156,31 @@ describe("a shared-mode gateway when Redis fails", () => {
       [30, "the shared cache (Redis) answers again: replicas s"],
     ]);
   }, 90_000);
+
+  it("starts while Redis is away, serving without it, and shares once it answers", async () => {
+    const away = await tcpProxy(6379);
+    await away.set("closed");
+    const replica = await startServe({ ...env, GATEWAY_REDIS_URL: `redis://127.0.0.1:${away.port}/${redisDb}` });
+    try {
+      const ready = await fetch(`${replica.base}/readyz`);
+      expect([ready.status, ((await ready.json()) as { degraded?: string[] }).degraded]).toEqual([200, ["redis"]]);
+      const metric = async () => /^gateway_redis_up (\d)$/m.exec(await (await fetch(`${replica.base}/metrics`)).text())?.[1];
+      expect(await metric()).toBe("0");
+      const a = JSON.parse((await runCli(["accounts", "create", "--json", "--name", randomBytes(3).toString("hex")], env)).stdout) as { key: string; secret: string };
+      const answer = (await (await fetch(`${replica.base}/retail/item_get/?${new URLSearchParams({ key: a.key, secret: a.secret, num_iid: ids[10]!, is_promotion: "1" })}`)).json()) as Answer;
+      expect(answer.error_code).toBe("0000");
+      await away.set("open");
+      await expect.poll(metric, { timeout: 20_000, interval: 100 }).toBe("1");
+      const told = replica
+        .output()
+        .split("\n")
+        .filter((l) => l.includes('"store":"redis"'))
+        .map((l) => JSON.parse(l) as { level: number; reason?: string });
+      expect(told.map((l) => l.level)).toEqual([40, 30]);
+      expect(told[0]!.reason).toMatch(/^not connected \(\w+: connect ECONNREFUSED 127\.0\.0\.1:\d+\)$/);
+    } finally {
+      replica.child.kill("SIGKILL");
+      await away.close();
+    }
+  }, 60_000);
 });

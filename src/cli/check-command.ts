@@ -261,7 +261,7 @@ export async function sharedFindings(config: GatewayConfig): Promise<Finding[]> 
   try {
     findings.push({ check: "cache", status: "ok", detail: `shared: ${cache} (server ${(await probeRedis(config.redisUrl)).version})` });
   } catch (e) {
-    findings.push({ check: "cache", status: "fail", detail: `shared: ${cache} cannot be reached (${whyUnreachable(e)})` });
+    findings.push({ check: "cache", status: "warn", detail: `shared: ${cache} cannot be reached (${whyUnreachable(e)}); serve starts and serves without it until it answers (README: Running several replicas)` });
   }
   return findings;
 }

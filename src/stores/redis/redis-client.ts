@@ -17,19 +17,35 @@ import { Redis } from "ioredis";
 export const redisCommandTimeoutMs = 5000;
 
 export async function openRedis(url: string): Promise<Redis> {
-  const redis = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 1, connectTimeout: 2000, commandTimeout: redisCommandTimeoutMs });
-  redis.on("error", () => {}); // each failed command says why; the client reconnects
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error("Redis did not answer within 5 s")), 5000);
-    redis.once("ready", () => {
-      clearTimeout(timer);
-      resolve();
-    });
-  }).catch((e: unknown) => {
+  const redis = redisClient(url);
+  await whenReady(redis).catch((e: unknown) => {
     redis.disconnect();
     throw e;
   });
   return redis;
+}
+
+/** The client `openRedis` opens, not waited for: it connects, and reconnects, by itself. */
+export function redisClient(url: string): Redis {
+  const redis = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 1, connectTimeout: 2000, commandTimeout: redisCommandTimeoutMs });
+  redis.on("error", () => {}); // each failed command says why; the client reconnects
+  return redis;
+}
+
+/** Resolves once `redis` is ready; rejects after 5 s (it goes on connecting). */
+export function whenReady(redis: Redis): Promise<void> {
+  if (redis.status === "ready") return Promise.resolve();
+  return new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      redis.off("ready", ready);
+      reject(new Error("Redis did not answer within 5 s"));
+    }, 5000);
+    const ready = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+    redis.once("ready", ready);
+  });
 }
 
 /**

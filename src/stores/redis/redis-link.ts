@@ -29,11 +29,15 @@ export class RedisLink {
   private pinging = false;
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
+  /** The connection's last error (refused, a wrong password…), to say why while it is not connected. */
+  private lastError = "";
 
   constructor(redis: Redis, options: Partial<RedisLinkOptions> = {}) {
     this.redis = redis;
     this.options = { retryMs: 1000, ...options };
+    redis.on("error", (e: unknown) => (this.lastError = e instanceof Error ? e.message : String(e)));
     redis.on("ready", () => {
+      this.lastError = "";
       if (!this.isUp) this.ping();
     });
   }
@@ -73,7 +77,7 @@ export class RedisLink {
 
   /** A command failed: Redis is down until a ping answers. */
   failed(e: unknown): void {
-    const why = describe(this.redis, e);
+    const why = this.describe(e);
     if (!this.isUp) return;
     this.isUp = false;
     this.why = why;
@@ -105,17 +109,17 @@ export class RedisLink {
       },
       (e: unknown) => {
         this.pinging = false;
-        this.why = describe(this.redis, e);
+        this.why = this.describe(e);
         if (!this.isUp) this.later();
       },
     );
   }
-}
 
-/** Why a command failed, in an operator's words rather than the client library's. */
-function describe(redis: Redis, e: unknown): string {
-  const message = e instanceof Error ? e.message : String(e);
-  if (/command timed out/i.test(message)) return `no answer within ${redisCommandTimeoutMs} ms`;
-  if (redis.status !== "ready") return `not connected (${redis.status})`;
-  return message;
+  /** Why a command failed, in an operator's words rather than the client library's. */
+  private describe(e: unknown): string {
+    const message = e instanceof Error ? e.message : String(e);
+    if (/command timed out/i.test(message)) return `no answer within ${redisCommandTimeoutMs} ms`;
+    if (this.redis.status !== "ready") return `not connected (${this.redis.status}${this.lastError === "" ? "" : `: ${this.lastError}`})`;
+    return message;
+  }
 }
