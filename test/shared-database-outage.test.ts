@@ -3,7 +3,6 @@
 // uncharged, naming PostgreSQL, and serves again by itself when it comes back; its log says so once a
 // window, not once a call (src/transports/server/repeated-lines.ts), and every call keeps its access line.
 import type { ChildProcess } from "node:child_process";
-import net from "node:net";
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openRedis } from "../src/stores/redis/redis-client.ts";
@@ -11,54 +10,27 @@ import { runCli } from "./support/cli.ts";
 import { startServe } from "./support/gateway-process.ts";
 import { demo } from "./support/gateway-fixture.ts";
 import { freshDatabase } from "./support/postgres.ts";
+import { tcpProxy, type TcpProxy } from "./support/tcp-proxy.ts";
 
 let db: Awaited<ReturnType<typeof freshDatabase>>;
 let gateway: ChildProcess;
 let base: string;
 let output: () => string;
-let proxyPort: number;
-let proxy: net.Server | undefined;
-const sockets = new Set<net.Socket>();
+let proxy: TcpProxy;
 let env: Record<string, string>;
-
-/** Opens the proxy on `proxyPort` (0 the first time): every connection is piped to the real PostgreSQL. */
-function openProxy(): Promise<void> {
-  return new Promise((resolve) => {
-    proxy = net.createServer((client) => {
-      const server = net.connect(5432, "127.0.0.1");
-      for (const s of [client, server]) {
-        sockets.add(s);
-        s.on("close", () => sockets.delete(s));
-        s.on("error", () => {});
-      }
-      client.pipe(server).pipe(client);
-    });
-    proxy.listen(proxyPort ?? 0, "127.0.0.1", () => {
-      proxyPort = (proxy!.address() as net.AddressInfo).port;
-      resolve();
-    });
-  });
-}
-
-/** PostgreSQL "goes away": no new connections, and the open ones are cut. */
-async function closeProxy(): Promise<void> {
-  const closed = new Promise((r) => proxy!.close(r));
-  for (const s of sockets) s.destroy();
-  await closed;
-}
 
 beforeAll(async () => {
   db = await freshDatabase("outage");
-  await openProxy();
+  proxy = await tcpProxy(5432);
   const url = new URL(db.url);
-  url.port = String(proxyPort);
+  url.port = String(proxy.port);
   env = { GATEWAY_DATABASE_URL: url.href, GATEWAY_REDIS_URL: "redis://127.0.0.1:6379/7" };
   ({ child: gateway, base, output } = await startServe(env, { demo: true }));
 }, 60_000);
 
 afterAll(async () => {
   gateway?.kill("SIGKILL");
-  await closeProxy().catch(() => {});
+  await proxy?.close();
   await db?.drop();
   // Redis database 7 is this file's own: empty it again.
   const redis = await openRedis("redis://127.0.0.1:6379/7");
@@ -90,7 +62,7 @@ describe("a shared-mode gateway when PostgreSQL goes away", () => {
     expect(before.status).toBe(200);
     expect(Object.keys(before.body.checks).sort()).toEqual(["draining", "postgres", "redis"]);
 
-    await closeProxy();
+    await proxy.set("closed");
     await new Promise((r) => setTimeout(r, 1100)); // past what the replica remembers of the account
     const down = await call();
     expect(down.error_code).toBe("4000");
@@ -104,7 +76,7 @@ describe("a shared-mode gateway when PostgreSQL goes away", () => {
     const burst = await Promise.all(Array.from({ length: 300 }, (_, i) => new Promise((r) => setTimeout(r, Math.floor(i / 20) * 5)).then(call)));
     expect(burst.every((b) => b.error_code === "4000")).toBe(true);
 
-    await openProxy();
+    await proxy.set("open");
     const until = Date.now() + 15_000;
     let code = "";
     while (code !== "0000" && Date.now() < until) {
