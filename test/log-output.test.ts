@@ -1,12 +1,14 @@
 // A `gateway serve` whose stdout cannot take its log lines goes on serving (src/transports/server/log-output.ts):
 // a reader that stops reading, a reader that is gone, a full disk. Before, the first grew the process without
 // bound (151 MB to 601 MB in 15 s) and held a SIGTERM, and the other two ended it at their next line.
-import { openSync, closeSync, mkdtempSync, rmSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { openSync, closeSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { demo } from "./support/gateway-fixture.ts";
-import { startServe, type ServeProcess } from "./support/gateway-process.ts";
+import { root } from "./support/cli.ts";
+import { freePort, startServe, type ServeProcess } from "./support/gateway-process.ts";
 
 const token = "log-output-admin-token-0123456789";
 const dirs: string[] = [];
@@ -51,6 +53,12 @@ async function dropped(base: string): Promise<{ backlog: number; write_error: nu
   const counts = { backlog: -1, write_error: -1, reader_gone: -1 };
   for (const m of text.matchAll(/^gateway_log_lines_dropped_total\{reason="(\w+)"\} (\d+)$/gm)) counts[m[1] as keyof typeof counts] = Number(m[2]);
   return counts;
+}
+
+/** The processes `pid` started. */
+function children(pid: number): number[] {
+  const path = `/proc/${pid}/task/${pid}/children`;
+  return existsSync(path) ? readFileSync(path, "utf8").trim().split(/\s+/).filter(Boolean).map(Number) : [];
 }
 
 function exited(s: ServeProcess): Promise<number | null> {
@@ -125,4 +133,49 @@ describe("a gateway whose stdout cannot take its log lines", () => {
     s.child.kill("SIGTERM");
     expect(await stopping).toBe(0);
   }, 60_000);
+
+  it("serves on when its terminal stops taking output (Ctrl-S, an SSH session whose client sleeps): its lines wait, then drop", async () => {
+    // A terminal of its own: util-linux's script runs the gateway on a pty and copies what it writes to a pipe the test
+    // never reads, so once the pipe and the pty are full the terminal takes nothing more. Node writes a terminal
+    // synchronously: before, the gateway stopped at its next line, and answered nothing, not even /healthz.
+    const dir = mkdtempSync(join(tmpdir(), "gateway-log-output-"));
+    dirs.push(dir);
+    const port = await freePort();
+    const base = `http://127.0.0.1:${port}`;
+    const terminal = spawn("script", ["-q", "-e", "-c", `exec '${process.execPath}' '${root}/bin/gateway.js' serve --demo`, "/dev/null"], {
+      env: { ...process.env, GATEWAY_PORT: String(port), GATEWAY_DATA_DIR: dir, GATEWAY_ADMIN_TOKEN: token, GATEWAY_LOG_BACKLOG_KB: "64" },
+      stdio: ["pipe", "pipe", "pipe"],
+      detached: true,
+    });
+    terminal.stdout!.pause();
+    try {
+      for (let i = 0; !(await fetch(`${base}/readyz`).then((r) => r.ok, () => false)); i++) {
+        expect(i, "the gateway did not start on its terminal").toBeLessThan(600);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const call = await caller(base);
+      // Each round's calls must be answered within 10 s: a stopped gateway fails here rather than hanging the test.
+      const within = (ms: number) => <T>(p: Promise<T>) => Promise.race([p, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms))]);
+      let served = 0;
+      for (let round = 0; (await within(10_000)(dropped(base))).backlog === 0; round++) {
+        expect(round).toBeLessThan(100);
+        expect(await within(10_000)(calls(call, 100))).toEqual({ "0000": 100 });
+        served += 100;
+      }
+      expect(served).toBeGreaterThan(0);
+      expect(await within(10_000)(fetch(`${base}/healthz`).then((r) => r.status))).toBe(200);
+      // A stop waits for the terminal a moment, not for good (script, never read, does not reap it: a zombie is gone).
+      const [gateway] = children(terminal.pid!);
+      process.kill(gateway!, "SIGTERM");
+      const ended = () => !existsSync(`/proc/${gateway}`) || readFileSync(`/proc/${gateway}/stat`, "utf8").split(") ")[1]!.startsWith("Z");
+      for (let i = 0; !ended(); i++) {
+        expect(i, "the gateway did not stop on SIGTERM within 20 s").toBeLessThan(400);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    } finally {
+      // The gateway leads a session of its own, on the pty: killed by its pid, then script.
+      for (const pid of children(terminal.pid!)) process.kill(pid, "SIGKILL");
+      process.kill(-terminal.pid!, "SIGKILL");
+    }
+  }, 120_000);
 });

@@ -46,7 +46,7 @@ export async function startServe(env: Record<string, string>, options: { demo?: 
 }
 
 /** A loopback port nothing listens on now. */
-function freePort(): Promise<number> {
+export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.once("error", reject);

@@ -11,16 +11,18 @@ import { Socket } from "node:net";
  *   restarted, or `| head`): the next line's EPIPE was an unhandled error,
  *   and the process ended;
  * - a log file on a full disk: the next line's ENOSPC, the same;
- * - a reader that stopped reading (a stuck shipper, a paused terminal): the
- *   lines piled up in memory, 151 MB to 601 MB in 15 s, past the memory
- *   budget, and a SIGTERM then waited for the reader.
+ * - a reader that stopped reading (a stuck shipper): the lines piled up in
+ *   memory, 151 MB to 601 MB in 15 s, past the memory budget, and a SIGTERM
+ *   then waited for the reader; a terminal that stopped taking output
+ *   stopped the process itself at its next line (Node writes a terminal
+ *   synchronously), /healthz included.
  *
  * Now a line the end cannot take is dropped and counted, and serving goes on:
  * - a file (or `/dev/null`) is written line by line as before (the same
  *   system calls); a line whose write fails (ENOSPC, EIO) is dropped, and
  *   the next is tried;
- * - a pipe, socket or terminal is written through Node's stream as before,
- *   but a line that finds `maxBufferedBytes` already waiting is dropped; a
+ * - a pipe, socket or terminal is written through Node's stream, a terminal
+ *   too without blocking, and a line that finds `maxBufferedBytes` already waiting is dropped; a
  *   reader gone (EPIPE, or any error, after which the stream is closed)
  *   drops every line after it.
  * When lines go through again after some were dropped, one warning says how
@@ -54,8 +56,13 @@ export class LogOutput implements LogOutputCounts {
     const stdout = options.stdout ?? process.stdout;
     this.fd = options.fd ?? 1;
     this.maxBacklog = options.maxBacklogBytes ?? defaultLogBacklogBytes;
-    // Node makes stdout a Socket for a pipe, a socket or a terminal (asynchronous), and a synchronous stream for a file.
+    // Node makes stdout a Socket for a pipe, a socket or a terminal, and a synchronous stream for a file.
     this.stream = stdout instanceof Socket ? stdout : undefined;
+    // A terminal's writes Node makes blocking (tty.WriteStream), so a terminal that stops taking output (Ctrl-S, an
+    // SSH session whose client went to sleep, a multiplexer's stuck pane) stopped the whole process: no call, not even
+    // /healthz, was answered while it stayed stopped. Written asynchronously, its lines wait like a pipe's, within
+    // the backlog, then drop. libuv opened the terminal anew for this process, so the shell's own stays as it was.
+    if (stdout.isTTY === true) (stdout as unknown as { _handle?: { setBlocking?(blocking: boolean): unknown } })._handle?.setBlocking?.(false);
     // An error on stdout (EPIPE: the reader is gone) is not the process's end. A stream is closed after it; a
     // file is written here directly, each line tried anew (what failed was a write of someone else's).
     stdout.on("error", (e: NodeJS.ErrnoException) => {
