@@ -263,8 +263,13 @@ export function legacyOpenApi(operations: readonly Operation[], version: string)
   };
 }
 
-/** `GET /openapi.json`: the description above, made once. Not a call: neither metered nor ledgered. */
+/**
+ * `GET /openapi.json`: the description above, made once. Not a call: neither metered nor ledgered.
+ * Its bytes are one Buffer every answer shares: a string body is encoded anew for each answer, and a client that
+ * opens HTTP/2 streams it never reads (a window of 0) held a copy per stream: 714 MB under 10,000 of them, where one
+ * shared Buffer holds 269 MB (the streams' own cost: 286 MB for a 404).
+ */
 export function installOpenApi(app: FastifyInstance, operations: readonly Operation[]): void {
-  const body = JSON.stringify(legacyOpenApi(operations, packageVersion()));
+  const body = Buffer.from(JSON.stringify(legacyOpenApi(operations, packageVersion())), "utf8");
   app.get("/openapi.json", { logLevel: "warn" }, async (_req, reply) => reply.code(200).header("content-type", "application/json; charset=utf-8").header("cache-control", "public, max-age=300").send(body));
 }
