@@ -77,11 +77,10 @@ export class RedisLink {
 
   /** A command failed: Redis is down until a ping answers. */
   failed(e: unknown): void {
-    const why = this.describe(e);
+    this.why = this.describe(e);
     if (!this.isUp) return;
     this.isUp = false;
-    this.why = why;
-    this.options.onChange?.(false, why);
+    this.options.onChange?.(false, this.why);
     this.later();
   }
 
