@@ -155,7 +155,9 @@ describe("clients that pipeline requests and do not read the answers", () => {
     // The one that kept reading a little was not cut, and now takes the rest: every answer.
     clearInterval(trickle);
     const rest = await slow.read();
-    expect(rest.closed).toBe(false);
+    // On a busy machine the rest can take longer than read's 2 s: it is waited for while it comes (CI saw 31 of 32).
+    for (let i = 0; i < 200 && answers(slowText).length < 32 && !slow.socket.destroyed; i++) await new Promise((r) => setTimeout(r, 100));
+    expect(rest.closed || slow.socket.destroyed).toBe(false);
     expect(answers(slowText)).toEqual(Array(32).fill(200));
     expect((await cut(s.base)).send_timeout).toBe(1);
     slow.socket.destroy();
