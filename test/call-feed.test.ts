@@ -140,6 +140,22 @@ async function shared(): Promise<Store & { readonly pool: pg.Pool }> {
   };
 }
 
+/**
+ * For a failure's message, on the shared store: the rows its ledger holds, the server's snapshot xmin and the first
+ * row it holds back, and every transaction open on the server with an id (any database: the xmin is the server's).
+ */
+async function heldState(store: Store): Promise<string> {
+  if (!("pool" in store)) return `the embedded store`;
+  const pool = (store as Store & { readonly pool: pg.Pool }).pool;
+  const ledger = (await pool.query("SELECT count(*)::int AS n, min(txid)::text AS first, max(txid)::text AS last, pg_snapshot_xmin(pg_current_snapshot())::text AS xmin FROM ledger")).rows[0];
+  const open = (
+    await pool.query(
+      "SELECT datname, pid, state, backend_xid::text AS xid, now() - xact_start AS age, left(query, 60) AS query FROM pg_stat_activity WHERE backend_xid IS NOT NULL OR backend_xmin IS NOT NULL ORDER BY xact_start",
+    )
+  ).rows;
+  return `ledger ${JSON.stringify(ledger)}; held from ${String(await store.meter.feedHeldSince?.())}; open: ${JSON.stringify(open)}`;
+}
+
 describe.each([
   ["the embedded store", async () => embedded() as Store],
   ["the shared store (PostgreSQL)", shared as () => Promise<Store>],
@@ -155,6 +171,10 @@ describe.each([
       await record(store.meter, batch);
       batches.push(batch);
     }
+    // Every row made is stored (on the shared store, counted in its ledger): the tests below start from that.
+    const total = batches.flat().length;
+    const stored = "pool" in store ? ((await (store as Store & { readonly pool: pg.Pool }).pool.query("SELECT count(*)::int AS n FROM ledger")).rows[0] as { n: number }).n : total;
+    if (stored !== total) throw new Error(`${total} rows made, ${stored} stored: ${await heldState(store)}`);
   }, 60_000);
   afterAll(() => store.close());
 
@@ -163,6 +183,8 @@ describe.each([
     const batchOf = new Map(batches.flatMap((b, i) => b.map((r) => [r.requestId, i] as const)));
     for (const size of [1, 7, 64, 1000, 10_000]) {
       const { ids: given, answers } = await follow(store.meter, "", size);
+      // Seen once in a full run (722 of 1,466, with no hold left to explain it): say what the store held then.
+      if (given.length !== all.length) expect.fail(`page size ${size}: ${given.length} of ${all.length} rows given; ${await heldState(store)}`);
       expect(given).toHaveLength(all.length);
       expect(new Set(given)).toEqual(new Set(all));
       // Commit order: the embedded store's is each row's own; the shared store's by commit, then request id.
