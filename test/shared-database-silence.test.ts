@@ -228,7 +228,9 @@ describe("a shared-mode gateway whose PostgreSQL stops answering", () => {
     const answers = await calls;
     // A statement waits 5 s, a commit's outcome 10 s more; a connection 5 s: nothing near the caller's 60 s.
     expect(Math.max(...answers.map((a) => a.ms))).toBeLessThan(30_000);
-    expect(answers.some((a) => a.code === "4000")).toBe(true);
+    // Whether some call is told 4000 depends on what was in flight at the switch: an admission sent then times out
+    // (4000), but when every caller was waiting on the commit caught, none sends one during the 3 s, and each is answered
+    // from the ledger once it answers (0000, landed, below). Clean-clone CI saw that once; it asserts nothing here.
     await expectAnswersMatchTheLedger(answers);
     // The commits in flight reached the server and committed; learnt once it answered again, within their 10 s.
     const after = await unanswered();
