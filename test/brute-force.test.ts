@@ -1,5 +1,6 @@
 import http from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MemoryAddressLockout } from "../src/core/address-lockout.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
 let gw: GatewayFixture;
@@ -45,5 +46,20 @@ describe("repeated authentication failures from one address", () => {
     const bystander = "127.0.0.2";
     expect((await call(bystander, gw.account.secret)).code).toBe("0000");
     expect((await call(bystander, "wrong")).code).toBe("4005");
+  });
+});
+
+describe("a lock, after the clock steps back", () => {
+  it("holds the address a whole lock at most, not the step besides", async () => {
+    const lockout = new MemoryAddressLockout({ slowAfterFailures: 1, lockAfterFailures: 3, lockSeconds: 60 });
+    const t0 = 1_800_000_000_000;
+    for (let i = 0; i < 3; i++) await lockout.failed("192.0.2.7", t0);
+    expect(() => lockout.check("192.0.2.7", t0 + 1000)).toThrow("too many failed authentications from this address; try again in 59 s");
+    // An hour back: still locked, for the lock's 60 s from now, and free once they have passed.
+    const back = t0 - 3_600_000;
+    expect(() => lockout.check("192.0.2.7", back)).toThrow("too many failed authentications from this address; try again in 60 s");
+    expect(() => lockout.check("192.0.2.7", back + 59_999)).toThrow("try again in 1 s");
+    expect(() => lockout.check("192.0.2.7", back + 60_000)).not.toThrow();
+    expect(() => lockout.check("192.0.2.8", back)).not.toThrow();
   });
 });

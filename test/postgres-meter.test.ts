@@ -159,6 +159,41 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     await admin.query("DELETE FROM admissions WHERE lease = ANY($1)", [leases]);
   });
 
+  it("serves a rated account at its rate after a replica's clock steps back an hour, or another's runs an hour ahead, rather than refusing it for the hour (schema step 26)", async () => {
+    let now = 1_800_000_000_000;
+    const clock = { now: () => now };
+    const ahead = { now: () => now + 3_600_000 };
+    const replicas = [replica("r41", clock), replica("r42", clock)];
+    const rated = { ...(await account()), rate: { calls: 10, seconds: 1, burst: 4 } };
+    const reasons: string[] = [];
+    const attempt = (m: PostgresMeter) =>
+      m.admit(rated, "retail/item_get", "2026-11-22").then(
+        async (admission) => {
+          await m.record(row(rated, "charged", 0n), admission);
+          return 0;
+        },
+        (e: unknown) => {
+          reasons.push((e as Error).message);
+          return (e as GatewayError).code;
+        },
+      );
+    const burst = async (calls: number, on = replicas) => (await Promise.all(Array.from({ length: calls }, (_, i) => attempt(on[i % on.length]!)))).filter((c) => c === 0).length;
+    expect(await burst(10)).toBe(4);
+    // Both replicas' clocks step back an hour: one call at once (the burst read as spent up to now), then one an interval.
+    now -= 3_600_000;
+    reasons.length = 0;
+    expect(await burst(10)).toBe(1);
+    expect(new Set(reasons)).toEqual(new Set(["this account's rate limit of 10/s, burst 4 is reached; the next call is admitted in 100 ms"]));
+    now += 100;
+    expect(await burst(10)).toBe(1);
+    // A replica whose clock runs an hour ahead spends the burst: the others are not refused for the hour either.
+    now += 60_000;
+    expect(await burst(10, [replica("r43", ahead)])).toBe(4);
+    expect(await burst(10)).toBe(1);
+    now += 100;
+    expect(await burst(10)).toBe(1);
+  });
+
   it("never takes a prepaid balance below zero, and charges exactly what it admitted", async () => {
     const replicas = [replica("r7"), replica("r8"), replica("r9")];
     const a = await account({ balance: 1_000_000n, prices: new Map([["retail/item_get", 300_000n]]) });

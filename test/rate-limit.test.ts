@@ -55,6 +55,33 @@ describe("a rate", () => {
       expect(take(t0 + 1 + Math.ceil(wait))).toBeUndefined();
     }
   });
+
+  it("reads a time kept by a clock that read later (stepped back since, or another replica's) as the burst spent up to now: a call at once, then the rate", () => {
+    const rate: CallRate = { calls: 2, seconds: 1, burst: 3 };
+    const t0 = 1_800_000_000_000;
+    let tat: bigint | undefined;
+    const take = (now: number) => {
+      const taken = rateTake(tat, now, rate);
+      if ("next" in taken) tat = taken.next;
+      return "waitMs" in taken ? taken.waitMs : undefined;
+    };
+    for (let i = 0; i < 3; i++) expect(take(t0)).toBeUndefined();
+    expect(take(t0)).toBe(500);
+    // The clock steps back an hour: the account is not refused for the hour. One call now, and the next an interval on.
+    const back = t0 - 3_600_000;
+    expect(take(back)).toBeUndefined();
+    expect(take(back)).toBe(500);
+    expect(take(back + 499)).toBe(1);
+    expect(take(back + 500)).toBeUndefined();
+    // And the rate holds from there: over the next 10 s of this clock, one call an interval, no more.
+    let admitted = 0;
+    for (let ms = back + 501; ms <= back + 10_500; ms++) if (take(ms) === undefined) admitted++;
+    expect(admitted).toBe(20);
+    // A time this clock could have left (the burst spent, at most one interval on) is the rule itself, to the ns.
+    const spent = BigInt(t0) * 1_000_000n + 1_500_000_000n;
+    expect(rateTake(spent, t0, rate)).toEqual({ waitMs: 500 });
+    expect(rateTake(spent + 1n, t0, rate)).toEqual({ next: BigInt(t0) * 1_000_000n + 1_500_000_000n });
+  });
 });
 
 describe("the embedded meter's rate limit, behind the app", () => {
@@ -124,6 +151,27 @@ describe("the embedded meter's rate limit, behind the app", () => {
     await gw.runtime.admin.setPlan(a.key, { dailyMax: 99 });
     expect((await gw.runtime.admin.get(a.key)).rate).toEqual({ calls: 5, seconds: 1, burst: 5 });
     await expect(gw.runtime.admin.setPlan(a.key, { rate: { calls: 0, seconds: 1, burst: 1 } })).rejects.toThrow("a rate's calls must be a whole number from 1 to 1000000000");
+  });
+
+  it("serves an account at its rate, not refused for an hour, after the clock steps back an hour, on every transport", async () => {
+    const a = await gw.newAccount({ rate: parseRate("2/s", 3) });
+    expect((await Promise.all([legacy(a), rpc(a, false), rpc(a, true)])).map((x) => x.code)).toEqual(["0000", "0000", "0000"]);
+    expect((await legacy(a)).code).toBe("4008");
+    now -= 3_600_000;
+    try {
+      // One call at once (the burst counts as spent up to now), the next an interval on, on whichever transport.
+      expect((await rpc(a, true)).code).toBe("0000");
+      const refused = { code: "4008", reason: "this account's rate limit of 2/s, burst 3 is reached; the next call is admitted in 500 ms" };
+      expect(await Promise.all([legacy(a), rpc(a, false), rpc(a, true)])).toEqual([refused, refused, refused]);
+      now += 500;
+      expect((await legacy(a)).code).toBe("0000");
+      expect((await rpc(a, false)).code).toBe("4008");
+      // A quiet spell on the new clock: the whole burst again, never more.
+      now += 60_000;
+      expect((await Promise.all(Array.from({ length: 5 }, () => legacy(a)))).map((x) => x.code).sort()).toEqual(["0000", "0000", "0000", "4008", "4008"]);
+    } finally {
+      now += 3_600_000;
+    }
   });
 });
 

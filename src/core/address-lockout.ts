@@ -44,6 +44,16 @@ export function holdMs(failures: number, options: Pick<AddressLockoutOptions, "s
   return over >= 0 ? Math.min(2000, 100 * (over + 1)) : 0;
 }
 
+/**
+ * When a lock known to end at `until` ends, read at `now`: never further off
+ * than a whole lock. One further off was set by a clock that read later
+ * (this one stepped back since, or another replica's runs ahead), and would
+ * otherwise hold the address for the whole difference too.
+ */
+export function lockEnd(until: number, now: number, options: Pick<AddressLockoutOptions, "lockSeconds">): number {
+  return Math.min(until, now + options.lockSeconds * 1000);
+}
+
 /** The lockout of one process. */
 export class MemoryAddressLockout implements AddressLockout {
   private readonly options: AddressLockoutOptions;
@@ -56,6 +66,7 @@ export class MemoryAddressLockout implements AddressLockout {
   check(clientIp: string, now: number): void {
     const r = this.failures.get(clientIp);
     if (r !== undefined && r.lockedUntil > now) {
+      r.lockedUntil = lockEnd(r.lockedUntil, now, this.options);
       throw lockedOut(r.lockedUntil - now);
     }
   }

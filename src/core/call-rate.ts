@@ -53,11 +53,22 @@ export function rateBounds(rate: CallRate): { readonly interval: bigint; readonl
  * theoretical arrival time (ns; undefined: no call yet): admitted, with the
  * time to keep from then on (`next`), or refused, with how many ms until a
  * call would fit (`waitMs`).
+ *
+ * The time kept is never more than `tolerance + interval` ahead of the
+ * clock that admitted its call (an admitted call starts at most `tolerance`
+ * ahead). One further ahead was left by a clock that read later than this
+ * one: this clock stepped back (an NTP correction, a VM resumed from a
+ * snapshot), or another replica's runs ahead. Taken as it is, it would
+ * refuse the account for the whole step, an hour for an hour, though it
+ * made no call. It is read instead as the burst spent up to now: this call
+ * is admitted, and the next waits an interval. So a step back lets at most
+ * one call more through than the rate; refusing until the step has passed
+ * would hold every rated account for its length.
  */
 export function rateTake(tat: bigint | undefined, nowMs: number, rate: CallRate): { readonly next: bigint } | { readonly waitMs: number } {
   const now = BigInt(nowMs) * nsPerMs;
-  const from = tat !== undefined && tat > now ? tat : now;
   const { interval, tolerance } = rateBounds(rate);
+  const from = tat === undefined || tat <= now ? now : tat - now > tolerance + interval ? now + tolerance : tat;
   const over = from - now - tolerance;
   return over > 0n ? { waitMs: Number(over) / 1e6 } : { next: from + interval };
 }

@@ -3,6 +3,77 @@ import { GatewayError } from "../../core/gateway-error.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 
 /**
+ * Schema step 15's gw_admit_many, as it was written: step 26 is the same
+ * body with a rate's arrival time read within what its clock could leave,
+ * so both are kept from one text.
+ */
+const admitWithRateCounted = `CREATE OR REPLACE FUNCTION gw_admit_many(p_leases text[], p_account text, p_day text, p_prices bigint[], p_daily_max bigint, p_concurrency integer,
+                                           p_holder text, p_now bigint, p_lease_ms bigint, p_rate_interval bigint, p_rate_tolerance bigint)
+                                           RETURNS text[] LANGUAGE plpgsql AS $$
+  DECLARE
+    n integer := coalesce(array_length(p_leases, 1), 0);
+    in_flight bigint;
+    day_pending bigint;
+    reserved bigint;
+    stale bigint;
+    committed bigint;
+    balance bigint;
+    now_ns bigint := p_now * 1000000;
+    tat bigint;
+    verdicts text[] := '{}';
+    admitted integer[] := '{}';
+  BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('gateway admission ' || p_account, 0));
+    SELECT coalesce(sum(o.calls), 0), coalesce(sum(o.calls) FILTER (WHERE o.day = p_day), 0), coalesce(sum(o.amount), 0),
+           count(*) FILTER (WHERE o.day <> p_day AND o.calls = 0)
+      INTO in_flight, day_pending, reserved, stale FROM admissions_open o WHERE o.account = p_account;
+    SELECT coalesce((SELECT charged FROM usage_daily WHERE account = p_account AND day = p_day), 0) INTO committed;
+    SELECT micros INTO balance FROM balances WHERE account = p_account;
+    IF p_rate_interval > 0 THEN
+      SELECT greatest(coalesce((SELECT r.tat FROM rate_arrivals r WHERE r.account = p_account), now_ns), now_ns) INTO tat;
+    END IF;
+    IF in_flight + n > p_concurrency OR committed + day_pending + n > p_daily_max
+       OR (balance IS NOT NULL AND balance - reserved < (SELECT coalesce(sum(x), 0) FROM unnest(p_prices) AS x)) THEN
+      -- Some call would be refused: first free what leases that expired still hold.
+      DELETE FROM admissions WHERE account = p_account AND expires_at < p_now;
+      IF FOUND THEN
+        SELECT coalesce(sum(o.calls), 0), coalesce(sum(o.calls) FILTER (WHERE o.day = p_day), 0), coalesce(sum(o.amount), 0)
+          INTO in_flight, day_pending, reserved FROM admissions_open o WHERE o.account = p_account;
+      END IF;
+    END IF;
+    IF stale > 0 THEN
+      -- Days whose every lease is settled: nothing will count against them again.
+      DELETE FROM admission_totals WHERE account = p_account AND day IN (SELECT day FROM admissions_open WHERE account = p_account AND day <> p_day AND calls = 0);
+    END IF;
+    FOR i IN 1 .. n LOOP
+      IF in_flight >= p_concurrency THEN
+        verdicts := verdicts || ('concurrency ' || in_flight);
+      ELSIF committed + day_pending >= p_daily_max THEN
+        verdicts := verdicts || ('daily ' || (committed + day_pending));
+      ELSIF balance IS NOT NULL AND balance - reserved < p_prices[i] THEN
+        verdicts := verdicts || ('balance ' || (balance - reserved));
+      ELSIF p_rate_interval > 0 AND tat - now_ns > p_rate_tolerance THEN
+        verdicts := verdicts || ('rate ' || (tat - now_ns - p_rate_tolerance));
+      ELSE
+        in_flight := in_flight + 1;
+        day_pending := day_pending + 1;
+        reserved := reserved + p_prices[i];
+        tat := tat + p_rate_interval;
+        admitted := admitted || i;
+        verdicts := verdicts || ('ok ' || (committed + day_pending) || CASE WHEN p_rate_interval > 0 THEN ' ' || tat ELSE '' END);
+      END IF;
+    END LOOP;
+    IF array_length(admitted, 1) > 0 THEN
+      INSERT INTO admissions (lease, account, day, price, holder, expires_at)
+        SELECT p_leases[i], p_account, p_day, p_prices[i], p_holder, p_now + p_lease_ms FROM unnest(admitted) AS i;
+      IF p_rate_interval > 0 THEN
+        INSERT INTO rate_arrivals (account, tat) VALUES (p_account, tat) ON CONFLICT (account) DO UPDATE SET tat = excluded.tat;
+      END IF;
+    END IF;
+    RETURN verdicts;
+  END $$;`;
+
+/**
  * The shared store's schema in PostgreSQL, the source of truth of shared
  * mode: accounts, balances, operator switches, the usage ledger with its day
  * counts, and the catalogue. As with the embedded store, the schema is the
@@ -364,71 +435,7 @@ export const migrations: readonly string[] = [
   // 15: an admitted call's verdict says what the limits counted once it was let through, for the RateLimit
   // header fields: `ok <the day's calls, charged and in flight, this one included> [<the rate's theoretical
   // arrival time, ns>]`. Replicas of the previous version read any verdict that names no limit as admitted.
-  `CREATE OR REPLACE FUNCTION gw_admit_many(p_leases text[], p_account text, p_day text, p_prices bigint[], p_daily_max bigint, p_concurrency integer,
-                                           p_holder text, p_now bigint, p_lease_ms bigint, p_rate_interval bigint, p_rate_tolerance bigint)
-                                           RETURNS text[] LANGUAGE plpgsql AS $$
-  DECLARE
-    n integer := coalesce(array_length(p_leases, 1), 0);
-    in_flight bigint;
-    day_pending bigint;
-    reserved bigint;
-    stale bigint;
-    committed bigint;
-    balance bigint;
-    now_ns bigint := p_now * 1000000;
-    tat bigint;
-    verdicts text[] := '{}';
-    admitted integer[] := '{}';
-  BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('gateway admission ' || p_account, 0));
-    SELECT coalesce(sum(o.calls), 0), coalesce(sum(o.calls) FILTER (WHERE o.day = p_day), 0), coalesce(sum(o.amount), 0),
-           count(*) FILTER (WHERE o.day <> p_day AND o.calls = 0)
-      INTO in_flight, day_pending, reserved, stale FROM admissions_open o WHERE o.account = p_account;
-    SELECT coalesce((SELECT charged FROM usage_daily WHERE account = p_account AND day = p_day), 0) INTO committed;
-    SELECT micros INTO balance FROM balances WHERE account = p_account;
-    IF p_rate_interval > 0 THEN
-      SELECT greatest(coalesce((SELECT r.tat FROM rate_arrivals r WHERE r.account = p_account), now_ns), now_ns) INTO tat;
-    END IF;
-    IF in_flight + n > p_concurrency OR committed + day_pending + n > p_daily_max
-       OR (balance IS NOT NULL AND balance - reserved < (SELECT coalesce(sum(x), 0) FROM unnest(p_prices) AS x)) THEN
-      -- Some call would be refused: first free what leases that expired still hold.
-      DELETE FROM admissions WHERE account = p_account AND expires_at < p_now;
-      IF FOUND THEN
-        SELECT coalesce(sum(o.calls), 0), coalesce(sum(o.calls) FILTER (WHERE o.day = p_day), 0), coalesce(sum(o.amount), 0)
-          INTO in_flight, day_pending, reserved FROM admissions_open o WHERE o.account = p_account;
-      END IF;
-    END IF;
-    IF stale > 0 THEN
-      -- Days whose every lease is settled: nothing will count against them again.
-      DELETE FROM admission_totals WHERE account = p_account AND day IN (SELECT day FROM admissions_open WHERE account = p_account AND day <> p_day AND calls = 0);
-    END IF;
-    FOR i IN 1 .. n LOOP
-      IF in_flight >= p_concurrency THEN
-        verdicts := verdicts || ('concurrency ' || in_flight);
-      ELSIF committed + day_pending >= p_daily_max THEN
-        verdicts := verdicts || ('daily ' || (committed + day_pending));
-      ELSIF balance IS NOT NULL AND balance - reserved < p_prices[i] THEN
-        verdicts := verdicts || ('balance ' || (balance - reserved));
-      ELSIF p_rate_interval > 0 AND tat - now_ns > p_rate_tolerance THEN
-        verdicts := verdicts || ('rate ' || (tat - now_ns - p_rate_tolerance));
-      ELSE
-        in_flight := in_flight + 1;
-        day_pending := day_pending + 1;
-        reserved := reserved + p_prices[i];
-        tat := tat + p_rate_interval;
-        admitted := admitted || i;
-        verdicts := verdicts || ('ok ' || (committed + day_pending) || CASE WHEN p_rate_interval > 0 THEN ' ' || tat ELSE '' END);
-      END IF;
-    END LOOP;
-    IF array_length(admitted, 1) > 0 THEN
-      INSERT INTO admissions (lease, account, day, price, holder, expires_at)
-        SELECT p_leases[i], p_account, p_day, p_prices[i], p_holder, p_now + p_lease_ms FROM unnest(admitted) AS i;
-      IF p_rate_interval > 0 THEN
-        INSERT INTO rate_arrivals (account, tat) VALUES (p_account, tat) ON CONFLICT (account) DO UPDATE SET tat = excluded.tat;
-      END IF;
-    END IF;
-    RETURN verdicts;
-  END $$;`,
+  admitWithRateCounted,
   // 16: idempotency keys (src/core/idempotency.ts). A key is held by the call that took it (`token`, until
   // `expires_at`, renewed with its replica's leases, so a dead replica's hold lapses), and kept once that call is
   // charged (`request_id`), in the commit that writes its ledger row, for a day. gw_claim_key decides a key in one
@@ -559,7 +566,26 @@ export const migrations: readonly string[] = [
   // embedded store's step 26): two of gen_random_uuid(), 122 random bits each from the server's strong source.
   `CREATE TABLE page_keys (name text PRIMARY KEY, key bytea NOT NULL CHECK (length(key) = 32));
   INSERT INTO page_keys (name, key) VALUES ('usage-sums', uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()));`,
+  // 26: an arrival time further ahead of the deciding replica's clock than one burst and one interval, which no call
+  // on that clock could leave (its clock stepped back, or another replica's runs ahead), is read as the burst spent
+  // up to now, as core/call-rate.ts rateTake reads it, rather than refusing the account for the whole difference.
+  // Step 15's body otherwise; replicas of the previous version call the same function.
+  replaceOnce(
+    admitWithRateCounted,
+    "SELECT greatest(coalesce((SELECT r.tat FROM rate_arrivals r WHERE r.account = p_account), now_ns), now_ns) INTO tat;",
+    `SELECT greatest(coalesce((SELECT r.tat FROM rate_arrivals r WHERE r.account = p_account), now_ns), now_ns) INTO tat;
+      IF tat - now_ns > p_rate_tolerance + p_rate_interval THEN
+        tat := now_ns + p_rate_tolerance;
+      END IF;`,
+  ),
 ];
+
+/** `text` with its one `what` replaced by `by`; throws if `what` is not there exactly once. */
+function replaceOnce(text: string, what: string, by: string): string {
+  const parts = text.split(what);
+  if (parts.length !== 2) throw new Error(`a schema step's edit matches ${parts.length - 1} times, not once`);
+  return parts.join(by);
+}
 
 /** What a call is told when the shared database does not answer. */
 export const databaseUnreachable = "the shared database (PostgreSQL) cannot be reached, so calls are refused, and not charged, until it answers";

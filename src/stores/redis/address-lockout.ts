@@ -1,6 +1,6 @@
 import type { Redis } from "ioredis";
 import { lockedOut } from "../../core/limit-refusals.ts";
-import { defaultAddressLockoutOptions, holdMs, MemoryAddressLockout, type AddressLockout, type AddressLockoutOptions } from "../../core/address-lockout.ts";
+import { defaultAddressLockoutOptions, holdMs, lockEnd, MemoryAddressLockout, type AddressLockout, type AddressLockoutOptions } from "../../core/address-lockout.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
 import { RedisLink } from "./redis-link.ts";
 
@@ -103,9 +103,13 @@ export class RedisAddressLockout implements AddressLockout {
    * Redis is down; else asks Redis.
    */
   check(clientIp: string, now: number): MaybeAsync<void> {
-    const until = this.locked.get(clientIp);
-    if (until !== undefined) {
-      if (until > now) throw lockedOut(until - now);
+    const known = this.locked.get(clientIp);
+    if (known !== undefined) {
+      const until = lockEnd(known, now, this.options);
+      if (until > now) {
+        if (until !== known) this.locked.set(clientIp, until);
+        throw lockedOut(until - now);
+      }
       this.locked.delete(clientIp);
     }
     this.alone.check(clientIp, now);
