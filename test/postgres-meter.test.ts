@@ -3,6 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Account } from "../src/core/accounts.ts";
 import { GatewayError } from "../src/core/gateway-error.ts";
 import type { Admission, LedgerRow } from "../src/core/meter.ts";
+import { idempotencyKey } from "../src/core/idempotency.ts";
+import { operationById } from "../src/operations/index.ts";
 import { PostgresMeter } from "../src/stores/postgres/meter.ts";
 import { migrateSchema, migrations, openPostgres } from "../src/stores/postgres/postgres-database.ts";
 import { freshDatabase, watchQueries } from "./support/postgres.ts";
@@ -192,6 +194,36 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     expect(await burst(10)).toBe(1);
     now += 100;
     expect(await burst(10)).toBe(1);
+  });
+
+  it("keeps leases and idempotency holds on PostgreSQL's clock (schema step 27): a replica a minute ahead takes no live one as lapsed, and one a minute behind keeps its own", async () => {
+    const minute = 60_000;
+    const right = replica("c1");
+    const ahead = replica("c2", { now: () => Date.now() + minute });
+    const behind = replica("c3", { now: () => Date.now() - minute, leaseMs: 600 });
+    // One place: the call in flight on a replica holds it, and a replica whose clock runs a minute ahead is refused it.
+    const one = await account({ concurrency: 1 });
+    const held = await right.admit(one, "retail/item_get", "2026-11-22");
+    expect(await call(ahead, one)).toBe(4008);
+    await right.record(row(one, "charged", 0n), held);
+    expect(await call(ahead, one)).toBe(0);
+    // An idempotency key held by a call in flight is in flight for the replica ahead too, not taken a second time.
+    const itemGet = operationById.get("retail/item_get")!;
+    const k = idempotencyKey("skew-1", itemGet, { num_iid: "1" }, { useCache: true, lang: "cn" });
+    const a = await account();
+    expect((await right.claim(a.key, k, Date.now())).kind).toBe("taken");
+    expect((await ahead.claim(a.key, k, Date.now() + minute)).kind).toBe("in_flight");
+    // A replica a minute behind holds its own past its lease (600 ms here), renewing it on the same clock.
+    const k2 = idempotencyKey("skew-2", itemGet, { num_iid: "1" }, { useCache: true, lang: "cn" });
+    expect((await behind.claim(a.key, k2, Date.now() - minute)).kind).toBe("taken");
+    const lease = await behind.admit(one, "retail/item_get", "2026-11-22");
+    await new Promise((r) => setTimeout(r, 1200));
+    expect((await right.claim(a.key, k2, Date.now())).kind).toBe("in_flight");
+    expect(await call(right, one)).toBe(4008);
+    await behind.record(row(one, "charged", 0n), lease);
+    // What the statements read is the server's clock, whichever replica sent them.
+    const skew = await admin.query<{ d: string }>("SELECT abs(gw_clock_ms() - $1::bigint)::text AS d", [Date.now()]);
+    expect(Number(skew.rows[0]!.d)).toBeLessThan(5000);
   });
 
   it("never takes a prepaid balance below zero, and charges exactly what it admitted", async () => {

@@ -17,7 +17,7 @@ import { foldedPastCursor, UsagePageError } from "../../core/usage-pages.ts";
 export interface PostgresMeterOptions {
   /** This replica's name on its leases. */
   readonly holder: string;
-  /** How long a lease holds without renewal; a replica renews its own every third of it. A dead replica's slots come back after at most this. */
+  /** How long a lease (and an idempotency key's hold) holds without renewal, on PostgreSQL's clock; a replica renews its own every third of it. A dead replica's slots come back after at most this. */
   readonly leaseMs: number;
   /** How long a ledger row may wait for its group commit; 0 commits at the end of each event-loop turn. */
   readonly commitIntervalMs: number;
@@ -1016,11 +1016,12 @@ export class PostgresMeter implements Meter {
   private async renew(): Promise<void> {
     const now = this.options.now();
     try {
-      if (this.held.size > 0) await this.pool.query(callStatement("UPDATE admissions SET expires_at = $1 WHERE lease = ANY($2::text[])", [now + this.options.leaseMs, [...this.held]]));
-      if (this.heldKeys.size > 0) await this.pool.query(callStatement("UPDATE idempotency_keys SET expires_at = $1 WHERE token = ANY($2::text[])", [now + this.options.leaseMs, [...this.heldKeys]]));
+      // On PostgreSQL's clock, as the statements that take and free them read them (schema step 27).
+      if (this.held.size > 0) await this.pool.query(callStatement("UPDATE admissions SET expires_at = gw_clock_ms() + $1 WHERE lease = ANY($2::text[])", [this.options.leaseMs, [...this.held]]));
+      if (this.heldKeys.size > 0) await this.pool.query(callStatement("UPDATE idempotency_keys SET expires_at = gw_clock_ms() + $1 WHERE token = ANY($2::text[])", [this.options.leaseMs, [...this.heldKeys]]));
       if (now >= this.nextKeyPrune) {
         this.nextKeyPrune = now + keyPruneEveryMs;
-        await this.pool.query("DELETE FROM idempotency_keys WHERE (request_id IS NOT NULL AND at <= $1) OR (request_id IS NULL AND expires_at <= $2)", [now - keptMs, now]);
+        await this.pool.query("DELETE FROM idempotency_keys WHERE (request_id IS NOT NULL AND at <= $1) OR (request_id IS NULL AND expires_at <= gw_clock_ms())", [now - keptMs]);
       }
     } catch {
       this.setProblem();

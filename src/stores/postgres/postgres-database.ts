@@ -3,9 +3,8 @@ import { GatewayError } from "../../core/gateway-error.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 
 /**
- * Schema step 15's gw_admit_many, as it was written: step 26 is the same
- * body with a rate's arrival time read within what its clock could leave,
- * so both are kept from one text.
+ * Schema step 15's gw_admit_many, as it was written. Steps 26 and 27 are
+ * the same body with an edit each, so all three are kept from one text.
  */
 const admitWithRateCounted = `CREATE OR REPLACE FUNCTION gw_admit_many(p_leases text[], p_account text, p_day text, p_prices bigint[], p_daily_max bigint, p_concurrency integer,
                                            p_holder text, p_now bigint, p_lease_ms bigint, p_rate_interval bigint, p_rate_tolerance bigint)
@@ -71,6 +70,44 @@ const admitWithRateCounted = `CREATE OR REPLACE FUNCTION gw_admit_many(p_leases 
       END IF;
     END IF;
     RETURN verdicts;
+  END $$;`;
+
+/**
+ * Step 26's gw_admit_many: step 15's, with a rate's arrival time read
+ * within what its clock could leave.
+ */
+const admitWithRateBounded = replaceOnce(
+  admitWithRateCounted,
+  "SELECT greatest(coalesce((SELECT r.tat FROM rate_arrivals r WHERE r.account = p_account), now_ns), now_ns) INTO tat;",
+  `SELECT greatest(coalesce((SELECT r.tat FROM rate_arrivals r WHERE r.account = p_account), now_ns), now_ns) INTO tat;
+    IF tat - now_ns > p_rate_tolerance + p_rate_interval THEN
+      tat := now_ns + p_rate_tolerance;
+    END IF;`,
+);
+
+/** Step 16's gw_claim_key, as it was written (step 27 is the same on PostgreSQL's clock). */
+const claimKeyOnReplicaClock = `CREATE FUNCTION gw_claim_key(p_account text, p_key text, p_fingerprint text, p_token text, p_now bigint, p_hold_ms bigint, p_kept_ms bigint)
+                               RETURNS text LANGUAGE plpgsql AS $$
+  DECLARE
+    k idempotency_keys;
+  BEGIN
+    -- Twice at most: a hold given back between the insert and the read is taken by the second try.
+    FOR attempt IN 1 .. 2 LOOP
+      INSERT INTO idempotency_keys AS t (account, key, fingerprint, token, expires_at, request_id, at)
+        VALUES (p_account, p_key, p_fingerprint, p_token, p_now + p_hold_ms, NULL, p_now)
+        ON CONFLICT (account, key) DO UPDATE
+          SET fingerprint = excluded.fingerprint, token = excluded.token, expires_at = excluded.expires_at, request_id = NULL, at = excluded.at
+          WHERE (t.request_id IS NULL AND t.expires_at <= p_now) OR (t.request_id IS NOT NULL AND t.at <= p_now - p_kept_ms)
+        RETURNING * INTO k;
+      IF FOUND THEN RETURN 'taken'; END IF;
+      SELECT * INTO k FROM idempotency_keys WHERE account = p_account AND key = p_key;
+      IF FOUND THEN
+        IF k.fingerprint <> p_fingerprint THEN RETURN 'other'; END IF;
+        IF k.request_id IS NULL THEN RETURN 'in_flight'; END IF;
+        RETURN 'replay ' || k.request_id;
+      END IF;
+    END LOOP;
+    RETURN 'in_flight';
   END $$;`;
 
 /**
@@ -454,29 +491,7 @@ export const migrations: readonly string[] = [
   );
   CREATE INDEX idempotency_keys_at ON idempotency_keys (at);
   CREATE INDEX idempotency_keys_held ON idempotency_keys (token) WHERE token IS NOT NULL;
-  CREATE FUNCTION gw_claim_key(p_account text, p_key text, p_fingerprint text, p_token text, p_now bigint, p_hold_ms bigint, p_kept_ms bigint)
-                               RETURNS text LANGUAGE plpgsql AS $$
-  DECLARE
-    k idempotency_keys;
-  BEGIN
-    -- Twice at most: a hold given back between the insert and the read is taken by the second try.
-    FOR attempt IN 1 .. 2 LOOP
-      INSERT INTO idempotency_keys AS t (account, key, fingerprint, token, expires_at, request_id, at)
-        VALUES (p_account, p_key, p_fingerprint, p_token, p_now + p_hold_ms, NULL, p_now)
-        ON CONFLICT (account, key) DO UPDATE
-          SET fingerprint = excluded.fingerprint, token = excluded.token, expires_at = excluded.expires_at, request_id = NULL, at = excluded.at
-          WHERE (t.request_id IS NULL AND t.expires_at <= p_now) OR (t.request_id IS NOT NULL AND t.at <= p_now - p_kept_ms)
-        RETURNING * INTO k;
-      IF FOUND THEN RETURN 'taken'; END IF;
-      SELECT * INTO k FROM idempotency_keys WHERE account = p_account AND key = p_key;
-      IF FOUND THEN
-        IF k.fingerprint <> p_fingerprint THEN RETURN 'other'; END IF;
-        IF k.request_id IS NULL THEN RETURN 'in_flight'; END IF;
-        RETURN 'replay ' || k.request_id;
-      END IF;
-    END LOOP;
-    RETURN 'in_flight';
-  END $$;`,
+  ${claimKeyOnReplicaClock}`,
   // 17: the payment a top-up is for (as the embedded store's step 19): one top-up per account and reference.
   `ALTER TABLE balance_changes ADD COLUMN reference text;
   CREATE UNIQUE INDEX balance_changes_reference ON balance_changes (account, reference) WHERE reference IS NOT NULL;`,
@@ -570,15 +585,29 @@ export const migrations: readonly string[] = [
   // on that clock could leave (its clock stepped back, or another replica's runs ahead), is read as the burst spent
   // up to now, as core/call-rate.ts rateTake reads it, rather than refusing the account for the whole difference.
   // Step 15's body otherwise; replicas of the previous version call the same function.
-  replaceOnce(
-    admitWithRateCounted,
-    "SELECT greatest(coalesce((SELECT r.tat FROM rate_arrivals r WHERE r.account = p_account), now_ns), now_ns) INTO tat;",
-    `SELECT greatest(coalesce((SELECT r.tat FROM rate_arrivals r WHERE r.account = p_account), now_ns), now_ns) INTO tat;
-      IF tat - now_ns > p_rate_tolerance + p_rate_interval THEN
-        tat := now_ns + p_rate_tolerance;
-      END IF;`,
-  ),
+  admitWithRateBounded,
+  // 27: leases and idempotency keys' holds expire on PostgreSQL's clock (gw_clock_ms), whichever replica writes or
+  // reads them, rather than on the clock of the replica that wrote or read each. A replica whose clock ran ahead of
+  // another's by more than a lease (15 s) took the other's live leases and holds as lapsed: it freed an account's
+  // places and took an idempotency key still held, so a call was let past its concurrency, daily maximum or balance,
+  // or run and charged twice; one behind renewed its own into the past. Each function is its previous body otherwise,
+  // and the replica's renewals and its pruning of lapsed holds use the same clock.
+  `CREATE FUNCTION gw_clock_ms() RETURNS bigint LANGUAGE sql VOLATILE AS $$ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint $$;
+  ${replaceEach(admitWithRateBounded, [
+    ["DELETE FROM admissions WHERE account = p_account AND expires_at < p_now;", "DELETE FROM admissions WHERE account = p_account AND expires_at < gw_clock_ms();"],
+    ["p_holder, p_now + p_lease_ms FROM unnest(admitted)", "p_holder, gw_clock_ms() + p_lease_ms FROM unnest(admitted)"],
+  ])}
+  ${replaceEach(claimKeyOnReplicaClock, [
+    ["CREATE FUNCTION gw_claim_key(", "CREATE OR REPLACE FUNCTION gw_claim_key("],
+    ["VALUES (p_account, p_key, p_fingerprint, p_token, p_now + p_hold_ms, NULL, p_now)", "VALUES (p_account, p_key, p_fingerprint, p_token, gw_clock_ms() + p_hold_ms, NULL, p_now)"],
+    ["WHERE (t.request_id IS NULL AND t.expires_at <= p_now)", "WHERE (t.request_id IS NULL AND t.expires_at <= gw_clock_ms())"],
+  ])}`,
 ];
+
+/** `text` with each edit's text, found exactly once, replaced (replaceOnce). */
+function replaceEach(text: string, edits: readonly (readonly [string, string])[]): string {
+  return edits.reduce((t, [what, by]) => replaceOnce(t, what, by), text);
+}
 
 /** `text` with its one `what` replaced by `by`; throws if `what` is not there exactly once. */
 function replaceOnce(text: string, what: string, by: string): string {
