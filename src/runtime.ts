@@ -40,7 +40,7 @@ import { PostgresAccountStore } from "./stores/postgres/account-store.ts";
 import { PostgresCatalogue } from "./stores/postgres/catalogue-store.ts";
 import { PostgresMeter } from "./stores/postgres/meter.ts";
 import { PostgresOperatorSwitches } from "./stores/postgres/operator-switches.ts";
-import { migrateSchema, migrations as sharedSteps, openPostgres } from "./stores/postgres/postgres-database.ts";
+import { clockOffset, migrateSchema, migrations as sharedSteps, openPostgres } from "./stores/postgres/postgres-database.ts";
 import { PostgresReplayGuard } from "./stores/postgres/replay-guard.ts";
 import { PostgresAdminTokens } from "./stores/postgres/admin-tokens.ts";
 import { SqliteAdminTokens } from "./stores/embedded/admin-tokens.ts";
@@ -177,6 +177,8 @@ interface Stores {
   readonly databasePool?: DatabasePool;
   /** Whether Redis answers (shared mode), as the metrics read it. */
   readonly redis?: { readonly up: boolean };
+  /** This replica's clock less the shared database's (shared mode), as the metrics read it. */
+  readonly clockOffset?: () => Promise<{ readonly offsetMs: number }>;
   close(): Promise<void>;
 }
 
@@ -389,6 +391,7 @@ async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog
     checks: [postgres, redisCheck],
     databasePool: { max: sharedPoolSize, now: () => ({ open: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }) },
     redis: link,
+    clockOffset: () => clockOffset(pool, () => clock.now()),
     close: async () => {
       await meter.flush();
       meter.close();
@@ -503,6 +506,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
   if (!sharedMode(config)) telemetry.watchStore(storeMeasures(databasePath(config), config.dataDir), { maxBytes: config.storeMaxBytes, minFreeBytes: config.minFreeMb * 1048576 });
   if (stores.databasePool !== undefined) telemetry.watchDatabasePool(stores.databasePool);
   if (stores.redis !== undefined) telemetry.watchRedis(stores.redis);
+  if (stores.clockOffset !== undefined) telemetry.watchClockOffset(stores.clockOffset);
   const feedHeldSince = meter.feedHeldSince?.bind(meter);
   if (feedHeldSince !== undefined) telemetry.watchFeedHold(feedHeldSince, () => clock.now());
   return {

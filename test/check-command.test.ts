@@ -13,7 +13,7 @@ import { makeCertificate, makeExpiredCertificate } from "./support/certificates.
 import { root, runCli } from "./support/cli.ts";
 import { freshDatabase } from "./support/postgres.ts";
 import { HttpCollector } from "./support/otlp-collectors.ts";
-import { cleartextCredentials } from "../src/cli/check-command.ts";
+import { cleartextCredentials, clockFinding, clockOffsetWarnMs } from "../src/cli/check-command.ts";
 
 // `gateway check`: what serve would start with, read and never written (src/cli/check-command.ts).
 
@@ -257,6 +257,7 @@ describe("gateway check on the shared stores", () => {
     expect(of(migrated.findings, "store")[0]!.detail).toContain(`schema step ${sharedSteps.length}, this gateway's`);
     expect(of(migrated.findings, "accounts")).toEqual([{ check: "accounts", status: "ok", detail: "1 active, 0 stopped" }]);
     expect(migrated.text).not.toContain("hunter2");
+    expect(of(migrated.findings, "clock")).toEqual([{ check: "clock", status: "ok", detail: expect.stringMatching(/^this machine's clock is within \d+ ms of PostgreSQL's \(±\d+ ms\)$/) }]);
     // A replica started on a schema a newer gateway moved on says so in its log.
     const later = openPostgres(database.url);
     try {
@@ -280,5 +281,34 @@ describe("gateway check on the shared stores", () => {
     // A refused connection is told at once, not after a reconnecting client's wait.
     expect(Date.now() - started).toBeLessThan(15_000);
     expect(down.text).not.toContain("hunter2");
+  });
+
+  it("says how far this machine's clock is from PostgreSQL's, in gateway check (libfaketime moving the CLI's clock) and in a gauge read when scraped", async () => {
+    const shared = { GATEWAY_DATABASE_URL: database.url, GATEWAY_REDIS_URL: "redis://127.0.0.1:6379/14" };
+    // The CLI's clock 90 s ahead, PostgreSQL's as it is: a warning that says by how much, which way, and what it costs.
+    const ahead = await new Promise<string>((resolve, reject) => {
+      const child = spawn("faketime", ["-f", "+90s", process.execPath, join(root, "bin", "gateway.js"), "check", "--json"], { cwd: root, env: { ...process.env, ...shared }, stdio: ["ignore", "pipe", "inherit"] });
+      let out = "";
+      child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+      child.on("error", reject);
+      child.on("close", () => resolve(out));
+    });
+    const clock = of((JSON.parse(ahead) as { findings: Finding[] }).findings, "clock");
+    expect(clock).toEqual([{ check: "clock", status: "warn", detail: expect.stringMatching(/^this machine's clock is (89\.\d|90\.\d) s ahead of PostgreSQL's \(±\d+ ms\): each replica decides rate limits, .* \(NTP\)$/) }]);
+    // The finding's words both ways, and where a warning starts.
+    expect(clockFinding({ offsetMs: -1500.4, withinMs: 0.2 })).toEqual({ check: "clock", status: "warn", detail: expect.stringMatching(/^this machine's clock is 1500 ms behind PostgreSQL's \(±1 ms\): /) });
+    expect(clockFinding({ offsetMs: clockOffsetWarnMs, withinMs: 2.5 }).status).toBe("ok");
+    // A replica's gauge, on its own clock and on one a minute ahead.
+    const offset = (text: string) => Number(/^gateway_clock_offset_seconds (\S+)$/m.exec(text)?.[1]);
+    const right = await openRuntime({ ...defaultConfig, databaseUrl: database.url, redisUrl: "redis://127.0.0.1:6379/14" });
+    const minuteAhead = await openRuntime({ ...defaultConfig, databaseUrl: database.url, redisUrl: "redis://127.0.0.1:6379/14" }, { clock: { now: () => Date.now() + 60_000 } });
+    try {
+      expect(Math.abs(offset(await right.metrics.scrape()))).toBeLessThan(1);
+      expect(offset(await minuteAhead.metrics.scrape())).toBeGreaterThan(59);
+      expect(offset(await minuteAhead.metrics.scrape())).toBeLessThan(61);
+    } finally {
+      await right.close();
+      await minuteAhead.close();
+    }
   });
 });

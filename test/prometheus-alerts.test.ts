@@ -82,6 +82,8 @@ describe("the Prometheus alerting rules", () => {
             { series: `gateway_log_lines_dropped_total{${labels}, reason="backlog"}`, values: "0 0 40x30" },
             // Redis lost at minute 3, back at minute 9.
             { series: `gateway_redis_up{${labels}}`, values: "1 1 1 0x5 1x20" },
+            // The clock 70 s ahead of PostgreSQL's from minute 2 (an NTP daemon stopped), back in step at minute 20.
+            { series: `gateway_clock_offset_seconds{${labels}}`, values: "0.002 0.001 70x17 0.003x10" },
           ],
           alert_rule_test: [
             { eval_time: "5m", alertname: "GatewayDiskLow", exp_alerts: [] },
@@ -101,6 +103,9 @@ describe("the Prometheus alerting rules", () => {
             { eval_time: "4m", alertname: "GatewayRedisDown", exp_alerts: [] },
             { eval_time: "5m", alertname: "GatewayRedisDown", exp_alerts: fires("GatewayRedisDown", { severity: "warning", ...gw1 }, "Gateway gw-1:8080 has served without Redis for 2 minutes") },
             { eval_time: "10m", alertname: "GatewayRedisDown", exp_alerts: [] },
+            { eval_time: "11m", alertname: "GatewayClockOffset", exp_alerts: [] },
+            { eval_time: "12m", alertname: "GatewayClockOffset", exp_alerts: fires("GatewayClockOffset", { severity: "warning", ...gw1 }, "Gateway gw-1:8080's clock is 1m 10s away from PostgreSQL's") },
+            { eval_time: "20m", alertname: "GatewayClockOffset", exp_alerts: [] },
             { eval_time: "8m", alertname: "GatewayFeedHeld", exp_alerts: fires("GatewayFeedHeld", { severity: "warning", ...gw1 }, "The ledger's feed has held calls back for 2m 0s") },
             { eval_time: "84m", alertname: "GatewayCollectorCertificateNotRenewed", exp_alerts: [] },
             { eval_time: "87m", alertname: "GatewayCollectorCertificateNotRenewed", exp_alerts: fires("GatewayCollectorCertificateNotRenewed", { severity: "warning", ...gw1 }, "Gateway gw-1:8080's client certificate for the OTLP collector is 87% through its life") },

@@ -11,7 +11,7 @@ import { databasePath, sharedMode } from "../runtime.ts";
 import { migrations as embeddedSteps, schemaStep } from "../stores/embedded/sqlite-database.ts";
 import { storeSpace } from "../stores/embedded/store-space.ts";
 import { processUser } from "../stores/embedded/data-directory-lock.ts";
-import { migrations as sharedSteps, openPostgres } from "../stores/postgres/postgres-database.ts";
+import { clockOffset, migrations as sharedSteps, openPostgres } from "../stores/postgres/postgres-database.ts";
 import { probeRedis } from "../stores/redis/redis-client.ts";
 import { TlsCertificateFiles, TlsFilesError } from "../transports/server/tls-certificate.ts";
 import { ListenError, listenProbe } from "./listen-error.ts";
@@ -248,6 +248,7 @@ export async function sharedFindings(config: GatewayConfig): Promise<Finding[]> 
     const exists = (await pool.query<{ t: string | null }>("SELECT to_regclass('schema_migrations')::text AS t")).rows[0]!.t !== null;
     const found = exists ? Number((await pool.query<{ v: number | null }>("SELECT max(version) AS v FROM schema_migrations")).rows[0]!.v ?? 0) : 0;
     findings.push(schemaFinding("store", `shared: ${where} (server ${version})`, found, sharedSteps.length));
+    findings.push(clockFinding(await clockOffset(pool, Date.now)));
     if (found >= 9) {
       const all = async (sql: string) => (await pool.query(sql)).rows as Rows;
       findings.push(...countsFinding(countsOf({ accounts: await all(countsSql.accounts), admins: await all(countsSql.admins), catalogue: await all(countsSql.catalogue) }), config));
@@ -264,6 +265,22 @@ export async function sharedFindings(config: GatewayConfig): Promise<Finding[]> 
     findings.push({ check: "cache", status: "warn", detail: `shared: ${cache} cannot be reached (${whyUnreachable(e)}); serve starts and serves without it until it answers (README: Running several replicas)` });
   }
   return findings;
+}
+
+/** Past this, a replica's clock is too far from the shared database's for its rate limits and days to agree with the others'. */
+export const clockOffsetWarnMs = 1000;
+
+/** This machine's clock against PostgreSQL's (clockOffset): a warning past `clockOffsetWarnMs`. */
+export function clockFinding(measured: { readonly offsetMs: number; readonly withinMs: number }): Finding {
+  const ms = Math.round(Math.abs(measured.offsetMs));
+  const within = `±${Math.max(1, Math.ceil(measured.withinMs))} ms`;
+  if (ms <= clockOffsetWarnMs) return { check: "clock", status: "ok", detail: `this machine's clock is within ${ms} ms of PostgreSQL's (${within})` };
+  const by = ms >= 10_000 ? `${(ms / 1000).toFixed(1)} s` : `${ms} ms`;
+  return {
+    check: "clock",
+    status: "warn",
+    detail: `this machine's clock is ${by} ${measured.offsetMs > 0 ? "ahead of" : "behind"} PostgreSQL's (${within}): each replica decides rate limits, each call's day and signed calls' time windows on its own clock, so replicas that disagree let accounts through faster than their rates and count calls near midnight on different days; keep every replica's clock in step (NTP)`,
+  };
 }
 
 const loopback = new Set(["127.0.0.1", "::1", "localhost"]);

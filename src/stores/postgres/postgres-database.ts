@@ -666,6 +666,27 @@ export function callStatement<I extends unknown[] = unknown[]>(text: string, val
 }
 
 /**
+ * This machine's clock less PostgreSQL's (`clock_timestamp()`), in ms: the
+ * server's time is read by one query on a connection already held, and
+ * compared with this clock at the middle of its round trip, so it is known
+ * to within half the trip (`withinMs`). Leases and idempotency holds are on
+ * PostgreSQL's clock (schema step 27); the rate limit, each call's day and
+ * signed calls' windows are on the replica's, so replicas should agree.
+ */
+export async function clockOffset(pool: pg.Pool, now: () => number): Promise<{ readonly offsetMs: number; readonly withinMs: number }> {
+  const client = await pool.connect();
+  try {
+    const started = performance.now();
+    const wall = now();
+    const { rows } = await client.query<{ ms: string }>(callStatement("SELECT ((extract(epoch FROM clock_timestamp()) * 1000)::bigint)::text AS ms"));
+    const half = (performance.now() - started) / 2;
+    return { offsetMs: wall + half - Number(rows[0]!.ms), withinMs: half };
+  } finally {
+    client.release();
+  }
+}
+
+/**
  * A pool on the shared database; bigint columns come back as bigint, not
  * text. Every statement is bounded (`backstopStatementMs` unless it says
  * otherwise), and so is the wait for a connection. TCP keepalive starts

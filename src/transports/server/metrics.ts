@@ -11,8 +11,8 @@ import { logDropReasons, type LogOutputCounts } from "./log-output.ts";
 import { cutReasons, type CutCounts } from "./slow-readers.ts";
 import type { StoreMeasures } from "../../stores/embedded/store-space.ts";
 
-/** How long a scrape waits for the shared database's answer on the feed's hold before reading it as unknown (NaN). */
-const feedHoldAskMs = 1000;
+/** How long a scrape waits for the shared database's answer (the feed's hold, the clock's offset) before reading it as unknown (NaN). */
+const databaseAskMs = 1000;
 
 /** A connection pool as the metrics read it. */
 export interface DatabasePool {
@@ -258,22 +258,25 @@ export class PrometheusTelemetry implements Telemetry {
       help: "Shared mode: how long ago the oldest call was made that has committed but that the ledger's feed (FollowCalls, WatchCalls, gateway feed) still holds back, because a write transaction begun before it is still open in the database; 0 when none is held, NaN when the database could not be asked or did not answer within a second. Commits of calls in flight hold it for milliseconds; seconds mean a transaction left open (a migration, an idle-in-transaction session).",
       registers: [this.registry],
       async collect() {
-        // A scrape never waits long on the database: when every connection is taken (the moment metrics
-        // matter most), the question would queue behind the calls, and the whole scrape with it.
-        let timer: NodeJS.Timeout | undefined;
-        try {
-          const since = await Promise.race([
-            heldSince(),
-            new Promise<never>((_, reject) => {
-              timer = setTimeout(() => reject(new Error("the database did not answer in time")), feedHoldAskMs);
-            }),
-          ]);
-          this.set(since === undefined ? 0 : Math.max(0, now() - since) / 1000);
-        } catch {
-          this.set(Number.NaN);
-        } finally {
-          clearTimeout(timer);
-        }
+        const since = await askDatabase(heldSince);
+        this.set(since === null ? Number.NaN : since === undefined ? 0 : Math.max(0, now() - since) / 1000);
+      },
+    });
+  }
+
+  /**
+   * `gateway_clock_offset_seconds`, measured when scraped (one query): a
+   * shared store only, whose replicas decide some limits on their own
+   * clocks (postgres-database.ts clockOffset).
+   */
+  watchClockOffset(offset: () => Promise<{ readonly offsetMs: number }>): void {
+    new Gauge({
+      name: "gateway_clock_offset_seconds",
+      help: "Shared mode: this replica's clock less PostgreSQL's, in seconds, measured when scraped (the server's clock_timestamp() read by one query, compared at the middle of its round trip); NaN when the database could not be asked or did not answer within a second. Leases and idempotency holds expire on PostgreSQL's clock; the rate limit, each call's day and signed calls' time windows use the replica's, so replicas that disagree by more than a rate's interval let an account through faster than its rate.",
+      registers: [this.registry],
+      async collect() {
+        const measured = await askDatabase(offset);
+        this.set(measured === null ? Number.NaN : measured.offsetMs / 1000);
       },
     });
   }
@@ -519,4 +522,26 @@ export function installMetrics(app: FastifyInstance, metrics: PrometheusTelemetr
     const body = await metrics.scrape();
     return reply.code(200).header("content-type", metrics.registry.contentType).header("cache-control", "no-store").send(body);
   });
+}
+
+/**
+ * What a gauge asks the database when scraped, or null when it cannot be
+ * asked or does not answer within `databaseAskMs`. A scrape never waits
+ * longer: when every connection is taken (the moment metrics matter most),
+ * the question would queue behind the calls, and the whole scrape with it.
+ */
+async function askDatabase<T>(ask: () => Promise<T>): Promise<T | null> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      ask(),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error("the database did not answer in time")), databaseAskMs);
+      }),
+    ]);
+  } catch {
+    return null;
+  } finally {
+    clearTimeout(timer);
+  }
 }
