@@ -14,7 +14,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import type { LedgerRow, Meter } from "../src/core/meter.ts";
 import { followCalls } from "../src/core/usage-pages.ts";
 import { LedgerRetention } from "../src/core/ledger-retention.ts";
@@ -1033,6 +1033,22 @@ describe("WatchCalls: following the ledger on one stream", () => {
     expect(refused.messages).toEqual([]);
     const unauthenticated = reader(admin.watchCalls({}));
     expect((await unauthenticated.ended)?.code).toBe(Code.Unauthenticated);
+  });
+
+  it("keeps its heartbeats when the wall clock steps back an hour (timed on a clock that does not step)", async () => {
+    const { admin, readiness } = handlers(300);
+    const watch = reader(admin.watchCalls({}, { headers }));
+    await watch.until(() => watch.messages.length >= 1, "the first message");
+    vi.useFakeTimers({ toFake: ["Date"] });
+    try {
+      vi.setSystemTime(Date.now() - 3_600_000);
+      const before = watch.messages.length;
+      await watch.until(() => watch.messages.length >= before + 3, "three heartbeats after the step", 5000);
+    } finally {
+      vi.useRealTimers();
+    }
+    readiness.draining = true;
+    expect(await watch.ended).toBeUndefined();
   });
 
   it("ends a named admin's stream (unauthenticated) within a heartbeat of its token's revocation, quiet or busy", async () => {

@@ -16,7 +16,7 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { gunzipSync } from "node:zlib";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import type { SpanData } from "../src/core/tracing.ts";
 import { OtlpTraceExporter, type OtlpTracesOptions, type SpanOutcome } from "../src/exporters/otlp-traces.ts";
 import { ExportTraceServiceRequestSchema } from "../src/gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js";
@@ -328,6 +328,24 @@ describe("a collector that cannot take a batch now", () => {
     await x.send();
     expect([x.outcomes.exported, collector.received.length]).toEqual([3, 2]);
     expect(collector.arrivals[1]! - collector.arrivals[0]!).toBeGreaterThanOrEqual(550);
+    await x.exporter.flush();
+  });
+
+  it("times a collector's pause on a clock that does not step: the wall clock stepping back an hour does not stretch it", async () => {
+    fresh();
+    collector.answer = (n) => (n === 1 ? { kind: "status", status: 503, retryAfter: "99999999" } : { kind: "ok" });
+    const x = exporterTo(collector.url, { retry: { ...quick, longestPauseMs: 600 } });
+    await x.send();
+    expect([x.outcomes.dropped, collector.received.length]).toEqual([3, 1]);
+    vi.useFakeTimers({ toFake: ["Date"] });
+    try {
+      vi.setSystemTime(Date.now() - 3_600_000);
+      await x.send();
+    } finally {
+      vi.useRealTimers();
+    }
+    expect([x.outcomes.exported, collector.received.length]).toEqual([3, 2]);
+    expect(collector.arrivals[1]! - collector.arrivals[0]!).toBeLessThan(3000);
     await x.exporter.flush();
   });
 

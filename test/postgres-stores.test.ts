@@ -225,6 +225,34 @@ describe("maintenance switches", () => {
   });
 });
 
+describe("what a replica remembers, after its clock steps back an hour", () => {
+  it("is read again within a second, not kept for the hour: an account stopped, an admin revoked, a switch made on another replica", async () => {
+    let now = Date.now();
+    const clock = { now: () => now };
+    const other = admin(b);
+    const { account } = await other.admin.create({ name: "stepped" });
+    const accounts = new PostgresAccountStore(a, () => now);
+    const switches = new PostgresOperatorSwitches(a, () => now);
+    const admins = new AdminTokens(new PostgresAdminTokens(a, () => now), clock);
+    const elsewhere = new AdminTokens(new PostgresAdminTokens(b), systemClock, "cli ops@host");
+    const { token } = await elsewhere.add("erin");
+    // Read (and remembered) at now; then the clock steps back an hour, and another replica changes each.
+    expect((await accounts.find(account.key))?.status).toBe("active");
+    expect(await switches.inMaintenance("retail/item_get")).toBe(false);
+    expect((await admins.identify(token))?.revokedAt).toBeUndefined();
+    now -= 3_600_000;
+    await other.admin.setStatus(account.key, "stopped");
+    await new PostgresOperatorSwitches(b).setMaintenance("retail/item_get", true, { at: Date.now(), by: "cli ops@host" });
+    await elsewhere.revoke("erin");
+    // Within a second of this clock, each is read again and the change is seen.
+    now += 1000;
+    expect((await accounts.find(account.key))?.status).toBe("stopped");
+    expect(await switches.inMaintenance("retail/item_get")).toBe(true);
+    expect((await admins.identify(token))?.revokedBy).toBe("cli ops@host");
+    await new PostgresOperatorSwitches(b).setMaintenance("retail/item_get", false, { at: Date.now(), by: "cli ops@host" });
+  });
+});
+
 describe("used signatures", () => {
   it("a sign used on one replica is refused on the other for its window, and free after it", async () => {
     const one = new PostgresReplayGuard(a);

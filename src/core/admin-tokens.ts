@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { AccountAdminError } from "./account-admin.ts";
 import { newSecret } from "./accounts.ts";
-import type { Clock } from "./clock.ts";
+import { readWithin, type Clock } from "./clock.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
 
 /**
@@ -94,7 +94,7 @@ export class AdminTokens {
   /** Whether any admin exists, revoked ones aside (read at most once a second). */
   async any(): Promise<boolean> {
     const now = this.clock.now();
-    if (this.anyKnown !== undefined && now - this.anyKnown.at < anyFreshMs) return this.anyKnown.any;
+    if (this.anyKnown !== undefined && readWithin(this.anyKnown.at, now, anyFreshMs)) return this.anyKnown.any;
     const any = (await this.store.list()).some((a) => a.revokedAt === undefined);
     this.anyKnown = { any, at: now };
     return any;

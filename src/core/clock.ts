@@ -6,6 +6,18 @@ export interface Clock {
 
 export const systemClock: Clock = { now: () => Date.now() };
 
+/**
+ * Whether what was read at `at` was read less than `ms` before `now`, both
+ * on the same wall clock. A read made "after" now was made before the clock
+ * stepped back (an NTP correction, a VM resumed from a snapshot): its age is
+ * not known, so it is not fresh; taken as fresh it would be served for the
+ * whole step besides, an hour for an hour (an account stopped, a price
+ * changed, an admin revoked elsewhere, unseen by this replica meanwhile).
+ */
+export function readWithin(at: number, now: number, ms: number): boolean {
+  return at <= now && now - at < ms;
+}
+
 const formatters = new Map<string, Intl.DateTimeFormat>();
 
 function formatterFor(zone: string): Intl.DateTimeFormat {

@@ -451,7 +451,7 @@ export class OtlpTraceExporter implements SpanSink {
   private timerFull = false;
   private sending: Promise<void> | undefined;
   private lastError = -Infinity;
-  /** Until when nothing is sent: a collector asked for a pause longer than a batch waits. */
+  /** Until when nothing is sent (performance.now(): a wall clock stepping back would stretch it): a collector asked for a pause longer than a batch waits. */
   private pausedUntil = 0;
   /** Set by flush(): retries stop waiting. */
   private closing = false;
@@ -537,7 +537,7 @@ export class OtlpTraceExporter implements SpanSink {
     if (this.sending !== undefined || this.queue.length === 0) return;
     const full = this.queue.length >= this.options.batchSpans;
     if (this.timer !== undefined && (!full || this.timerFull)) return;
-    const paused = this.pausedUntil - Date.now();
+    const paused = Math.ceil(this.pausedUntil - performance.now());
     if (full && paused <= 0) return this.send();
     // A full batch waits out the pause only; one short of full, its interval too.
     clearTimeout(this.timer);
@@ -551,10 +551,10 @@ export class OtlpTraceExporter implements SpanSink {
     clearInterval(this.tlsTimer);
     this.closing = true;
     this.wake.abort();
-    const deadline = Date.now() + this.options.timeoutMs;
+    const deadline = performance.now() + this.options.timeoutMs;
     while (this.sending !== undefined) await this.sending;
-    while (this.queue.length > 0 && Date.now() < deadline) {
-      this.send(deadline - Date.now());
+    while (this.queue.length > 0 && performance.now() < deadline) {
+      this.send(Math.ceil(deadline - performance.now()));
       await this.sending;
     }
     if (this.queue.length > 0) this.options.onSpans("dropped", this.queue.splice(0).length);
@@ -595,7 +595,7 @@ export class OtlpTraceExporter implements SpanSink {
       }
       const wait = sent.retry ? (sent.afterMs ?? backoffMs(retry, attempt)) : undefined;
       if (wait === undefined || attempt >= retry.attempts || this.closing || wait > retry.longestHintMs) {
-        if (sent.afterMs !== undefined) this.pausedUntil = Math.max(this.pausedUntil, Date.now() + Math.min(sent.afterMs, retry.longestPauseMs));
+        if (sent.afterMs !== undefined) this.pausedUntil = Math.max(this.pausedUntil, performance.now() + Math.min(sent.afterMs, retry.longestPauseMs));
         onSpans("dropped", batch.length);
         this.report(new Error(`${sent.reason}${sent.retry && !this.closing ? ` (tried ${attempt} times)` : ""}`));
         return;
@@ -605,7 +605,7 @@ export class OtlpTraceExporter implements SpanSink {
   }
 
   private report(e: Error): void {
-    const now = Date.now();
+    const now = performance.now();
     if (now - this.lastError >= 60_000) {
       this.lastError = now;
       this.options.onError(e);

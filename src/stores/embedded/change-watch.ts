@@ -1,4 +1,5 @@
 import type { DatabaseSync, StatementSync } from "node:sqlite";
+import { readWithin } from "../../core/clock.ts";
 
 /**
  * Tells whether another connection (the CLI, another tool) has committed to
@@ -23,7 +24,7 @@ export class ChangeWatch {
   /** A number that changes after every outside commit (checked at most every interval). */
   current(): number {
     const t = this.now();
-    if (t - this.checkedAt >= this.intervalMs || t < this.checkedAt) {
+    if (!readWithin(this.checkedAt, t, this.intervalMs)) {
       this.checkedAt = t;
       this.version = Number((this.pragma.get() as { data_version: number }).data_version);
     }

@@ -2,6 +2,7 @@ import type pg from "pg";
 import type { AccountChange, AccountEdit } from "../../core/account-history.ts";
 import { ExternalIdTaken, type AccountListing, type AccountStore } from "../../core/account-store.ts";
 import type { Account } from "../../core/accounts.ts";
+import { readWithin } from "../../core/clock.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
 import { accountChangeFromRow, accountColumns, accountFromRow, accountToRow, changedColumns, changesToJson, type AccountChangeRow, type AccountRow } from "../account-row.ts";
 import { callStatement, databaseFault, inTransaction } from "./postgres-database.ts";
@@ -40,7 +41,7 @@ export class PostgresAccountStore implements AccountStore {
   find(key: string): MaybeAsync<Account | undefined> {
     const known = this.cached.get(key);
     const now = this.now();
-    if (known !== undefined && now - known.at < accountFreshMs) return known.account;
+    if (known !== undefined && readWithin(known.at, now, accountFreshMs)) return known.account;
     // One query per key at a time: the calls that find an entry stale together share its reread.
     let reading = this.reading.get(key);
     if (reading === undefined) {

@@ -2,6 +2,7 @@ import type pg from "pg";
 import type { AdminTokenStore, NamedAdmin } from "../../core/admin-tokens.ts";
 import { adminFromRow, type AdminRow } from "../admin-token-row.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
+import { readWithin } from "../../core/clock.ts";
 import { accountFreshMs } from "./account-store.ts";
 import { callStatement } from "./postgres-database.ts";
 
@@ -25,7 +26,7 @@ export class PostgresAdminTokens implements AdminTokenStore {
   byTokenHash(hash: string): MaybeAsync<NamedAdmin | undefined> {
     const known = this.cached.get(hash);
     const now = this.now();
-    if (known !== undefined && now - known.at < accountFreshMs) return known.admin;
+    if (known !== undefined && readWithin(known.at, now, accountFreshMs)) return known.admin;
     return this.pool.query<AdminRow>(callStatement(`SELECT ${columns} FROM admin_tokens WHERE token_hash = $1`, [hash])).then((r) => {
       const admin = r.rows[0] === undefined ? undefined : adminFromRow(r.rows[0]);
       if (this.cached.size >= 10_000) this.cached.clear();

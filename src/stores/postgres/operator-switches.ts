@@ -2,6 +2,7 @@ import type pg from "pg";
 import type { OperationId } from "../../contract/operations.ts";
 import type { MaintenanceChange, OperatorSwitches } from "../../core/operator-switches.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
+import { readWithin } from "../../core/clock.ts";
 import { callStatement, databaseFault } from "./postgres-database.ts";
 
 /** How long a replica trusts what it read of the switches: every replica sees a change within this. */
@@ -21,7 +22,7 @@ export class PostgresOperatorSwitches implements OperatorSwitches {
 
   /** At once (MaybeAsync) from what was read less than `switchesFreshMs` ago, else after one shared reread. */
   inMaintenance(operation: OperationId): MaybeAsync<boolean> {
-    if (this.known !== undefined && this.now() - this.known.at < switchesFreshMs) return this.known.on.has(operation);
+    if (this.known !== undefined && readWithin(this.known.at, this.now(), switchesFreshMs)) return this.known.on.has(operation);
     // One read at a time; calls arriving meanwhile wait for it.
     this.reading ??= this.read()
       .catch((e: unknown) => {

@@ -1,5 +1,6 @@
 import type { Redis } from "ioredis";
 import { lockedOut } from "../../core/limit-refusals.ts";
+import { readWithin } from "../../core/clock.ts";
 import { defaultAddressLockoutOptions, holdMs, lockEnd, MemoryAddressLockout, type AddressLockout, type AddressLockoutOptions } from "../../core/address-lockout.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
 import { RedisLink } from "./redis-link.ts";
@@ -116,7 +117,7 @@ export class RedisAddressLockout implements AddressLockout {
     if (!this.link.up) return;
     if (this.listening) {
       const seen = this.clear.get(clientIp);
-      if (seen !== undefined && now - seen < this.options.recheckMs && seen <= now) return;
+      if (seen !== undefined && readWithin(seen, now, this.options.recheckMs)) return;
     }
     return this.checkShared(clientIp, now);
   }

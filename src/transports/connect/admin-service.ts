@@ -434,30 +434,31 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           const wake = drain === undefined ? ctx.signal : AbortSignal.any([ctx.signal, drain]);
           let cursor = req.cursor;
           let sent = false;
-          let lastSent = 0;
-          let lastChecked = Date.now();
+          // Times on performance.now(): a wall clock stepping back would stop heartbeats and the token's checks for the step.
+          let lastSent = -Infinity;
+          let lastChecked = performance.now();
           try {
             while (!ctx.signal.aborted) {
               // A named admin's token, looked at again once a heartbeat, busy or quiet: a revoked one ends the stream.
-              if (name !== "" && Date.now() - lastChecked >= heartbeatMs) {
-                lastChecked = Date.now();
+              if (name !== "" && performance.now() - lastChecked >= heartbeatMs) {
+                lastChecked = performance.now();
                 if ((await ports.admins?.list())?.find((a) => a.name === name)?.revokedAt !== undefined) throw new ConnectError(`the admin token of ${name} was revoked`, Code.Unauthenticated);
               }
               // Noted before the read: a commit during the read or while the message is taken is not waited for.
               const seen = bell.rung;
               const page = await followCalls(meter, { cursor, pageSize: req.pageSize });
-              const quiet = Date.now() - lastSent >= heartbeatMs;
+              const quiet = performance.now() - lastSent >= heartbeatMs;
               if (page.rows.length > 0 || !sent || quiet) {
                 yield { calls: page.rows.map(rowMessage), cursor: page.cursor };
                 sent = true;
-                lastSent = Date.now();
+                lastSent = performance.now();
               }
               cursor = page.cursor;
               if (!page.caughtUp) continue;
               if (ports.readiness?.draining) return;
               // Another process's commits are seen by reading again; where every commit rings the bell, nothing is read until one does.
               const poll = bell.everyCommit ? heartbeatMs : watchPollMs;
-              await bell.wait(Math.max(0, Math.min(poll, lastSent + heartbeatMs - Date.now())), wake, seen);
+              await bell.wait(Math.max(0, Math.min(poll, lastSent + heartbeatMs - performance.now())), wake, seen);
             }
           } catch (e) {
             adminError(e);
