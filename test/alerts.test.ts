@@ -586,13 +586,15 @@ describe("the shared store's alerts", () => {
     // Both replicas claim at once: between them every alert, none twice.
     const [r1, r2] = pools.map((p) => new PostgresAlertOutbox(p));
     const now = Date.now() + 1000;
-    const [c1, c2] = await Promise.all([r1!.claimDue(now, 3, 30_000), r2!.claimDue(now, 3, 30_000)]);
+    const [c1, c2] = await Promise.all([r1!.claimDue(now, 3, 2000), r2!.claimDue(now, 3, 2000)]);
     const ids = [...c1, ...c2].map((a) => a.id);
     expect(ids).toHaveLength(5);
     expect(new Set(ids).size).toBe(5);
     for (const a of [...c1, ...c2]) expect([a.url, a.attempts, a.secret.startsWith("whsec_")]).toEqual(["https://hooks.example.com/x", 1, true]);
-    // Claimed, they are no one else's until the claim lapses (a replica that died mid-attempt): then another takes them.
-    expect(await r1!.claimDue(now + 29_000, 10, 30_000)).toEqual([]);
+    // Claimed, they are no one else's until the claim lapses on PostgreSQL's clock (a replica that died mid-attempt),
+    // even for a replica whose clock runs a minute ahead: then another takes them.
+    expect(await r1!.claimDue(now + 60_000, 10, 30_000)).toEqual([]);
+    await new Promise((r) => setTimeout(r, 2100));
     const again = await r2!.claimDue(now + 31_000, 10, 30_000);
     expect(again.map((a) => [a.id, a.attempts]).sort()).toEqual(ids.sort().map((id) => [id, 2]));
     // Settled: delivered is done; failed waits for its time.

@@ -10,7 +10,10 @@ const columns = "l.id::text AS id, l.account, l.kind, l.level::text AS level, l.
  * ledger's commits). Every replica delivers: a claim takes due alerts no
  * other replica holds (`FOR UPDATE SKIP LOCKED`) until `claimed_until`, so
  * each attempt is made by one replica, and one that dies mid-attempt leaves
- * the alert to another once its claim lapses.
+ * the alert to another once its claim lapses. A claim's time is
+ * PostgreSQL's (`gw_clock_ms()`, schema step 27), as a lease's: a replica
+ * whose clock ran ahead took another's claim as lapsed and sent its alert
+ * again. When an alert falls due stays on the replica's clock.
  */
 export class PostgresAlertOutbox implements AlertOutbox {
   private readonly pool: pg.Pool;
@@ -30,9 +33,9 @@ export class PostgresAlertOutbox implements AlertOutbox {
     }
     const { rows } = await this.pool.query<AlertRow & { url: string | null; secret: string | null; previous: KeptAlertSecret | KeptAlertSecret[] | null }>(
       `WITH due AS (
-         SELECT id FROM alerts WHERE next_at IS NOT NULL AND next_at <= $1 AND claimed_until <= $1 ORDER BY next_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
+         SELECT id FROM alerts WHERE next_at IS NOT NULL AND next_at <= $1 AND claimed_until <= gw_clock_ms() ORDER BY next_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
        ), claimed AS (
-         UPDATE alerts SET attempts = attempts + 1, claimed_until = $1 + $3 FROM due WHERE alerts.id = due.id RETURNING alerts.*
+         UPDATE alerts SET attempts = attempts + 1, claimed_until = gw_clock_ms() + $3 FROM due WHERE alerts.id = due.id RETURNING alerts.*
        )
        SELECT ${columns}, a.alerts ->> 'url' AS url, a.alert_secret AS secret, a.previous_alert_secret AS previous FROM claimed l LEFT JOIN accounts a ON a.key = l.account ORDER BY l.next_at, l.id`,
       [now, limit, claimMs],
