@@ -55,6 +55,20 @@ function row(a: Account, charge: LedgerRow["charge"], price: bigint): LedgerRow 
   return { requestId: `req-${String(++ids).padStart(8, "0")}`, at: Date.now(), day: "2026-11-22", account: a.key, operation: "retail/item_get", code: charge === "charged" ? 0 : 4000, charge, price, cacheHit: false, upstreamRequests: 0, latencyMicros: 1, transport: "legacy" };
 }
 
+/** One call of `a` on `m`, admitted and recorded at once: 0, or the code it was refused with, its words kept in `reasons`. */
+function admitAndRecord(m: PostgresMeter, a: Account, reasons: string[]): Promise<number> {
+  return m.admit(a, "retail/item_get", "2026-11-22").then(
+    async (admission) => {
+      await m.record(row(a, "charged", 0n), admission);
+      return 0;
+    },
+    (e: unknown) => {
+      reasons.push((e as Error).message);
+      return (e as GatewayError).code;
+    },
+  );
+}
+
 /** One call as the gateway makes it: admit, maybe hold the slot a while, record (charged unless told), and say the code. */
 async function call(meter: PostgresMeter, a: Account, holdMs = 0, onHold?: (delta: number) => void, charge: LedgerRow["charge"] = "charged"): Promise<number> {
   let admission: Admission;
@@ -108,17 +122,7 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     // 10 a second, at most 4 at once. A call moves the account's arrival time on by 100 ms.
     const rated = { ...(await account()), rate: { calls: 10, seconds: 1, burst: 4 } };
     const reasons: string[] = [];
-    const attempt = (m: PostgresMeter) =>
-      m.admit(rated, "retail/item_get", "2026-11-22").then(
-        async (admission) => {
-          await m.record(row(rated, "charged", 0n), admission);
-          return 0;
-        },
-        (e: unknown) => {
-          reasons.push((e as Error).message);
-          return (e as GatewayError).code;
-        },
-      );
+    const attempt = (m: PostgresMeter) => admitAndRecord(m, rated, reasons);
     const burst = async (calls: number) => (await Promise.all(Array.from({ length: calls }, (_, i) => attempt(replicas[i % 3]!)))).filter((c) => c === 0).length;
     expect(await burst(40)).toBe(4);
     expect(new Set(reasons.map((r) => r.replace(/\d+ ms$/, "N ms")))).toEqual(new Set(["this account's rate limit of 10/s, burst 4 is reached; the next call is admitted in N ms"]));
@@ -168,17 +172,7 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     const replicas = [replica("r41", clock), replica("r42", clock)];
     const rated = { ...(await account()), rate: { calls: 10, seconds: 1, burst: 4 } };
     const reasons: string[] = [];
-    const attempt = (m: PostgresMeter) =>
-      m.admit(rated, "retail/item_get", "2026-11-22").then(
-        async (admission) => {
-          await m.record(row(rated, "charged", 0n), admission);
-          return 0;
-        },
-        (e: unknown) => {
-          reasons.push((e as Error).message);
-          return (e as GatewayError).code;
-        },
-      );
+    const attempt = (m: PostgresMeter) => admitAndRecord(m, rated, reasons);
     const burst = async (calls: number, on = replicas) => (await Promise.all(Array.from({ length: calls }, (_, i) => attempt(on[i % on.length]!)))).filter((c) => c === 0).length;
     expect(await burst(10)).toBe(4);
     // Both replicas' clocks step back an hour: one call at once (the burst read as spent up to now), then one an interval.

@@ -13,6 +13,16 @@ import { RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
 import { dayOf, nextDayStarts } from "../src/core/clock.ts";
 import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
+/** One account's calls under `rate`, each at the ms given: undefined when admitted, else the wait it is told (ms). */
+function taker(rate: CallRate): (nowMs: number) => number | undefined {
+  let tat: bigint | undefined;
+  return (nowMs) => {
+    const taken = rateTake(tat, nowMs, rate);
+    if ("next" in taken) tat = taken.next;
+    return "waitMs" in taken ? taken.waitMs : undefined;
+  };
+}
+
 describe("a rate", () => {
   it("is read as calls per second, minute or hour, with a burst that defaults to its calls, and written back the same", () => {
     expect(parseRate("10/s")).toEqual({ calls: 10, seconds: 1, burst: 10 });
@@ -32,12 +42,7 @@ describe("a rate", () => {
     // calls of its burst of 50,000 (the sum drifted 5.7 ms, 171 intervals).
     for (const rate of [{ calls: 10, seconds: 1, burst: 4 }, { calls: 3, seconds: 1, burst: 7 }, { calls: 7, seconds: 60, burst: 1 }, { calls: 30_000, seconds: 1, burst: 50_000 }] satisfies CallRate[]) {
       const t0 = 1_800_000_000_000;
-      let tat: bigint | undefined;
-      const take = (now: number) => {
-        const taken = rateTake(tat, now, rate);
-        if ("next" in taken) tat = taken.next;
-        return "waitMs" in taken ? taken.waitMs : undefined;
-      };
+      const take = taker(rate);
       let admitted = 0;
       for (let i = 0; i < rate.burst + 100; i++) if (take(t0) === undefined) admitted++;
       expect(admitted, formatRate(rate)).toBe(rate.burst);
@@ -59,12 +64,7 @@ describe("a rate", () => {
   it("reads a time kept by a clock that read later (stepped back since, or another replica's) as the burst spent up to now: a call at once, then the rate", () => {
     const rate: CallRate = { calls: 2, seconds: 1, burst: 3 };
     const t0 = 1_800_000_000_000;
-    let tat: bigint | undefined;
-    const take = (now: number) => {
-      const taken = rateTake(tat, now, rate);
-      if ("next" in taken) tat = taken.next;
-      return "waitMs" in taken ? taken.waitMs : undefined;
-    };
+    const take = taker(rate);
     for (let i = 0; i < 3; i++) expect(take(t0)).toBeUndefined();
     expect(take(t0)).toBe(500);
     // The clock steps back an hour: the account is not refused for the hour. One call now, and the next an interval on.
