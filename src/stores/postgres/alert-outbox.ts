@@ -33,9 +33,9 @@ export class PostgresAlertOutbox implements AlertOutbox {
     }
     const { rows } = await this.pool.query<AlertRow & { url: string | null; secret: string | null; previous: KeptAlertSecret | KeptAlertSecret[] | null }>(
       `WITH due AS (
-         SELECT id FROM alerts WHERE next_at IS NOT NULL AND next_at <= $1 AND claimed_until <= gw_clock_ms() ORDER BY next_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
+         SELECT id FROM alerts WHERE next_at IS NOT NULL AND next_at <= $1 AND claimed_until <= (SELECT gw_clock_ms()) ORDER BY next_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
        ), claimed AS (
-         UPDATE alerts SET attempts = attempts + 1, claimed_until = gw_clock_ms() + $3 FROM due WHERE alerts.id = due.id RETURNING alerts.*
+         UPDATE alerts SET attempts = attempts + 1, claimed_until = (SELECT gw_clock_ms()) + $3 FROM due WHERE alerts.id = due.id RETURNING alerts.*
        )
        SELECT ${columns}, a.alerts ->> 'url' AS url, a.alert_secret AS secret, a.previous_alert_secret AS previous FROM claimed l LEFT JOIN accounts a ON a.key = l.account ORDER BY l.next_at, l.id`,
       [now, limit, claimMs],

@@ -1017,11 +1017,12 @@ export class PostgresMeter implements Meter {
     const now = this.options.now();
     try {
       // On PostgreSQL's clock, as the statements that take and free them read them (schema step 27).
-      if (this.held.size > 0) await this.pool.query(callStatement("UPDATE admissions SET expires_at = gw_clock_ms() + $1 WHERE lease = ANY($2::text[])", [this.options.leaseMs, [...this.held]]));
-      if (this.heldKeys.size > 0) await this.pool.query(callStatement("UPDATE idempotency_keys SET expires_at = gw_clock_ms() + $1 WHERE token = ANY($2::text[])", [this.options.leaseMs, [...this.heldKeys]]));
+      if (this.held.size > 0) await this.pool.query(callStatement("UPDATE admissions SET expires_at = (SELECT gw_clock_ms()) + $1 WHERE lease = ANY($2::text[])", [this.options.leaseMs, [...this.held]]));
+      if (this.heldKeys.size > 0) await this.pool.query(callStatement("UPDATE idempotency_keys SET expires_at = (SELECT gw_clock_ms()) + $1 WHERE token = ANY($2::text[])", [this.options.leaseMs, [...this.heldKeys]]));
       if (now >= this.nextKeyPrune) {
         this.nextKeyPrune = now + keyPruneEveryMs;
-        await this.pool.query("DELETE FROM idempotency_keys WHERE (request_id IS NOT NULL AND at <= $1) OR (request_id IS NULL AND expires_at <= gw_clock_ms())", [now - keptMs]);
+        // PostgreSQL's time read once for the statement (a volatile function in the condition is called for every row).
+        await this.pool.query("DELETE FROM idempotency_keys WHERE (request_id IS NOT NULL AND at <= $1) OR (request_id IS NULL AND expires_at <= (SELECT gw_clock_ms()))", [now - keptMs]);
       }
     } catch {
       this.setProblem();
