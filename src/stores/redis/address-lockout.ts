@@ -55,7 +55,6 @@ export interface RedisAddressLockoutOptions extends AddressLockoutOptions {
  */
 export class RedisAddressLockout implements AddressLockout {
   private readonly link: RedisLink;
-  private readonly redis: Redis;
   /** The failures this replica counted while Redis was down. */
   private readonly alone: MemoryAddressLockout;
   private readonly options: RedisAddressLockoutOptions;
@@ -71,12 +70,11 @@ export class RedisAddressLockout implements AddressLockout {
 
   constructor(redis: Redis | RedisLink, options: Partial<RedisAddressLockoutOptions> = {}, prefix = "gateway:") {
     this.link = redis instanceof RedisLink ? redis : new RedisLink(redis);
-    this.redis = this.link.redis;
     this.options = { ...defaultAddressLockoutOptions, recheckMs: 1000, rememberedAddresses: 100_000, ...options };
     this.alone = new MemoryAddressLockout(this.options);
     this.prefix = prefix;
     this.channel = `${prefix}locked`;
-    this.subscriber = this.redis.duplicate();
+    this.subscriber = this.link.redis.duplicate();
     this.subscriber.on("error", () => {}); // it reconnects by itself; until then calls ask Redis
     this.subscriber.on("message", (_channel: string, message: string) => {
       const space = message.indexOf(" ");
