@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { importRecords } from "../src/catalogue/catalogue-import.ts";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { CachedCatalogue, defaultCachePolicy } from "../src/core/cached-catalogue.ts";
-import type { CatalogueSource } from "../src/core/catalogue-source.ts";
+import { LateAnswer, type CatalogueSource } from "../src/core/catalogue-source.ts";
 import { GatewayError } from "../src/core/gateway-error.ts";
 import { heldInPlace } from "../src/core/message-shape.ts";
 import { retailItemGet } from "../src/operations/retail-item-get.ts";
@@ -150,6 +150,30 @@ describe("the response cache shared through Redis", () => {
     const refused = (await answer) as GatewayError;
     expect([refused.code, refused.message]).toEqual([4000, expect.stringContaining("the shared cache (Redis) cannot be reached")]);
     expect(source.calls).toBe(0);
+  });
+
+  it("an item whose purchase answers after its caller's time is bought once: the other replicas wait for its entry", async () => {
+    // A paid source that answers the first purchase late (as UpstreamSource does past its attempt's time): the caller
+    // is told 4017 and the answer comes 300 ms later.
+    let calls = 0;
+    const late: CatalogueSource = {
+      label: "late",
+      async fetch(op, args) {
+        calls++;
+        const landing = new Promise<Awaited<ReturnType<CatalogueSource["fetch"]>>>((r) => setTimeout(() => r(catalogue.fetch(op, args)), 300));
+        throw new LateAnswer("the upstream provider did not answer within 100 ms", landing, 100);
+      },
+    };
+    const [a, b] = await Promise.all([replica(late), replica(late)]);
+    const other = { num_iid: (demoRecords().filter((l) => l.kind === "item_detail")[13]!.item as { num_iid: string }).num_iid, is_promotion: "" };
+    expect(((await refusal(() => a.answer(retailItemGet, other, "cn", true, signal))) as GatewayError).code).toBe(4017);
+    // Replica b finds a's claim still held while the answer is awaited, and waits for the entry rather than buy it.
+    const answer = await b.answer(retailItemGet, other, "cn", true, signal);
+    expect(answer.answer.found).toBe(true);
+    expect(calls).toBe(1);
+    // And on replica a, the call sent again is a hit.
+    expect((await a.answer(retailItemGet, other, "cn", true, signal)).fromCache).toBe(true);
+    expect(calls).toBe(1);
   });
 
   it("an entry lost in Redis is a miss, bought again", async () => {

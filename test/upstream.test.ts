@@ -7,6 +7,8 @@ import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { retailItemGet } from "../src/operations/retail-item-get.ts";
+import { LateAnswer } from "../src/core/catalogue-source.ts";
+import { noTelemetry } from "../src/core/telemetry.ts";
 import { UpstreamSource } from "../src/sources/upstream/upstream-source.ts";
 import { FakeUpstream, type Behaviour } from "./support/fake-upstream.ts";
 import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
@@ -309,6 +311,96 @@ describe("the response cache", () => {
     expect(stale.json.api_info).toMatch(/^today:1 /);
     clock.at += 400_000; // past the 300 s stale bound too
     expect((await get(id)).error_code).toBe("4002");
+    scripted({ kind: "normal" });
+  });
+});
+
+describe("an answer that comes after its caller's time", () => {
+  /** The gateway's `gateway_upstream_late_total` by outcome. */
+  async function lateMetric(): Promise<Record<string, number>> {
+    const text = await (await fetch(`${gw.base}/metrics`)).text();
+    const counts: Record<string, number> = {};
+    for (const m of text.matchAll(/^gateway_upstream_late_total\{[^}]*outcome="(\w+)"[^}]*\} (\d+)$/gm)) counts[m[1]!] = (counts[m[1]!] ?? 0) + Number(m[2]);
+    return counts;
+  }
+
+  it("is kept: the call sent again waits for it instead of buying the item again, and then it is a hit", async () => {
+    // Past the caller's 400 ms, within the call's 1500 ms deadline.
+    scripted({ kind: "normal", delayMs: 700 });
+    const a = await gw.newAccount();
+    const id = freshItem();
+    const before = upstream.requests.length;
+    const late = await lateMetric();
+    const call = () => legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: id });
+    const first = await call();
+    bodies.push(first.body);
+    expect(first.json.error_code).toBe("4017");
+    expect(first.json.reason).toContain("its answer is still awaited and will be kept: ask again");
+    const again = await call();
+    expect(again.json.error_code).toBe("0000");
+    expect(again.json.cache).toBe(0);
+    const hit = await call();
+    expect(hit.json).toMatchObject({ error_code: "0000", cache: 1, secache: again.json.secache });
+    expect(upstream.requests.length - before).toBe(1);
+    // The one purchase is on the row of the call told 4017, uncharged; the call that got its answer is charged and bought nothing.
+    const rows = [...(await gw.runtime.meter.query({ account: a.key, rows: 5 })).rows].reverse(); // the ledger lists the newest first
+    expect(rows.map((r) => [r.code, r.charge, r.upstreamRequests])).toEqual([
+      [4017, "uncharged", 1],
+      [0, "charged", 0],
+      [0, "charged", 0],
+    ]);
+    expect((await lateMetric()).landed).toBe((late.landed ?? 0) + 1);
+    scripted({ kind: "normal" });
+  });
+
+  it("is waited for at most one attempt's time, and an item whose answer never comes is bought again after the deadline", async () => {
+    scripted({ kind: "hang" });
+    const a = await gw.newAccount();
+    const id = freshItem();
+    const before = upstream.requests.length;
+    const late = await lateMetric();
+    const call = () => legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: id });
+    expect((await call()).json.error_code).toBe("4017");
+    const started = performance.now();
+    const waiting = await call();
+    expect(waiting.json.error_code).toBe("4017");
+    expect(waiting.json.reason).toContain("has not answered this item's request within 400 ms");
+    expect(performance.now() - started).toBeGreaterThanOrEqual(390);
+    expect(upstream.requests.length - before).toBe(1);
+    // Past the 1500 ms deadline the request is cut and counted failed; the next call buys again.
+    await expect.poll(async () => (await lateMetric()).failed ?? 0, { timeout: 5000, interval: 100 }).toBe((late.failed ?? 0) + 1);
+    scripted({ kind: "normal" });
+    expect((await call()).json.error_code).toBe("0000");
+    expect(upstream.requests.length - before).toBe(2);
+    const rows = [...(await gw.runtime.meter.query({ account: a.key, rows: 5 })).rows].reverse(); // the ledger lists the newest first
+    expect(rows.map((r) => [r.code, r.charge, r.upstreamRequests])).toEqual([
+      [4017, "uncharged", 1],
+      [4017, "uncharged", 0],
+      [0, "charged", 1],
+    ]);
+  });
+
+  it("holds at most half the provider connections: past that a timed-out request is cut at once", async () => {
+    scripted({ kind: "hang" });
+    const events: string[] = [];
+    const telemetry = { ...noTelemetry, upstreamLate: (_op: string, outcome: string) => void events.push(outcome) };
+    const source = new UpstreamSource({ url: upstream.url, catalogue: "taobao", key: upstreamKey, secret: upstreamSecret, attemptTimeoutMs: 200, deadlineMs: 60_000, connections: 4, telemetry });
+    const closed = upstream.closedConnections;
+    const outcomes = await Promise.all(
+      retailIds.slice(-3).map((id) =>
+        source.fetch(retailItemGet, { num_iid: id, is_promotion: "" }).then(
+          () => "answered",
+          (e: Error & { code?: number }) => `${e.code} ${e instanceof LateAnswer ? "late" : "cut"}`,
+        ),
+      ),
+    );
+    expect(outcomes.sort()).toEqual(["4017 cut", "4017 late", "4017 late"]);
+    expect(events).toEqual(["abandoned"]);
+    // The cut request's connection is closed at once; the two awaited stay open until the source closes.
+    await expect.poll(() => upstream.closedConnections - closed, { timeout: 2000 }).toBe(1);
+    await source.close();
+    await expect.poll(() => upstream.closedConnections - closed, { timeout: 2000 }).toBe(3);
+    await expect.poll(() => events.sort(), { timeout: 2000 }).toEqual(["abandoned", "failed", "failed"]);
     scripted({ kind: "normal" });
   });
 });

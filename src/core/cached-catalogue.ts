@@ -1,8 +1,9 @@
 import { createHash } from "node:crypto";
 import type { OperationId } from "../contract/operations.ts";
-import type { CatalogueSource, Found, NotFound, SentRequests } from "./catalogue-source.ts";
+import { LateAnswer, type CatalogueSource, type Found, type NotFound, type SentRequests } from "./catalogue-source.ts";
 import type { Args, Operation } from "./operation.ts";
 import { Doorkeeper } from "./doorkeeper.ts";
+import { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 import { GatewayError } from "./gateway-error.ts";
 import { EntryMemo, entryBytes, type CacheEntry, type ResponseCache } from "./response-cache.ts";
 import { thenMaybe, type MaybeAsync } from "./maybe-async.ts";
@@ -45,7 +46,10 @@ export interface Answered {
  * source's answer from the second time its key is asked for. Simultaneous
  * misses for one key make one source call and share its answer. When the
  * source fails and an expired answer younger than the stale bound exists,
- * that answer is served instead of the fault.
+ * that answer is served instead of the fault. A purchase whose answer comes
+ * after its caller's time (LateAnswer) is kept when it comes, and calls for
+ * its key wait on it meanwhile: an item the provider was asked for is not
+ * bought again because it answered late.
  */
 export class CachedCatalogue {
   private readonly sources: ReadonlyMap<string, CatalogueSource>;
@@ -53,6 +57,8 @@ export class CachedCatalogue {
   private readonly policy: CachePolicy;
   private readonly now: () => number;
   private readonly inFlight = new Map<string, Promise<Fetched>>();
+  /** Purchases past their caller's time whose answers are still awaited (LateAnswer), by key. */
+  private readonly landings = new Map<string, Landing>();
   private readonly doorkeeper = new Doorkeeper();
   private readonly translator: Translator | undefined;
   private readonly telemetry: Telemetry;
@@ -229,7 +235,8 @@ export class CachedCatalogue {
    * source themselves, under a claim of their own, so a replica that died holding the claim costs a wait,
    * never an answer, unless the shared cache stopped answering meanwhile: then it is refused, since the
    * holder may have bought it). A `cache=no` refresh always asks the source itself.
-   * Only the call that starts a purchase counts its requests (`sent`).
+   * A purchase whose caller was told 4017 while the provider may still answer goes on (`land`): calls for its
+   * key wait on it rather than buy it again. Only the call that starts a purchase counts its requests (`sent`).
    */
   private fetchOnce(key: string, operation: Operation, source: CatalogueSource, args: Args, useCache: boolean, trace: TraceContext | undefined, sent: SentRequests | undefined): Promise<Fetched> {
     const running = this.inFlight.get(key);
@@ -237,6 +244,8 @@ export class CachedCatalogue {
       this.telemetry.cacheEvent(operation.id, "coalesced");
       return running;
     }
+    const landing = this.landings.get(key);
+    if (landing !== undefined) return this.awaitLanding(landing, key, operation, source, args, useCache, trace, sent);
     const call = (async () => {
       // Claims keep a paid item from being bought twice; a local read needs none (and a local
       // answer may not be kept, which would leave the others waiting out the claim).
@@ -256,15 +265,14 @@ export class CachedCatalogue {
         // The shared call is not tied to the first caller's connection: others wait on it too. It carries the
         // trace of the call that started it.
         const answer = await this.bought(source, operation, args, new AbortController().signal, trace, sent);
-        // A local source's answer is kept from the second request for its key on (doorkeeper.ts).
-        const keep = source.local !== true || this.doorkeeper.seenBefore(key);
-        if (answer.found) {
-          const entry = this.store(key, operation, keep ? this.ttl(operation) : 0, { value: answer.value, reason: "", storedAt: answer.storedAt, token: answer.token });
-          return { entry, kept: keep };
+        return this.keep(key, operation, source, answer);
+      } catch (e) {
+        if (e instanceof LateAnswer && this.cache !== undefined) {
+          // The claim, where there is one, is held until the answer comes, so other replicas wait for it too.
+          this.land(key, operation, source, e, typeof claim === "function" ? claim : undefined);
+          claim = undefined;
         }
-        const storedAt = Math.floor(this.now() / 1000);
-        const token = createHash("md5").update(`${key}\u0000${storedAt}`).digest("hex");
-        return { entry: this.store(key, operation, keep ? this.policy.notFoundTtlSeconds : 0, { value: null, reason: answer.reason, storedAt, token }), kept: keep };
+        throw e;
       } finally {
         if (typeof claim === "function") await claim().catch(() => {});
       }
@@ -273,6 +281,55 @@ export class CachedCatalogue {
     const clear = () => this.inFlight.delete(key);
     call.then(clear, clear);
     return call;
+  }
+
+  /** A source's answer stored as its key's entry: kept for its time to live, or (a local answer asked for once) not. */
+  private keep(key: string, operation: Operation, source: CatalogueSource, answer: Found | NotFound): Fetched {
+    // A local source's answer is kept from the second request for its key on (doorkeeper.ts).
+    const keep = source.local !== true || this.doorkeeper.seenBefore(key);
+    if (answer.found) {
+      const entry = this.store(key, operation, keep ? this.ttl(operation) : 0, { value: answer.value, reason: "", storedAt: answer.storedAt, token: answer.token });
+      return { entry, kept: keep };
+    }
+    const storedAt = Math.floor(this.now() / 1000);
+    const token = createHash("md5").update(`${key}\u0000${storedAt}`).digest("hex");
+    return { entry: this.store(key, operation, keep ? this.policy.notFoundTtlSeconds : 0, { value: null, reason: answer.reason, storedAt, token }), kept: keep };
+  }
+
+  /** A late purchase's answer awaited under its key: stored when it comes; the claim released once it has come or failed. */
+  private land(key: string, operation: Operation, source: CatalogueSource, late: LateAnswer, release: (() => Promise<void>) | undefined): void {
+    const landing: Landing = {
+      fetched: late.landing.then((answer) => (answer === undefined ? undefined : this.keep(key, operation, source, answer))).catch(() => undefined),
+      waitMs: late.waitMs,
+    };
+    this.landings.set(key, landing);
+    void landing.fetched.finally(async () => {
+      if (this.landings.get(key) === landing) this.landings.delete(key);
+      await release?.().catch(() => {});
+    });
+  }
+
+  /**
+   * A call for a key whose purchase is answering late: its answer if it comes within the wait a source gives one
+   * attempt (coalesced: this call buys nothing), 4017 if not. If the purchase fails meanwhile, this call buys anew.
+   */
+  private async awaitLanding(
+    landing: Landing,
+    key: string,
+    operation: Operation,
+    source: CatalogueSource,
+    args: Args,
+    useCache: boolean,
+    trace: TraceContext | undefined,
+    sent: SentRequests | undefined,
+  ): Promise<Fetched> {
+    let timer: NodeJS.Timeout | undefined;
+    const waited = new Promise<"waited">((resolve) => (timer = setTimeout(resolve, landing.waitMs, "waited")));
+    const fetched = await Promise.race([landing.fetched, waited]).finally(() => clearTimeout(timer));
+    if (fetched === "waited") throw new GatewayError(ErrorCode.TIMEOUT, `the upstream provider has not answered this item's request within ${landing.waitMs} ms; its answer is still awaited and will be kept: ask again`);
+    if (fetched === undefined) return this.fetchOnce(key, operation, source, args, useCache, trace, sent);
+    this.telemetry.cacheEvent(operation.id, "coalesced");
+    return fetched;
   }
 
   /**
@@ -338,4 +395,10 @@ export class CachedCatalogue {
 interface Fetched {
   readonly entry: CacheEntry;
   readonly kept: boolean;
+}
+
+/** A purchase answering late: its entry when it comes (undefined if it fails), and how long one call waits for it. */
+interface Landing {
+  readonly fetched: Promise<Fetched | undefined>;
+  readonly waitMs: number;
 }

@@ -1,3 +1,5 @@
+import { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
+import { GatewayError } from "./gateway-error.ts";
 import type { Args, Operation } from "./operation.ts";
 import type { TraceContext } from "./trace-context.ts";
 
@@ -27,10 +29,30 @@ export interface NotFound {
 }
 
 /**
+ * A source's timeout (4017) whose request is still open: the provider was
+ * asked, may have billed it, and has not answered in the caller's time.
+ * `landing` is its answer if one still comes (undefined for a fault, or
+ * nothing by the source's own bound); the cache keeps it, so the item is
+ * not bought again, and a call that asks for it meanwhile waits on it, for
+ * at most `waitMs`, instead of buying it again.
+ */
+export class LateAnswer extends GatewayError {
+  readonly landing: Promise<Found | NotFound | undefined>;
+  readonly waitMs: number;
+
+  constructor(reason: string, landing: Promise<Found | NotFound | undefined>, waitMs: number) {
+    super(ErrorCode.TIMEOUT, reason);
+    this.landing = landing;
+    this.waitMs = waitMs;
+  }
+}
+
+/**
  * Where product data comes from: the embedded catalogue or an upstream
  * provider. A source answers any operation from what the operation's
  * descriptor says; it throws GatewayError for faults (network, timeout,
- * target server) and answers NotFound for a real "no result".
+ * target server; LateAnswer for a timeout whose answer may still come) and
+ * answers NotFound for a real "no result".
  */
 export interface CatalogueSource {
   /** Reported as the `_ddf` marker. */

@@ -40,6 +40,12 @@ export interface Telemetry {
    * `error`; `sent`: the requests it sent that may have reached the provider (as the ledger's `upstream_requests`).
    */
   upstreamRequest(operation: string, outcome: string, seconds: number, sent: number): void;
+  /**
+   * A request to the upstream provider still unanswered when its caller was told 4017 (LateAnswer), by what became
+   * of it: its answer came before the call's deadline (`landed`), a fault or nothing came (`failed`), or it was
+   * cut at once, with no room to wait for it (`abandoned`).
+   */
+  upstreamLate(operation: string, outcome: "landed" | "failed" | "abandoned"): void;
   circuitChanged(catalogue: string, open: boolean): void;
   /** Spans of the gateway's own taken by the collector (`exported`), refused by it in a partial success (`rejected`), or lost (`dropped`: a full queue, a collector that refused the batch or did not answer). */
   spans(outcome: "exported" | "rejected" | "dropped", n: number): void;
@@ -61,6 +67,7 @@ export const noTelemetry: Telemetry = {
   cacheEvent() {},
   idempotencyKey() {},
   upstreamRequest() {},
+  upstreamLate() {},
   circuitChanged() {},
   spans() {},
   alertAttempt() {},

@@ -12,7 +12,7 @@ import {
 import { hash } from "node:crypto";
 import { Pool, type Dispatcher } from "undici";
 import { isObject, readLegacyMessage } from "../../catalogue/legacy-message.ts";
-import type { CatalogueSource, Found, NotFound, SentRequests } from "../../core/catalogue-source.ts";
+import { LateAnswer, type CatalogueSource, type Found, type NotFound, type SentRequests } from "../../core/catalogue-source.ts";
 import type { Args, Operation } from "../../core/operation.ts";
 import type { TraceContext } from "../../core/trace-context.ts";
 import { formatDateTime } from "../../core/clock.ts";
@@ -46,7 +46,7 @@ export interface UpstreamOptions {
   readonly breakerMinimumRps: number;
   /** How long an open breaker answers 4002 at once before a probe goes through. */
   readonly breakerHalfOpenAfterMs: number;
-  /** Keep-alive connections to the provider. */
+  /** Keep-alive connections to the provider; at most half of them wait for answers their callers stopped waiting for. */
   readonly connections: number;
   /** Largest answer read, in bytes: past it the answer is 4002 and its connection is dropped. */
   readonly maxBodyBytes: number;
@@ -128,6 +128,8 @@ export class UpstreamSource implements CatalogueSource {
   private readonly base: URL;
   private readonly policy: IPolicy;
   private readonly budget: RetryBudget;
+  /** Requests whose callers stopped waiting, still awaited for their answers: each one's way to cut it. */
+  private readonly late = new Set<AbortController>();
 
   constructor(options: Partial<UpstreamOptions> & Pick<UpstreamOptions, "url" | "catalogue" | "key" | "secret">) {
     this.options = { ...defaultUpstreamOptions, ...options };
@@ -179,8 +181,12 @@ export class UpstreamSource implements CatalogueSource {
     }
   }
 
-  private async read(operation: Operation, args: Args, trace: TraceContext | undefined, sent: SentRequests | undefined): Promise<Found | NotFound> {
-    const body = await this.call(operation.apiName, operation.upstreamArgs(args), trace, sent);
+  private read(operation: Operation, args: Args, trace: TraceContext | undefined, sent: SentRequests | undefined): Promise<Found | NotFound> {
+    return this.call(operation, operation.upstreamArgs(args), trace, sent, (body) => this.answerOf(operation, args, body));
+  }
+
+  /** The provider's answer read against the operation's contract. */
+  private answerOf(operation: Operation, args: Args, body: Record<string, unknown> | "not-found"): Found | NotFound {
     if (body === "not-found") return { found: false, reason: operation.notFound(args) };
     const { message, list } = operation.item;
     const item = body.item;
@@ -195,7 +201,9 @@ export class UpstreamSource implements CatalogueSource {
     return this.found(value, [operation.id, ...operation.args.map((a) => args[a.name] ?? "")].join("\u0000"));
   }
 
+  /** Stops waiting for late answers (no caller waits for them, and the cache they would fill is closing too), then closes the pool. */
   async close(): Promise<void> {
+    for (const abandon of this.late) abandon.abort();
     await this.pool.close();
   }
 
@@ -204,8 +212,14 @@ export class UpstreamSource implements CatalogueSource {
     return { found: true, value, storedAt, token: hash("md5", `${this.options.catalogue}\u0000${id}\u0000${storedAt}`) };
   }
 
-  /** One upstream call under the deadline, retry and breaker policies. */
-  private async call(apiName: string, args: Record<string, string>, trace: TraceContext | undefined, sent: SentRequests | undefined): Promise<Record<string, unknown> | "not-found"> {
+  /** One upstream call under the deadline, retry and breaker policies; `answerOf` reads the provider's answer. */
+  private async call(
+    operation: Operation,
+    args: Record<string, string>,
+    trace: TraceContext | undefined,
+    sent: SentRequests | undefined,
+    answerOf: (body: Record<string, unknown> | "not-found") => Found | NotFound,
+  ): Promise<Found | NotFound> {
     this.budget.earn();
     const deadline = AbortSignal.timeout(this.options.deadlineMs);
     const headers: Record<string, string> = { "accept-encoding": "identity" };
@@ -214,7 +228,7 @@ export class UpstreamSource implements CatalogueSource {
       if (trace.tracestate !== undefined) headers.tracestate = trace.tracestate;
     }
     try {
-      return await this.policy.execute(() => this.attempt(apiName, args, deadline, headers, sent), deadline);
+      return await this.policy.execute(() => this.attempt(operation, args, deadline, headers, sent, answerOf), deadline);
     } catch (e) {
       if (e instanceof GatewayError) throw e;
       if (e instanceof BrokenCircuitError) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, circuitOpen);
@@ -236,13 +250,69 @@ export class UpstreamSource implements CatalogueSource {
   }
 
   /**
-   * One request to the provider. It is counted in `sent` once it may have
-   * reached the provider: when an answer came, or when it failed in any way
-   * but a connection that was never made (refused, a name or a route not
-   * found, a connect timeout), which the provider cannot bill.
+   * One request to the provider, under the whole call's deadline. Its caller
+   * waits for it at most `attemptTimeoutMs` (4017 past it), but the request
+   * is not cut there: the provider may have acted on it and billed it, so
+   * its answer is still awaited until the call's deadline and handed on as a
+   * `LateAnswer`, for the cache to keep (at most half the pool's connections
+   * wait so; past that, and past the deadline, the request is cut as it
+   * times out). It is counted in `sent` once it may have reached the
+   * provider: when its caller's wait ended, when an answer came, or when it
+   * failed in any way but a connection that was never made (refused, a name
+   * or a route not found, a connect timeout), which the provider cannot bill.
    */
-  private async attempt(apiName: string, args: Record<string, string>, deadline: AbortSignal, headers: Record<string, string>, sent: SentRequests | undefined): Promise<Record<string, unknown> | "not-found"> {
-    const signal = AbortSignal.any([deadline, AbortSignal.timeout(this.options.attemptTimeoutMs)]);
+  private async attempt(
+    operation: Operation,
+    args: Record<string, string>,
+    deadline: AbortSignal,
+    headers: Record<string, string>,
+    sent: SentRequests | undefined,
+    answerOf: (body: Record<string, unknown> | "not-found") => Found | NotFound,
+  ): Promise<Found | NotFound> {
+    const abandon = new AbortController();
+    let counted = false;
+    const count = (mayHaveReached: boolean) => {
+      if (counted || !mayHaveReached) return;
+      counted = true;
+      if (sent !== undefined) sent.count++;
+    };
+    const exchange = this.exchange(operation.apiName, args, AbortSignal.any([deadline, abandon.signal]), headers, count).then(answerOf);
+    let timer: NodeJS.Timeout | undefined;
+    const waited = new Promise<"waited">((resolve) => (timer = setTimeout(resolve, this.options.attemptTimeoutMs, "waited")));
+    const first = await Promise.race([exchange, waited]).finally(() => clearTimeout(timer));
+    if (first !== "waited") return first;
+    // The caller's time is up; the request's may not be.
+    count(true);
+    const timedOut = `the upstream provider did not answer within ${this.options.attemptTimeoutMs} ms`;
+    if (deadline.aborted || this.late.size >= Math.max(1, Math.floor(this.options.connections / 2))) {
+      abandon.abort();
+      exchange.catch(() => {});
+      this.options.telemetry.upstreamLate(operation.id, "abandoned");
+      throw new GatewayError(ErrorCode.TIMEOUT, timedOut);
+    }
+    this.late.add(abandon);
+    const landing = exchange.then(
+      (answer) => {
+        this.options.telemetry.upstreamLate(operation.id, "landed");
+        return answer;
+      },
+      () => {
+        this.options.telemetry.upstreamLate(operation.id, "failed");
+        return undefined;
+      },
+    );
+    void landing.finally(() => this.late.delete(abandon));
+    throw new LateAnswer(`${timedOut}; its answer is still awaited and will be kept: ask again`, landing, this.options.attemptTimeoutMs);
+  }
+
+  /** The request itself: the provider's answer, or the fault it ends in (as its code). */
+  private async exchange(
+    apiName: string,
+    args: Record<string, string>,
+    signal: AbortSignal,
+    headers: Record<string, string>,
+    count: (mayHaveReached: boolean) => void,
+  ): Promise<Record<string, unknown> | "not-found"> {
     let status: number;
     let text: string;
     let mayHaveReached = true;
@@ -255,7 +325,7 @@ export class UpstreamSource implements CatalogueSource {
       mayHaveReached = !neverSent.has((e as { code?: string }).code ?? "");
       throw this.fault(e, signal);
     } finally {
-      if (sent !== undefined && mayHaveReached) sent.count++;
+      count(mayHaveReached);
     }
     if (status === 502 || status === 503 || status === 504) throw new RetryableFault(ErrorCode.TARGET_SERVER_ERROR, `the upstream answered HTTP ${status}`);
     if (status >= 500) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, `the upstream answered HTTP ${status}`);

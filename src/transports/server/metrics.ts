@@ -198,6 +198,12 @@ export class PrometheusTelemetry implements Telemetry {
   });
   private readonly upstream = new Counter({ name: "gateway_upstream_requests_total", help: "Calls to the upstream provider, retries included, by outcome: ok, not_found, timeout, circuit_open, error.", labelNames: ["operation", "outcome"], registers: [this.registry] });
   private readonly upstreamSent = new Counter({ name: "gateway_upstream_sent_total", help: "Requests sent to the upstream provider, retries included, each once it may have reached it (not a refused or never-made connection): what the provider may bill, as the ledger's upstream_requests sums it.", labelNames: ["operation"], registers: [this.registry] });
+  private readonly lateRequests = new Counter({
+    name: "gateway_upstream_late_total",
+    help: "Requests to the upstream provider still unanswered when their caller was told 4017, by what became of them: landed (the answer came before the call's deadline and was kept, so the item is not bought again), failed (a fault, or nothing by the deadline), abandoned (cut at once: half the provider connections were already waiting so).",
+    labelNames: ["operation", "outcome"],
+    registers: [this.registry],
+  });
   private readonly upstreamSeconds = new Histogram({ name: "gateway_upstream_duration_seconds", help: "Time of each call to the upstream provider, retries included.", labelNames: ["operation"], buckets: latencyBuckets, registers: [this.registry] });
   private readonly circuit = new Gauge({ name: "gateway_circuit_open", help: "1 while the upstream circuit breaker of a catalogue is open (calls answered 4002 at once).", labelNames: ["catalogue"], registers: [this.registry] });
   private readonly commitSeconds = new Histogram({ name: "gateway_ledger_commit_seconds", help: "Time of each group commit of the usage ledger.", buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1], registers: [this.registry] });
@@ -450,6 +456,10 @@ export class PrometheusTelemetry implements Telemetry {
     this.upstream.labels(operation, outcome).inc();
     if (sent > 0) this.upstreamSent.labels(operation).inc(sent);
     this.upstreamSeconds.labels(operation).observe(seconds);
+  }
+
+  upstreamLate(operation: string, outcome: "landed" | "failed" | "abandoned"): void {
+    this.lateRequests.labels(operation, outcome).inc();
   }
 
   circuitChanged(catalogue: string, open: boolean): void {
