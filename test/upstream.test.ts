@@ -380,6 +380,26 @@ describe("an answer that comes after its caller's time", () => {
     ]);
   });
 
+  it("cuts a request still queued for a connection when its caller's time is up, and counts it not: it never reached the provider", async () => {
+    scripted({ kind: "hang" });
+    // One connection: the first request holds it while its answer is awaited, and the second queues behind it.
+    const source = new UpstreamSource({ url: upstream.url, catalogue: "taobao", key: upstreamKey, secret: upstreamSecret, attemptTimeoutMs: 200, deadlineMs: 60_000, connections: 1 });
+    const before = upstream.requests.length;
+    const [sentA, sentB] = [{ count: 0 }, { count: 0 }];
+    const ask = (id: string, sent: { count: number }) => source.fetch(retailItemGet, { num_iid: id, is_promotion: "" }, undefined, undefined, sent).then(() => undefined, (e: Error & { code?: number }) => e);
+    const first = await ask(retailIds.at(-4)!, sentA);
+    expect(first).toBeInstanceOf(LateAnswer);
+    expect(sentA.count).toBe(1);
+    const second = await ask(retailIds.at(-5)!, sentB);
+    expect(second).not.toBeInstanceOf(LateAnswer);
+    expect([second?.code, second?.message]).toEqual([4017, "no connection to the upstream provider was free or could be opened within 200 ms; nothing was sent"]);
+    expect(sentB.count).toBe(0);
+    await source.close();
+    await new Promise((r) => setTimeout(r, 200));
+    expect(upstream.requests.length - before).toBe(1);
+    scripted({ kind: "normal" });
+  });
+
   it("holds at most half the provider connections: past that a timed-out request is cut at once", async () => {
     scripted({ kind: "hang" });
     const events: string[] = [];

@@ -10,6 +10,8 @@ import {
   type IPolicy,
 } from "cockatiel";
 import { hash } from "node:crypto";
+import type { IncomingHttpHeaders } from "node:http";
+import type { Duplex } from "node:stream";
 import { Pool, type Dispatcher } from "undici";
 import { isObject, readLegacyMessage } from "../../catalogue/legacy-message.ts";
 import { LateAnswer, type CatalogueSource, type Found, type NotFound, type SentRequests } from "../../core/catalogue-source.ts";
@@ -108,8 +110,58 @@ class RetryBudget {
 
 const connectFaults = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "UND_ERR_SOCKET", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
 const timeoutFaults = new Set(["UND_ERR_CONNECT_TIMEOUT", "UND_ERR_HEADERS_TIMEOUT", "UND_ERR_BODY_TIMEOUT"]);
-/** Faults of a request whose connection was never made: nothing reached the provider, so nothing it can bill. */
-const neverSent = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "UND_ERR_CONNECT_TIMEOUT"]);
+
+/** Where a request names what to call once undici has written it to a connection (`Written`). */
+const onWritten = Symbol("onWritten");
+
+/**
+ * A request's handler that also says when undici has written the request
+ * to a connection: from then on it may have reached the provider, and the
+ * provider may bill it. A request never written (its connection refused or
+ * never made, or cut while it queued for one) cannot be billed.
+ */
+class Written implements Dispatcher.DispatchHandler {
+  private readonly handler: Dispatcher.DispatchHandler;
+  private readonly written: () => void;
+
+  constructor(handler: Dispatcher.DispatchHandler, written: () => void) {
+    this.handler = handler;
+    this.written = written;
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController, context: unknown): void {
+    this.handler.onRequestStart?.(controller, context);
+  }
+
+  onRequestSent(): void {
+    this.written();
+    this.handler.onRequestSent?.();
+  }
+
+  onRequestUpgrade(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders, socket: Duplex): void {
+    this.handler.onRequestUpgrade?.(controller, statusCode, headers, socket);
+  }
+
+  onResponseStarted(): void {
+    this.handler.onResponseStarted?.();
+  }
+
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders, statusMessage?: string): void {
+    this.handler.onResponseStart?.(controller, statusCode, headers, statusMessage);
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    this.handler.onResponseData?.(controller, chunk);
+  }
+
+  onResponseEnd(controller: Dispatcher.DispatchController, trailers: IncomingHttpHeaders): void {
+    this.handler.onResponseEnd?.(controller, trailers);
+  }
+
+  onResponseError(controller: Dispatcher.DispatchController, error: Error): void {
+    this.handler.onResponseError?.(controller, error);
+  }
+}
 
 /**
  * A catalogue source that asks a paid upstream provider speaking the legacy
@@ -125,6 +177,8 @@ export class UpstreamSource implements CatalogueSource {
   readonly label = "upstream";
   private readonly options: UpstreamOptions;
   private readonly pool: Pool;
+  /** The pool, with each request's `onWritten` told when it is written. */
+  private readonly dispatcher: Dispatcher;
   private readonly base: URL;
   private readonly policy: IPolicy;
   private readonly budget: RetryBudget;
@@ -135,6 +189,10 @@ export class UpstreamSource implements CatalogueSource {
     this.options = { ...defaultUpstreamOptions, ...options };
     this.base = new URL(this.options.url);
     this.pool = new Pool(this.base.origin, { connections: this.options.connections, keepAliveTimeout: 30_000, connectTimeout: this.options.attemptTimeoutMs });
+    this.dispatcher = this.pool.compose((dispatch) => (opts, handler) => {
+      const written = (opts as { [onWritten]?: () => void })[onWritten];
+      return dispatch(opts, written === undefined ? handler : new Written(handler, written));
+    });
     this.budget = new RetryBudget(this.options.retryBudget);
     const retrying = retry(
       handleWhen((e) => e instanceof RetryableFault && this.budget.spend()),
@@ -256,10 +314,10 @@ export class UpstreamSource implements CatalogueSource {
    * its answer is still awaited until the call's deadline and handed on as a
    * `LateAnswer`, for the cache to keep (at most half the pool's connections
    * wait so; past that, and past the deadline, the request is cut as it
-   * times out). It is counted in `sent` once it may have reached the
-   * provider: when its caller's wait ended, when an answer came, or when it
-   * failed in any way but a connection that was never made (refused, a name
-   * or a route not found, a connect timeout), which the provider cannot bill.
+   * times out). It is counted in `sent` once undici has written it to a
+   * connection (`Written`): from then on it may have reached the provider. A
+   * request not yet written when its caller's time is up (queued for a
+   * connection, or one still opening) is cut then, and never counted.
    */
   private async attempt(
     operation: Operation,
@@ -270,20 +328,23 @@ export class UpstreamSource implements CatalogueSource {
     answerOf: (body: Record<string, unknown> | "not-found") => Found | NotFound,
   ): Promise<Found | NotFound> {
     const abandon = new AbortController();
-    let counted = false;
-    const count = (mayHaveReached: boolean) => {
-      if (counted || !mayHaveReached) return;
-      counted = true;
+    let written = false;
+    const exchange = this.exchange(operation.apiName, args, AbortSignal.any([deadline, abandon.signal]), headers, () => {
+      written = true;
       if (sent !== undefined) sent.count++;
-    };
-    const exchange = this.exchange(operation.apiName, args, AbortSignal.any([deadline, abandon.signal]), headers, count).then(answerOf);
+    }).then(answerOf);
     let timer: NodeJS.Timeout | undefined;
     const waited = new Promise<"waited">((resolve) => (timer = setTimeout(resolve, this.options.attemptTimeoutMs, "waited")));
     const first = await Promise.race([exchange, waited]).finally(() => clearTimeout(timer));
     if (first !== "waited") return first;
     // The caller's time is up; the request's may not be.
-    count(true);
-    const timedOut = `the upstream provider did not answer within ${this.options.attemptTimeoutMs} ms`;
+    const ms = this.options.attemptTimeoutMs;
+    if (!written) {
+      abandon.abort();
+      exchange.catch(() => {});
+      throw new GatewayError(ErrorCode.TIMEOUT, `no connection to the upstream provider was free or could be opened within ${ms} ms; nothing was sent`);
+    }
+    const timedOut = `the upstream provider did not answer within ${ms} ms`;
     if (deadline.aborted || this.late.size >= Math.max(1, Math.floor(this.options.connections / 2))) {
       abandon.abort();
       exchange.catch(() => {});
@@ -302,30 +363,27 @@ export class UpstreamSource implements CatalogueSource {
       },
     );
     void landing.finally(() => this.late.delete(abandon));
-    throw new LateAnswer(`${timedOut}; its answer is still awaited and will be kept: ask again`, landing, this.options.attemptTimeoutMs);
+    throw new LateAnswer(`${timedOut}; its answer is still awaited and will be kept: ask again`, landing, ms);
   }
 
-  /** The request itself: the provider's answer, or the fault it ends in (as its code). */
+  /** The request itself: the provider's answer, or the fault it ends in (as its code); `written` is called once it is written. */
   private async exchange(
     apiName: string,
     args: Record<string, string>,
     signal: AbortSignal,
     headers: Record<string, string>,
-    count: (mayHaveReached: boolean) => void,
+    written: () => void,
   ): Promise<Record<string, unknown> | "not-found"> {
     let status: number;
     let text: string;
-    let mayHaveReached = true;
     try {
-      const res = await this.pool.request({ method: "GET", path: this.url(apiName, args), signal, headers });
+      const request: Dispatcher.RequestOptions & { [onWritten]: () => void } = { method: "GET", path: this.url(apiName, args), signal, headers, [onWritten]: written };
+      const res = await this.dispatcher.request(request);
       status = res.statusCode;
       text = await this.readBody(res.body);
     } catch (e) {
       if (e instanceof GatewayError) throw e;
-      mayHaveReached = !neverSent.has((e as { code?: string }).code ?? "");
       throw this.fault(e, signal);
-    } finally {
-      count(mayHaveReached);
     }
     if (status === 502 || status === 503 || status === 504) throw new RetryableFault(ErrorCode.TARGET_SERVER_ERROR, `the upstream answered HTTP ${status}`);
     if (status >= 500) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, `the upstream answered HTTP ${status}`);

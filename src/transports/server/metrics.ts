@@ -197,7 +197,7 @@ export class PrometheusTelemetry implements Telemetry {
     registers: [this.registry],
   });
   private readonly upstream = new Counter({ name: "gateway_upstream_requests_total", help: "Calls to the upstream provider, retries included, by outcome: ok, not_found, timeout, circuit_open, error.", labelNames: ["operation", "outcome"], registers: [this.registry] });
-  private readonly upstreamSent = new Counter({ name: "gateway_upstream_sent_total", help: "Requests sent to the upstream provider, retries included, each once it may have reached it (not a refused or never-made connection): what the provider may bill, as the ledger's upstream_requests sums it.", labelNames: ["operation"], registers: [this.registry] });
+  private readonly upstreamSent = new Counter({ name: "gateway_upstream_sent_total", help: "Requests sent to the upstream provider, retries included, each once it was written to a connection (not one refused or never made, nor one still queued for a connection when its caller's time was up): what the provider may bill, as the ledger's upstream_requests sums it.", labelNames: ["operation"], registers: [this.registry] });
   private readonly lateRequests = new Counter({
     name: "gateway_upstream_late_total",
     help: "Requests to the upstream provider still unanswered when their caller was told 4017, by what became of them: landed (the answer came before the call's deadline and was kept, so the item is not bought again), failed (a fault, or nothing by the deadline), abandoned (cut at once: half the provider connections were already waiting so).",
