@@ -185,6 +185,7 @@ export const settings = {
   upstreamSigning: oneOf("GATEWAY_UPSTREAM_SIGNING", upstream.signing, ["plain", "md5"], "`plain` (send the secret) or `md5` (dateline and sign)"),
   upstreamTimeoutMs: whole("GATEWAY_UPSTREAM_TIMEOUT_MS", upstream.attemptTimeoutMs, ms(1), "milliseconds", "one attempt's limit (4017 past it)"),
   upstreamDeadlineMs: whole("GATEWAY_UPSTREAM_DEADLINE_MS", upstream.deadlineMs, ms(1), "milliseconds", "a whole upstream call's limit, retries included"),
+  upstreamConnections: whole("GATEWAY_UPSTREAM_CONNECTIONS", upstream.connections, [1, 4096], "connections", "keep-alive connections to the upstream provider, per catalogue: calls beyond them queue; set it to the provider's limit on the gateway's calls in flight (its 4008 past it). At most half wait for late answers"),
   upstreamMaxBodyBytes: whole("GATEWAY_UPSTREAM_MAX_BODY_BYTES", upstream.maxBodyBytes, [1024, 1 << 30], "bytes", "largest answer read from the upstream provider; past it 4002, uncharged, and the connection is dropped"),
   upstreamCatalogues: text("GATEWAY_UPSTREAM_CATALOGUES", "retail=taobao,wholesale=1688", "the provider's names for our catalogues"),
   sources: text("GATEWAY_SOURCES", "", "source per catalogue, e.g. `retail=upstream,wholesale=embedded`", { shown: "upstream if a URL is set, else embedded" }),

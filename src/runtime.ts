@@ -433,6 +433,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
       attemptTimeoutMs: config.upstreamTimeoutMs,
       deadlineMs: config.upstreamDeadlineMs,
       maxBodyBytes: config.upstreamMaxBodyBytes,
+      connections: config.upstreamConnections,
       timeZone: config.timeZone,
       now: () => clock.now(),
       label: name,

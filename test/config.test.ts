@@ -63,6 +63,7 @@ describe("configuration", () => {
     expect(defaultConfig.ledgerCommitMs).toBe(defaultMeterOptions.commitIntervalMs);
     expect(defaultConfig.minFreeMb * 1_048_576).toBe(defaultMeterOptions.minFreeBytes);
     expect(defaultConfig.upstreamTimeoutMs).toBe(defaultUpstreamOptions.attemptTimeoutMs);
+    expect(defaultConfig.upstreamConnections).toBe(defaultUpstreamOptions.connections);
     expect(defaultConfig.cacheNotFoundTtlSeconds).toBe(defaultCachePolicy.notFoundTtlSeconds);
     expect(defaultConfig.maxHeaderBytes).toBe(defaultAppSettings.limits.maxHeaderBytes);
     expect(defaultConfig.maxBodyBytes).toBe(defaultAppSettings.maxBodyBytes);

@@ -84,6 +84,10 @@ describe("the Prometheus alerting rules", () => {
             { series: `gateway_redis_up{${labels}}`, values: "1 1 1 0x5 1x20" },
             // The clock 70 s ahead of PostgreSQL's from minute 2 (an NTP daemon stopped), back in step at minute 20.
             { series: `gateway_clock_offset_seconds{${labels}}`, values: "0.002 0.001 70x17 0.003x10" },
+            // The provider refuses the gateway's account for its balance from minute 3 (3 calls a minute), topped up at minute 6.
+            { series: `gateway_upstream_refused_total{${labels}, operation="retail/item_get", code="4016"}`, values: "0 0 0 3 6 9 12x30" },
+            // And holds 20 calls a minute back for its limit on them throughout.
+            { series: `gateway_upstream_refused_total{${labels}, operation="retail/item_get", code="4008"}`, values: "0+20x30" },
           ],
           alert_rule_test: [
             { eval_time: "5m", alertname: "GatewayDiskLow", exp_alerts: [] },
@@ -94,6 +98,11 @@ describe("the Prometheus alerting rules", () => {
             { eval_time: "61m", alertname: "GatewayTlsCertificateExpiringSoon", exp_alerts: [] },
             { eval_time: "4m", alertname: "GatewayUpstreamCircuitOpen", exp_alerts: [] },
             { eval_time: "8m", alertname: "GatewayUpstreamCircuitOpen", exp_alerts: fires("GatewayUpstreamCircuitOpen", { severity: "critical", instance: "gw-1:8080", catalogue: "retail" }, "The upstream provider of retail has been failing for 5 minutes") },
+            { eval_time: "4m", alertname: "GatewayUpstreamAccountRefused", exp_alerts: [] },
+            { eval_time: "6m", alertname: "GatewayUpstreamAccountRefused", exp_alerts: fires("GatewayUpstreamAccountRefused", { severity: "critical", instance: "gw-1:8080", code: "4016" }, "The upstream provider refuses gateway gw-1:8080's own account (its code 4016)") },
+            { eval_time: "13m", alertname: "GatewayUpstreamAccountRefused", exp_alerts: [] },
+            { eval_time: "10m", alertname: "GatewayUpstreamHoldingBack", exp_alerts: [] },
+            { eval_time: "13m", alertname: "GatewayUpstreamHoldingBack", exp_alerts: fires("GatewayUpstreamHoldingBack", { severity: "warning", instance: "gw-1:8080", code: "4008" }, "The upstream provider holds gateway gw-1:8080's calls back (its code 4008)") },
             { eval_time: "2m", alertname: "GatewayCallsChargedUnanswered", exp_alerts: [] },
             { eval_time: "3m", alertname: "GatewayCallsChargedUnanswered", exp_alerts: fires("GatewayCallsChargedUnanswered", { severity: "warning", outcome: "landed_late", ...gw1 }, "Gateway gw-1:8080 told calls 4000 that its ledger then showed charged") },
             { eval_time: "70m", alertname: "GatewayCallsChargedUnanswered", exp_alerts: [] },

@@ -118,6 +118,7 @@ describe("the upstream source", () => {
     ["0000 without its item", { kind: "zero-without-item" }, "4002"],
     ["its own 4005", { kind: "code", code: "4005", reason: `bad key ${upstreamKey}` }, "4002"],
     ["its own 4013", { kind: "code", code: "4013" }, "4002"],
+    ["its own 4008 (retried)", { kind: "code", code: "4008" }, "4002"],
     ["its own 5000", { kind: "code", code: "5000" }, "4002"],
     ["a reset connection", { kind: "reset" }, "4001"],
   ] as [string, Behaviour, string][])("maps %s to %s, uncharged", async (_name, behaviour, code) => {
@@ -138,6 +139,38 @@ describe("the upstream source", () => {
     // And the metric an operator graphs counts the same.
     expect((await sentMetric()) - metered).toBe(row?.upstreamRequests);
     scripted({ kind: "normal" });
+  });
+
+  it("tries again a provider holding the gateway's calls back (its 4008, 4009), not one refusing its account, and counts each by its code", async () => {
+    const refused: string[] = [];
+    const outcomes: string[] = [];
+    const telemetry = { ...noTelemetry, upstreamRefused: (_op: string, code: string) => void refused.push(code), upstreamRequest: (_op: string, outcome: string) => void outcomes.push(outcome) };
+    const source = new UpstreamSource({ url: upstream.url, catalogue: "taobao", key: upstreamKey, secret: upstreamSecret, breakerMinimumRps: 1e9, telemetry });
+    const ask = (sent: { count: number }) => source.fetch(retailItemGet, { num_iid: demo.retailNumIid, is_promotion: "" }, undefined, undefined, sent).then((a) => a.found, (e: Error & { code?: number }) => `${e.code} ${e.message}`);
+    // Held back once for each reason, then answered: the call gets its item, having sent three requests.
+    let n = 0;
+    upstream.script = () => (++n === 1 ? { kind: "code", code: "4008" } : n === 2 ? { kind: "code", code: "4009" } : { kind: "normal" });
+    const held = { count: 0 };
+    expect(await ask(held)).toBe(true);
+    expect([held.count, refused, outcomes]).toEqual([3, ["4008", "4009"], ["ok"]]);
+    // Its balance spent: refused at once, not tried again.
+    scripted({ kind: "code", code: "4016" });
+    const spent = { count: 0 };
+    expect(await ask(spent)).toBe("4002 the upstream provider refused the gateway's call (its code 4016); the operator must check the upstream account");
+    expect([spent.count, refused.at(-1), outcomes.at(-1)]).toEqual([1, "4016", "refused"]);
+    // Held back past the retries: 4002, saying so.
+    scripted({ kind: "code", code: "4008" });
+    expect(await ask({ count: 0 })).toBe("4002 the upstream provider is holding the gateway's calls back (its code 4008: its limit on the gateway's calls); ask again shortly");
+    await source.close();
+    scripted({ kind: "normal" });
+    // A gateway exports the same counts.
+    const a = await gw.newAccount();
+    scripted({ kind: "code", code: "4016" });
+    await legacyGet(gw.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: freshItem() });
+    scripted({ kind: "normal" });
+    const text = await (await fetch(`${gw.base}/metrics`)).text();
+    expect(text).toMatch(/^gateway_upstream_refused_total\{operation="retail\/item_get",code="4016"\} [1-9]\d*$/m);
+    expect(text).toMatch(/^gateway_upstream_requests_total\{operation="retail\/item_get",outcome="refused"\} [1-9]\d*$/m);
   });
 
   it("answers the provider's 2000 as a charged 2000", async () => {
@@ -437,7 +470,7 @@ describe("the gateway's provider credentials", () => {
 });
 
 describe("configured as the README says", () => {
-  it("a gateway started with GATEWAY_UPSTREAM_* serves from the provider", async () => {
+  it("a gateway started with GATEWAY_UPSTREAM_* serves from the provider, over as many connections as it is given", async () => {
     const { spawn } = await import("node:child_process");
     const { mkdtempSync, rmSync } = await import("node:fs");
     const { tmpdir } = await import("node:os");
@@ -447,7 +480,7 @@ describe("configured as the README says", () => {
     const dir = mkdtempSync(join(tmpdir(), "gateway-upstream-"));
     const child = spawn(process.execPath, [join(root, "bin", "gateway.js"), "serve", "--demo"], {
       cwd: root,
-      env: { ...process.env, GATEWAY_DATA_DIR: dir, GATEWAY_PORT: "0", GATEWAY_UPSTREAM_URL: upstream.url, GATEWAY_UPSTREAM_KEY: upstreamKey, GATEWAY_UPSTREAM_SECRET: upstreamSecret, GATEWAY_UPSTREAM_TIMEOUT_MS: "3000" },
+      env: { ...process.env, GATEWAY_DATA_DIR: dir, GATEWAY_PORT: "0", GATEWAY_UPSTREAM_URL: upstream.url, GATEWAY_UPSTREAM_KEY: upstreamKey, GATEWAY_UPSTREAM_SECRET: upstreamSecret, GATEWAY_UPSTREAM_TIMEOUT_MS: "1000", GATEWAY_UPSTREAM_CONNECTIONS: "1" },
       stdio: ["ignore", "pipe", "pipe"],
     });
     let out = "";
@@ -463,6 +496,15 @@ describe("configured as the README says", () => {
       expect(r.json.error_code).toBe("0000");
       expect(r.json._ddf).toBe("upstream");
       expect(upstream.requests.slice(before).map((q) => [q.path, q.query.get("key")])).toEqual([["/1688/item_search_peerbuy/", upstreamKey]]);
+      // One connection: with the provider silent, one of two calls holds it, and the other is never sent.
+      scripted({ kind: "hang" });
+      const reasons = await Promise.all([freshItem(), freshItem()].map(async (id) => (await legacyGet(base, "/retail/item_get/", { key: key!, secret: secret!, num_iid: id })).json.reason as string));
+      expect(reasons.map((x) => x.replace(/within \d+ ms/, "within … ms")).sort()).toEqual([
+        "no connection to the upstream provider was free or could be opened within … ms; nothing was sent",
+        "the upstream provider did not answer within … ms; its answer is still awaited and will be kept: ask again",
+      ]);
+      expect(upstream.requests.length - before).toBe(2);
+      scripted({ kind: "normal" });
       expect(out).not.toContain(upstreamSecret);
     } finally {
       child.kill("SIGTERM");

@@ -36,8 +36,8 @@ export interface Telemetry {
   /** A call that sent an idempotency key: what became of the key. */
   idempotencyKey(operation: string, outcome: KeyOutcome): void;
   /**
-   * One call to the upstream provider, retries included; outcome `ok`, `not_found`, `timeout`, `circuit_open` or
-   * `error`; `sent`: the requests it sent that may have reached the provider (as the ledger's `upstream_requests`).
+   * One call to the upstream provider, retries included; outcome `ok`, `not_found`, `timeout`, `circuit_open`,
+   * `refused` (the provider refused the gateway's own account, or held its calls back) or `error`; `sent`: the requests it sent that may have reached the provider (as the ledger's `upstream_requests`).
    */
   upstreamRequest(operation: string, outcome: string, seconds: number, sent: number): void;
   /**
@@ -46,6 +46,8 @@ export interface Telemetry {
    * cut at once, with no room to wait for it (`abandoned`).
    */
   upstreamLate(operation: string, outcome: "landed" | "failed" | "abandoned"): void;
+  /** One answer of the upstream provider refusing the gateway's own account (`code`: its 4004–4016), retries each counted. */
+  upstreamRefused(operation: string, code: string): void;
   circuitChanged(catalogue: string, open: boolean): void;
   /** Spans of the gateway's own taken by the collector (`exported`), refused by it in a partial success (`rejected`), or lost (`dropped`: a full queue, a collector that refused the batch or did not answer). */
   spans(outcome: "exported" | "rejected" | "dropped", n: number): void;
@@ -68,6 +70,7 @@ export const noTelemetry: Telemetry = {
   idempotencyKey() {},
   upstreamRequest() {},
   upstreamLate() {},
+  upstreamRefused() {},
   circuitChanged() {},
   spans() {},
   alertAttempt() {},

@@ -82,6 +82,19 @@ export const defaultUpstreamOptions: Omit<UpstreamOptions, "url" | "catalogue" |
 /** A failure it is safe to try again: the provider cannot have acted on the request. */
 class RetryableFault extends GatewayError {}
 
+/**
+ * The provider refusing the gateway's own account (its 4004–4016, which it
+ * does not bill): a code the operator must act on (credentials, an API not
+ * enabled, a stopped account, a quota or a balance spent), not retried.
+ */
+class ProviderRefusal extends GatewayError {}
+
+/** The provider holding the gateway's calls back for now (its 4008, a limit on the account's calls; its 4009, maintenance): tried again. */
+class ProviderHolding extends RetryableFault {}
+
+/** The provider's codes that hold calls back for now rather than refuse the account. */
+const holdingCodes: Record<string, string> = { "4008": "its limit on the gateway's calls", "4009": "maintenance" };
+
 const circuitOpen = "the upstream provider is failing; calls are held back for a few seconds";
 
 /**
@@ -233,6 +246,7 @@ export class UpstreamSource implements CatalogueSource {
     } catch (e) {
       if (e instanceof GatewayError && e.code === ErrorCode.TIMEOUT) outcome = "timeout";
       else if (e instanceof GatewayError && e.message === circuitOpen) outcome = "circuit_open";
+      else if (e instanceof ProviderRefusal || e instanceof ProviderHolding) outcome = "refused";
       throw e;
     } finally {
       this.options.telemetry.upstreamRequest(operation.id, outcome, (performance.now() - started) / 1000, counted.count - before);
@@ -329,7 +343,7 @@ export class UpstreamSource implements CatalogueSource {
   ): Promise<Found | NotFound> {
     const abandon = new AbortController();
     let written = false;
-    const exchange = this.exchange(operation.apiName, args, AbortSignal.any([deadline, abandon.signal]), headers, () => {
+    const exchange = this.exchange(operation, args, AbortSignal.any([deadline, abandon.signal]), headers, () => {
       written = true;
       if (sent !== undefined) sent.count++;
     }).then(answerOf);
@@ -368,7 +382,7 @@ export class UpstreamSource implements CatalogueSource {
 
   /** The request itself: the provider's answer, or the fault it ends in (as its code); `written` is called once it is written. */
   private async exchange(
-    apiName: string,
+    operation: Operation,
     args: Record<string, string>,
     signal: AbortSignal,
     headers: Record<string, string>,
@@ -377,7 +391,7 @@ export class UpstreamSource implements CatalogueSource {
     let status: number;
     let text: string;
     try {
-      const request: Dispatcher.RequestOptions & { [onWritten]: () => void } = { method: "GET", path: this.url(apiName, args), signal, headers, [onWritten]: written };
+      const request: Dispatcher.RequestOptions & { [onWritten]: () => void } = { method: "GET", path: this.url(operation.apiName, args), signal, headers, [onWritten]: written };
       const res = await this.dispatcher.request(request);
       status = res.statusCode;
       text = await this.readBody(res.body);
@@ -399,7 +413,12 @@ export class UpstreamSource implements CatalogueSource {
     if (code === "0000") return record;
     if (code === "2000") return "not-found";
     const n = Number(code);
-    if (n >= 4004 && n <= 4016) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, `the upstream provider refused the gateway's call (its code ${code}); the operator must check the upstream account`);
+    if (/^\d{4}$/.test(code) && n >= 4004 && n <= 4016) {
+      this.options.telemetry.upstreamRefused(operation.id, code);
+      const holding = holdingCodes[code];
+      if (holding !== undefined) throw new ProviderHolding(ErrorCode.TARGET_SERVER_ERROR, `the upstream provider is holding the gateway's calls back (its code ${code}: ${holding}); ask again shortly`);
+      throw new ProviderRefusal(ErrorCode.TARGET_SERVER_ERROR, `the upstream provider refused the gateway's call (its code ${code}); the operator must check the upstream account`);
+    }
     throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, /^\d{4}$/.test(code) ? `the upstream provider failed (its code ${code})` : "the upstream answered without an error_code");
   }
 

@@ -196,12 +196,18 @@ export class PrometheusTelemetry implements Telemetry {
     labelNames: ["kind", "outcome"],
     registers: [this.registry],
   });
-  private readonly upstream = new Counter({ name: "gateway_upstream_requests_total", help: "Calls to the upstream provider, retries included, by outcome: ok, not_found, timeout, circuit_open, error.", labelNames: ["operation", "outcome"], registers: [this.registry] });
+  private readonly upstream = new Counter({ name: "gateway_upstream_requests_total", help: "Calls to the upstream provider, retries included, by outcome: ok, not_found, timeout, circuit_open, refused (the provider refused the gateway's own account or held its calls back: gateway_upstream_refused_total says with which code), error.", labelNames: ["operation", "outcome"], registers: [this.registry] });
   private readonly upstreamSent = new Counter({ name: "gateway_upstream_sent_total", help: "Requests sent to the upstream provider, retries included, each once it was written to a connection (not one refused or never made, nor one still queued for a connection when its caller's time was up): what the provider may bill, as the ledger's upstream_requests sums it.", labelNames: ["operation"], registers: [this.registry] });
   private readonly lateRequests = new Counter({
     name: "gateway_upstream_late_total",
     help: "Requests to the upstream provider still unanswered when their caller was told 4017, by what became of them: landed (the answer came before the call's deadline and was kept, so the item is not bought again), failed (a fault, or nothing by the deadline), abandoned (cut at once: half the provider connections were already waiting so).",
     labelNames: ["operation", "outcome"],
+    registers: [this.registry],
+  });
+  private readonly refusedByProvider = new Counter({
+    name: "gateway_upstream_refused_total",
+    help: "Answers of the upstream provider refusing the gateway's own account, by its code: 4004 unknown account, 4005 credentials, 4006 and 4012 an API not enabled, 4007 account stopped, 4013 call quota spent, 4016 balance too low (the operator must act); 4008 its limit on the account's calls, 4009 maintenance (held back for now: retried). Each retry counts.",
+    labelNames: ["operation", "code"],
     registers: [this.registry],
   });
   private readonly upstreamSeconds = new Histogram({ name: "gateway_upstream_duration_seconds", help: "Time of each call to the upstream provider, retries included.", labelNames: ["operation"], buckets: latencyBuckets, registers: [this.registry] });
@@ -460,6 +466,10 @@ export class PrometheusTelemetry implements Telemetry {
 
   upstreamLate(operation: string, outcome: "landed" | "failed" | "abandoned"): void {
     this.lateRequests.labels(operation, outcome).inc();
+  }
+
+  upstreamRefused(operation: string, code: string): void {
+    this.refusedByProvider.labels(operation, code).inc();
   }
 
   circuitChanged(catalogue: string, open: boolean): void {
