@@ -209,7 +209,7 @@ export const settings = {
   translateUrl: text("GATEWAY_TRANSLATE_URL", "", "a LibreTranslate-compatible server", { shown: "unset" }),
   translateApiKey: text("GATEWAY_TRANSLATE_API_KEY", translate.apiKey, "that server's API key", { shown: "unset", secret: true }),
   translateSource: text("GATEWAY_TRANSLATE_SOURCE", translate.source, "that server's code for Chinese"),
-  translateTimeoutMs: whole("GATEWAY_TRANSLATE_TIMEOUT_MS", translate.timeoutMs, ms(1), "milliseconds", "limit of one translation request"),
+  translateTimeoutMs: whole("GATEWAY_TRANSLATE_TIMEOUT_MS", translate.timeoutMs, ms(1), "milliseconds", "limit of one translation, its wait for a place among the requests in flight included; past it the answer is untranslated"),
   translateConcurrency: whole("GATEWAY_TRANSLATE_CONCURRENCY", translate.concurrency, [1, 1000], "requests", "translation requests in flight at once"),
   storeMaxBytes: whole("GATEWAY_STORE_MAX_BYTES", 0, [0, 2 ** 50], "bytes", "largest size of `gateway.db` (0: no cap); past it the gateway behaves as on a full disk"),
   minFreeMb: whole("GATEWAY_MIN_FREE_MB", defaultMeterOptions.minFreeBytes / mib, [0, 1_000_000_000], "megabytes", "below this much free space in the data directory, calls that would be served answer 4000 before the disk fills; 0 turns it off"),

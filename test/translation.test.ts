@@ -8,6 +8,7 @@ import { clone, toBinary } from "@bufbuild/protobuf";
 import { ItemDetailSchema, RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { Lang } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { GlossaryEngine } from "../src/translation/glossary-engine.ts";
+import { LibreTranslateEngine } from "../src/translation/libretranslate-engine.ts";
 import type { ItemDetail } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { itemDetailRecord } from "../src/operations/item-detail.ts";
 import { retailItemGet } from "../src/operations/retail-item-get.ts";
@@ -89,7 +90,9 @@ describe("translated item detail (glossary, the embedded default)", () => {
 
 /** A LibreTranslate stand-in on loopback: batch-translates, or misbehaves on purpose. */
 class FakeLibreTranslate {
-  behaviour: "normal" | "slow" | "error" | "garbage" = "normal";
+  behaviour: "normal" | "slow" | "error" | "garbage" | "endless" | "bloated" = "normal";
+  /** Body bytes the server wrote (an endless answer is written as the socket takes it). */
+  bytesWritten = 0;
   readonly batches: string[][] = [];
   inFlight = 0;
   peak = 0;
@@ -111,6 +114,25 @@ class FakeLibreTranslate {
         };
         if (this.behaviour === "error") return done(500, '{"error":"boom"}');
         if (this.behaviour === "garbage") return done(200, "<html>");
+        // A text of 100 kB for every segment: well-formed, and out of all proportion to the segments.
+        if (this.behaviour === "bloated") return done(200, JSON.stringify({ translatedText: q.map(() => "x".repeat(100_000)) }));
+        if (this.behaviour === "endless") {
+          // An answer that starts well and never ends, written as fast as the gateway reads it.
+          res.writeHead(200, { "content-type": "application/json" });
+          const chunk = "x".repeat(65536);
+          const more = () => {
+            while (!res.destroyed && this.bytesWritten < 1 << 30) {
+              this.bytesWritten += chunk.length;
+              if (!res.write(chunk)) return void res.once("drain", more);
+            }
+          };
+          res.write('{"translatedText":["');
+          res.once("close", () => {
+            res.off("drain", more);
+            this.inFlight--;
+          });
+          return more();
+        }
         setTimeout(() => done(200, JSON.stringify({ translatedText: q.map((s) => `${target}:${s.length}`) })), this.behaviour === "slow" ? 1000 : 60);
       });
     });
@@ -172,7 +194,7 @@ describe("the LibreTranslate engine", () => {
     expect([hit.cache, hit.translate_language, lt.batches.length]).toEqual([1, "ru", batches]);
   });
 
-  it.each(["slow", "error", "garbage"] as const)("answers a %s engine with 0000, the untranslated text, translate_status error, charged", async (behaviour) => {
+  it.each(["slow", "error", "garbage", "endless", "bloated"] as const)("answers a %s engine with 0000, the untranslated text, translate_status error, charged", async (behaviour) => {
     lt.behaviour = behaviour;
     const a = await gw.newAccount();
     const id = retailIds[next++]!;
@@ -186,6 +208,32 @@ describe("the LibreTranslate engine", () => {
     // A failed translation is not cached: the next call translates.
     const again = await get(id, "ru");
     expect(again.translate_status).toBe("");
+  });
+
+  it("reads an endless answer no further than what the segments could translate to", async () => {
+    lt.behaviour = "endless";
+    lt.bytesWritten = 0;
+    const engine = new LibreTranslateEngine({ url: lt.url, timeoutMs: 5000 });
+    const failed = await engine.translate(["连衣裙", "红色"], "en", new AbortController().signal).then(() => "", (e: Error) => e.message);
+    expect(failed).toMatch(/^the translation server's answer is longer than its segments could translate to \(\d+ bytes\)$/);
+    // Cut off, not read on: the server wrote what the sockets took, under a few MB, not the GB it had.
+    await new Promise((r) => setTimeout(r, 200));
+    expect(lt.bytesWritten).toBeLessThan(16 << 20);
+    lt.behaviour = "normal";
+  });
+
+  it("gives a translation waiting for a place among the requests in flight no more than its own time", async () => {
+    lt.behaviour = "slow";
+    // Two in flight, each taking 1 s on the server; ten asked at once with 300 ms each.
+    const engine = new LibreTranslateEngine({ url: lt.url, timeoutMs: 300, concurrency: 2 });
+    const started = performance.now();
+    const ended = await Promise.all(Array.from({ length: 10 }, (_, i) => engine.translate([`文${i}`], "en", new AbortController().signal).then(() => "translated", () => performance.now() - started)));
+    expect(ended.every((t) => typeof t === "number")).toBe(true);
+    // Within their own 300 ms (and a slow machine's slack), not in turns of 300 ms each: the last would end at 1.5 s.
+    expect(Math.max(...(ended as number[]))).toBeLessThan(1000);
+    // Only the two that had places reached the server.
+    expect(lt.batches.filter((b) => b[0]?.startsWith("文")).length).toBe(2);
+    lt.behaviour = "normal";
   });
 
   it("keeps at most the configured number of translation requests in flight", async () => {
