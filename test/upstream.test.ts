@@ -114,6 +114,7 @@ describe("the upstream source", () => {
     ["a slow answer", { kind: "normal", delayMs: 2000 }, "4017"],
     ["HTTP 500", { kind: "status", status: 500 }, "4002"],
     ["HTTP 503 (retried)", { kind: "status", status: 503 }, "4002"],
+    ["HTTP 429 (retried)", { kind: "status", status: 429, body: '{"message":"Too Many Requests"}' }, "4002"],
     ["a body that is not JSON", { kind: "garbage" }, "4002"],
     ["0000 without its item", { kind: "zero-without-item" }, "4002"],
     ["its own 4005", { kind: "code", code: "4005", reason: `bad key ${upstreamKey}` }, "4002"],
@@ -171,6 +172,17 @@ describe("the upstream source", () => {
     const text = await (await fetch(`${gw.base}/metrics`)).text();
     expect(text).toMatch(/^gateway_upstream_refused_total\{operation="retail\/item_get",code="4016"\} [1-9]\d*$/m);
     expect(text).toMatch(/^gateway_upstream_requests_total\{operation="retail\/item_get",outcome="refused"\} [1-9]\d*$/m);
+  });
+
+  it("tries again an HTTP 429 (a proxy in front of the provider limiting the gateway), which the provider did not act on", async () => {
+    const source = new UpstreamSource({ url: upstream.url, catalogue: "taobao", key: upstreamKey, secret: upstreamSecret, breakerMinimumRps: 1e9 });
+    let n = 0;
+    upstream.script = () => (++n === 1 ? { kind: "status", status: 429, body: '{"message":"Too Many Requests"}' } : { kind: "normal" });
+    const sent = { count: 0 };
+    expect((await source.fetch(retailItemGet, { num_iid: demo.retailNumIid, is_promotion: "" }, undefined, undefined, sent)).found).toBe(true);
+    expect(sent.count).toBe(2);
+    await source.close();
+    scripted({ kind: "normal" });
   });
 
   it("answers the provider's 2000 as a charged 2000", async () => {

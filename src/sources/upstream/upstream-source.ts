@@ -182,9 +182,10 @@ class Written implements Dispatcher.DispatchHandler {
  * the gateway's own provider credentials: a timeout of an attempt is 4017, a
  * refused or reset connection 4001, an HTTP 5xx, a body that is not JSON, a
  * 0000 without its payload or the provider refusing the gateway's account
- * 4002; the provider's 2000 is a real answer. Refused connections and 502/
- * 503/504 are retried with jittered backoff within a retry budget; a circuit
- * breaker answers 4002 at once while the provider keeps failing.
+ * 4002; the provider's 2000 is a real answer. Refused connections, HTTP 429
+ * and 502/503/504, and the provider's 4008 and 4009 (calls held back) are
+ * retried with jittered backoff within a retry budget; a circuit breaker
+ * answers 4002 at once while the provider keeps failing.
  */
 export class UpstreamSource implements CatalogueSource {
   readonly label = "upstream";
@@ -399,7 +400,8 @@ export class UpstreamSource implements CatalogueSource {
       if (e instanceof GatewayError) throw e;
       throw this.fault(e, signal);
     }
-    if (status === 502 || status === 503 || status === 504) throw new RetryableFault(ErrorCode.TARGET_SERVER_ERROR, `the upstream answered HTTP ${status}`);
+    // 429 (too many requests, as a proxy in front of the provider answers) and 502/503/504 were not acted on.
+    if (status === 429 || status === 502 || status === 503 || status === 504) throw new RetryableFault(ErrorCode.TARGET_SERVER_ERROR, `the upstream answered HTTP ${status}`);
     if (status >= 500) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, `the upstream answered HTTP ${status}`);
     let body: unknown;
     try {
