@@ -347,7 +347,10 @@ describe("delivering alerts: retries, a receiver that stalls, giving up, a resta
       await gw.runtime.admin.setStatus(stopped, "stopped");
       const now = Date.now();
       expect(await gw.runtime.alerts.recordExpiring(now)).toBe(3);
-      expect(await gw.runtime.alerts.recordExpiring(now + 60_000)).toBe(0); // once per last day
+      // Once per last day: asked again a minute later, unless that minute starts a new day in one of the zones
+      // (then a key one day further out is rightly told), and then at the same moment.
+      const sameDay = (zone: string) => dayOf(now + 60_000, zone) === dayOf(now, zone);
+      expect(await gw.runtime.alerts.recordExpiring(sameDay("Asia/Shanghai") && sameDay("Pacific/Kiritimati") ? now + 60_000 : now)).toBe(0);
       const told = async (key: string) => (await gw.runtime.alerts.recent(key, 5)).map((r) => [r.kind, r.day, Number(r.level), Number(r.value)]);
       expect(await told(soon)).toEqual([["expiry", inDays(10), 14, 10]]);
       expect(await told(edge)).toEqual([["expiry", inDays(14), 14, 14]]);
