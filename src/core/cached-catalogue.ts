@@ -10,6 +10,7 @@ import { thenMaybe, type MaybeAsync } from "./maybe-async.ts";
 import { noTelemetry, type Telemetry } from "./telemetry.ts";
 import type { TargetLanguage, TranslationReport, Translator } from "./translation.ts";
 import type { TraceContext } from "./trace-context.ts";
+import { within } from "./within.ts";
 
 export interface CachePolicy {
   /** How long a found answer is fresh, per operation, in seconds, where it is not the operation's own `ttlSeconds`. */
@@ -323,9 +324,7 @@ export class CachedCatalogue {
     trace: TraceContext | undefined,
     sent: SentRequests | undefined,
   ): Promise<Fetched> {
-    let timer: NodeJS.Timeout | undefined;
-    const waited = new Promise<"waited">((resolve) => (timer = setTimeout(resolve, landing.waitMs, "waited")));
-    const fetched = await Promise.race([landing.fetched, waited]).finally(() => clearTimeout(timer));
+    const fetched = await within(landing.fetched, landing.waitMs, "waited" as const);
     if (fetched === "waited") throw new GatewayError(ErrorCode.TIMEOUT, `the upstream provider has not answered this item's request within ${landing.waitMs} ms; its answer is still awaited and will be kept: ask again`);
     if (fetched === undefined) return this.fetchOnce(key, operation, source, args, useCache, trace, sent);
     this.telemetry.cacheEvent(operation.id, "coalesced");

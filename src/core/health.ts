@@ -1,3 +1,5 @@
+import { within } from "./within.ts";
+
 /** One thing the gateway needs in order to serve: a store that must answer and take writes. */
 export interface HealthCheck {
   readonly name: string;
@@ -119,17 +121,11 @@ export class Readiness {
   }
 
   private async runOne(check: HealthCheck): Promise<CheckResult> {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<string>((resolve) => {
-      timer = setTimeout(() => resolve(`no answer within ${this.options.timeoutMs} ms`), this.options.timeoutMs);
-    });
     try {
-      const reason = await Promise.race([check.run(), timeout]);
+      const reason = await within(check.run(), this.options.timeoutMs, `no answer within ${this.options.timeoutMs} ms`);
       return reason === undefined ? { name: check.name, ok: true } : { name: check.name, ok: false, reason, ...degrading(check) };
     } catch (e) {
       return { name: check.name, ok: false, reason: (e as Error)?.message ?? String(e), ...degrading(check) };
-    } finally {
-      clearTimeout(timer);
     }
   }
 }

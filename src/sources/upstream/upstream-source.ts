@@ -21,6 +21,7 @@ import { formatDateTime } from "../../core/clock.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
 import { legacySign, legacySigningKey } from "../../core/legacy-signature.ts";
 import { noTelemetry, type Telemetry } from "../../core/telemetry.ts";
+import { within } from "../../core/within.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 
 export interface UpstreamOptions {
@@ -348,9 +349,7 @@ export class UpstreamSource implements CatalogueSource {
       written = true;
       if (sent !== undefined) sent.count++;
     }).then(answerOf);
-    let timer: NodeJS.Timeout | undefined;
-    const waited = new Promise<"waited">((resolve) => (timer = setTimeout(resolve, this.options.attemptTimeoutMs, "waited")));
-    const first = await Promise.race([exchange, waited]).finally(() => clearTimeout(timer));
+    const first = await within(exchange, this.options.attemptTimeoutMs, "waited" as const);
     if (first !== "waited") return first;
     // The caller's time is up; the request's may not be.
     const ms = this.options.attemptTimeoutMs;

@@ -5,6 +5,7 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom
 import { ledgerCommitOutcomes, type LedgerCommitOutcome, type Transport } from "../../core/meter.ts";
 import type { Limit } from "../../core/gateway-error.ts";
 import type { AbandonStage, AuthFailure, CacheResult, KeyOutcome, StoppedWaiting, Telemetry } from "../../core/telemetry.ts";
+import { within } from "../../core/within.ts";
 import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { CertificateFacts } from "./tls-certificate.ts";
 import { logDropReasons, type LogOutputCounts } from "./log-output.ts";
@@ -551,17 +552,9 @@ export function installMetrics(app: FastifyInstance, metrics: PrometheusTelemetr
  * the question would queue behind the calls, and the whole scrape with it.
  */
 async function askDatabase<T>(ask: () => Promise<T>): Promise<T | null> {
-  let timer: NodeJS.Timeout | undefined;
   try {
-    return await Promise.race([
-      ask(),
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error("the database did not answer in time")), databaseAskMs);
-      }),
-    ]);
+    return await within(ask(), databaseAskMs, null);
   } catch {
     return null;
-  } finally {
-    clearTimeout(timer);
   }
 }
