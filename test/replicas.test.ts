@@ -281,6 +281,25 @@ describe("three replicas in shared mode", () => {
     expect((await runCli(["maintenance", "off", "wholesale/item_get"], env)).code).toBe(0);
   });
 
+  it("buy once an item whose provider answers after the caller's time: the call sent again to another replica waits for that answer", async () => {
+    const a = await createAccount("--concurrency", "100");
+    // Half a second past the callers' 3 s (GATEWAY_UPSTREAM_TIMEOUT_MS), well within the call's 8 s deadline.
+    upstream.script = () => ({ kind: "normal", delayMs: 3500 });
+    const retail = demoRecords().filter((r) => r.kind === "item_detail" && r.obtainable && (r.catalogue ?? "retail") === "retail");
+    const id = (retail.at(-1)!.item as { num_iid: string }).num_iid;
+    const before = upstream.requests.length;
+    const item = (base: string) => fetch(`${base}/retail/item_get/?${new URLSearchParams({ key: a.key, secret: a.secret, num_iid: id })}`).then((r) => r.json() as Promise<{ error_code: string; reason: string; cache: number }>);
+    const first = await item(replicas[0]!.base);
+    expect([first.error_code, first.reason]).toEqual(["4017", expect.stringContaining("its answer is still awaited and will be kept: ask again")]);
+    // Replica 0 holds the item's claim until the answer comes; replica 1 waits for the entry rather than buy it.
+    const again = await item(replicas[1]!.base);
+    upstream.script = () => ({ kind: "normal" });
+    // Answered by that purchase as it lands (cache 0, as a call sharing a purchase is), and the next is a hit.
+    expect([again.error_code, again.cache]).toEqual(["0000", 0]);
+    expect((await item(replicas[2]!.base)).cache).toBe(1);
+    expect(upstream.requests.length - before).toBe(1);
+  });
+
   it("stay exact when Redis loses everything mid-load (FLUSHALL); without Redis serve the gateway's catalogue and refuse only a paid item they do not hold, then share again by themselves", async () => {
     const a = await createAccount("--max", "30", "--concurrency", "1000");
     const load = spread(120, a);
