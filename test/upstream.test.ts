@@ -369,6 +369,12 @@ describe("an answer that comes after its caller's time", () => {
     return counts;
   }
 
+  /** An account's ledger rows, oldest first (the ledger lists the newest first): code, charge, requests sent to the provider. */
+  async function ledgerOf(account: string): Promise<unknown[][]> {
+    const rows = (await gw.runtime.meter.query({ account, rows: 5 })).rows;
+    return [...rows].reverse().map((r) => [r.code, r.charge, r.upstreamRequests]);
+  }
+
   it("is kept: the call sent again waits for it instead of buying the item again, and then it is a hit", async () => {
     // Past the caller's 400 ms, within the call's 1500 ms deadline.
     scripted({ kind: "normal", delayMs: 700 });
@@ -388,8 +394,7 @@ describe("an answer that comes after its caller's time", () => {
     expect(hit.json).toMatchObject({ error_code: "0000", cache: 1, secache: again.json.secache });
     expect(upstream.requests.length - before).toBe(1);
     // The one purchase is on the row of the call told 4017, uncharged; the call that got its answer is charged and bought nothing.
-    const rows = [...(await gw.runtime.meter.query({ account: a.key, rows: 5 })).rows].reverse(); // the ledger lists the newest first
-    expect(rows.map((r) => [r.code, r.charge, r.upstreamRequests])).toEqual([
+    expect(await ledgerOf(a.key)).toEqual([
       [4017, "uncharged", 1],
       [0, "charged", 0],
       [0, "charged", 0],
@@ -417,8 +422,7 @@ describe("an answer that comes after its caller's time", () => {
     scripted({ kind: "normal" });
     expect((await call()).json.error_code).toBe("0000");
     expect(upstream.requests.length - before).toBe(2);
-    const rows = [...(await gw.runtime.meter.query({ account: a.key, rows: 5 })).rows].reverse(); // the ledger lists the newest first
-    expect(rows.map((r) => [r.code, r.charge, r.upstreamRequests])).toEqual([
+    expect(await ledgerOf(a.key)).toEqual([
       [4017, "uncharged", 1],
       [4017, "uncharged", 0],
       [0, "charged", 1],
