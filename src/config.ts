@@ -205,6 +205,7 @@ export const settings = {
   http2MaxStreams: whole("GATEWAY_HTTP2_MAX_STREAMS", limits.http2MaxStreams, [1, 1_000_000], "streams", "HTTP/2 streams one connection may have open at once, advertised as SETTINGS_MAX_CONCURRENT_STREAMS (clients wait for a free one; a connection that opens more is ended)"),
   firstRequestTimeoutMs: whole("GATEWAY_FIRST_REQUEST_TIMEOUT_MS", limits.firstRequestTimeoutMs, ms(100), "milliseconds", "time a new connection has to send its first request head (or the whole HTTP/2 preface); silent ones are closed"),
   sendTimeoutMs: whole("GATEWAY_SEND_TIMEOUT_MS", limits.sendTimeoutMs, ms(100), "milliseconds", "time a client has to take some of an answer waiting to be written; an HTTP/1.1 connection whose client took none of it for this long is closed, an HTTP/2 stream reset"),
+  hangUpCheck: oneOf("GATEWAY_HANG_UP_CHECK", "on", ["on", "off"], "an HTTP/1.1 caller that ends its side of the connection before its answer is sent an interim `102 Processing`, so one that has hung up is told from one still reading and not charged; `off`: no interim answer, and such a caller is answered and charged"),
   translationEngine: oneOf("GATEWAY_TRANSLATION_ENGINE", "glossary", ["glossary", "libretranslate", "none"], "`glossary` (built in), `libretranslate` or `none`"),
   translateUrl: text("GATEWAY_TRANSLATE_URL", "", "a LibreTranslate-compatible server", { shown: "unset" }),
   translateApiKey: text("GATEWAY_TRANSLATE_API_KEY", translate.apiKey, "that server's API key", { shown: "unset", secret: true }),

@@ -588,6 +588,7 @@ export function appOptions(
       http2MaxStreams: config.http2MaxStreams,
       firstRequestTimeoutMs: config.firstRequestTimeoutMs,
       sendTimeoutMs: config.sendTimeoutMs,
+      hangUpCheck: config.hangUpCheck === "on",
       waitingAnswerBytes: memoryPlan(config.memoryMb).waitingAnswerBytes,
     },
     admin: { ports: runtime, token: extra.adminToken ?? config.adminToken },

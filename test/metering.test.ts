@@ -347,7 +347,7 @@ describe("a caller's deadline", () => {
 
 describe("a caller that hangs up", () => {
   /** The fixture's retail catalogue behind a cache, every purchase held until `release` (any num_iid answers the demo item). */
-  async function heldApp() {
+  async function heldApp(limits: { hangUpCheck?: boolean } = {}) {
     const real: CatalogueSource = gw.runtime.catalogue;
     let release!: () => void;
     const released = new Promise<void>((r) => (release = r));
@@ -363,7 +363,7 @@ describe("a caller that hangs up", () => {
     const catalogue = new CachedCatalogue(new Map([["retail", source]]), new MemoryCache(16 * 1_048_576));
     const telemetry = new PrometheusTelemetry();
     const gateway = new Gateway({ accounts: gw.runtime.accounts, meter: gw.runtime.meter, switches: gw.runtime.switches, catalogue, telemetry });
-    const app = await buildApp({ gateway, logLevel: false });
+    const app = await buildApp({ gateway, logLevel: false, limits });
     await app.listen({ host: "127.0.0.1", port: 0 });
     const port = (app.server.address() as { port: number }).port;
     return { gateway, port, base: `http://127.0.0.1:${port}`, bought, release, abandoned: () => abandonedCounts(telemetry), close: () => app.close() };
@@ -375,6 +375,21 @@ describe("a caller that hangs up", () => {
     if (!(await done())) throw new Error(`still waiting for ${what}`);
   };
   const rpcPath = `/${RetailService.typeName}/ItemGet`;
+  /**
+   * A request written on a raw HTTP/1.1 connection, its side ended at once if `halfClose` (as `printf … | nc` does);
+   * what it is answered, and two ways to hang up: a reset connection, or a socket closed the ordinary way (a FIN).
+   */
+  const rawHttp1 = (port: number, head: string, body = "", halfClose = false) => {
+    const socket = net.connect(port, "127.0.0.1", () => {
+      socket.write(`${head}\r\nhost: 127.0.0.1${body === "" ? "" : `\r\ncontent-length: ${Buffer.byteLength(body)}`}\r\n\r\n${body}`);
+      if (halfClose) socket.end();
+    });
+    socket.on("error", () => {});
+    const chunks: Buffer[] = [];
+    socket.on("data", (c: Buffer) => chunks.push(c));
+    const answered = new Promise<string>((r) => socket.on("close", () => r(Buffer.concat(chunks).toString("latin1"))));
+    return { answered, hangUp: () => socket.resetAndDestroy(), close: () => socket.destroy() };
+  };
 
   it("before its answer was ready, on every path a call takes: recorded 4017, not charged; what it bought is kept", async () => {
     const { port, base, bought, release, abandoned, close } = await heldApp();
@@ -385,18 +400,7 @@ describe("a caller that hangs up", () => {
       const a = await gw.newAccount({ balance: parseMoney("1"), prices: new Map([["retail/item_get", price]]) });
       const headers = { "x-api-key": a.key, "x-api-secret": a.secret };
       const legacyQuery = (n: string) => `/retail/item_get/?key=${a.key}&secret=${a.secret}&num_iid=${n}`;
-      /** A request written on a raw HTTP/1.1 connection; what it is answered, and its hang-up: a reset connection. */
-      const h1 = (head: string, body = "", halfClose = false) => {
-        const socket = net.connect(port, "127.0.0.1", () => {
-          socket.write(`${head}\r\nhost: 127.0.0.1${body === "" ? "" : `\r\ncontent-length: ${Buffer.byteLength(body)}`}\r\n\r\n${body}`);
-          if (halfClose) socket.end();
-        });
-        socket.on("error", () => {});
-        const chunks: Buffer[] = [];
-        socket.on("data", (c: Buffer) => chunks.push(c));
-        const answered = new Promise<string>((r) => socket.on("close", () => r(Buffer.concat(chunks).toString("latin1"))));
-        return { answered, hangUp: () => socket.resetAndDestroy() };
-      };
+      const h1 = (head: string, body = "", halfClose = false) => rawHttp1(port, head, body, halfClose);
       /** A request on an HTTP/2 stream, hung up by resetting it (CANCEL). */
       const onH2 = (head: http2.OutgoingHttpHeaders, body?: string) => {
         const stream = h2.request(head, { endStream: body === undefined });
@@ -457,6 +461,90 @@ describe("a caller that hangs up", () => {
       expect((await gw.runtime.admin.get(a.key)).balance).toBe(parseMoney("0.8"));
     } finally {
       h2.close();
+      await close();
+    }
+  });
+
+  it("on HTTP/1.1 by closing its connection the ordinary way (a FIN, not a reset): told from a caller still reading by an interim 102, and not charged", async () => {
+    const { port, base, bought, release, abandoned, close } = await heldApp();
+    try {
+      const price = parseMoney("0.1");
+      const a = await gw.newAccount({ balance: parseMoney("1"), prices: new Map([["retail/item_get", price]]) });
+      const headers = { "x-api-key": a.key, "x-api-secret": a.secret };
+      const legacyQuery = (n: string) => `/retail/item_get/?key=${a.key}&secret=${a.secret}&num_iid=${n}`;
+      /** A connect-es client's call over HTTP/1.1, hung up by aborting its signal: its client closes the connection. */
+      const client = (transport: Parameters<typeof createClient>[1], n: string) => {
+        const abort = new AbortController();
+        createClient(RetailService, transport).itemGet({ numIid: n }, { headers, signal: abort.signal }).catch(() => {});
+        return { close: () => abort.abort() };
+      };
+      /** fetch (undici), as a Node caller of the legacy path writes it, hung up by aborting it. */
+      const fetched = (n: string) => {
+        const abort = new AbortController();
+        fetch(`${base}${legacyQuery(n)}`, { signal: abort.signal }).catch(() => {});
+        return { close: () => abort.abort() };
+      };
+      // Each path on an item of its own, so each call buys: the legacy path before Fastify (a raw socket and fetch) and
+      // through it (an Origin); the Connect path before Fastify, and connect-node's (connect-es's client over HTTP/1.1);
+      // gRPC-Web over HTTP/1.1, which connect-node serves.
+      const closed = [
+        rawHttp1(port, `GET ${legacyQuery("620000000001")} HTTP/1.1`),
+        fetched("620000000002"),
+        rawHttp1(port, `GET ${legacyQuery("620000000003")} HTTP/1.1\r\norigin: http://127.0.0.1:9`),
+        rawHttp1(port, `POST ${rpcPath} HTTP/1.1\r\ncontent-type: application/json\r\nx-api-key: ${a.key}\r\nx-api-secret: ${a.secret}`, JSON.stringify({ numIid: "620000000004" })),
+        client(createConnectTransport({ baseUrl: base, httpVersion: "1.1" }), "620000000005"),
+        client(createGrpcWebTransport({ baseUrl: base, httpVersion: "1.1" }), "620000000006"),
+      ];
+      // A caller that only ends its side still reads: it gets the interim answer, then its own, and is charged.
+      const halfClosed = rawHttp1(port, `GET ${legacyQuery("620000000007")} HTTP/1.1\r\nconnection: close`, "", true);
+      // An HTTP/1.0 caller may be sent no interim answer (RFC 9110, 15.2): one that closes cannot be told from one
+      // still reading, so it is answered (into a closed socket) and charged, as before.
+      const closedOn10 = rawHttp1(port, `GET ${legacyQuery("620000000008")} HTTP/1.0`);
+      await until("every call to reach its purchase", () => bought.length === 8);
+      for (const call of [...closed, closedOn10]) call.close();
+      // The interim answer goes out at the FIN, and the reset it meets is seen within milliseconds (a second leaves
+      // room for a busy machine); then the purchases end.
+      await new Promise((r) => setTimeout(r, 1000));
+      release();
+      const answer = await halfClosed.answered;
+      expect(answer.startsWith("HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 200 OK\r\n")).toBe(true);
+      expect(answer).toContain(`"error_code":"0000"`);
+      await until("a row for every call", async () => (await rows(a.key)).length === 8);
+      // Before, each closed call was recorded 0000 and charged once its purchase ended: 0.6 for answers nobody received.
+      expect(await rows(a.key)).toEqual(
+        [
+          "4017 uncharged 0 legacy",
+          "4017 uncharged 0 legacy",
+          "4017 uncharged 0 legacy",
+          "4017 uncharged 0 connect",
+          "4017 uncharged 0 connect",
+          "4017 uncharged 0 grpc-web",
+          `0000 charged ${price} legacy`,
+          `0000 charged ${price} legacy`,
+        ].sort(),
+      );
+      expect((await gw.runtime.admin.get(a.key)).balance).toBe(parseMoney("0.8"));
+      expect(await abandoned()).toEqual(["retail/item_get hung_up before_answer 6"]);
+    } finally {
+      await close();
+    }
+  });
+
+  it("on HTTP/1.1 by closing its connection, with GATEWAY_HANG_UP_CHECK=off: no interim answer, and the call is answered and charged", async () => {
+    const { port, bought, release, close } = await heldApp({ hangUpCheck: false });
+    try {
+      const a = await gw.newAccount();
+      const legacyQuery = (n: string) => `/retail/item_get/?key=${a.key}&secret=${a.secret}&num_iid=${n}`;
+      const closedCall = rawHttp1(port, `GET ${legacyQuery("620000000011")} HTTP/1.1`);
+      const halfClosed = rawHttp1(port, `GET ${legacyQuery("620000000012")} HTTP/1.1\r\nconnection: close`, "", true);
+      await until("both calls to reach their purchase", () => bought.length === 2);
+      closedCall.close();
+      await new Promise((r) => setTimeout(r, 300));
+      release();
+      expect((await halfClosed.answered).startsWith("HTTP/1.1 200 OK\r\n")).toBe(true);
+      await until("a row for each call", async () => (await rows(a.key)).length === 2);
+      expect(await rows(a.key)).toEqual(["0000 charged 0 legacy", "0000 charged 0 legacy"]);
+    } finally {
       await close();
     }
   });

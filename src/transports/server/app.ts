@@ -75,6 +75,7 @@ export const defaultAppSettings = {
     http2MaxStreams: 100,
     firstRequestTimeoutMs: 5000,
     sendTimeoutMs: 30_000,
+    hangUpCheck: true,
     waitingAnswerBytes: memoryPlan(defaultMemoryMb).waitingAnswerBytes,
   } satisfies OnePortServerOptions as OnePortServerOptions,
 };

@@ -1,6 +1,7 @@
 import http from "node:http";
 import http2 from "node:http2";
 import type { Socket } from "node:net";
+import { checkHangUps } from "./hang-up-check.ts";
 import { ignore, noCuts, requestSocket, watchHttp2Answers, watchSlowReaders, type AnsweredOn, type CutCounts } from "./slow-readers.ts";
 
 /** The client connection preface of HTTP/2 (RFC 9113, section 3.4). */
@@ -68,6 +69,12 @@ export interface OnePortServerOptions {
    * longest without progress are reset (slow-readers.ts).
    */
   waitingAnswerBytes: number;
+  /**
+   * An HTTP/1.1 caller that ends its side of the connection before its
+   * answer is sent an interim `102 Processing`, so a caller that hung up is
+   * told from one still reading (hang-up-check.ts).
+   */
+  hangUpCheck: boolean;
 }
 
 /** What the servers below add to Node's: Fastify's close hook for HTTP/2 sessions, and the HTTP/1.1 connections closed and HTTP/2 streams reset under clients that did not read. */
@@ -160,7 +167,10 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
         socket.allowHalfOpen = false;
         h2.emit("connection", socket);
       }
-      else for (const listener of h1Listeners) listener.call(h1, socket);
+      else {
+        if (options.hangUpCheck) checkHangUps(socket);
+        for (const listener of h1Listeners) listener.call(h1, socket);
+      }
     };
     const onEnd = () => socket.destroy();
     socket.on("readable", decide);
