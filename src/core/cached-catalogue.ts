@@ -184,45 +184,25 @@ export class CachedCatalogue {
       return this.bought(source, operation, args, signal, trace, sent).then((answer) => ({ answer, fromCache: false, memo: undefined }));
     }
     const key = this.key(operation, args, "cn");
-    return thenMaybe(this.cache.get(key), (stored) => this.storedOrFetched(key, stored, operation, source, args, useCache, trace, sent));
-  }
-
-  /** The stored answer when it is fresh, or the source's. */
-  private storedOrFetched(
-    key: string,
-    stored: CacheEntry | undefined,
-    operation: Operation,
-    source: CatalogueSource,
-    args: Args,
-    useCache: boolean,
-    trace: TraceContext | undefined,
-    sent: SentRequests | undefined,
-  ): MaybeAsync<Answered> {
-    if (useCache && stored !== undefined && stored.freshUntil > this.now()) {
-      this.telemetry.cacheEvent(operation.id, "hit");
-      return this.fromEntry(stored, true);
-    }
-    return this.fetched(key, operation, source, args, useCache, stored, trace, sent);
+    // The stored answer when it is fresh, or the source's.
+    return thenMaybe(this.cache.get(key), (stored) => {
+      if (useCache && stored !== undefined && stored.freshUntil > this.now()) {
+        this.telemetry.cacheEvent(operation.id, "hit");
+        return this.fromEntry(stored, true);
+      }
+      return this.fetched({ key, operation, source, args, useCache, trace, sent }, stored);
+    });
   }
 
   /** The source's answer (one call per key at a time), or, when the source fails, the stored one if it may stand in. */
-  private async fetched(
-    key: string,
-    operation: Operation,
-    source: CatalogueSource,
-    args: Args,
-    useCache: boolean,
-    stored: CacheEntry | undefined,
-    trace: TraceContext | undefined,
-    sent: SentRequests | undefined,
-  ): Promise<Answered> {
+  private async fetched(ask: Ask, stored: CacheEntry | undefined): Promise<Answered> {
     try {
-      const { entry, kept } = await this.fetchOnce(key, operation, source, args, useCache, trace, sent);
+      const { entry, kept } = await this.fetchOnce(ask);
       return this.fromEntry(entry, false, kept);
     } catch (e) {
       // Stale-if-error: a fault of the source, and an answer young enough to stand in.
       if (e instanceof GatewayError && stored !== undefined && stored.staleUntil > this.now()) {
-        this.telemetry.cacheEvent(operation.id, "stale");
+        this.telemetry.cacheEvent(ask.operation.id, "stale");
         return this.fromEntry(stored, true);
       }
       throw e;
@@ -239,14 +219,15 @@ export class CachedCatalogue {
    * A purchase whose caller was told 4017 while the provider may still answer goes on (`land`): calls for its
    * key wait on it rather than buy it again. Only the call that starts a purchase counts its requests (`sent`).
    */
-  private fetchOnce(key: string, operation: Operation, source: CatalogueSource, args: Args, useCache: boolean, trace: TraceContext | undefined, sent: SentRequests | undefined): Promise<Fetched> {
+  private fetchOnce(ask: Ask): Promise<Fetched> {
+    const { key, operation, source, useCache } = ask;
     const running = this.inFlight.get(key);
     if (running !== undefined) {
       this.telemetry.cacheEvent(operation.id, "coalesced");
       return running;
     }
     const landing = this.landings.get(key);
-    if (landing !== undefined) return this.awaitLanding(landing, key, operation, source, args, useCache, trace, sent);
+    if (landing !== undefined) return this.awaitLanding(landing, ask);
     const call = (async () => {
       // Claims keep a paid item from being bought twice; a local read needs none (and a local
       // answer may not be kept, which would leave the others waiting out the claim).
@@ -265,12 +246,12 @@ export class CachedCatalogue {
       try {
         // The shared call is not tied to the first caller's connection: others wait on it too. It carries the
         // trace of the call that started it.
-        const answer = await this.bought(source, operation, args, new AbortController().signal, trace, sent);
-        return this.keep(key, operation, source, answer);
+        const answer = await this.bought(source, operation, ask.args, new AbortController().signal, ask.trace, ask.sent);
+        return this.keep(ask, answer);
       } catch (e) {
         if (e instanceof LateAnswer && this.cache !== undefined) {
           // The claim, where there is one, is held until the answer comes, so other replicas wait for it too.
-          this.land(key, operation, source, e, typeof claim === "function" ? claim : undefined);
+          this.land(ask, e, typeof claim === "function" ? claim : undefined);
           claim = undefined;
         }
         throw e;
@@ -285,7 +266,7 @@ export class CachedCatalogue {
   }
 
   /** A source's answer stored as its key's entry: kept for its time to live, or (a local answer asked for once) not. */
-  private keep(key: string, operation: Operation, source: CatalogueSource, answer: Found | NotFound): Fetched {
+  private keep({ key, operation, source }: Ask, answer: Found | NotFound): Fetched {
     // A local source's answer is kept from the second request for its key on (doorkeeper.ts).
     const keep = source.local !== true || this.doorkeeper.seenBefore(key);
     if (answer.found) {
@@ -298,14 +279,14 @@ export class CachedCatalogue {
   }
 
   /** A late purchase's answer awaited under its key: stored when it comes; the claim released once it has come or failed. */
-  private land(key: string, operation: Operation, source: CatalogueSource, late: LateAnswer, release: (() => Promise<void>) | undefined): void {
+  private land(ask: Ask, late: LateAnswer, release: (() => Promise<void>) | undefined): void {
     const landing: Landing = {
-      fetched: late.landing.then((answer) => (answer === undefined ? undefined : this.keep(key, operation, source, answer))).catch(() => undefined),
+      fetched: late.landing.then((answer) => (answer === undefined ? undefined : this.keep(ask, answer))).catch(() => undefined),
       waitMs: late.waitMs,
     };
-    this.landings.set(key, landing);
+    this.landings.set(ask.key, landing);
     void landing.fetched.finally(async () => {
-      if (this.landings.get(key) === landing) this.landings.delete(key);
+      if (this.landings.get(ask.key) === landing) this.landings.delete(ask.key);
       await release?.().catch(() => {});
     });
   }
@@ -314,20 +295,11 @@ export class CachedCatalogue {
    * A call for a key whose purchase is answering late: its answer if it comes within the wait a source gives one
    * attempt (coalesced: this call buys nothing), 4017 if not. If the purchase fails meanwhile, this call buys anew.
    */
-  private async awaitLanding(
-    landing: Landing,
-    key: string,
-    operation: Operation,
-    source: CatalogueSource,
-    args: Args,
-    useCache: boolean,
-    trace: TraceContext | undefined,
-    sent: SentRequests | undefined,
-  ): Promise<Fetched> {
+  private async awaitLanding(landing: Landing, ask: Ask): Promise<Fetched> {
     const fetched = await within(landing.fetched, landing.waitMs, "waited" as const);
     if (fetched === "waited") throw new GatewayError(ErrorCode.TIMEOUT, `the upstream provider has not answered this item's request within ${landing.waitMs} ms; its answer is still awaited and will be kept: ask again`);
-    if (fetched === undefined) return this.fetchOnce(key, operation, source, args, useCache, trace, sent);
-    this.telemetry.cacheEvent(operation.id, "coalesced");
+    if (fetched === undefined) return this.fetchOnce(ask);
+    this.telemetry.cacheEvent(ask.operation.id, "coalesced");
     return fetched;
   }
 
@@ -388,6 +360,22 @@ export class CachedCatalogue {
         : { found: true, value: entry.value, storedAt: entry.storedAt, token: entry.token };
     return { answer, fromCache, memo: kept ? entry.memo : undefined };
   }
+}
+
+/**
+ * One call's ask of a source-language answer, as the steps from the cache to
+ * a purchase pass it on: its cache key, the operation and its source, the
+ * arguments, whether a stored answer may serve, the call's trace, and where
+ * the requests its own purchase sends are counted.
+ */
+interface Ask {
+  readonly key: string;
+  readonly operation: Operation;
+  readonly source: CatalogueSource;
+  readonly args: Args;
+  readonly useCache: boolean;
+  readonly trace: TraceContext | undefined;
+  readonly sent: SentRequests | undefined;
 }
 
 /** A source's answer as an entry, and whether the cache keeps it. */
