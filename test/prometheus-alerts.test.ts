@@ -88,6 +88,8 @@ describe("the Prometheus alerting rules", () => {
             { series: `gateway_upstream_refused_total{${labels}, operation="retail/item_get", code="4016"}`, values: "0 0 0 3 6 9 12x30" },
             // And holds 20 calls a minute back for its limit on them throughout.
             { series: `gateway_upstream_refused_total{${labels}, operation="retail/item_get", code="4008"}`, values: "0+20x30" },
+            // A provider that asked for waits: calls held unsent, 3 a minute for 20 minutes, then none.
+            { series: `gateway_upstream_requests_total{${labels}, operation="retail/item_get", outcome="held"}`, values: "0+3x20 60x40" },
           ],
           alert_rule_test: [
             { eval_time: "5m", alertname: "GatewayDiskLow", exp_alerts: [] },
@@ -103,6 +105,9 @@ describe("the Prometheus alerting rules", () => {
             { eval_time: "13m", alertname: "GatewayUpstreamAccountRefused", exp_alerts: [] },
             { eval_time: "10m", alertname: "GatewayUpstreamHoldingBack", exp_alerts: [] },
             { eval_time: "13m", alertname: "GatewayUpstreamHoldingBack", exp_alerts: fires("GatewayUpstreamHoldingBack", { severity: "warning", instance: "gw-1:8080", code: "4008" }, "The upstream provider holds gateway gw-1:8080's calls back (its code 4008)") },
+            { eval_time: "12m", alertname: "GatewayUpstreamAskedToWait", exp_alerts: [] },
+            { eval_time: "16m", alertname: "GatewayUpstreamAskedToWait", exp_alerts: fires("GatewayUpstreamAskedToWait", { severity: "warning", instance: "gw-1:8080" }, "The upstream provider has asked gateway gw-1:8080 to wait (Retry-After)") },
+            { eval_time: "30m", alertname: "GatewayUpstreamAskedToWait", exp_alerts: [] },
             { eval_time: "2m", alertname: "GatewayCallsChargedUnanswered", exp_alerts: [] },
             { eval_time: "3m", alertname: "GatewayCallsChargedUnanswered", exp_alerts: fires("GatewayCallsChargedUnanswered", { severity: "warning", outcome: "landed_late", ...gw1 }, "Gateway gw-1:8080 told calls 4000 that its ledger then showed charged") },
             { eval_time: "70m", alertname: "GatewayCallsChargedUnanswered", exp_alerts: [] },

@@ -1,5 +1,5 @@
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { legacySign, legacySigningKey } from "../src/core/legacy-signature.ts";
@@ -9,7 +9,7 @@ import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js"
 import { retailItemGet } from "../src/operations/retail-item-get.ts";
 import { LateAnswer } from "../src/core/catalogue-source.ts";
 import { noTelemetry } from "../src/core/telemetry.ts";
-import { UpstreamSource } from "../src/sources/upstream/upstream-source.ts";
+import { longestUpstreamHoldMs, retryAfterMs, UpstreamSource } from "../src/sources/upstream/upstream-source.ts";
 import { FakeUpstream, type Behaviour } from "./support/fake-upstream.ts";
 import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 
@@ -183,6 +183,98 @@ describe("the upstream source", () => {
     expect(sent.count).toBe(2);
     await source.close();
     scripted({ kind: "normal" });
+  });
+
+  it("reads a provider's Retry-After as seconds or an HTTP date, held to five minutes", () => {
+    const now = Date.parse("2026-11-28T12:00:00Z");
+    expect(retryAfterMs("120", now)).toBe(120_000);
+    expect(retryAfterMs(" 3 ", now)).toBe(3000);
+    expect(retryAfterMs("Sat, 28 Nov 2026 12:00:30 GMT", now)).toBe(30_000);
+    expect(retryAfterMs(["7", "9"], now)).toBe(7000);
+    expect(retryAfterMs("86400", now)).toBe(longestUpstreamHoldMs);
+    // No wait asked for: none, zero, a date past, or something that is neither.
+    for (const none of [undefined, "", "0", "Sat, 28 Nov 2026 11:59:00 GMT", "soon", "-5", "1.5"]) expect(retryAfterMs(none, now)).toBeUndefined();
+  });
+
+  it("sends nothing to a provider that asked the gateway to wait (Retry-After) until the wait is over, and tells callers when to come back", async () => {
+    const g = await gatewayOnUpstream();
+    try {
+      const a = await g.newAccount();
+      const legacy = (numIid: string) => legacyGet(g.base, "/retail/item_get/", { key: a.key, secret: a.secret, num_iid: numIid });
+      // An item stored before, and expired: it may stand in while the provider cannot be asked (stale-if-error).
+      const storedId = freshItem();
+      expect((await legacy(storedId)).json.error_code).toBe("0000");
+      clock.at += 120_000;
+      scripted({ kind: "status", status: 429, body: '{"message":"Too Many Requests"}', headers: { "retry-after": "2" } });
+      const before = upstream.requests.length;
+      const limited = await legacy(freshItem());
+      expect([limited.json.error_code, limited.json.reason, limited.headers.get("retry-after")]).toEqual([
+        "4002",
+        "the upstream answered HTTP 429, and asked the gateway to wait 2 s before calling it again (Retry-After); ask again then",
+        "2",
+      ]);
+      // Not tried again within the call: the provider said when.
+      expect(upstream.requests.length - before).toBe(1);
+      // Until the wait is over nothing is sent, on any path, and each caller is told when to come back.
+      scripted({ kind: "normal" });
+      const held = await legacy(freshItem());
+      expect([held.json.error_code, held.json.reason]).toEqual(["4002", "the upstream provider asked the gateway to wait before calling it again (Retry-After); nothing was sent; ask again in 2 s"]);
+      expect(Number(held.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+      const rpc = await createClient(RetailService, createConnectTransport({ baseUrl: g.base, httpVersion: "1.1" }))
+        .itemGet({ numIid: freshItem() }, { headers: { "x-api-key": a.key, "x-api-secret": a.secret } })
+        .then(
+          () => undefined,
+          (e: unknown) => ConnectError.from(e),
+        );
+      expect(rpc?.code).toBe(Code.Unavailable);
+      expect(rpc?.findDetails(StatusBlockSchema)[0]?.errorCode).toBe(4002);
+      expect(Number(rpc?.metadata.get("retry-after"))).toBeGreaterThanOrEqual(1);
+      const grpc = await createClient(RetailService, createGrpcTransport({ baseUrl: g.base }))
+        .itemGet({ numIid: freshItem() }, { headers: { "x-api-key": a.key, "x-api-secret": a.secret } })
+        .then(
+          () => undefined,
+          (e: unknown) => ConnectError.from(e),
+        );
+      expect([grpc?.code, grpc?.findDetails(StatusBlockSchema)[0]?.errorCode]).toEqual([Code.Unavailable, 4002]);
+      expect(Number(grpc?.metadata.get("grpc-retry-pushback-ms"))).toBeGreaterThan(0);
+      const stale = await legacy(storedId);
+      expect([stale.json.error_code, stale.json.cache]).toEqual(["0000", 1]);
+      expect(upstream.requests.length - before).toBe(1);
+      const text = await (await fetch(`${g.base}/metrics`)).text();
+      expect(text).toMatch(/^gateway_calls_limited_total\{operation="retail\/item_get",limit="upstream"\} 4$/m);
+      expect(text).toMatch(/^gateway_upstream_requests_total\{operation="retail\/item_get",outcome="held"\} 4$/m);
+      // Once the wait is over, the provider is asked again.
+      await new Promise((r) => setTimeout(r, 2100));
+      expect((await legacy(freshItem())).json.error_code).toBe("0000");
+      expect(upstream.requests.length - before).toBe(2);
+    } finally {
+      scripted({ kind: "normal" });
+      await g.close();
+    }
+  });
+
+  it("does not try again the provider's own hold (4008) that says when to come back, and holds every call of the source to it", async () => {
+    const outcomes: string[] = [];
+    const telemetry = { ...noTelemetry, upstreamRequest: (_op: string, outcome: string) => void outcomes.push(outcome) };
+    const source = new UpstreamSource({ url: upstream.url, catalogue: "taobao", key: upstreamKey, secret: upstreamSecret, breakerMinimumRps: 1e9, telemetry });
+    const ask = (sent: { count: number }) => source.fetch(retailItemGet, { num_iid: demo.retailNumIid, is_promotion: "" }, undefined, undefined, sent).then((a) => a.found, (e: Error & { code?: number; retryAfterMs?: number }) => `${e.code} ${e.retryAfterMs} ${e.message}`);
+    try {
+      scripted({ kind: "code", code: "4008", headers: { "retry-after": "1" } });
+      const first = { count: 0 };
+      expect(await ask(first)).toBe(
+        "4002 1000 the upstream provider is holding the gateway's calls back (its code 4008: its limit on the gateway's calls), and asked the gateway to wait 1 s before calling it again (Retry-After); ask again then",
+      );
+      expect(first.count).toBe(1);
+      scripted({ kind: "normal" });
+      const second = { count: 0 };
+      expect(await ask(second)).toMatch(/^4002 \d+ the upstream provider asked the gateway to wait before calling it again \(Retry-After\); nothing was sent; ask again in 1 s$/);
+      expect([second.count, outcomes]).toEqual([0, ["refused", "held"]]);
+      await new Promise((r) => setTimeout(r, 1100));
+      expect(await ask({ count: 0 })).toBe(true);
+    } finally {
+      scripted({ kind: "normal" });
+      await source.close();
+    }
   });
 
   it("answers the provider's 2000 as a charged 2000", async () => {

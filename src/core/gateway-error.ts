@@ -3,9 +3,11 @@ import type { ErrorCode } from "../gen/gateway/catalogue/v1/status_pb.js";
 /**
  * Which limit refused a call: the account's calls in flight, its rate, its
  * daily maximum or its balance, or the caller's address, locked out for
- * failed authentications (src/core/limit-refusals.ts makes each refusal).
+ * failed authentications (src/core/limit-refusals.ts makes each refusal);
+ * or the upstream provider, which asked the gateway to wait (its
+ * Retry-After, sources/upstream/upstream-source.ts).
  */
-export type Limit = "concurrency" | "rate" | "daily_max" | "balance" | "address_locked";
+export type Limit = "concurrency" | "rate" | "daily_max" | "balance" | "address_locked" | "upstream";
 
 export interface GatewayErrorOptions {
   /** For the log, never for the caller. */

@@ -37,7 +37,8 @@ export interface Telemetry {
   idempotencyKey(operation: string, outcome: KeyOutcome): void;
   /**
    * One call to the upstream provider, retries included; outcome `ok`, `not_found`, `timeout`, `circuit_open`,
-   * `refused` (the provider refused the gateway's own account, or held its calls back) or `error`; `sent`: the requests it wrote to a connection, which may have reached the provider (as the ledger's `upstream_requests`).
+   * `refused` (the provider refused the gateway's own account, or held its calls back), `held` (not sent: the provider
+   * had asked the gateway to wait, its Retry-After) or `error`; `sent`: the requests it wrote to a connection, which may have reached the provider (as the ledger's `upstream_requests`).
    */
   upstreamRequest(operation: string, outcome: string, seconds: number, sent: number): void;
   /**

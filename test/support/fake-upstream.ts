@@ -5,9 +5,9 @@ import { demoRecords } from "../../src/catalogue/demo-dataset.ts";
 /** What a scripted answer does. */
 export type Behaviour =
   | { kind: "normal"; delayMs?: number; padBytes?: number }
-  | { kind: "status"; status: number; body?: string }
+  | { kind: "status"; status: number; body?: string; headers?: Record<string, string> }
   | { kind: "garbage" }
-  | { kind: "code"; code: string; reason?: string }
+  | { kind: "code"; code: string; reason?: string; headers?: Record<string, string> }
   | { kind: "zero-without-item" }
   | { kind: "hang" }
   | { kind: "reset" };
@@ -87,8 +87,8 @@ export class FakeUpstream {
     const request = { path: url.pathname, query: url.searchParams, headers: req.headers };
     this.requests.push(request);
     const b = this.script(request);
-    const json = (body: unknown) => {
-      res.writeHead(200, { "content-type": "application/json" });
+    const json = (body: unknown, headers: Record<string, string> = {}) => {
+      res.writeHead(200, { "content-type": "application/json", ...headers });
       res.end(JSON.stringify(body));
     };
     switch (b.kind) {
@@ -98,7 +98,7 @@ export class FakeUpstream {
       case "hang":
         return;
       case "status":
-        res.writeHead(b.status, { "content-type": "text/plain" });
+        res.writeHead(b.status, { "content-type": "text/plain", ...b.headers });
         res.end(b.body ?? "upstream trouble");
         return;
       case "garbage":
@@ -106,7 +106,7 @@ export class FakeUpstream {
         res.end("<html>502 gateway</html>");
         return;
       case "code":
-        json({ error: "err", reason: b.reason ?? `failed with ${b.code}`, error_code: b.code, success: 0 });
+        json({ error: "err", reason: b.reason ?? `failed with ${b.code}`, error_code: b.code, success: 0 }, b.headers);
         return;
       case "zero-without-item":
         json({ error: "", reason: "", error_code: "0000" });

@@ -93,6 +93,25 @@ class ProviderRefusal extends GatewayError {}
 /** The provider holding the gateway's calls back for now (its 4008, a limit on the account's calls; its 4009, maintenance): tried again. */
 class ProviderHolding extends RetryableFault {}
 
+/** A call not sent at all: the provider asked the gateway to wait (its Retry-After), and the wait is not over. */
+class HeldBack extends GatewayError {}
+
+/** The longest a provider's `Retry-After` holds the gateway's requests back; a longer one (or a date further off) counts as this. */
+export const longestUpstreamHoldMs = 300_000;
+
+/**
+ * A provider's `Retry-After` (RFC 9110, section 10.2.3), whole seconds or
+ * an HTTP date, as ms from `now` (at most `longestUpstreamHoldMs`); undefined
+ * when there is none, it cannot be read, or it asks for no wait.
+ */
+export function retryAfterMs(header: string | string[] | undefined, now: number): number | undefined {
+  const text = (Array.isArray(header) ? header[0] : header)?.trim();
+  if (text === undefined || text === "") return undefined;
+  const ms = /^\d+$/.test(text) ? Number(text) * 1000 : Date.parse(text) - now;
+  if (!(ms > 0)) return undefined;
+  return Math.min(Math.ceil(ms), longestUpstreamHoldMs);
+}
+
 /** The provider's codes that hold calls back for now rather than refuse the account. */
 const holdingCodes: Record<string, string> = { "4008": "its limit on the gateway's calls", "4009": "maintenance" };
 
@@ -185,7 +204,9 @@ class Written implements Dispatcher.DispatchHandler {
  * 0000 without its payload or the provider refusing the gateway's account
  * 4002; the provider's 2000 is a real answer. Refused connections, HTTP 429
  * and 502/503/504, and the provider's 4008 and 4009 (calls held back) are
- * retried with jittered backoff within a retry budget; a circuit breaker
+ * retried with jittered backoff within a retry budget, unless they came with
+ * a Retry-After: then the provider has said when to come back, and nothing
+ * is sent to it before (4002 at once, with the wait); a circuit breaker
  * answers 4002 at once while the provider keeps failing.
  */
 export class UpstreamSource implements CatalogueSource {
@@ -199,6 +220,8 @@ export class UpstreamSource implements CatalogueSource {
   private readonly budget: RetryBudget;
   /** Requests whose callers stopped waiting, still awaited for their answers: each one's way to cut it. */
   private readonly late = new Set<AbortController>();
+  /** Until when (`performance.now()`) the provider asked for no requests (its Retry-After): calls are answered 4002 unsent. */
+  private heldUntil = 0;
 
   constructor(options: Partial<UpstreamOptions> & Pick<UpstreamOptions, "url" | "catalogue" | "key" | "secret">) {
     this.options = { ...defaultUpstreamOptions, ...options };
@@ -210,7 +233,8 @@ export class UpstreamSource implements CatalogueSource {
     });
     this.budget = new RetryBudget(this.options.retryBudget);
     const retrying = retry(
-      handleWhen((e) => e instanceof RetryableFault && this.budget.spend()),
+      // Not a fault that came with a Retry-After: the provider said when to come back, and no call is sent before.
+      handleWhen((e) => e instanceof RetryableFault && e.retryAfterMs === undefined && this.budget.spend()),
       { maxAttempts: this.options.maxAttempts - 1, backoff: new ExponentialBackoff({ initialDelay: 50, maxDelay: 1000 }) },
     );
     const breaker = circuitBreaker(handleType(GatewayError), {
@@ -249,6 +273,7 @@ export class UpstreamSource implements CatalogueSource {
       if (e instanceof GatewayError && e.code === ErrorCode.TIMEOUT) outcome = "timeout";
       else if (e instanceof GatewayError && e.message === circuitOpen) outcome = "circuit_open";
       else if (e instanceof ProviderRefusal || e instanceof ProviderHolding) outcome = "refused";
+      else if (e instanceof HeldBack) outcome = "held";
       throw e;
     } finally {
       this.options.telemetry.upstreamRequest(operation.id, outcome, (performance.now() - started) / 1000, counted.count - before);
@@ -294,6 +319,13 @@ export class UpstreamSource implements CatalogueSource {
     sent: SentRequests | undefined,
     answerOf: (body: Record<string, unknown> | "not-found") => Found | NotFound,
   ): Promise<Found | NotFound> {
+    const held = Math.ceil(this.heldUntil - performance.now());
+    if (held > 0) {
+      throw new HeldBack(ErrorCode.TARGET_SERVER_ERROR, `the upstream provider asked the gateway to wait before calling it again (Retry-After); nothing was sent; ask again in ${Math.ceil(held / 1000)} s`, {
+        limit: "upstream",
+        retryAfterMs: held,
+      });
+    }
     this.budget.earn();
     const deadline = AbortSignal.timeout(this.options.deadlineMs);
     const headers: Record<string, string> = { "accept-encoding": "identity" };
@@ -390,17 +422,19 @@ export class UpstreamSource implements CatalogueSource {
   ): Promise<Record<string, unknown> | "not-found"> {
     let status: number;
     let text: string;
+    let wait: number | undefined;
     try {
       const request: Dispatcher.RequestOptions & { [onWritten]: () => void } = { method: "GET", path: this.url(operation.apiName, args), signal, headers, [onWritten]: written };
       const res = await this.dispatcher.request(request);
       status = res.statusCode;
+      wait = retryAfterMs(res.headers["retry-after"], this.options.now());
       text = await this.readBody(res.body);
     } catch (e) {
       if (e instanceof GatewayError) throw e;
       throw this.fault(e, signal);
     }
     // 429 (too many requests, as a proxy in front of the provider answers) and 502/503/504 were not acted on.
-    if (status === 429 || status === 502 || status === 503 || status === 504) throw new RetryableFault(ErrorCode.TARGET_SERVER_ERROR, `the upstream answered HTTP ${status}`);
+    if (status === 429 || status === 502 || status === 503 || status === 504) throw new RetryableFault(ErrorCode.TARGET_SERVER_ERROR, `the upstream answered HTTP ${status}${this.holdFor(wait)}`, this.waitOptions(wait));
     if (status >= 500) throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, `the upstream answered HTTP ${status}`);
     let body: unknown;
     try {
@@ -417,10 +451,29 @@ export class UpstreamSource implements CatalogueSource {
     if (/^\d{4}$/.test(code) && n >= 4004 && n <= 4016) {
       this.options.telemetry.upstreamRefused(operation.id, code);
       const holding = holdingCodes[code];
-      if (holding !== undefined) throw new ProviderHolding(ErrorCode.TARGET_SERVER_ERROR, `the upstream provider is holding the gateway's calls back (its code ${code}: ${holding}); ask again shortly`);
+      if (holding !== undefined) {
+        const asked = this.holdFor(wait);
+        throw new ProviderHolding(ErrorCode.TARGET_SERVER_ERROR, `the upstream provider is holding the gateway's calls back (its code ${code}: ${holding})${asked === "" ? "; ask again shortly" : asked}`, this.waitOptions(wait));
+      }
       throw new ProviderRefusal(ErrorCode.TARGET_SERVER_ERROR, `the upstream provider refused the gateway's call (its code ${code}); the operator must check the upstream account`);
     }
     throw new GatewayError(ErrorCode.TARGET_SERVER_ERROR, /^\d{4}$/.test(code) ? `the upstream provider failed (its code ${code})` : "the upstream answered without an error_code");
+  }
+
+  /**
+   * A wait the provider asked for (its Retry-After, in ms) held to: no
+   * request is sent to it before the wait is over (`call`), by any call of
+   * this source. Returns what the caller is told of it ("" for none).
+   */
+  private holdFor(wait: number | undefined): string {
+    if (wait === undefined) return "";
+    this.heldUntil = Math.max(this.heldUntil, performance.now() + wait);
+    return `, and asked the gateway to wait ${Math.ceil(wait / 1000)} s before calling it again (Retry-After); ask again then`;
+  }
+
+  /** A fault's limit and wait, where the provider asked for one: the caller is told when to come back. */
+  private waitOptions(wait: number | undefined): { limit: "upstream"; retryAfterMs: number } | undefined {
+    return wait === undefined ? undefined : { limit: "upstream", retryAfterMs: wait };
   }
 
   /**

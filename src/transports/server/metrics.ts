@@ -175,7 +175,7 @@ export class PrometheusTelemetry implements Telemetry {
   });
   private readonly limited = new Counter({
     name: "gateway_calls_limited_total",
-    help: "Calls a limit refused, by limit: concurrency and rate (4008), daily_max (4013), balance (4016), address_locked (4008: the caller's address is locked out for failed authentications).",
+    help: "Calls a limit refused, by limit: concurrency and rate (4008), daily_max (4013), balance (4016), address_locked (4008: the caller's address is locked out for failed authentications), upstream (4002: the upstream provider asked the gateway to wait, its Retry-After).",
     labelNames: ["operation", "limit"],
     registers: [this.registry],
   });
@@ -197,7 +197,7 @@ export class PrometheusTelemetry implements Telemetry {
     labelNames: ["kind", "outcome"],
     registers: [this.registry],
   });
-  private readonly upstream = new Counter({ name: "gateway_upstream_requests_total", help: "Calls to the upstream provider, retries included, by outcome: ok, not_found, timeout, circuit_open, refused (the provider refused the gateway's own account or held its calls back: gateway_upstream_refused_total says with which code), error.", labelNames: ["operation", "outcome"], registers: [this.registry] });
+  private readonly upstream = new Counter({ name: "gateway_upstream_requests_total", help: "Calls to the upstream provider, retries included, by outcome: ok, not_found, timeout, circuit_open, refused (the provider refused the gateway's own account or held its calls back: gateway_upstream_refused_total says with which code), held (not sent: the provider had asked the gateway to wait, its Retry-After), error.", labelNames: ["operation", "outcome"], registers: [this.registry] });
   private readonly upstreamSent = new Counter({ name: "gateway_upstream_sent_total", help: "Requests sent to the upstream provider, retries included, each once it was written to a connection (not one refused or never made, nor one still queued for a connection when its caller's time was up): what the provider may bill, as the ledger's upstream_requests sums it.", labelNames: ["operation"], registers: [this.registry] });
   private readonly lateRequests = new Counter({
     name: "gateway_upstream_late_total",
