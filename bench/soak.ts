@@ -1,0 +1,317 @@
+// `npm run soak`: the books held against what callers saw, from outside, under trouble. Three `gateway serve`
+// replicas in shared mode (a PostgreSQL database and a redis-server of the run's own) in front of a fake provider
+// that is slow, late, failing, limiting or silent at random; callers over legacy, Connect and gRPC, some giving up
+// at a random moment, some sending a call again under an Idempotency-Key; a replica killed or stopped and started
+// again every 12 to 20 s. Then every answer a caller read is held to its ledger row, and the ledger to the limits,
+// the balances, the keys and the provider's own count of requests. Exits 1 if any check fails.
+//
+// SOAK_SECONDS (default 120), SOAK_CALLERS (24), SOAK_GIVE_UP (0.1: the share of calls whose caller gives up at a
+// random moment within 2 s), SOAK_KILLS (on). Needs PostgreSQL (GATEWAY_TEST_POSTGRES_URL, as the tests) and
+// redis-server on the PATH.
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import pg from "pg";
+import { demoRecords } from "../src/catalogue/demo-dataset.ts";
+import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { CacheMode, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { runCli } from "../test/support/cli.ts";
+import { FakeUpstream, type Behaviour } from "../test/support/fake-upstream.ts";
+import { freePort, startServe, type ServeProcess } from "../test/support/gateway-process.ts";
+import { freshDatabase } from "../test/support/postgres.ts";
+
+const seconds = Number(process.env.SOAK_SECONDS ?? 120);
+const callers = Number(process.env.SOAK_CALLERS ?? 24);
+const giveUp = Number(process.env.SOAK_GIVE_UP ?? 0.1);
+const kills = (process.env.SOAK_KILLS ?? "on") !== "off";
+const started = Date.now();
+const at = () => Date.now() - started;
+const random = (n: number) => Math.floor(Math.random() * n);
+const pick = <T>(list: readonly T[]): T => list[random(list.length)]!;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** The provider's behaviour for one request: mostly answers, sometimes late (past the 1 s attempt), failing or silent. */
+function provider(): Behaviour {
+  const x = Math.random();
+  if (x < 0.7) return { kind: "normal", delayMs: random(150) };
+  if (x < 0.75) return { kind: "normal", delayMs: 1300 + random(800) };
+  if (x < 0.8) return { kind: "status", status: 502 };
+  if (x < 0.83) return { kind: "hang" };
+  if (x < 0.86) return { kind: "reset" };
+  if (x < 0.9) return { kind: "code", code: "4008" };
+  if (x < 0.93) return { kind: "garbage" };
+  return { kind: "normal" };
+}
+
+interface Replica extends ServeProcess {
+  readonly id: number;
+  alive: boolean;
+}
+
+/** One call as its caller saw it; `trace` is the trace id it sent, by which the replica's access line names its request id. */
+interface Seen {
+  readonly trace: string;
+  readonly account: number;
+  readonly transport: "legacy" | "connect" | "grpc";
+  readonly item: string;
+  readonly cacheNo: boolean;
+  readonly key: string | undefined;
+  readonly start: number;
+  end: number;
+  outcome: "answered" | "gave_up" | "failed";
+  code: string;
+  requestId: string;
+  replayOf: string | undefined;
+}
+
+interface Check {
+  readonly name: string;
+  readonly ok: boolean;
+  readonly detail: string;
+}
+
+const db = await freshDatabase("soak");
+const pool = new pg.Pool({ connectionString: db.url, max: 2 });
+const redisPort = await freePort();
+const redis = spawn("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdio: "ignore" });
+const upstream = await new FakeUpstream().start();
+const replicas: Replica[] = [];
+const outputs: (() => string)[] = [];
+const stops: { at: number; replica: number; signal: NodeJS.Signals }[] = [];
+const exits: string[] = [];
+let exitCode = 1;
+try {
+  await sleep(300);
+  /** Provider answers per item, and requests it received. */
+  const answered = new Map<string, number>();
+  let received = 0;
+  upstream.script = (req) => {
+    received++;
+    const b = provider();
+    if (b.kind === "normal") answered.set(req.query.get("num_iid")!, (answered.get(req.query.get("num_iid")!) ?? 0) + 1);
+    return b;
+  };
+  const env: Record<string, string> = {
+    GATEWAY_DATABASE_URL: db.url,
+    GATEWAY_REDIS_URL: `redis://127.0.0.1:${redisPort}`,
+    GATEWAY_ADMIN_TOKEN: `soak-${randomUUID()}`,
+    GATEWAY_LOG_LEVEL: "info",
+    GATEWAY_ACCESS_LOG: "both",
+    GATEWAY_SOURCES: "retail=upstream,wholesale=embedded",
+    GATEWAY_UPSTREAM_URL: upstream.url,
+    GATEWAY_UPSTREAM_KEY: "soak-key",
+    GATEWAY_UPSTREAM_SECRET: `soak-${randomUUID()}`,
+    GATEWAY_UPSTREAM_TIMEOUT_MS: "1000",
+    GATEWAY_UPSTREAM_DEADLINE_MS: "3000",
+    GATEWAY_AUTH_LOCK_AFTER: "1000000",
+  };
+  const start = async (id: number, demo: boolean) => {
+    const serving = await startServe(env, { demo });
+    const replica: Replica = Object.assign(serving, { id, alive: true });
+    outputs.push(serving.output);
+    serving.child.once("exit", (code, signal) => {
+      replica.alive = false;
+      const stopped = stops.some((s) => s.replica === id && at() - s.at < 30_000);
+      if (!stopped) exits.push(`replica ${id} exited by itself at ${at()} ms (code ${code}, signal ${signal})`);
+    });
+    replicas[id] = replica;
+  };
+  await start(0, true);
+  await Promise.all([start(1, false), start(2, false)]);
+  const create = async (...flags: string[]) => {
+    const r = await runCli(["accounts", "create", "--json", ...flags], env);
+    if (r.code !== 0) throw new Error(r.stderr);
+    return { ...(JSON.parse(r.stdout) as { key: string; secret: string }), flags: flags.join(" ") };
+  };
+  const accounts = [
+    await create("--max", "100000000", "--concurrency", "1000"),
+    await create("--max", "300", "--concurrency", "1000"),
+    await create("--max", "100000000", "--concurrency", "1000", "--balance", "5", "--price", "retail/item_get=0.01"),
+    await create("--max", "100000000", "--concurrency", "4", "--rate", "20/s", "--burst", "20"),
+  ];
+  const retail = demoRecords().filter((r) => r.kind === "item_detail" && (r.catalogue ?? "retail") === "retail");
+  const items = [...retail.filter((r) => r.obtainable).slice(0, 60), ...retail.filter((r) => !r.obtainable).slice(0, 6)].map((r) => (r.item as { num_iid: string }).num_iid);
+
+  const seen: Seen[] = [];
+  const call = async (account: number, transport: Seen["transport"], replica: Replica, item: string, cacheNo: boolean, giveUpAfter: number | undefined, key: string | undefined) => {
+    const a = accounts[account]!;
+    const trace = randomUUID().replaceAll("-", "");
+    const headers: Record<string, string> = { traceparent: `00-${trace}-${trace.slice(0, 16)}-01`, ...(key === undefined ? {} : { "idempotency-key": key }) };
+    const s: Seen = { trace, account, transport, item, cacheNo, key, start: at(), end: 0, outcome: "failed", code: "", requestId: "", replayOf: undefined };
+    const abort = new AbortController();
+    const timer = giveUpAfter === undefined ? undefined : setTimeout(() => abort.abort(), giveUpAfter);
+    try {
+      if (transport === "legacy") {
+        const query = new URLSearchParams({ key: a.key, secret: a.secret, num_iid: item, ...(cacheNo ? { cache: "no" } : {}) });
+        const res = await fetch(`${replica.base}/retail/item_get/?${query}`, { signal: abort.signal, headers });
+        const json = JSON.parse(await res.text()) as { error_code: string; request_id: string };
+        Object.assign(s, { outcome: "answered", code: json.error_code, requestId: json.request_id, replayOf: res.headers.get("original-request-id") ?? undefined });
+      } else {
+        const client = createClient(RetailService, transport === "grpc" ? createGrpcTransport({ baseUrl: replica.base }) : createConnectTransport({ baseUrl: replica.base, httpVersion: "1.1" }));
+        let replayOf: string | undefined;
+        try {
+          const r = await client.itemGet(
+            { numIid: item, cache: cacheNo ? CacheMode.NO : CacheMode.UNSPECIFIED },
+            { signal: abort.signal, headers: { ...headers, "x-api-key": a.key, "x-api-secret": a.secret }, onHeader: (h) => (replayOf = h.get("original-request-id") ?? undefined) },
+          );
+          Object.assign(s, { outcome: "answered", code: "0000", requestId: r.status!.requestId, replayOf });
+        } catch (e) {
+          const error = ConnectError.from(e);
+          const status = error.findDetails(StatusBlockSchema)[0];
+          if (status === undefined) throw e;
+          Object.assign(s, { outcome: "answered", code: String(status.errorCode).padStart(4, "0"), requestId: status.requestId, replayOf: error.metadata.get("original-request-id") ?? undefined });
+        }
+      }
+    } catch (e) {
+      s.outcome = abort.signal.aborted ? "gave_up" : "failed";
+      s.code = e instanceof ConnectError ? Code[e.code] : ((e as { cause?: { code?: string } }).cause?.code ?? (e as Error).name);
+    } finally {
+      clearTimeout(timer);
+      s.end = at();
+    }
+    seen.push(s);
+  };
+
+  let running = true;
+  const caller = async () => {
+    while (running) {
+      const alive = replicas.filter((r) => r.alive);
+      if (alive.length === 0) {
+        await sleep(50);
+        continue;
+      }
+      const account = pick([0, 0, 0, 1, 2, 3]);
+      const item = pick(items);
+      const cacheNo = Math.random() < 0.03;
+      const key = Math.random() < 0.1 ? randomUUID() : undefined;
+      await call(account, pick(["legacy", "connect", "grpc"] as const), pick(alive), item, cacheNo, Math.random() < giveUp ? 10 + random(2000) : undefined, key);
+      // Half the calls sent with a key are sent again, to a replica picked anew: charged once, whatever happened.
+      if (key !== undefined && Math.random() < 0.5) {
+        const again = replicas.filter((r) => r.alive);
+        if (again.length > 0) await call(account, pick(["legacy", "connect", "grpc"] as const), pick(again), item, cacheNo, undefined, key);
+      }
+    }
+  };
+  const trouble = async () => {
+    while (running) {
+      await sleep(12_000 + random(8000));
+      if (!running) return;
+      const alive = replicas.filter((r) => r.alive);
+      if (alive.length === 0) continue;
+      const replica = pick(alive);
+      const signal: NodeJS.Signals = Math.random() < 0.5 ? "SIGKILL" : "SIGTERM";
+      stops.push({ at: at(), replica: replica.id, signal });
+      const exited = new Promise((r) => replica.child.once("exit", r));
+      replica.child.kill(signal);
+      await exited;
+      await sleep(500);
+      await start(replica.id, false);
+    }
+  };
+  console.log(`soak: ${seconds} s, ${callers} callers (${Math.round(giveUp * 100)}% of calls given up at random), 3 replicas${kills ? ", one stopped every 12-20 s" : ""}`);
+  const all = Array.from({ length: callers }, caller);
+  const troubling = kills ? trouble() : Promise.resolve();
+  await sleep(seconds * 1000);
+  running = false;
+  await Promise.all([...all, troubling]);
+  // Late answers land within the 3 s deadline; rows are written before answers.
+  await sleep(5000);
+
+  const rows = (
+    await pool.query<{ request_id: string; account: string; error_code: number; charge: string; price: string; upstream_requests: number; at: string; latency_us: string }>(
+      "SELECT request_id, account, error_code, charge, price::text, upstream_requests, at::text, latency_us::text FROM ledger",
+    )
+  ).rows;
+  const byId = new Map(rows.map((r) => [r.request_id, r]));
+  const checks: Check[] = [];
+  const check = (name: string, problems: string[], detail: string) => checks.push({ name, ok: problems.length === 0, detail: problems.length === 0 ? detail : problems.slice(0, 5).join("; ") + (problems.length > 5 ? `; and ${problems.length - 5} more` : "") });
+
+  const read = seen.filter((s) => s.outcome === "answered");
+  const unrecorded: string[] = [];
+  const misrecorded: string[] = [];
+  for (const s of read) {
+    const row = byId.get(s.requestId);
+    if (row === undefined) {
+      // Refused before an account is known: no row by design.
+      if (!["4003", "4004", "4005", "4014"].includes(s.code)) unrecorded.push(`${s.transport} ${s.code} ${s.requestId}`);
+      continue;
+    }
+    const charged = (s.code === "0000" || s.code === "2000") && s.replayOf === undefined;
+    if (String(row.error_code).padStart(4, "0") !== s.code || charged !== (row.charge === "charged")) misrecorded.push(`${s.transport} answered ${s.code}${s.replayOf ? " (replay)" : ""}, row ${row.error_code} ${row.charge}`);
+  }
+  check("every answer a caller read has its ledger row", unrecorded, `${read.length} answers read`);
+  check("each row says what its caller was told, charged only for 0000 and 2000 that were not replays", misrecorded, `${read.length} answers`);
+
+  for (const [i, a] of accounts.entries()) {
+    const charged = rows.filter((r) => r.account === a.key && r.charge === "charged");
+    const day = (await pool.query<{ n: string }>("SELECT coalesce(sum(charged), 0)::text AS n FROM usage_daily WHERE account = $1", [a.key])).rows[0]!.n;
+    const balance = (await pool.query<{ micros: string }>("SELECT micros::text FROM balances WHERE account = $1", [a.key])).rows[0]?.micros;
+    const prices = charged.reduce((n, r) => n + BigInt(r.price), 0n);
+    const problems: string[] = [];
+    if (Number(day) !== charged.length) problems.push(`its day's count ${day}, its charged rows ${charged.length}`);
+    if (i === 1 && charged.length > 300) problems.push(`${charged.length} charged calls for a maximum of 300`);
+    if (balance !== undefined && BigInt(balance) !== 5_000_000n - prices) problems.push(`balance ${balance} micros, 5 less its charged prices is ${5_000_000n - prices}`);
+    if (balance !== undefined && BigInt(balance) < 0n) problems.push(`balance below zero: ${balance}`);
+    check(`account ${i} (${a.flags}): its day, limits and balance agree with its rows`, problems, `${charged.length} charged${balance === undefined ? "" : `, balance ${Number(balance) / 1e6}`}`);
+  }
+
+  const byKey = new Map<string, Seen[]>();
+  for (const s of seen) if (s.key !== undefined) byKey.set(s.key, [...(byKey.get(s.key) ?? []), s]);
+  const twice = [...byKey].filter(([, copies]) => new Set(copies.map((s) => s.requestId).filter((id) => byId.get(id)?.charge === "charged")).size > 1).map(([key]) => key);
+  check("a call sent again under its Idempotency-Key is charged once", twice, `${byKey.size} keys, ${[...byKey.values()].filter((c) => c.length > 1).length} sent twice`);
+
+  const killed = stops.some((s) => s.signal === "SIGKILL");
+  const counted = rows.reduce((n, r) => n + r.upstream_requests, 0);
+  // A replica killed while buying sent a request whose row it never wrote.
+  check(
+    "the ledger counts every request the provider received",
+    counted === received || (killed && counted <= received) ? [] : [`the ledger counts ${counted}, the provider received ${received}`],
+    `${counted} counted, ${received} received${killed && counted < received ? ` (${received - counted} by replicas killed while buying)` : ""}`,
+  );
+  const refreshed = new Map<string, number>();
+  for (const s of seen) if (s.cacheNo) refreshed.set(s.item, (refreshed.get(s.item) ?? 0) + 1);
+  const rebought = [...answered].filter(([item, n]) => n > 1 + (refreshed.get(item) ?? 0)).map(([item, n]) => `${item} answered ${n} times, ${refreshed.get(item) ?? 0} cache=no`);
+  checks.push({
+    name: "no item is bought again but for cache=no",
+    ok: rebought.length === 0 || killed,
+    detail: rebought.length === 0 ? `${answered.size} items bought` : `${rebought.slice(0, 5).join("; ")}${killed ? " (a replica was killed: an answer landing there is lost)" : ""}`,
+  });
+  check("no replica stopped by itself", exits, "none did");
+
+  // Charged calls no caller read: a caller that gave up after its answer was on its way (the answer's row commits
+  // before it leaves), or one a replica was stopped under. One that had gone well before its answer was ready is over-billed.
+  const traceOf = new Map<string, string>();
+  for (const output of outputs)
+    for (const line of output().split("\n")) {
+      if (!line.includes('"incoming request"')) continue;
+      const j = JSON.parse(line) as { requestId?: string; req?: { traceId?: string } };
+      if (j.requestId !== undefined && j.req?.traceId !== undefined) traceOf.set(j.requestId, j.req.traceId);
+    }
+  const byTrace = new Map(seen.map((s) => [s.trace, s]));
+  const readIds = new Set(read.map((s) => s.requestId));
+  const unread = rows.filter((r) => r.charge === "charged" && !readIds.has(r.request_id));
+  const goneBefore = unread.filter((r) => {
+    const s = byTrace.get(traceOf.get(r.request_id) ?? "");
+    return s !== undefined && s.outcome === "gave_up" && s.end < Number(r.at) - started + Number(r.latency_us) / 1000 - 50;
+  });
+  checks.push({
+    name: "no caller that had gone 50 ms before its answer was ready is charged",
+    ok: goneBefore.length === 0,
+    detail: `${unread.length} charged calls no caller read, ${goneBefore.length} of them given up over 50 ms before the answer`,
+  });
+
+  const outcomes = new Map<string, number>();
+  for (const s of seen) outcomes.set(s.outcome === "answered" ? s.code : `${s.outcome} (${s.code})`, (outcomes.get(s.outcome === "answered" ? s.code : `${s.outcome} (${s.code})`) ?? 0) + 1);
+  console.log(`${seen.length} calls, ${rows.length} ledger rows; stops: ${stops.map((s) => `${s.signal} replica ${s.replica} at ${Math.round(s.at / 1000)} s`).join(", ") || "none"}`);
+  console.log(`what callers saw: ${[...outcomes].sort((a, b) => b[1] - a[1]).map(([k, n]) => `${k} ${n}`).join(", ")}`);
+  for (const c of checks) console.log(`${c.ok ? "ok  " : "FAIL"} ${c.name}: ${c.detail}`);
+  exitCode = checks.every((c) => c.ok) ? 0 : 1;
+} finally {
+  for (const r of replicas) r?.child.kill("SIGKILL");
+  redis.kill("SIGKILL");
+  await upstream.stop();
+  await pool.end();
+  await db.drop();
+}
+process.exit(exitCode);
