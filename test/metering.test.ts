@@ -1,5 +1,6 @@
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { execFile } from "node:child_process";
 import http2 from "node:http2";
 import net from "node:net";
 import { mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
@@ -484,7 +485,7 @@ describe("a caller that hangs up", () => {
         fetch(`${base}${legacyQuery(n)}`, { signal: abort.signal }).catch(() => {});
         return { close: () => abort.abort() };
       };
-      // Each path on an item of its own, so each call buys: the legacy path before Fastify (a raw socket and fetch) and
+      // Each path on an item of its own, so each call buys: the legacy path before Fastify (a raw socket, fetch, PHP's curl) and
       // through it (an Origin); the Connect path before Fastify, and connect-node's (connect-es's client over HTTP/1.1);
       // gRPC-Web over HTTP/1.1, which connect-node serves.
       const closed = [
@@ -495,13 +496,23 @@ describe("a caller that hangs up", () => {
         client(createConnectTransport({ baseUrl: base, httpVersion: "1.1" }), "620000000005"),
         client(createGrpcWebTransport({ baseUrl: base, httpVersion: "1.1" }), "620000000006"),
       ];
+      // PHP's curl, as legacy callers are written, giving up at its own CURLOPT_TIMEOUT_MS.
+      const php = new Promise<string>((resolve) =>
+        execFile(
+          "php",
+          ["-r", `$c = curl_init('${base}${legacyQuery("620000000009")}'); curl_setopt($c, CURLOPT_RETURNTRANSFER, true); curl_setopt($c, CURLOPT_TIMEOUT_MS, 800); var_dump(curl_exec($c)); echo curl_errno($c);`],
+          (_e, stdout) => resolve(stdout),
+        ),
+      );
       // A caller that only ends its side still reads: it gets the interim answer, then its own, and is charged.
       const halfClosed = rawHttp1(port, `GET ${legacyQuery("620000000007")} HTTP/1.1\r\nconnection: close`, "", true);
       // An HTTP/1.0 caller may be sent no interim answer (RFC 9110, 15.2): one that closes cannot be told from one
       // still reading, so it is answered (into a closed socket) and charged, as before.
       const closedOn10 = rawHttp1(port, `GET ${legacyQuery("620000000008")} HTTP/1.0`);
-      await until("every call to reach its purchase", () => bought.length === 8);
+      await until("every call to reach its purchase", () => bought.length === 9);
       for (const call of [...closed, closedOn10]) call.close();
+      // CURLE_OPERATION_TIMEDOUT: curl closed its connection.
+      expect(await php).toBe("bool(false)\n28");
       // The interim answer goes out at the FIN, and the reset it meets is seen within milliseconds (a second leaves
       // room for a busy machine); then the purchases end.
       await new Promise((r) => setTimeout(r, 1000));
@@ -509,10 +520,11 @@ describe("a caller that hangs up", () => {
       const answer = await halfClosed.answered;
       expect(answer.startsWith("HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 200 OK\r\n")).toBe(true);
       expect(answer).toContain(`"error_code":"0000"`);
-      await until("a row for every call", async () => (await rows(a.key)).length === 8);
-      // Before, each closed call was recorded 0000 and charged once its purchase ended: 0.6 for answers nobody received.
+      await until("a row for every call", async () => (await rows(a.key)).length === 9);
+      // Before, each closed call was recorded 0000 and charged once its purchase ended: 0.7 for answers nobody received.
       expect(await rows(a.key)).toEqual(
         [
+          "4017 uncharged 0 legacy",
           "4017 uncharged 0 legacy",
           "4017 uncharged 0 legacy",
           "4017 uncharged 0 legacy",
@@ -524,7 +536,7 @@ describe("a caller that hangs up", () => {
         ].sort(),
       );
       expect((await gw.runtime.admin.get(a.key)).balance).toBe(parseMoney("0.8"));
-      expect(await abandoned()).toEqual(["retail/item_get hung_up before_answer 6"]);
+      expect(await abandoned()).toEqual(["retail/item_get hung_up before_answer 7"]);
     } finally {
       await close();
     }
