@@ -1,21 +1,27 @@
 // `npm run soak`: the books held against what callers saw, from outside, under trouble. Three `gateway serve`
 // replicas in shared mode (a PostgreSQL database and a redis-server of the run's own) in front of a fake provider
-// that is slow, late, failing, limiting or silent at random; callers over legacy, Connect and gRPC, some giving up
-// at a random moment, some sending a call again under an Idempotency-Key; a replica killed or stopped and started
-// again every 12 to 20 s. Then every answer a caller read is held to its ledger row, and the ledger to the limits,
-// the balances, the keys and the provider's own count of requests. Exits 1 if any check fails.
+// that is slow, late, failing, limiting or silent at random; callers over legacy, Connect and gRPC, in Chinese and
+// translated into English and Russian, some giving up at a random moment, some sending a call again under an
+// Idempotency-Key; a replica killed or stopped and started again every 12 to 20 s. Then every answer a caller read
+// is held to its ledger row, and the ledger to the limits, the balances, the keys and the provider's own count of
+// requests. Exits 1 if any check fails.
 //
+// SOAK_STORE=embedded: one replica on a data directory of the run's own (SQLite), killed or stopped the same way.
 // SOAK_SECONDS (default 120), SOAK_CALLERS (24), SOAK_GIVE_UP (0.1: the share of calls whose caller gives up at a
-// random moment within 2 s), SOAK_KILLS (on). Needs PostgreSQL (GATEWAY_TEST_POSTGRES_URL, as the tests) and
-// redis-server on the PATH.
+// random moment within 2 s), SOAK_KILLS (on). Shared mode needs PostgreSQL (GATEWAY_TEST_POSTGRES_URL, as the
+// tests) and redis-server on the PATH.
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { DatabaseSync } from "node:sqlite";
 import pg from "pg";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
-import { CacheMode, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
+import { CacheMode, Lang, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { runCli } from "../test/support/cli.ts";
 import { FakeUpstream, type Behaviour } from "../test/support/fake-upstream.ts";
 import { freePort, startServe, type ServeProcess } from "../test/support/gateway-process.ts";
@@ -25,6 +31,7 @@ const seconds = Number(process.env.SOAK_SECONDS ?? 120);
 const callers = Number(process.env.SOAK_CALLERS ?? 24);
 const giveUp = Number(process.env.SOAK_GIVE_UP ?? 0.1);
 const kills = (process.env.SOAK_KILLS ?? "on") !== "off";
+const embedded = process.env.SOAK_STORE === "embedded";
 const started = Date.now();
 const at = () => Date.now() - started;
 const random = (n: number) => Math.floor(Math.random() * n);
@@ -56,6 +63,7 @@ interface Seen {
   readonly transport: "legacy" | "connect" | "grpc";
   readonly item: string;
   readonly cacheNo: boolean;
+  readonly lang: "cn" | "en" | "ru";
   readonly key: string | undefined;
   readonly start: number;
   end: number;
@@ -71,10 +79,22 @@ interface Check {
   readonly detail: string;
 }
 
-const db = await freshDatabase("soak");
-const pool = new pg.Pool({ connectionString: db.url, max: 2 });
+/** The run's own stores: a data directory (embedded), or a PostgreSQL database and a redis-server (shared). */
+const dataDir = embedded ? mkdtempSync(join(tmpdir(), "soak-")) : undefined;
+const db = embedded ? undefined : await freshDatabase("soak");
+const pool = db === undefined ? undefined : new pg.Pool({ connectionString: db.url, max: 2 });
 const redisPort = await freePort();
-const redis = spawn("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdio: "ignore" });
+const redis = embedded ? undefined : spawn("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdio: "ignore" });
+/** Rows of a query on the ledger's store, whichever it is ($1 in the SQL for the first parameter). */
+async function query<T>(sql: string, params: unknown[] = []): Promise<T[]> {
+  if (pool !== undefined) return (await pool.query(sql, params)).rows as T[];
+  const sqlite = new DatabaseSync(join(dataDir!, "gateway.db"), { readOnly: true });
+  try {
+    return sqlite.prepare(sql.replaceAll("$1", "?")).all(...(params as string[])) as T[];
+  } finally {
+    sqlite.close();
+  }
+}
 const upstream = await new FakeUpstream().start();
 const replicas: Replica[] = [];
 const outputs: (() => string)[] = [];
@@ -93,8 +113,7 @@ try {
     return b;
   };
   const env: Record<string, string> = {
-    GATEWAY_DATABASE_URL: db.url,
-    GATEWAY_REDIS_URL: `redis://127.0.0.1:${redisPort}`,
+    ...(db === undefined ? { GATEWAY_DATA_DIR: dataDir! } : { GATEWAY_DATABASE_URL: db.url, GATEWAY_REDIS_URL: `redis://127.0.0.1:${redisPort}` }),
     GATEWAY_ADMIN_TOKEN: `soak-${randomUUID()}`,
     GATEWAY_LOG_LEVEL: "info",
     GATEWAY_ACCESS_LOG: "both",
@@ -118,7 +137,7 @@ try {
     replicas[id] = replica;
   };
   await start(0, true);
-  await Promise.all([start(1, false), start(2, false)]);
+  if (!embedded) await Promise.all([start(1, false), start(2, false)]);
   const create = async (...flags: string[]) => {
     const r = await runCli(["accounts", "create", "--json", ...flags], env);
     if (r.code !== 0) throw new Error(r.stderr);
@@ -134,16 +153,16 @@ try {
   const items = [...retail.filter((r) => r.obtainable).slice(0, 60), ...retail.filter((r) => !r.obtainable).slice(0, 6)].map((r) => (r.item as { num_iid: string }).num_iid);
 
   const seen: Seen[] = [];
-  const call = async (account: number, transport: Seen["transport"], replica: Replica, item: string, cacheNo: boolean, giveUpAfter: number | undefined, key: string | undefined) => {
+  const call = async (account: number, transport: Seen["transport"], replica: Replica, item: string, cacheNo: boolean, lang: Seen["lang"], giveUpAfter: number | undefined, key: string | undefined) => {
     const a = accounts[account]!;
     const trace = randomUUID().replaceAll("-", "");
     const headers: Record<string, string> = { traceparent: `00-${trace}-${trace.slice(0, 16)}-01`, ...(key === undefined ? {} : { "idempotency-key": key }) };
-    const s: Seen = { trace, account, transport, item, cacheNo, key, start: at(), end: 0, outcome: "failed", code: "", requestId: "", replayOf: undefined };
+    const s: Seen = { trace, account, transport, item, cacheNo, lang, key, start: at(), end: 0, outcome: "failed", code: "", requestId: "", replayOf: undefined };
     const abort = new AbortController();
     const timer = giveUpAfter === undefined ? undefined : setTimeout(() => abort.abort(), giveUpAfter);
     try {
       if (transport === "legacy") {
-        const query = new URLSearchParams({ key: a.key, secret: a.secret, num_iid: item, ...(cacheNo ? { cache: "no" } : {}) });
+        const query = new URLSearchParams({ key: a.key, secret: a.secret, num_iid: item, lang, ...(cacheNo ? { cache: "no" } : {}) });
         const res = await fetch(`${replica.base}/retail/item_get/?${query}`, { signal: abort.signal, headers });
         const json = JSON.parse(await res.text()) as { error_code: string; request_id: string };
         Object.assign(s, { outcome: "answered", code: json.error_code, requestId: json.request_id, replayOf: res.headers.get("original-request-id") ?? undefined });
@@ -152,7 +171,7 @@ try {
         let replayOf: string | undefined;
         try {
           const r = await client.itemGet(
-            { numIid: item, cache: cacheNo ? CacheMode.NO : CacheMode.UNSPECIFIED },
+            { numIid: item, cache: cacheNo ? CacheMode.NO : CacheMode.UNSPECIFIED, lang: lang === "en" ? Lang.EN : lang === "ru" ? Lang.RU : Lang.CN },
             { signal: abort.signal, headers: { ...headers, "x-api-key": a.key, "x-api-secret": a.secret }, onHeader: (h) => (replayOf = h.get("original-request-id") ?? undefined) },
           );
           Object.assign(s, { outcome: "answered", code: "0000", requestId: r.status!.requestId, replayOf });
@@ -185,11 +204,12 @@ try {
       const item = pick(items);
       const cacheNo = Math.random() < 0.03;
       const key = Math.random() < 0.1 ? randomUUID() : undefined;
-      await call(account, pick(["legacy", "connect", "grpc"] as const), pick(alive), item, cacheNo, Math.random() < giveUp ? 10 + random(2000) : undefined, key);
+      const lang = pick(["cn", "cn", "cn", "en", "ru"] as const);
+      await call(account, pick(["legacy", "connect", "grpc"] as const), pick(alive), item, cacheNo, lang, Math.random() < giveUp ? 10 + random(2000) : undefined, key);
       // Half the calls sent with a key are sent again, to a replica picked anew: charged once, whatever happened.
       if (key !== undefined && Math.random() < 0.5) {
         const again = replicas.filter((r) => r.alive);
-        if (again.length > 0) await call(account, pick(["legacy", "connect", "grpc"] as const), pick(again), item, cacheNo, undefined, key);
+        if (again.length > 0) await call(account, pick(["legacy", "connect", "grpc"] as const), pick(again), item, cacheNo, lang, undefined, key);
       }
     }
   };
@@ -209,7 +229,7 @@ try {
       await start(replica.id, false);
     }
   };
-  console.log(`soak: ${seconds} s, ${callers} callers (${Math.round(giveUp * 100)}% of calls given up at random), 3 replicas${kills ? ", one stopped every 12-20 s" : ""}`);
+  console.log(`soak: ${seconds} s, ${callers} callers (${Math.round(giveUp * 100)}% of calls given up at random), ${embedded ? "1 replica on the embedded store" : "3 replicas in shared mode"}${kills ? ", one stopped every 12-20 s" : ""}`);
   const all = Array.from({ length: callers }, caller);
   const troubling = kills ? trouble() : Promise.resolve();
   await sleep(seconds * 1000);
@@ -218,11 +238,9 @@ try {
   // Late answers land within the 3 s deadline; rows are written before answers.
   await sleep(5000);
 
-  const rows = (
-    await pool.query<{ request_id: string; account: string; error_code: number; charge: string; price: string; upstream_requests: number; at: string; latency_us: string }>(
-      "SELECT request_id, account, error_code, charge, price::text, upstream_requests, at::text, latency_us::text FROM ledger",
-    )
-  ).rows;
+  const rows = await query<{ request_id: string; account: string; error_code: number; charge: string; price: string | number; upstream_requests: number; at: string | number; latency_us: string | number }>(
+    "SELECT request_id, account, error_code, charge, price, upstream_requests, at, latency_us FROM ledger",
+  );
   const byId = new Map(rows.map((r) => [r.request_id, r]));
   const checks: Check[] = [];
   const check = (name: string, problems: string[], detail: string) => checks.push({ name, ok: problems.length === 0, detail: problems.length === 0 ? detail : problems.slice(0, 5).join("; ") + (problems.length > 5 ? `; and ${problems.length - 5} more` : "") });
@@ -245,8 +263,8 @@ try {
 
   for (const [i, a] of accounts.entries()) {
     const charged = rows.filter((r) => r.account === a.key && r.charge === "charged");
-    const day = (await pool.query<{ n: string }>("SELECT coalesce(sum(charged), 0)::text AS n FROM usage_daily WHERE account = $1", [a.key])).rows[0]!.n;
-    const balance = (await pool.query<{ micros: string }>("SELECT micros::text FROM balances WHERE account = $1", [a.key])).rows[0]?.micros;
+    const day = (await query<{ n: string | number }>("SELECT coalesce(sum(charged), 0) AS n FROM usage_daily WHERE account = $1", [a.key]))[0]!.n;
+    const balance = (await query<{ micros: string | number }>("SELECT micros FROM balances WHERE account = $1", [a.key]))[0]?.micros;
     const prices = charged.reduce((n, r) => n + BigInt(r.price), 0n);
     const problems: string[] = [];
     if (Number(day) !== charged.length) problems.push(`its day's count ${day}, its charged rows ${charged.length}`);
@@ -298,7 +316,14 @@ try {
   checks.push({
     name: "no caller that had gone 50 ms before its answer was ready is charged",
     ok: goneBefore.length === 0,
-    detail: `${unread.length} charged calls no caller read, ${goneBefore.length} of them given up over 50 ms before the answer`,
+    detail: `${unread.length} charged calls no caller read, ${goneBefore.length} of them given up over 50 ms before the answer${goneBefore
+      .slice(0, 5)
+      .map((r) => {
+        const s = byTrace.get(traceOf.get(r.request_id)!)!;
+        const ready = Number(r.at) - started + Number(r.latency_us) / 1000;
+        return `; ${r.request_id} (${s.transport}${s.lang === "cn" ? "" : `, ${s.lang}`}${s.cacheNo ? ", cache=no" : ""}${s.key === undefined ? "" : ", with a key"}): ready ${Math.round(Number(r.latency_us) / 1000)} ms after it came, its caller gone ${Math.round(ready - s.end)} ms before`;
+      })
+      .join("")}`,
   });
 
   const outcomes = new Map<string, number>();
@@ -309,9 +334,10 @@ try {
   exitCode = checks.every((c) => c.ok) ? 0 : 1;
 } finally {
   for (const r of replicas) r?.child.kill("SIGKILL");
-  redis.kill("SIGKILL");
+  redis?.kill("SIGKILL");
   await upstream.stop();
-  await pool.end();
-  await db.drop();
+  await pool?.end();
+  await db?.drop();
+  if (dataDir !== undefined) rmSync(dataDir, { recursive: true, force: true });
 }
 process.exit(exitCode);
