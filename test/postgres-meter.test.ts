@@ -165,6 +165,20 @@ describe("the shared meter, three replicas on one PostgreSQL", () => {
     await admin.query("DELETE FROM admissions WHERE lease = ANY($1)", [leases]);
   });
 
+  it("holds a rated account to its burst when replicas' calls reach PostgreSQL in another order than they read their clocks (schema step 28)", async () => {
+    const now = 1_800_000_000_000;
+    // Two replicas on one clock, one call's reading 3 ms before the other's: its statement comes second.
+    const later = replica("r51", { now: () => now + 3 });
+    const earlier = replica("r52", { now: () => now });
+    const rated = { ...(await account()), rate: { calls: 10, seconds: 1, burst: 4 } };
+    const reasons: string[] = [];
+    const burst = async (m: PostgresMeter, calls: number) => (await Promise.all(Array.from({ length: calls }, () => admitAndRecord(m, rated, reasons)))).filter((c) => c === 0).length;
+    expect(await burst(later, 4)).toBe(4);
+    // Step 26 read the time the burst left (403 ms on the earlier clock, past 300 + 100) as a step back: one more.
+    expect(await burst(earlier, 10)).toBe(0);
+    expect(new Set(reasons)).toEqual(new Set(["this account's rate limit of 10/s, burst 4 is reached; the next call is admitted in 103 ms"]));
+  });
+
   it("serves a rated account at its rate after a replica's clock steps back an hour, or another's runs an hour ahead, rather than refusing it for the hour (schema step 26)", async () => {
     let now = 1_800_000_000_000;
     const clock = { now: () => now };

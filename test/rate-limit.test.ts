@@ -5,7 +5,7 @@ import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } f
 import * as grpc from "@grpc/grpc-js";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { formatRate, parseRate, rateBounds, rateTake, CallRateError, type CallRate } from "../src/core/call-rate.ts";
+import { formatRate, parseRate, rateBounds, rateSkewNs, rateTake, CallRateError, type CallRate } from "../src/core/call-rate.ts";
 import { parseMoney } from "../src/core/money.ts";
 import { ItemGetRequestSchema, RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
@@ -77,10 +77,14 @@ describe("a rate", () => {
     let admitted = 0;
     for (let ms = back + 501; ms <= back + 10_500; ms++) if (take(ms) === undefined) admitted++;
     expect(admitted).toBe(20);
-    // A time this clock could have left (the burst spent, at most one interval on) is the rule itself, to the ns.
+    // A time this clock could have left (the burst spent, at most one interval on) is the rule itself, to the ns;
+    // one a little further was left by a call that read its clock later and was admitted first: taken as it is (before,
+    // a nanosecond further was read as a step back, and let one call more through). Past rateSkewNs, a step back.
     const spent = BigInt(t0) * 1_000_000n + 1_500_000_000n;
     expect(rateTake(spent, t0, rate)).toEqual({ waitMs: 500 });
-    expect(rateTake(spent + 1n, t0, rate)).toEqual({ next: BigInt(t0) * 1_000_000n + 1_500_000_000n });
+    expect(rateTake(spent + 1_000_000n, t0, rate)).toEqual({ waitMs: 501 });
+    expect(rateTake(spent + rateSkewNs, t0, rate)).toEqual({ waitMs: 5500 });
+    expect(rateTake(spent + rateSkewNs + 1n, t0, rate)).toEqual({ next: BigInt(t0) * 1_000_000n + 1_500_000_000n });
   });
 });
 
