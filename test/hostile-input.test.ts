@@ -120,10 +120,9 @@ function send(sent: Sent, port = gw.port): Promise<Answer> {
     s.on("error", () => undefined);
     s.on("close", () => {
       clearTimeout(timer);
-      let raw = Buffer.concat(chunks);
-      // The request is sent and the connection's side ended at once, so the gateway may send an interim
-      // `102 Processing` first (hang-up-check.ts): a client takes any number of 1xx before the answer (RFC 9110, 15.2).
-      while (/^HTTP\/1\.1 1\d\d /.test(raw.subarray(0, 13).toString("latin1")) && raw.includes("\r\n\r\n")) raw = raw.subarray(raw.indexOf("\r\n\r\n") + 4);
+      // The request is sent and the connection's side ended at once, so the gateway may send the answer's first
+      // bytes before the rest (hang-up-check.ts): the same bytes, one answer.
+      const raw = Buffer.concat(chunks);
       const end = raw.indexOf("\r\n\r\n");
       const head = raw.subarray(0, end < 0 ? raw.length : end).toString("latin1").split("\r\n");
       const headers = new Map(head.slice(1).map((l) => [l.slice(0, l.indexOf(":")).toLowerCase(), l.slice(l.indexOf(":") + 1).trim()] as [string, string]));

@@ -2,42 +2,55 @@ import type http from "node:http";
 import type { Socket } from "node:net";
 
 /**
- * HTTP/1.1 callers that end their side of the connection (TCP FIN) while
+ * HTTP/1.x callers that end their side of the connection (TCP FIN) while
  * their answer is still being made. Either the caller has hung up (closed
  * its socket, the ordinary way every client library gives up: a fetch
  * aborted, curl's `--max-time`, PHP's `CURLOPT_TIMEOUT`, a proxy whose own
- * client went away) or it has only finished sending and still reads, as
+ * client went away, nginx's default HTTP/1.0 connection to its upstream
+ * among them) or it has only finished sending and still reads, as
  * `printf … | nc` does. TCP cannot tell the two apart until something is
  * sent: a closed socket answers data with a reset. So the server sends the
- * one thing HTTP/1.1 lets it send before an answer, an interim
- * `102 Processing` (RFC 9110, section 15.2: a client must take any number of
- * 1xx answers before the final one), and then looks at the connection with
- * an empty write, which sends nothing and reports a reset that has come
- * back: 1 ms later, then 10, 50 and 100, then every 100 ms until the answer
- * goes. A reset destroys the socket, and the core's check before an answer
- * is charged (caller-gone.ts, and connect-node's signal, which a closed
- * socket aborts) finds the caller gone: recorded 4017, not charged. A caller
- * still reading gets the interim answer, then its answer, charged.
+ * first bytes of the answer itself, `HTTP/1.1 `, which begin every answer
+ * Node writes on either version (its status line is `HTTP/1.1 <code>
+ * <reason>` for HTTP/1.0 requests too), and the answer's head, when it is
+ * written, leaves them out: the caller reads the very bytes it would have
+ * read, only the first nine of them sooner. Then the server looks at the
+ * connection with an empty write, which sends nothing and reports a reset
+ * that has come back: 1 ms later, then 10, 50 and 100, then every 100 ms
+ * until the answer goes. A reset destroys the socket, and the core's check
+ * before an answer is charged (caller-gone.ts, and connect-node's signal,
+ * which a closed socket aborts) finds the caller gone: recorded 4017, not
+ * charged. A caller still reading gets its answer, charged.
  *
- * Not for HTTP/1.0 requests (no 1xx may be sent to them), nor once the
- * answer's head has gone (the answer is on its way), nor on TLS, where
- * Node's HTTP/1.1 server takes a FIN as the request's end anyway.
+ * Not once the answer's head is written (the answer is on its way), nor on
+ * TLS, where Node's HTTP/1.1 server takes a FIN as the request's end anyway.
  */
 export function checkHangUps(socket: Socket): void {
   socket.on("end", onEnd);
 }
 
+/** What every answer of Node's HTTP/1.x server begins with, whatever the request's version. */
+export const answerStart = "HTTP/1.1 ";
+
 /** Node's socket names the answer it is writing, or will write next (its first request not yet answered). */
 type AnsweringSocket = Socket & { _httpMessage?: http.ServerResponse | null };
 
+/** Node's answer keeps its head (status line and fields) with `_storeHeader` until its first bytes go. */
+type StoringHead = http.ServerResponse & { _storeHeader(firstLine: string, headers: unknown): void };
+
 function onEnd(this: AnsweringSocket): void {
-  const res = this._httpMessage;
-  if (res == null || res.headersSent || res.writableEnded || res.req.httpVersionMinor < 1) return;
-  res.writeProcessing();
+  const res = this._httpMessage as StoringHead | null | undefined;
+  if (res == null || res.headersSent || res.writableEnded) return;
+  const storeHead = res._storeHeader;
+  // Every status line Node writes starts so (ServerResponse.writeHead); the check keeps a wrong one whole rather than cut.
+  res._storeHeader = function (firstLine, headers) {
+    storeHead.call(this, firstLine.startsWith(answerStart) ? firstLine.slice(answerStart.length) : firstLine, headers);
+  };
+  this.write(answerStart);
   look(this, res, 0);
 }
 
-/** When to look again, after each look: 1 ms after the interim answer, then 10, 50, 100, then every 100 ms. */
+/** When to look again, after each look: 1 ms after the first bytes, then 10, 50, 100, then every 100 ms. */
 const lookAfterMs = [1, 10, 50, 100];
 
 function look(socket: AnsweringSocket, res: http.ServerResponse, looks: number): void {
