@@ -14,7 +14,7 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
@@ -24,7 +24,7 @@ import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { CacheMode, Lang, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { runCli } from "../test/support/cli.ts";
 import { FakeUpstream, type Behaviour } from "../test/support/fake-upstream.ts";
-import { freePort, startServe, type ServeProcess } from "../test/support/gateway-process.ts";
+import { freePort, startServe, withoutSecrets, type ServeProcess } from "../test/support/gateway-process.ts";
 import { freshDatabase } from "../test/support/postgres.ts";
 
 const seconds = Number(process.env.SOAK_SECONDS ?? 120);
@@ -327,11 +327,25 @@ try {
   });
 
   const outcomes = new Map<string, number>();
-  for (const s of seen) outcomes.set(s.outcome === "answered" ? s.code : `${s.outcome} (${s.code})`, (outcomes.get(s.outcome === "answered" ? s.code : `${s.outcome} (${s.code})`) ?? 0) + 1);
+  for (const s of seen) {
+    const what = s.outcome === "answered" ? s.code : `${s.outcome} (${s.code})`;
+    outcomes.set(what, (outcomes.get(what) ?? 0) + 1);
+  }
   console.log(`${seen.length} calls, ${rows.length} ledger rows; stops: ${stops.map((s) => `${s.signal} replica ${s.replica} at ${Math.round(s.at / 1000)} s`).join(", ") || "none"}`);
   console.log(`what callers saw: ${[...outcomes].sort((a, b) => b[1] - a[1]).map(([k, n]) => `${k} ${n}`).join(", ")}`);
   for (const c of checks) console.log(`${c.ok ? "ok  " : "FAIL"} ${c.name}: ${c.detail}`);
   exitCode = checks.every((c) => c.ok) ? 0 : 1;
+  for (const r of goneBefore) {
+    const lines = outputs.flatMap((o) => o().split("\n").filter((l) => l.includes(`"${r.request_id}"`)));
+    console.log(`${r.request_id}'s log lines:\n${withoutSecrets(lines.join("\n"))}`);
+  }
+  if (exitCode !== 0) {
+    // What each replica wrote (each start its own file), to read a failure by: the secrets masked.
+    const dir = join("bench-results", `soak-${new Date(started).toISOString().replaceAll(":", "-")}`);
+    mkdirSync(dir, { recursive: true });
+    outputs.forEach((o, i) => writeFileSync(join(dir, `start-${i + 1}.log`), withoutSecrets(o())));
+    console.log(`what the replicas wrote, a file for each start: ${dir}`);
+  }
 } finally {
   for (const r of replicas) r?.child.kill("SIGKILL");
   redis?.kill("SIGKILL");
