@@ -10,7 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { CatalogueSource } from "../src/core/catalogue-source.ts";
 import { operationById } from "../src/operations/index.ts";
 import { parseMoney } from "../src/core/money.ts";
-import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { ItemGetRequestSchema, RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { buildApp } from "../src/transports/server/app.ts";
 import { PrometheusTelemetry } from "../src/transports/server/metrics.ts";
@@ -357,8 +358,10 @@ describe("a caller that hangs up", () => {
       label: "held",
       fetch: async (op, args, signal) => {
         bought.push(args.num_iid!);
+        // Read before the hold, so that from its release the call runs to its answer without waiting on anything.
+        const found = await real.fetch(op, { ...args, num_iid: demo.retailNumIid }, signal);
         await released;
-        return real.fetch(op, { ...args, num_iid: demo.retailNumIid }, signal);
+        return found;
       },
     };
     const catalogue = new CachedCatalogue(new Map([["retail", source]]), new MemoryCache(16 * 1_048_576));
@@ -367,7 +370,7 @@ describe("a caller that hangs up", () => {
     const app = await buildApp({ gateway, logLevel: false, limits });
     await app.listen({ host: "127.0.0.1", port: 0 });
     const port = (app.server.address() as { port: number }).port;
-    return { gateway, port, base: `http://127.0.0.1:${port}`, bought, release, abandoned: () => abandonedCounts(telemetry), close: () => app.close() };
+    return { gateway, server: app.server, port, base: `http://127.0.0.1:${port}`, bought, release, abandoned: () => abandonedCounts(telemetry), close: () => app.close() };
   }
   const rows = async (key: string) =>
     (await gw.runtime.meter.query({ account: key, rows: 50 })).rows.map((r) => `${String(r.code).padStart(4, "0")} ${r.charge} ${r.price} ${r.transport}`).sort();
@@ -549,6 +552,51 @@ describe("a caller that hangs up", () => {
     } finally {
       await close();
     }
+  });
+
+  it("on HTTP/1.1 by closing its connection, to a server too busy to run its looks: the reset that came back is found as the answer is made", async () => {
+    // The server, as it reads the caller's FIN, is kept busy for 50 ms (time for the reset that the answer's first
+    // bytes meet to come back), and the purchase ends; from there the call runs to its answer in the same turn of
+    // the event loop, before any timer: none of the looks has run (as on a server behind on its work). Each path
+    // an HTTP/1.1 call takes: the legacy path before Fastify, the Connect path before Fastify, and connect-node's
+    // (gRPC-Web).
+    const a = await gw.newAccount();
+    const grpcWebBody = (numIid: string) => {
+      const message = toBinary(ItemGetRequestSchema, create(ItemGetRequestSchema, { numIid }));
+      const frame = Buffer.alloc(5 + message.length);
+      frame.writeUInt32BE(message.length, 1);
+      frame.set(message, 5);
+      return frame.toString("latin1");
+    };
+    const auth = `x-api-key: ${a.key}\r\nx-api-secret: ${a.secret}`;
+    const cases = [
+      [`GET /retail/item_get/?key=${a.key}&secret=${a.secret}&num_iid=630000000001 HTTP/1.1`, ""],
+      [`POST ${rpcPath} HTTP/1.1\r\ncontent-type: application/json\r\n${auth}`, JSON.stringify({ numIid: "630000000002" })],
+      [`POST ${rpcPath} HTTP/1.1\r\ncontent-type: application/grpc-web+proto\r\n${auth}`, grpcWebBody("630000000003")],
+    ] as const;
+    for (const [i, [head, body]] of cases.entries()) {
+      const { server, port, bought, release, close } = await heldApp();
+      try {
+        server.on("connection", (socket: net.Socket) =>
+          socket.once("end", () =>
+            setImmediate(() => {
+              const until = performance.now() + 50;
+              while (performance.now() < until);
+              release();
+            }),
+          ),
+        );
+        const call = rawHttp1(port, head, body);
+        await until("the call to reach its purchase", () => bought.length === 1);
+        call.close();
+        expect(await call.answered).toBe("");
+        await until("its row", async () => (await rows(a.key)).length === i + 1);
+      } finally {
+        await close();
+      }
+    }
+    // Before, each was charged: the reset was there, but only a look would have read it.
+    expect(await rows(a.key)).toEqual(["4017 uncharged 0 connect", "4017 uncharged 0 grpc-web", "4017 uncharged 0 legacy"]);
   });
 
   it("on HTTP/1.1 by closing its connection, with GATEWAY_HANG_UP_CHECK=off: nothing sent early, and the call is answered and charged", async () => {

@@ -6,7 +6,7 @@ import type { CallInput, Gateway, Outcome, Transport } from "../../core/gateway.
 import type { Operation } from "../../core/operation.ts";
 import { CacheMode, Lang } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { credentialFields, readCredentials } from "../credentials.ts";
-import { callReachedKey, callLogKey, clientIpKey, requestIdKey } from "./context.ts";
+import { callerGoneKey, callReachedKey, callLogKey, clientIpKey, requestIdKey } from "./context.ts";
 import { rpcTransportOf, statusError } from "./status-error.ts";
 import { callHeaderPairs } from "../replay-headers.ts";
 import type { AccessFields } from "../server/access-log.ts";
@@ -48,8 +48,10 @@ function sourceOfContext(ctx: HandlerContext): CallSource {
     signal: ctx.signal,
     deadline: timeoutMs === undefined ? undefined : performance.now() + timeoutMs,
     // connect-node aborts the signal at the deadline (the deadline's own check may be microseconds behind its
-    // timer) and when the caller goes: its HTTP/1.1 response closes or its HTTP/2 stream is reset.
-    gone: () => (ctx.signal.aborted ? (ConnectError.from(ctx.signal.reason).code === Code.DeadlineExceeded ? "deadline" : "hung_up") : undefined),
+    // timer) and when the caller goes: its HTTP/1.1 response closes or its HTTP/2 stream is reset. A reset that
+    // has come back but not yet been read is looked for as the HTTP/1.x server's other paths do (caller-gone.ts).
+    gone: () =>
+      ctx.signal.aborted ? (ConnectError.from(ctx.signal.reason).code === Code.DeadlineExceeded ? "deadline" : "hung_up") : ctx.values.get(callerGoneKey)() ? "hung_up" : undefined,
     transport: rpcTransportOf(contentType),
     binary: binaryCall(ctx),
     logFields: ctx.values.get(callLogKey),

@@ -12,3 +12,6 @@ export const callReachedKey = createContextKey<boolean>(false, { description: "t
 
 /** What the core tells the request's access line of the call (CallInput.logFields); undefined where no line is written. */
 export const callLogKey = createContextKey<AccessFields | undefined>(undefined, { description: "what the core tells the access line of the call" });
+
+/** Whether the caller has gone, looked at now, beyond connect-node's signal (caller-gone.ts: an HTTP/1.x caller that ended its side and reset). */
+export const callerGoneKey = createContextKey<() => boolean>(() => false, { description: "the caller has gone, looked at now" });

@@ -6,15 +6,17 @@ import { Code, ConnectError, type ContextValues } from "@connectrpc/connect";
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from "fastify";
-import { IncomingMessage, type IncomingHttpHeaders, type ServerResponse } from "node:http";
+import { IncomingMessage, ServerResponse, type IncomingHttpHeaders } from "node:http";
 import type { Http2ServerResponse } from "node:http2";
 import type { Readable } from "node:stream";
 import type { TLSSocket } from "node:tls";
 import { accessLog, callLogOf, type AccessFields, type AccessLogMode } from "../server/access-log.ts";
 import { goneOf } from "../server/caller-gone.ts";
+import { callerReset } from "../server/hang-up-check.ts";
 import { endInParts } from "../server/end-in-parts.ts";
 import type { ClientAddress } from "../server/client-address.ts";
 import type { Http1RequestClaim } from "../server/one-port-server.ts";
+import { callerGoneKey } from "./context.ts";
 import type { Gateway } from "../../core/gateway.ts";
 import { exactUtf8 } from "../../core/retained-size.ts";
 import type { Operation } from "../../core/operation.ts";
@@ -353,6 +355,7 @@ export async function answerWithConnectNode(
   options: { readonly headers: Readonly<Record<string, unknown>>; readonly contextValues: ContextValues; readonly body?: AsyncIterable<Uint8Array> | undefined; readonly log: FastifyBaseLogger; readonly requestId: string },
 ): Promise<void> {
   try {
+    if (res instanceof ServerResponse) options.contextValues.set(callerGoneKey, () => callerReset(res));
     const request = universalRequestFromNodeRequest(req, res, undefined, options.contextValues);
     const response = await handler(options.body === undefined ? request : { ...request, body: options.body });
     // Answered already: the server cut a request past its timeout (one-port-server.ts), and the

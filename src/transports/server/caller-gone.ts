@@ -1,4 +1,5 @@
-import type { ServerResponse } from "node:http";
+import { ServerResponse } from "node:http";
+import { callerReset } from "./hang-up-check.ts";
 import type { Http2ServerResponse, ServerHttp2Stream } from "node:http2";
 
 /**
@@ -8,10 +9,12 @@ import type { Http2ServerResponse, ServerHttp2Stream } from "node:http2";
  * destroyed once its socket is reset or closed; a client's FIN alone does
  * not close it, since the server keeps half-open connections for callers
  * that end their side and still read (one-port-server.ts). An HTTP/2
- * stream is destroyed once it is reset or its session is gone. Asked only
+ * stream is destroyed once it is reset or its session is gone. An HTTP/1.x
+ * caller that has ended its side is looked at when asked (callerReset). Asked only
  * before the answer is written (after, a response is destroyed as it ends).
  */
 export function goneOf(res: ServerResponse | Http2ServerResponse | ServerHttp2Stream): () => "hung_up" | undefined {
-  const target: { readonly destroyed: boolean } = "stream" in res ? res.stream : res;
-  return () => (target.destroyed ? "hung_up" : undefined);
+  if ("stream" in res) return () => (res.stream.destroyed ? "hung_up" : undefined);
+  if (!(res instanceof ServerResponse)) return () => (res.destroyed ? "hung_up" : undefined);
+  return () => (res.destroyed || callerReset(res) ? "hung_up" : undefined);
 }

@@ -20,7 +20,10 @@ import type { Socket } from "node:net";
  * until the answer goes. A reset destroys the socket, and the core's check
  * before an answer is charged (caller-gone.ts, and connect-node's signal,
  * which a closed socket aborts) finds the caller gone: recorded 4017, not
- * charged. A caller still reading gets its answer, charged.
+ * charged. A caller still reading gets its answer, charged. And the core's
+ * check looks once more itself (`callerReset`): on a busy server the timers
+ * of those looks come late, and an answer made in the meantime would be
+ * charged with the reset already come back.
  *
  * Not once the answer's head is written (the answer is on its way), nor on
  * TLS, where Node's HTTP/1.1 server takes a FIN as the request's end anyway.
@@ -32,13 +35,17 @@ export function checkHangUps(socket: Socket): void {
 /** What every answer of Node's HTTP/1.x server begins with, whatever the request's version. */
 export const answerStart = "HTTP/1.1 ";
 
+/** The mark of a socket whose caller has ended its side. */
+const ended = Symbol("caller ended its side");
+
 /** Node's socket names the answer it is writing, or will write next (its first request not yet answered). */
-type AnsweringSocket = Socket & { _httpMessage?: http.ServerResponse | null };
+type AnsweringSocket = Socket & { _httpMessage?: http.ServerResponse | null; [ended]?: true };
 
 /** Node's answer keeps its head (status line and fields) with `_storeHeader` until its first bytes go. */
 type StoringHead = http.ServerResponse & { _storeHeader(firstLine: string, headers: unknown): void };
 
 function onEnd(this: AnsweringSocket): void {
+  this[ended] = true;
   const res = this._httpMessage as StoringHead | null | undefined;
   if (res == null || res.headersSent || res.writableEnded) return;
   const storeHead = res._storeHeader;
@@ -58,4 +65,19 @@ function look(socket: AnsweringSocket, res: http.ServerResponse, looks: number):
   // Sends no bytes; a reset that came back is its error, and the socket is destroyed with it.
   if (looks > 0) socket.write("");
   setTimeout(look, lookAfterMs[looks] ?? 100, socket, res, looks + 1).unref();
+}
+
+/**
+ * Whether the caller of an HTTP/1.x answer has gone, looked at now: its
+ * connection reset, or, once the caller has ended its side, a reset that
+ * has come back and not yet been read. An empty write reports that at once
+ * (the socket's `errored`; it is destroyed on the next tick). Sends nothing;
+ * costs a property read for a caller that has not ended its side.
+ */
+export function callerReset(res: http.ServerResponse): boolean {
+  const socket = res.socket as AnsweringSocket | null;
+  if (socket == null || socket[ended] !== true) return false;
+  if (socket.destroyed || socket.errored != null) return true;
+  socket.write("");
+  return socket.errored != null;
 }
