@@ -33,7 +33,7 @@ export function checkHangUps(socket: Socket): void {
 }
 
 /** What every answer of Node's HTTP/1.x server begins with, whatever the request's version. */
-export const answerStart = "HTTP/1.1 ";
+const answerStart = "HTTP/1.1 ";
 
 /** The mark of a socket whose caller has ended its side. */
 const ended = Symbol("caller ended its side");
@@ -49,7 +49,7 @@ function onEnd(this: AnsweringSocket): void {
   const res = this._httpMessage as StoringHead | null | undefined;
   if (res == null || res.headersSent || res.writableEnded) return;
   const storeHead = res._storeHeader;
-  // Every status line Node writes starts so (ServerResponse.writeHead); the check keeps a wrong one whole rather than cut.
+  // Every status line Node writes begins so (ServerResponse.writeHead); one that did not would be written whole.
   res._storeHeader = function (firstLine, headers) {
     storeHead.call(this, firstLine.startsWith(answerStart) ? firstLine.slice(answerStart.length) : firstLine, headers);
   };
