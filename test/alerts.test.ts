@@ -553,7 +553,9 @@ describe("delivering alerts: retries, a receiver that stalls, giving up, a resta
     } finally {
       await gw.close();
     }
-  });
+    // Ten CLI processes, each starting Node and the gateway's code: 16-18 s alone, past 30 s in a clean clone's CI
+    // beside the other test files on two cores.
+  }, 90_000);
 });
 
 describe("the shared store's alerts", () => {
