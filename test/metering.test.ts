@@ -22,6 +22,7 @@ import { SqliteMeter } from "../src/stores/embedded/meter.ts";
 import { openDatabase, walCheckpointPages } from "../src/stores/embedded/sqlite-database.ts";
 import { assistEveryCommits, assistPauseAtFrames, WalCheckpointer } from "../src/stores/embedded/wal-checkpointer.ts";
 import { demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { grpcFrame } from "./support/grpc-frame.ts";
 
 let gw: GatewayFixture;
 beforeAll(async () => {
@@ -561,13 +562,7 @@ describe("a caller that hangs up", () => {
     // an HTTP/1.1 call takes: the legacy path before Fastify, the Connect path before Fastify, and connect-node's
     // (gRPC-Web).
     const a = await gw.newAccount();
-    const grpcWebBody = (numIid: string) => {
-      const message = toBinary(ItemGetRequestSchema, create(ItemGetRequestSchema, { numIid }));
-      const frame = Buffer.alloc(5 + message.length);
-      frame.writeUInt32BE(message.length, 1);
-      frame.set(message, 5);
-      return frame.toString("latin1");
-    };
+    const grpcWebBody = (numIid: string) => grpcFrame(toBinary(ItemGetRequestSchema, create(ItemGetRequestSchema, { numIid }))).toString("latin1");
     const auth = `x-api-key: ${a.key}\r\nx-api-secret: ${a.secret}`;
     const cases = [
       [`GET /retail/item_get/?key=${a.key}&secret=${a.secret}&num_iid=630000000001 HTTP/1.1`, ""],
