@@ -143,10 +143,13 @@ describe("clients that pipeline requests and do not read the answers", () => {
     // 32 copies of the console's script (about 240 kB each): more than the kernel's buffers take, so answers wait in the gateway.
     const stuck = pipeline(s.base, get("/console/app.js").repeat(32));
     const slow = pipeline(s.base, get("/console/app.js").repeat(32));
-    // The slow one reads a little every 200 ms.
+    // The slow one reads a little every 200 ms. Its pause is a timer of its own, cleared with the interval: left
+    // running, a pause due 5 ms after the last resume could fall after read()'s resume below and stop the socket for
+    // good (CI saw 20 of 32 answers that way).
+    let pausing: NodeJS.Timeout | undefined;
     const trickle = setInterval(() => {
       slow.socket.resume();
-      setTimeout(() => slow.socket.pause(), 5);
+      pausing = setTimeout(() => slow.socket.pause(), 5);
     }, 200);
     let slowText = "";
     slow.socket.on("data", (d: Buffer) => (slowText += d.toString("latin1")));
@@ -160,8 +163,9 @@ describe("clients that pipeline requests and do not read the answers", () => {
     expect(stuckClosed).toBe(true);
     // The one that kept reading a little was not cut, and now takes the rest: every answer.
     clearInterval(trickle);
+    clearTimeout(pausing);
     const rest = await slow.read();
-    // On a busy machine the rest can take longer than read's 2 s: it is waited for while it comes (CI saw 31 of 32).
+    // On a busy machine the rest can take longer than read's 2 s: it is waited for while it comes.
     for (let i = 0; i < 200 && answers(slowText).length < 32 && !slow.socket.destroyed; i++) await new Promise((r) => setTimeout(r, 100));
     expect(rest.closed || slow.socket.destroyed).toBe(false);
     expect(answers(slowText)).toEqual(Array(32).fill(200));
