@@ -61,7 +61,9 @@ export class RedisAddressLockout implements AddressLockout {
   private readonly prefix: string;
   private readonly channel: string;
   private sequence = 0;
-  private readonly subscriber: Redis;
+  /** Whether the link was made here (a client was given): then closing this closes it. */
+  private readonly ownLink: boolean;
+  private readonly unlisten: () => void;
   private listening = false;
   /** Addresses known to be locked, until when (ms). */
   private readonly locked = new Map<string, number>();
@@ -69,26 +71,22 @@ export class RedisAddressLockout implements AddressLockout {
   private readonly clear = new Map<string, number>();
 
   constructor(redis: Redis | RedisLink, options: Partial<RedisAddressLockoutOptions> = {}, prefix = "gateway:") {
+    this.ownLink = !(redis instanceof RedisLink);
     this.link = redis instanceof RedisLink ? redis : new RedisLink(redis);
     this.options = { ...defaultAddressLockoutOptions, recheckMs: 1000, rememberedAddresses: 100_000, ...options };
     this.alone = new MemoryAddressLockout(this.options);
     this.prefix = prefix;
     this.channel = `${prefix}locked`;
-    this.subscriber = this.link.redis.duplicate();
-    this.subscriber.on("error", () => {}); // it reconnects by itself; until then calls ask Redis
-    this.subscriber.on("message", (_channel: string, message: string) => {
-      const space = message.indexOf(" ");
-      this.remember(message.slice(space + 1), Number(message.slice(0, space)), Date.now());
-    });
-    this.subscriber.on("close", () => this.stopListening());
-    this.subscriber.on("ready", () => {
-      this.subscriber.subscribe(this.channel).then(
-        () => {
-          this.clear.clear(); // what was found while not listening may since have changed
-          this.listening = true;
-        },
-        () => this.stopListening(),
-      );
+    this.unlisten = this.link.listen(this.channel, {
+      message: (text) => {
+        const space = text.indexOf(" ");
+        this.remember(text.slice(space + 1), Number(text.slice(0, space)), Date.now());
+      },
+      listening: (on) => {
+        // Either way, what was found while not listening may since have changed.
+        this.clear.clear();
+        this.listening = on;
+      },
     });
   }
 
@@ -155,8 +153,8 @@ export class RedisAddressLockout implements AddressLockout {
 
   /** Stops listening for locks. */
   close(): void {
-    this.stopListening();
-    this.subscriber.disconnect();
+    this.unlisten();
+    if (this.ownLink) this.link.close();
   }
 
   private remember(clientIp: string, ms: number, now: number): void {
@@ -168,10 +166,5 @@ export class RedisAddressLockout implements AddressLockout {
       if (this.locked.size >= this.options.rememberedAddresses) return;
     }
     this.locked.set(clientIp, now + ms);
-  }
-
-  private stopListening(): void {
-    this.listening = false;
-    this.clear.clear();
   }
 }

@@ -1,4 +1,17 @@
 import { ReplyError, type Redis } from "ioredis";
+
+/** What a channel's listener is told (RedisLink.listen). */
+export interface ChannelListener {
+  /** A message published on the channel. */
+  message(text: string): void;
+  /**
+   * Whether messages are heard: true once subscribed (and again after each
+   * reconnection), false when the subscription's connection closes or the
+   * subscription fails. While false, messages are missed, so what a listener
+   * keeps from them must be asked of Redis instead.
+   */
+  listening(on: boolean): void;
+}
 import { redisCommandTimeoutMs } from "./redis-client.ts";
 
 export interface RedisLinkOptions {
@@ -31,6 +44,9 @@ export class RedisLink {
   private closed = false;
   /** The connection's last error (refused, a wrong password…), to say why while it is not connected. */
   private lastError = "";
+  /** The one connection every channel of this link is heard on, opened by the first `listen`. */
+  private subscriber: Redis | undefined;
+  private readonly channels = new Map<string, ChannelListener>();
 
   constructor(redis: Redis, options: Partial<RedisLinkOptions> = {}) {
     this.redis = redis;
@@ -84,10 +100,51 @@ export class RedisLink {
     this.later();
   }
 
-  /** Stops pinging. */
+  /**
+   * Hears `channel` on the link's one subscribing connection (a subscribed
+   * connection takes no other command, so it is not the link's own). It
+   * reconnects by itself, and each listener is told when it hears and when
+   * it stops (ChannelListener.listening). Returns the way to stop.
+   */
+  listen(channel: string, listener: ChannelListener): () => void {
+    this.channels.set(channel, listener);
+    const subscriber = (this.subscriber ??= this.openSubscriber());
+    if (subscriber.status === "ready") this.subscribe(subscriber, [channel]);
+    return () => {
+      if (this.channels.get(channel) !== listener) return;
+      this.channels.delete(channel);
+      listener.listening(false);
+      if (subscriber.status === "ready") subscriber.unsubscribe(channel).catch(() => {});
+    };
+  }
+
+  /** Stops pinging, and closes the subscribing connection. */
   close(): void {
     this.closed = true;
     clearTimeout(this.timer);
+    this.subscriber?.disconnect();
+  }
+
+  private openSubscriber(): Redis {
+    const subscriber = this.redis.duplicate();
+    subscriber.on("error", () => {}); // it reconnects by itself; until then its listeners are told they do not hear
+    subscriber.on("message", (channel: string, text: string) => this.channels.get(channel)?.message(text));
+    subscriber.on("close", () => {
+      for (const listener of this.channels.values()) listener.listening(false);
+    });
+    subscriber.on("ready", () => this.subscribe(subscriber, [...this.channels.keys()]));
+    return subscriber;
+  }
+
+  private subscribe(subscriber: Redis, channels: readonly string[]): void {
+    if (channels.length === 0) return;
+    const tell = (on: boolean) => {
+      for (const channel of channels) this.channels.get(channel)?.listening(on);
+    };
+    subscriber.subscribe(...channels).then(
+      () => tell(true),
+      () => tell(false),
+    );
   }
 
   private later(): void {
