@@ -49,6 +49,8 @@ import { redisClient, whenReady } from "./stores/redis/redis-client.ts";
 import { RedisAddressLockout } from "./stores/redis/address-lockout.ts";
 import { RedisResponseCache } from "./stores/redis/response-cache.ts";
 import { RedisLink } from "./stores/redis/redis-link.ts";
+import { RedisProviderWaits } from "./stores/redis/provider-waits.ts";
+import type { ProviderWaits } from "./core/provider-waits.ts";
 import type { AppOptions } from "./transports/server/app.ts";
 import type { AccessLogMode } from "./transports/server/access-log.ts";
 import type { Logger } from "./transports/server/logger.ts";
@@ -175,6 +177,8 @@ interface Stores {
   readonly checks: readonly HealthCheck[];
   /** The shared database's connection pool (shared mode), as the metrics read it. */
   readonly databasePool?: DatabasePool;
+  /** The paid providers' waits (their Retry-After), shared by the replicas (shared mode). */
+  readonly providerWaits?: ProviderWaits;
   /** Whether Redis answers (shared mode), as the metrics read it. */
   readonly redis?: { readonly up: boolean };
   /** This replica's clock less the shared database's (shared mode), as the metrics read it. */
@@ -376,6 +380,7 @@ async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog
     },
   };
   const lockout = new RedisAddressLockout(link, lockoutOptions(config));
+  const providerWaits = new RedisProviderWaits(link);
   return {
     accounts,
     meter,
@@ -386,6 +391,7 @@ async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog
     catalogue: new PostgresCatalogue(pool),
     cache: cacheBound(config) > 0 ? new RedisResponseCache(link, { localMaxBytes: Math.min(cacheBound(config), 16 * 1_048_576), now: () => clock.now() }) : undefined,
     lockout,
+    providerWaits,
     nodeLabel,
     lastRequestId: undefined,
     checks: [postgres, redisCheck],
@@ -397,6 +403,7 @@ async function sharedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog
       meter.close();
       await pool.end();
       lockout.close();
+      providerWaits.close();
       link.close();
       redis.disconnect();
     },
@@ -438,6 +445,7 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
       now: () => clock.now(),
       label: name,
       telemetry,
+      waits: stores.providerWaits,
     });
     upstreams.push(upstream);
     sources.set(name, upstream);

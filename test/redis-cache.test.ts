@@ -16,6 +16,8 @@ import { openDatabase } from "../src/stores/embedded/sqlite-database.ts";
 import { openRedis } from "../src/stores/redis/redis-client.ts";
 import { RedisResponseCache } from "../src/stores/redis/response-cache.ts";
 import { RedisAddressLockout } from "../src/stores/redis/address-lockout.ts";
+import { RedisLink } from "../src/stores/redis/redis-link.ts";
+import { RedisProviderWaits } from "../src/stores/redis/provider-waits.ts";
 import { demo } from "./support/gateway-fixture.ts";
 
 const redisUrl = process.env.GATEWAY_TEST_REDIS_URL ?? "redis://127.0.0.1:6379";
@@ -332,5 +334,49 @@ describe("failed authentications counted in Redis", () => {
     // Another address is not touched, and is answered at once: Redis is not asked.
     expect(l.check("192.0.2.42", now + 30)).toBeUndefined();
     l.close();
+  });
+});
+
+describe("a provider's waits (its Retry-After) shared in Redis", () => {
+  it("reach every other replica as told, a shorter one than kept does not, and a replica that starts during a wait holds to what is left", async () => {
+    const links = (await Promise.all([client(), client(), client()])).map((c) => new RedisLink(c));
+    const [a, b, c] = links.map((l) => new RedisProviderWaits(l, prefix)) as [RedisProviderWaits, RedisProviderWaits, RedisProviderWaits];
+    const heard: string[] = [];
+    for (const [name, waits] of [["a", a], ["b", b], ["c", c]] as const) {
+      waits.listen("retail", (ms) => heard.push(`${name} retail ${ms}`));
+      waits.listen("wholesale", (ms) => heard.push(`${name} wholesale ${ms}`));
+    }
+    // Each replica subscribed: a wait told before would have been missed otherwise (it is read from its key then).
+    await vi.waitFor(async () => expect(Number(((await links[0]!.redis.pubsub("NUMSUB", `${prefix}provider-wait`)) as [string, number])[1])).toBe(3));
+    a.tell("retail", 3000);
+    await vi.waitFor(() => expect(heard.sort()).toEqual(["b retail 3000", "c retail 3000"]), { timeout: 2000, interval: 5 });
+    // A shorter wait than the one kept changes nothing, anywhere.
+    b.tell("retail", 1000);
+    const kept = await links[0]!.redis.pttl(`${prefix}provider-wait:retail`);
+    expect(kept).toBeGreaterThan(1000);
+    // A replica that starts now holds to what is left of the wait; the other catalogue is not held.
+    const late = new RedisProviderWaits(new RedisLink(await client()), prefix);
+    const left: number[] = [];
+    late.listen("retail", (ms) => left.push(ms));
+    late.listen("wholesale", (ms) => left.push(-ms));
+    // (Read as it listens, and again once its subscription is made: each a hold to what is left.)
+    await vi.waitFor(() => expect(left.length).toBeGreaterThan(0));
+    await new Promise((r) => setTimeout(r, 100));
+    expect(left.every((ms) => ms > 1000 && ms <= 3000)).toBe(true);
+    expect(heard.sort()).toEqual(["b retail 3000", "c retail 3000"]);
+    for (const w of [a, b, c, late]) w.close();
+  });
+
+  it("without Redis, a wait told is this replica's own, and telling it throws nothing", async () => {
+    const connection = await client();
+    const link = new RedisLink(connection);
+    const waits = new RedisProviderWaits(link, prefix);
+    connection.disconnect();
+    await refusal(() => link.run((r) => r.ping()));
+    expect(link.up).toBe(false);
+    expect(() => waits.tell("wholesale", 5000)).not.toThrow();
+    expect(await (await client()).exists(`${prefix}provider-wait:wholesale`)).toBe(0);
+    waits.close();
+    link.close();
   });
 });

@@ -300,6 +300,36 @@ describe("three replicas in shared mode", () => {
     expect(upstream.requests.length - before).toBe(1);
   });
 
+  it("wait as one when the provider asks one of them to (its Retry-After): no replica sends it anything more until the wait is over", async () => {
+    const a = await createAccount("--concurrency", "100");
+    // Three retail items no other test of this file buys: each a miss, so each would be sent to the provider.
+    const unasked = demoRecords().map((r) => (r.item as { num_iid?: string }).num_iid).find((id) => id !== undefined && /^60/.test(id) && id !== demo.retailNumIid);
+    const retail = demoRecords().filter((r) => r.kind === "item_detail" && r.obtainable && (r.catalogue ?? "retail") === "retail");
+    const ids = retail.slice(-4, -1).map((r) => (r.item as { num_iid: string }).num_iid);
+    expect(ids).not.toContain(unasked);
+    const item = (base: string, id: string) =>
+      fetch(`${base}/retail/item_get/?${new URLSearchParams({ key: a.key, secret: a.secret, num_iid: id })}`).then(async (r) => ({ ...((await r.json()) as { error_code: string; reason: string }), retryAfter: r.headers.get("retry-after") }));
+    const before = upstream.requests.length;
+    let told = false;
+    upstream.script = () => (told ? { kind: "normal" } : ((told = true), { kind: "status", status: 429, body: '{"message":"Too Many Requests"}', headers: { "retry-after": "3" } }));
+    const first = await item(replicas[0]!.base, ids[0]!);
+    const toldAt = Date.now();
+    expect([first.error_code, first.reason, first.retryAfter]).toEqual(["4002", "the upstream answered HTTP 429, and asked the gateway to wait 3 s before calling it again (Retry-After); ask again then", "3"]);
+    // The others heard of it (a message, about a millisecond): they send nothing, and tell their callers when to come back.
+    await new Promise((r) => setTimeout(r, 300));
+    for (const [replica, id] of [[replicas[1]!, ids[1]!], [replicas[2]!, ids[2]!]] as const) {
+      const held = await item(replica.base, id);
+      expect([held.error_code, held.reason]).toEqual(["4002", expect.stringMatching(/^the upstream provider asked the gateway to wait before calling it again \(Retry-After\); nothing was sent; ask again in [1-3] s$/)]);
+      expect(Number(held.retryAfter)).toBeGreaterThanOrEqual(1);
+    }
+    expect(upstream.requests.length - before).toBe(1);
+    // Once the wait is over, each replica sends again.
+    await new Promise((r) => setTimeout(r, Math.max(0, toldAt + 3300 - Date.now())));
+    expect((await item(replicas[1]!.base, ids[1]!)).error_code).toBe("0000");
+    expect(upstream.requests.length - before).toBe(2);
+    upstream.script = () => ({ kind: "normal" });
+  });
+
   it("stay exact when Redis loses everything mid-load (FLUSHALL); without Redis serve the gateway's catalogue and refuse only a paid item they do not hold, then share again by themselves", async () => {
     const a = await createAccount("--max", "30", "--concurrency", "1000");
     const load = spread(120, a);

@@ -22,6 +22,7 @@ import { GatewayError } from "../../core/gateway-error.ts";
 import { legacySign, legacySigningKey } from "../../core/legacy-signature.ts";
 import { noTelemetry, type Telemetry } from "../../core/telemetry.ts";
 import { within } from "../../core/within.ts";
+import type { ProviderWaits } from "../../core/provider-waits.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 
 export interface UpstreamOptions {
@@ -60,6 +61,8 @@ export interface UpstreamOptions {
   readonly label: string;
   /** Where each upstream call and the breaker's state are reported. */
   readonly telemetry: Telemetry;
+  /** Where the provider's waits (its Retry-After) are shared with the other replicas calling it, under `label`; unset, this source's own. */
+  readonly waits?: ProviderWaits | undefined;
 }
 
 export const defaultUpstreamOptions: Omit<UpstreamOptions, "url" | "catalogue" | "key" | "secret"> = {
@@ -250,6 +253,7 @@ export class UpstreamSource implements CatalogueSource {
     breaker.onReset(() => telemetry.circuitChanged(label, false));
     telemetry.circuitChanged(label, false);
     this.policy = wrap(retrying, breaker);
+    this.options.waits?.listen(label, (ms) => this.hold(ms));
   }
 
   /**
@@ -467,8 +471,16 @@ export class UpstreamSource implements CatalogueSource {
    */
   private holdFor(wait: number | undefined): string {
     if (wait === undefined) return "";
-    this.heldUntil = Math.max(this.heldUntil, performance.now() + wait);
+    this.hold(wait);
+    this.options.waits?.tell(this.options.label, wait);
     return `, and asked the gateway to wait ${Math.ceil(wait / 1000)} s before calling it again (Retry-After); ask again then`;
+  }
+
+  /** No request is sent before `ms` from now (a wait this source was told, or another replica's). */
+  private hold(ms: number): void {
+    if (!(ms > 0)) return;
+    ms = Math.min(ms, longestUpstreamHoldMs);
+    this.heldUntil = Math.max(this.heldUntil, performance.now() + ms);
   }
 
   /** A fault's limit and wait, where the provider asked for one: the caller is told when to come back. */
