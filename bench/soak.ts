@@ -37,8 +37,12 @@ const at = () => Date.now() - started;
 const random = (n: number) => Math.floor(Math.random() * n);
 const pick = <T>(list: readonly T[]): T => list[random(list.length)]!;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** The wait the provider asks for with its 429s (Retry-After, whole seconds). */
+const askedWaitMs = 1000;
+/** How long after asking the provider may still receive a request: one a replica had sent, or one sent before the replica heard. */
+const askedWaitGraceMs = 300;
 
-/** The provider's behaviour for one request: mostly answers, sometimes late (past the 1 s attempt), failing or silent. */
+/** The provider's behaviour for one request: mostly answers, sometimes late (past the 1 s attempt), failing, silent or asking to wait. */
 function provider(): Behaviour {
   const x = Math.random();
   if (x < 0.7) return { kind: "normal", delayMs: random(150) };
@@ -47,6 +51,7 @@ function provider(): Behaviour {
   if (x < 0.83) return { kind: "hang" };
   if (x < 0.86) return { kind: "reset" };
   if (x < 0.9) return { kind: "code", code: "4008" };
+  if (x < 0.91) return { kind: "status", status: 429, body: '{"message":"Too Many Requests"}', headers: { "retry-after": String(askedWaitMs / 1000) } };
   if (x < 0.93) return { kind: "garbage" };
   return { kind: "normal" };
 }
@@ -106,9 +111,14 @@ try {
   /** Provider answers per item, and requests it received. */
   const answered = new Map<string, number>();
   let received = 0;
+  /** When each request came, and when the provider asked the gateway to wait. */
+  const arrivals: number[] = [];
+  const asked: number[] = [];
   upstream.script = (req) => {
     received++;
+    arrivals.push(Date.now());
     const b = provider();
+    if (b.kind === "status" && b.status === 429) asked.push(Date.now());
     if (b.kind === "normal") answered.set(req.query.get("num_iid")!, (answered.get(req.query.get("num_iid")!) ?? 0) + 1);
     return b;
   };
@@ -296,6 +306,16 @@ try {
     detail: rebought.length === 0 ? `${answered.size} items bought` : `${rebought.slice(0, 5).join("; ")}${killed ? " (a replica was killed: an answer landing there is lost)" : ""}`,
   });
   check("no replica stopped by itself", exits, "none did");
+  // Every replica holds to a wait the provider asked one of them for (shared through Redis in shared mode).
+  const unheeded = asked.flatMap((t) => arrivals.filter((a) => a > t + askedWaitGraceMs && a < t + askedWaitMs - 100).map((a) => `a request ${a - t} ms into a ${askedWaitMs} ms wait`));
+  check(
+    `a provider that asked to wait (429, Retry-After) is sent nothing by any replica from ${askedWaitGraceMs} ms on`,
+    unheeded,
+    (() => {
+      const early = arrivals.flatMap((a) => asked.filter((t) => a > t && a <= t + askedWaitGraceMs).map((t) => a - t));
+      return `${asked.length} waits asked, ${early.length} requests within ${askedWaitGraceMs} ms of one${early.length === 0 ? "" : ` (the latest ${Math.max(...early)} ms after)`}`;
+    })(),
+  );
 
   // Charged calls no caller read: a caller that gave up after its answer was on its way (the answer's row commits
   // before it leaves), or one a replica was stopped under. One that had gone well before its answer was ready is over-billed.
