@@ -538,6 +538,9 @@ export async function openRuntime(config: GatewayConfig, options: RuntimeOptions
     onPurge: (purge) => (log?.info ?? log?.error)?.call(log, purge, "cached answers purged by an operator: the next calls for them ask the source"),
     close: async () => {
       readiness.drain();
+      // Calls in flight finish on open stores: a caller that hung up has closed its connection, not its call.
+      const left = await gateway.settled(config.shutdownGraceMs);
+      if (left > 0) log?.error({ calls: left, graceMs: config.shutdownGraceMs }, "calls still in flight after the shutdown grace; the stores close under them");
       for (const u of upstreams) void u.close();
       await spans?.flush();
       await deliveries?.stop();

@@ -17,6 +17,7 @@ import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { AccountService } from "../src/gen/gateway/account/v1/account_pb.js";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { root } from "./support/cli.ts";
+import { FakeUpstream } from "./support/fake-upstream.ts";
 
 const run = promisify(execFile);
 const bin = join(root, "node_modules", ".bin");
@@ -605,6 +606,49 @@ describe("shutdown", () => {
       expect(lines.at(-1)!.msg).toBe("stopped");
     } finally {
       child.kill("SIGKILL");
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("shutdown, with a call in flight whose caller has hung up", () => {
+  it("waits for the call on open stores: it is recorded 4017, nothing is written to a closed store, and the gateway exits 0", async () => {
+    // Before, a SIGTERM closed the stores as soon as the last connection closed: a call whose caller had hung up
+    // was still buying, and then wrote its row to a closed database ("database is not open", three error lines),
+    // so neither the call nor what it sent the provider was in the ledger.
+    const { mkdtempSync, rmSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const { DatabaseSync } = await import("node:sqlite");
+    const { startServe, withoutSecrets } = await import("./support/gateway-process.ts");
+    const dataDir = mkdtempSync(join(tmpdir(), "gateway-drain-gone-"));
+    const upstream = await new FakeUpstream().start();
+    upstream.script = () => ({ kind: "normal", delayMs: 600 });
+    const s = await startServe({ GATEWAY_DATA_DIR: dataDir, GATEWAY_ADMIN_TOKEN: adminToken, GATEWAY_LOG_LEVEL: "info", GATEWAY_SOURCES: "retail=upstream,wholesale=embedded", GATEWAY_UPSTREAM_URL: upstream.url, GATEWAY_UPSTREAM_KEY: "k", GATEWAY_UPSTREAM_SECRET: "upstream-secret-0123456789" });
+    const exited = new Promise<number | null>((r) => s.child.once("exit", r));
+    try {
+      const created = await fetch(`${s.base}/gateway.admin.v1.AdminService/CreateAccount`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${adminToken}` }, body: JSON.stringify({ name: "drained", dailyMax: 100 }) });
+      const { account, secret } = (await created.json()) as { account: { key: string }; secret: string };
+      const started = Date.now();
+      const call = fetch(`${s.base}/retail/item_get/?${new URLSearchParams({ key: account.key, secret, num_iid: demo.retailNumIid })}`, { signal: AbortSignal.timeout(200) }).then((r) => r.text());
+      await new Promise((r) => setTimeout(r, 50));
+      s.child.kill("SIGTERM");
+      await expect(call).rejects.toThrow();
+      expect(await exited).toBe(0);
+      // It stopped once the purchase (600 ms) had ended, not when its last connection closed (200 ms).
+      expect(Date.now() - started).toBeGreaterThanOrEqual(600);
+      const output = withoutSecrets(s.output());
+      const lines = output.split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as { level: number; msg: string });
+      expect(lines.filter((l) => l.level >= 50), output).toEqual([]);
+      expect(lines.at(-1)!.msg).toBe("stopped");
+      const db = new DatabaseSync(join(dataDir, "gateway.db"), { readOnly: true });
+      try {
+        expect(db.prepare("SELECT error_code, charge FROM ledger WHERE account = ?").all(account.key).map((r) => `${String(r.error_code)} ${String(r.charge)}`)).toEqual(["4017 uncharged"]);
+      } finally {
+        db.close();
+      }
+    } finally {
+      s.child.kill("SIGKILL");
+      await upstream.stop();
       rmSync(dataDir, { recursive: true, force: true });
     }
   });

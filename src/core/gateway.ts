@@ -247,6 +247,9 @@ export class Gateway {
   private readonly ownReads = new OwnReads();
   private memory = { at: 0, text: "" };
   private readonly dayEnds = new Map<string, { readonly day: string; readonly at: number }>();
+  /** Calls (and refusals) begun and not yet ended, and who waits for there to be none (`settled`). */
+  private inFlight = 0;
+  private readonly settling: (() => void)[] = [];
 
   constructor(ports: GatewayPorts, options: Partial<GatewayOptions> = {}) {
     this.ports = ports;
@@ -270,7 +273,42 @@ export class Gateway {
     return this.nextRequestId();
   }
 
+  /**
+   * Resolves once no call is in flight, or after `withinMs`: the stores a
+   * call writes to (its ledger row, the cache its purchase fills) must stay
+   * open until it ends, though its caller, and with it its connection, may
+   * have gone long before (a server that has closed its last connection
+   * still has calls to finish). Resolves with how many were left.
+   */
+  settled(withinMs: number): Promise<number> {
+    if (this.inFlight === 0) return Promise.resolve(0);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(this.inFlight), withinMs);
+      this.settling.push(() => {
+        clearTimeout(timer);
+        resolve(0);
+      });
+    });
+  }
+
+  private began(): void {
+    this.inFlight++;
+  }
+
+  private ended(): void {
+    if (--this.inFlight === 0) for (const resolve of this.settling.splice(0)) resolve();
+  }
+
   async call(operation: Operation, input: CallInput): Promise<Outcome> {
+    this.began();
+    try {
+      return await this.answerCall(operation, input);
+    } finally {
+      this.ended();
+    }
+  }
+
+  private async answerCall(operation: Operation, input: CallInput): Promise<Outcome> {
     this.telemetry.callStarted();
     const started = performance.now();
     const now = this.options.clock.now();
@@ -570,6 +608,15 @@ export class Gateway {
    * is charged; there is no account to charge.
    */
   async refuse(code: ErrorCode, apiType: string, reason: string, input: Pick<CallInput, "clientIp" | "transport" | "requestId" | "logFields">, cause?: unknown): Promise<Outcome> {
+    this.began();
+    try {
+      return await this.refusal(code, apiType, reason, input, cause);
+    } finally {
+      this.ended();
+    }
+  }
+
+  private async refusal(code: ErrorCode, apiType: string, reason: string, input: Pick<CallInput, "clientIp" | "transport" | "requestId" | "logFields">, cause?: unknown): Promise<Outcome> {
     const started = performance.now();
     const now = this.options.clock.now();
     const requestId = input.requestId ?? this.nextRequestId();
