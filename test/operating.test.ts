@@ -18,6 +18,7 @@ import { AccountService } from "../src/gen/gateway/account/v1/account_pb.js";
 import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { root } from "./support/cli.ts";
 import { FakeUpstream } from "./support/fake-upstream.ts";
+import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 
 const run = promisify(execFile);
 const bin = join(root, "node_modules", ".bin");
@@ -563,6 +564,48 @@ describe("GATEWAY_ACCESS_LOG: which access lines a request gets", () => {
       .map(([name, , told]) => [name, [["request completed", told.errorCode, told.rpcCode]]]);
     expect(expected).toHaveLength(9);
     expect(written).toEqual(expected);
+  });
+
+  it("a caller that hangs up while its call runs has its last line too, as the call ends: 4017, callerGone, HTTP 499, on every path", async () => {
+    // Before, no path wrote one (an answer its caller never took never finishes), and gRPC's was written at the
+    // reset, before the call had a code: a hang-up was in the ledger and nowhere in the log, in every mode.
+    const upstream = await new FakeUpstream().start();
+    upstream.script = () => ({ kind: "normal", delayMs: 400 });
+    const ids = demoRecords().filter((r) => r.kind === "item_detail" && r.obtainable && (r.catalogue ?? "retail") === "retail").map((r) => (r.item as { num_iid: string }).num_iid);
+    try {
+      for (const mode of ["both", "failures"] as const) {
+        const lines: string[] = [];
+        const g = await startGateway({ logLines: lines, app: { accessLog: mode }, config: { sources: "retail=upstream,wholesale=embedded", upstreamUrl: upstream.url, upstreamKey: "k", upstreamSecret: "upstream-secret-0123456789" } });
+        try {
+          const auth = { "x-api-key": g.account.key, "x-api-secret": g.account.secret };
+          const q = (id: string) => new URLSearchParams({ key: g.account.key, secret: g.account.secret, num_iid: id });
+          const rpc = (transport: Parameters<typeof createClient>[1]) => (id: string, signal: AbortSignal) => createClient(RetailService, transport).itemGet({ numIid: id }, { signal, headers: auth });
+          const paths: [string, (id: string, signal: AbortSignal) => Promise<unknown>][] = [
+            ["legacy GET (its fast path)", (id, signal) => fetch(`${g.base}/retail/item_get/?${q(id)}`, { signal }).then((r) => r.text())],
+            ["legacy POST (Fastify's route)", (id, signal) => fetch(`${g.base}/retail/item_get/`, { method: "POST", body: q(id), signal }).then((r) => r.text())],
+            ["Connect (its fast path)", rpc(createConnectTransport({ baseUrl: g.base, httpVersion: "1.1" }))],
+            ["Connect GET (connect-fastify)", rpc(createConnectTransport({ baseUrl: g.base, httpVersion: "1.1", useHttpGet: true }))],
+            ["gRPC-Web (connect-fastify)", rpc(createGrpcWebTransport({ baseUrl: g.base, httpVersion: "1.1" }))],
+            ["gRPC (its stream path)", rpc(createGrpcTransport({ baseUrl: g.base }))],
+          ];
+          const got: string[] = [];
+          for (const [i, [name, call]] of paths.entries()) {
+            lines.length = 0;
+            // An item not yet bought, so the call waits on the provider; its caller gives up 100 ms in.
+            await call(ids[10 + i]!, AbortSignal.timeout(100)).catch(() => undefined);
+            await expect.poll(() => lines.some((l) => l.includes('"request completed"')), { timeout: 5000 }).toBe(true);
+            await new Promise((r) => setTimeout(r, 100));
+            const last = lines.map((l) => JSON.parse(l) as Line & { callerGone?: boolean }).filter((l) => l.msg === "request completed");
+            got.push(`${name}: ${last.map((l) => `${l.errorCode} ${l.res?.statusCode} ${l.callerGone}`).join(", ")}`);
+          }
+          expect(got, mode).toEqual(paths.map(([name]) => `${name}: 4017 499 true`));
+        } finally {
+          await g.close();
+        }
+      }
+    } finally {
+      await upstream.stop();
+    }
   });
 
   it("off: none; both (the default) is covered by every other access-line test", async () => {

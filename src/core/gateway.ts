@@ -111,6 +111,13 @@ export interface CallLogFields {
   errorCode?: string;
   traceId?: string;
   spanId?: string;
+  /** Set while the core runs the call (`call`, `refuse`): a line written before it ends would not know the code. */
+  running?: boolean;
+  /**
+   * Told as the core's call ends, set by a transport that waits for that to
+   * write the call's last line: its caller went before the answer was made.
+   */
+  onEnd?: () => void;
 }
 
 /**
@@ -291,20 +298,25 @@ export class Gateway {
     });
   }
 
-  private began(): void {
+  private began(fields: CallLogFields | undefined): void {
     this.inFlight++;
+    if (fields !== undefined) fields.running = true;
   }
 
-  private ended(): void {
+  private ended(fields: CallLogFields | undefined): void {
+    if (fields !== undefined) {
+      fields.running = false;
+      fields.onEnd?.();
+    }
     if (--this.inFlight === 0) for (const resolve of this.settling.splice(0)) resolve();
   }
 
   async call(operation: Operation, input: CallInput): Promise<Outcome> {
-    this.began();
+    this.began(input.logFields);
     try {
       return await this.answerCall(operation, input);
     } finally {
-      this.ended();
+      this.ended(input.logFields);
     }
   }
 
@@ -608,11 +620,11 @@ export class Gateway {
    * is charged; there is no account to charge.
    */
   async refuse(code: ErrorCode, apiType: string, reason: string, input: Pick<CallInput, "clientIp" | "transport" | "requestId" | "logFields">, cause?: unknown): Promise<Outcome> {
-    this.began();
+    this.began(input.logFields);
     try {
       return await this.refusal(code, apiType, reason, input, cause);
     } finally {
-      this.ended();
+      this.ended(input.logFields);
     }
   }
 

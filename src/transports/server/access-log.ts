@@ -8,6 +8,8 @@ declare module "fastify" {
     callLog: AccessFields | null;
     /** The request as its one access line names it, taken as it arrives (its address may be gone by its end); null in `both` mode. */
     accessRequest: RequestFields | null;
+    /** Whether its caller went before its answer was sent whole, and its last line was written for that (completeOnClose). */
+    accessGone: boolean;
   }
 }
 
@@ -40,8 +42,9 @@ export interface AccessFields extends CallLogFields {
  *   caller's trace id): one line per request, as most proxies write;
  * - `failures`: that one line, only for a request that failed: a call whose
  *   four-digit code is neither 0000 nor 2000 (a served answer), an RPC that
- *   ended in an error (AccessFields.rpcCode), or any other request answered
- *   with an HTTP status of 400 or more;
+ *   ended in an error (AccessFields.rpcCode), any other request answered
+ *   with an HTTP status of 400 or more, or a request whose caller went
+ *   before its answer was sent whole (`callerGone`);
  * - `off`: none.
  * Lines of errors are written whatever the mode, and every access line is
  * at `info`, under GATEWAY_LOG_LEVEL.
@@ -50,8 +53,10 @@ export type AccessLogMode = "both" | "completed" | "failures" | "off";
 
 export const accessLogModes: readonly AccessLogMode[] = ["both", "completed", "failures", "off"];
 
-/** Whether a request's last line is written under `failures`: a call that was not served, an RPC that ended in an error, or another request refused. */
-function failed(statusCode: number, call: AccessFields | null | undefined): boolean {
+/** Whether a request's last line is written under `failures`: a call that was not served, an RPC that ended in an error, another request refused, or a caller gone. */
+function failed(statusCode: number, call: AccessFields | null | undefined, callerGone = false): boolean {
+  // A caller that went before its answer was sent whole did not get what its code says.
+  if (callerGone) return true;
   const code = call?.errorCode;
   return code === undefined ? statusCode >= 400 || call?.rpcCode !== undefined : code !== "0000" && code !== "2000";
 }
@@ -79,10 +84,22 @@ export class AccessLogController extends LogController {
     else if (this.mode !== "off" && !this.isLogDisabled(request)) {
       request.accessRequest = { method: request.method, url: request.url, clientIp: request.clientIp, headers: { traceparent: request.headers.traceparent } };
     }
+    // Fastify writes the last line as the answer finishes, which an answer whose caller has gone never does.
+    if (this.mode !== "off" && !this.isLogDisabled(request)) {
+      completeOnClose(reply.raw, () => request.callLog ?? undefined, (sent) => {
+        if (sent === "whole") return; // Fastify's own line (requestCompleted)
+        request.accessGone = true;
+        const call = request.callLog;
+        if (this.mode === "failures" && !failed(0, call ?? undefined, true)) return;
+        const req = this.mode === "both" ? undefined : (request.accessRequest ?? request);
+        const res = { statusCode: sentStatus(reply.raw.statusCode, sent) };
+        reply.log.info({ req, res, responseTime: reply.elapsedTime, ...lastFields(call ?? undefined, true) }, "request completed");
+      });
+    }
   }
 
   override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
-    if (this.isLogDisabled(request)) return;
+    if (this.isLogDisabled(request) || request.accessGone) return;
     const call = request.callLog;
     // Without an `incoming request` line, the last one names the request (pino leaves out a field that is undefined).
     const req = this.mode === "both" ? undefined : (request.accessRequest ?? request);
@@ -92,14 +109,61 @@ export class AccessLogController extends LogController {
       return;
     }
     if (this.mode === "off" || (this.mode === "failures" && !failed(reply.statusCode, call))) return;
-    reply.log.info({ req, res: reply, responseTime: reply.elapsedTime, errorCode: call?.errorCode, rpcCode: call?.rpcCode, traceId: call?.traceId, spanId: call?.spanId }, "request completed");
+    reply.log.info({ req, res: reply, responseTime: reply.elapsedTime, ...lastFields(call ?? undefined, false) }, "request completed");
   }
+}
+
+/**
+ * What a last line says of its call, in one shape (pino leaves out a field
+ * that is undefined): `callerGone` for a caller that went before its answer
+ * was sent whole (a hang-up, a cancelled stream), whose line is written as
+ * its call ends rather than as an answer finishes (completeOnClose).
+ */
+function lastFields(fields: AccessFields | undefined, callerGone: boolean) {
+  return { errorCode: fields?.errorCode, rpcCode: fields?.rpcCode, traceId: fields?.traceId, spanId: fields?.spanId, callerGone: callerGone ? true : undefined };
+}
+
+/**
+ * The HTTP status a last line names: the one sent, or, for a caller that
+ * went before any was (`sent`: completeOnClose's), nginx's 499 ("client
+ * closed request"), which log tools know; the call's own code (4017 for a
+ * hang-up) is beside it.
+ */
+export function sentStatus(statusCode: number, sent: "whole" | "head" | "nothing"): number {
+  return sent === "nothing" ? 499 : statusCode;
+}
+
+/**
+ * Calls `completed` once the answer's stream has closed, with what its
+ * caller got: the answer `whole`, or, gone first, its `head` or `nothing`
+ * (as it stood at the close: an answer made after it is written nowhere,
+ * though Node's response takes it as sent). While the
+ * core still runs the request's call (`fields()`, CallLogFields.running),
+ * only once the call ends (and the transport has made its answer), so that
+ * the line names the code the call was recorded with: a caller that hung up during a purchase is a 4017 in the
+ * ledger, and now in the log too, where before it had no last line at all.
+ */
+export function completeOnClose(
+  stream: { once(event: "close", listener: () => void): unknown; readonly writableFinished: boolean; readonly headersSent: boolean; readonly aborted?: boolean },
+  fields: () => AccessFields | undefined,
+  completed: (sent: "whole" | "head" | "nothing") => void,
+): void {
+  stream.once("close", () => {
+    const call = fields();
+    // An HTTP/2 stream its caller reset is `aborted` (its writable side then counts as finished).
+    const whole = stream.writableFinished && stream.aborted !== true && call?.running !== true;
+    const sent = whole ? "whole" : stream.headersSent ? "head" : "nothing";
+    // A turn later: the transport has made its answer by then (its RPC code), though none goes out.
+    if (call?.running === true) call.onEnd = () => setImmediate(completed, sent);
+    else completed(sent);
+  });
 }
 
 /** A request's access lines once it has arrived: what the core tells of the call (CallInput.logFields), and the writer of the last line. */
 export interface AccessEntry {
   readonly fields: AccessFields;
-  completed(statusCode: number): void;
+  /** Writes the last line; `callerGone` for a caller that went before its answer was sent whole (completeOnClose). */
+  completed(statusCode: number, callerGone?: boolean): void;
 }
 
 /**
@@ -132,8 +196,7 @@ export function accessLog(log: FastifyBaseLogger, mode: AccessLogMode = "both"):
       // One shape for every line (pino leaves out a field that is undefined), not a spread of what was set.
       return {
         fields,
-        completed: (statusCode) =>
-          child.info({ res: { statusCode }, responseTime: performance.now() - started, errorCode: fields.errorCode, rpcCode: fields.rpcCode, traceId: fields.traceId, spanId: fields.spanId }, "request completed"),
+        completed: (statusCode, callerGone = false) => child.info({ res: { statusCode }, responseTime: performance.now() - started, ...lastFields(fields, callerGone) }, "request completed"),
       };
     };
   }
@@ -143,10 +206,10 @@ export function accessLog(log: FastifyBaseLogger, mode: AccessLogMode = "both"):
     const fields: AccessFields = {};
     return {
       fields,
-      completed: (statusCode) => {
-        if (mode === "failures" && !failed(statusCode, fields)) return;
+      completed: (statusCode, callerGone = false) => {
+        if (mode === "failures" && !failed(statusCode, fields, callerGone)) return;
         const req = { method, url, clientIp, headers: { traceparent } };
-        log.info({ requestId, req, res: { statusCode }, responseTime: performance.now() - started, errorCode: fields.errorCode, rpcCode: fields.rpcCode, traceId: fields.traceId, spanId: fields.spanId }, "request completed");
+        log.info({ requestId, req, res: { statusCode }, responseTime: performance.now() - started, ...lastFields(fields, callerGone) }, "request completed");
       },
     };
   };

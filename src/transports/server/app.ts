@@ -155,6 +155,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const clientAddress = clientAddressResolver(options.trustedProxies ?? []);
   app.decorateRequest("callLog", null);
   app.decorateRequest("accessRequest", null);
+  app.decorateRequest("accessGone", false);
   app.decorateRequest("clientIp", {
     getter(this: FastifyRequest) {
       return clientAddress(this.ip, this.headers);
