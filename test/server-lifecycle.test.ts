@@ -147,6 +147,42 @@ describe("graceful shutdown", () => {
   });
 });
 
+describe("graceful shutdown, and a connection whose first bytes come after it began", () => {
+  it("serves the HTTP/2 session's first call, then ends it, and the close ends with it rather than with the session timeout", async () => {
+    // The first bytes decide a connection's protocol. One taken before the close whose HTTP/2 preface came after it
+    // had no session yet to be asked to end: it held the close for the idle-session timeout (2 min), so a SIGTERM
+    // under gRPC load ran out its grace and exited 1 (npm run soak: most stops of the embedded replica).
+    const app = await buildApp({ gateway: gw.runtime.gateway, logLevel: false });
+    await app.listen({ host: "127.0.0.1", port: 0 });
+    const port = (app.server.address() as { port: number }).port;
+    const socket = net.connect(port, "127.0.0.1");
+    await new Promise((r) => socket.once("connect", r));
+    await new Promise((r) => setTimeout(r, 100)); // taken by the server, and silent
+    let closedAt = 0;
+    const started = Date.now();
+    const closed = app.close().then(() => (closedAt = Date.now()));
+    await new Promise((r) => setTimeout(r, 100));
+    const session = http2.connect(`http://127.0.0.1:${port}`, { createConnection: () => socket });
+    session.on("error", () => {});
+    const req = session.request({
+      ":method": "POST",
+      ":path": "/gateway.catalogue.v1.RetailService/ItemGet",
+      "content-type": "application/grpc",
+      te: "trailers",
+      "x-api-key": gw.account.key,
+      "x-api-secret": gw.account.secret,
+    });
+    const trailers = new Promise<http2.IncomingHttpHeaders>((resolve) => req.once("trailers", resolve));
+    req.end(grpcFrame(toBinary(ItemGetRequestSchema, create(ItemGetRequestSchema, { numIid: demo.retailNumIid }))));
+    req.resume();
+    expect((await trailers)["grpc-status"]).toBe("0");
+    await Promise.race([closed, new Promise((r) => setTimeout(r, 8000))]);
+    expect(closedAt, "the close had not ended 8 s on").toBeGreaterThan(0);
+    expect(closedAt - started).toBeLessThan(5000);
+    session.destroy();
+  });
+});
+
 describe("TLS with ALPN", () => {
   let dir: string;
   let cert: Buffer;

@@ -264,12 +264,21 @@ function closeOnceAnswered(stream: http2.ServerHttp2Stream, tries: number): void
  * timeout: asked to end (GOAWAY), it waits for its open streams, but a
  * stream whose request never ends sends nothing more, so past a short grace
  * the connection is cut and silent streams cannot hold connections (and
- * the connection cap) for ever. `closeAll` sends every session a GOAWAY.
+ * the connection cap) for ever. `closeAll` sends every session a GOAWAY,
+ * and every session opened after it one too.
  */
 function trackHttp2Sessions(server: http2.Http2Server | http2.Http2SecureServer, options: OnePortServerOptions): { closeAll(): void } {
   const sessions = new Set<http2.ServerHttp2Session>();
+  let closing = false;
   server.on("session", (session: http2.ServerHttp2Session) => {
     sessions.add(session);
+    // A connection taken before the close whose preface came after it (the first bytes decide its protocol): its
+    // session was not there to be asked to end, and held the close for the session timeout (2 min), past any grace.
+    // It is asked once its first requests, sent with its preface, are read: those are served, then it ends.
+    if (closing) {
+      session.once("remoteSettings", () => setImmediate(() => session.close()));
+      setTimeout(() => session.close(), idleSessionGraceMs).unref();
+    }
     session.once("close", () => sessions.delete(session));
     session.setTimeout(options.http2SessionTimeoutMs, () => {
       session.close();
@@ -278,6 +287,7 @@ function trackHttp2Sessions(server: http2.Http2Server | http2.Http2SecureServer,
   });
   return {
     closeAll() {
+      closing = true;
       for (const session of sessions) session.close();
     },
   };
