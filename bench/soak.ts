@@ -306,6 +306,14 @@ try {
     detail: rebought.length === 0 ? `${answered.size} items bought` : `${rebought.slice(0, 5).join("; ")}${killed ? " (a replica was killed: an answer landing there is lost)" : ""}`,
   });
   check("no replica stopped by itself", exits, "none did");
+  // A SIGTERM lets calls in flight finish within the grace; an error line a replica wrote is named too.
+  const troubles = outputs.flatMap((o, i) =>
+    o()
+      .split("\n")
+      .filter((l) => l.startsWith("{") && /"level":(50|60)/.test(l))
+      .map((l) => `start ${i + 1}: ${(JSON.parse(l) as { msg: string }).msg}`),
+  );
+  check("no replica wrote an error line (a store closed under a call, a grace run out…)", troubles, `${outputs.length} starts`);
   // Every replica holds to a wait the provider asked one of them for (shared through Redis in shared mode).
   const unheeded = asked.flatMap((t) => arrivals.filter((a) => a > t + askedWaitGraceMs && a < t + askedWaitMs - 100).map((a) => `a request ${a - t} ms into a ${askedWaitMs} ms wait`));
   check(
