@@ -93,7 +93,7 @@ export class AccessLogController extends LogController {
         if (this.mode === "failures" && !failed(0, call ?? undefined, true)) return;
         const req = this.mode === "both" ? undefined : (request.accessRequest ?? request);
         const res = { statusCode: sentStatus(reply.raw.statusCode, sent) };
-        reply.log.info({ req, res, responseTime: reply.elapsedTime, ...lastFields(call ?? undefined, true) }, "request completed");
+        reply.log.info({ req, res, responseTime: reply.elapsedTime, errorCode: call?.errorCode, rpcCode: call?.rpcCode, traceId: call?.traceId, spanId: call?.spanId, callerGone: true }, "request completed");
       });
     }
   }
@@ -109,18 +109,8 @@ export class AccessLogController extends LogController {
       return;
     }
     if (this.mode === "off" || (this.mode === "failures" && !failed(reply.statusCode, call))) return;
-    reply.log.info({ req, res: reply, responseTime: reply.elapsedTime, ...lastFields(call ?? undefined, false) }, "request completed");
+    reply.log.info({ req, res: reply, responseTime: reply.elapsedTime, errorCode: call?.errorCode, rpcCode: call?.rpcCode, traceId: call?.traceId, spanId: call?.spanId, callerGone: undefined }, "request completed");
   }
-}
-
-/**
- * What a last line says of its call, in one shape (pino leaves out a field
- * that is undefined): `callerGone` for a caller that went before its answer
- * was sent whole (a hang-up, a cancelled stream), whose line is written as
- * its call ends rather than as an answer finishes (completeOnClose).
- */
-function lastFields(fields: AccessFields | undefined, callerGone: boolean) {
-  return { errorCode: fields?.errorCode, rpcCode: fields?.rpcCode, traceId: fields?.traceId, spanId: fields?.spanId, callerGone: callerGone ? true : undefined };
 }
 
 /**
@@ -137,11 +127,12 @@ export function sentStatus(statusCode: number, sent: "whole" | "head" | "nothing
  * Calls `completed` once the answer's stream has closed, with what its
  * caller got: the answer `whole`, or, gone first, its `head` or `nothing`
  * (as it stood at the close: an answer made after it is written nowhere,
- * though Node's response takes it as sent). While the
- * core still runs the request's call (`fields()`, CallLogFields.running),
- * only once the call ends (and the transport has made its answer), so that
- * the line names the code the call was recorded with: a caller that hung up during a purchase is a 4017 in the
- * ledger, and now in the log too, where before it had no last line at all.
+ * though Node's response takes it as sent). While the core still runs the
+ * request's call (`fields()`, CallLogFields.running), only once the call
+ * ends (and the transport has made its answer), so that the line names the
+ * code the call was recorded with: a caller that hung up during a purchase
+ * is a 4017 in the ledger, and now in the log too (`callerGone`), where
+ * before it had no last line at all.
  */
 export function completeOnClose(
   stream: { once(event: "close", listener: () => void): unknown; readonly writableFinished: boolean; readonly headersSent: boolean; readonly aborted?: boolean },
@@ -196,7 +187,11 @@ export function accessLog(log: FastifyBaseLogger, mode: AccessLogMode = "both"):
       // One shape for every line (pino leaves out a field that is undefined), not a spread of what was set.
       return {
         fields,
-        completed: (statusCode, callerGone = false) => child.info({ res: { statusCode }, responseTime: performance.now() - started, ...lastFields(fields, callerGone) }, "request completed"),
+        completed: (statusCode, callerGone = false) =>
+          child.info(
+            { res: { statusCode }, responseTime: performance.now() - started, errorCode: fields.errorCode, rpcCode: fields.rpcCode, traceId: fields.traceId, spanId: fields.spanId, callerGone: callerGone || undefined },
+            "request completed",
+          ),
       };
     };
   }
@@ -209,7 +204,7 @@ export function accessLog(log: FastifyBaseLogger, mode: AccessLogMode = "both"):
       completed: (statusCode, callerGone = false) => {
         if (mode === "failures" && !failed(statusCode, fields, callerGone)) return;
         const req = { method, url, clientIp, headers: { traceparent } };
-        log.info({ requestId, req, res: { statusCode }, responseTime: performance.now() - started, ...lastFields(fields, callerGone) }, "request completed");
+        log.info({ requestId, req, res: { statusCode }, responseTime: performance.now() - started, errorCode: fields.errorCode, rpcCode: fields.rpcCode, traceId: fields.traceId, spanId: fields.spanId, callerGone: callerGone || undefined }, "request completed");
       },
     };
   };
