@@ -1,4 +1,5 @@
 import { ReplyError, type Redis } from "ioredis";
+import { redisCommandTimeoutMs } from "./redis-client.ts";
 
 /** What a channel's listener is told (RedisLink.listen). */
 export interface ChannelListener {
@@ -12,7 +13,6 @@ export interface ChannelListener {
    */
   listening(on: boolean): void;
 }
-import { redisCommandTimeoutMs } from "./redis-client.ts";
 
 export interface RedisLinkOptions {
   /** While Redis is down, it is pinged this often (one ping at a time) to see whether it answers again. */

@@ -3,7 +3,7 @@ import { compressionNegotiate, type UniversalHandler, type UniversalServerRespon
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerHttp2Stream } from "node:http2";
 import type { Http2StreamClaim } from "../server/one-port-server.ts";
-import { accessLog, completeOnClose, sentStatus, type AccessLog } from "../server/access-log.ts";
+import { accessLog, completeOnClose, type AccessLog } from "../server/access-log.ts";
 import { goneOf } from "../server/caller-gone.ts";
 import { headerReader, type CallSource } from "./catalogue-services.ts";
 import type { AccessFields } from "../server/access-log.ts";
@@ -76,7 +76,7 @@ function opened(options: FastPathOptions & { readonly accessLog: AccessLog }, st
   const requestId = options.gateway.newRequestId();
   const clientIp = options.clientAddress(stream.session?.socket?.remoteAddress ?? "", headers);
   const logged = options.accessLog(requestId, "POST", path, clientIp, headers.traceparent);
-  if (logged !== undefined) completeOnClose(stream, () => logged.fields, (sent) => logged.completed(sentStatus(Number(stream.sentHeaders?.[":status"] ?? 200), sent), sent !== "whole"));
+  if (logged !== undefined) completeOnClose(stream, () => logged.fields, (sent) => logged.completed(Number(stream.sentHeaders?.[":status"] ?? 200), sent));
   return { requestId, clientIp, procedure: `${headers[":scheme"] ?? "http"}://${headers[":authority"] ?? headers.host ?? ""}${path}`, logFields: logged?.fields };
 }
 

@@ -10,7 +10,7 @@ import { IncomingMessage, ServerResponse, type IncomingHttpHeaders } from "node:
 import type { Http2ServerResponse } from "node:http2";
 import type { Readable } from "node:stream";
 import type { TLSSocket } from "node:tls";
-import { accessLog, callLogOf, completeOnClose, sentStatus, type AccessFields, type AccessLogMode } from "../server/access-log.ts";
+import { accessLog, callLogOf, completeOnClose, type AccessFields, type AccessLogMode } from "../server/access-log.ts";
 import { goneOf } from "../server/caller-gone.ts";
 import { callerReset } from "../server/hang-up-check.ts";
 import { endInParts } from "../server/end-in-parts.ts";
@@ -442,7 +442,7 @@ export function connectRequestPath(options: FastPathOptions): Http1RequestClaim 
     const requestId = options.gateway.newRequestId();
     const clientIp = options.clientAddress(req.socket.remoteAddress ?? "", req.headers);
     const logged = log(requestId, "POST", url, clientIp, req.headers.traceparent);
-    if (logged !== undefined) completeOnClose(res, () => logged.fields, (sent) => logged.completed(sentStatus(res.statusCode, sent), sent !== "whole"));
+    if (logged !== undefined) completeOnClose(res, () => logged.fields, (sent) => logged.completed(res.statusCode, sent));
     const procedure = `${(req.socket as TLSSocket).encrypted ? "https" : "http"}://${req.headers.host ?? ""}${url}`;
     const answer = await fastConnectCall(route.fast, options.readMaxBytes, binary, { raw: req, res, clientIp, requestId, procedure, logFields: logged?.fields });
     if (!("status" in answer)) {

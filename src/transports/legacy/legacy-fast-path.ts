@@ -6,7 +6,7 @@ import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import { operations } from "../../operations/index.ts";
 import type { ClientAddress } from "../server/client-address.ts";
 import type { Http1RequestClaim } from "../server/one-port-server.ts";
-import { accessLog, completeOnClose, sentStatus, type AccessLogMode } from "../server/access-log.ts";
+import { accessLog, completeOnClose, type AccessLogMode } from "../server/access-log.ts";
 import { goneOf } from "../server/caller-gone.ts";
 import { endInParts } from "../server/end-in-parts.ts";
 import { bodyByteLength, bodyParts } from "../../render/legacy-formats.ts";
@@ -62,7 +62,7 @@ export function legacyFastPath(gateway: Gateway, options: LegacyFastPathOptions)
     const requestId = gateway.newRequestId();
     const clientIp = clientAddress(req.socket.remoteAddress ?? "", req.headers);
     const logged = log(requestId, "GET", url, clientIp, req.headers.traceparent);
-    if (logged !== undefined) completeOnClose(res, () => logged.fields, (sent) => logged.completed(sentStatus(res.statusCode, sent), sent !== "whole"));
+    if (logged !== undefined) completeOnClose(res, () => logged.fields, (sent) => logged.completed(res.statusCode, sent));
     try {
       const { input, format } = legacyCall(operation, legacyParams(url), {
         method: "GET",

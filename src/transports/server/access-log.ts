@@ -113,13 +113,16 @@ export class AccessLogController extends LogController {
   }
 }
 
+/** What a caller got of its answer before the answer's stream closed (completeOnClose). */
+export type Sent = "whole" | "head" | "nothing";
+
 /**
  * The HTTP status a last line names: the one sent, or, for a caller that
  * went before any was (`sent`: completeOnClose's), nginx's 499 ("client
  * closed request"), which log tools know; the call's own code (4017 for a
  * hang-up) is beside it.
  */
-export function sentStatus(statusCode: number, sent: "whole" | "head" | "nothing"): number {
+function sentStatus(statusCode: number, sent: Sent): number {
   return sent === "nothing" ? 499 : statusCode;
 }
 
@@ -137,7 +140,7 @@ export function sentStatus(statusCode: number, sent: "whole" | "head" | "nothing
 export function completeOnClose(
   stream: { once(event: "close", listener: () => void): unknown; readonly writableFinished: boolean; readonly headersSent: boolean; readonly aborted?: boolean },
   fields: () => AccessFields | undefined,
-  completed: (sent: "whole" | "head" | "nothing") => void,
+  completed: (sent: Sent) => void,
 ): void {
   stream.once("close", () => {
     const call = fields();
@@ -153,8 +156,12 @@ export function completeOnClose(
 /** A request's access lines once it has arrived: what the core tells of the call (CallInput.logFields), and the writer of the last line. */
 export interface AccessEntry {
   readonly fields: AccessFields;
-  /** Writes the last line; `callerGone` for a caller that went before its answer was sent whole (completeOnClose). */
-  completed(statusCode: number, callerGone?: boolean): void;
+  /**
+   * Writes the last line with the answer's HTTP status, given what its
+   * caller got of it (`sent`, from completeOnClose; whole by default): short
+   * of whole, the line says `callerGone`, and 499 if nothing was sent.
+   */
+  completed(statusCode: number, sent?: Sent): void;
 }
 
 /**
@@ -187,9 +194,9 @@ export function accessLog(log: FastifyBaseLogger, mode: AccessLogMode = "both"):
       // One shape for every line (pino leaves out a field that is undefined), not a spread of what was set.
       return {
         fields,
-        completed: (statusCode, callerGone = false) =>
+        completed: (statusCode, sent = "whole") =>
           child.info(
-            { res: { statusCode }, responseTime: performance.now() - started, errorCode: fields.errorCode, rpcCode: fields.rpcCode, traceId: fields.traceId, spanId: fields.spanId, callerGone: callerGone || undefined },
+            { res: { statusCode: sentStatus(statusCode, sent) }, responseTime: performance.now() - started, errorCode: fields.errorCode, rpcCode: fields.rpcCode, traceId: fields.traceId, spanId: fields.spanId, callerGone: sent === "whole" ? undefined : true },
             "request completed",
           ),
       };
@@ -201,10 +208,11 @@ export function accessLog(log: FastifyBaseLogger, mode: AccessLogMode = "both"):
     const fields: AccessFields = {};
     return {
       fields,
-      completed: (statusCode, callerGone = false) => {
+      completed: (statusCode, sent = "whole") => {
+        const callerGone = sent !== "whole";
         if (mode === "failures" && !failed(statusCode, fields, callerGone)) return;
         const req = { method, url, clientIp, headers: { traceparent } };
-        log.info({ requestId, req, res: { statusCode }, responseTime: performance.now() - started, errorCode: fields.errorCode, rpcCode: fields.rpcCode, traceId: fields.traceId, spanId: fields.spanId, callerGone: callerGone || undefined }, "request completed");
+        log.info({ requestId, req, res: { statusCode: sentStatus(statusCode, sent) }, responseTime: performance.now() - started, errorCode: fields.errorCode, rpcCode: fields.rpcCode, traceId: fields.traceId, spanId: fields.spanId, callerGone: callerGone || undefined }, "request completed");
       },
     };
   };
