@@ -22,6 +22,8 @@ import net from "node:net";
 import { DatabaseSync } from "node:sqlite";
 import { databasePath } from "../src/runtime.ts";
 import tls from "node:tls";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import { fastifyHandlers } from "./support/fastify-handlers.ts";
 import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 import { errorCode, frameType, rawHttp2, settingsOf } from "./support/raw-http2.ts";
@@ -463,6 +465,56 @@ describe("idle HTTP/2 sessions", () => {
     }
   });
 });
+
+describe("closed HTTP/2 sessions", () => {
+  it("are let go as they close, not held on the heap until the session timeout", async () => {
+    // What the server kept of each session: a weak reference, which the session does not outlive once nothing holds it.
+    const kept: WeakRef<http2.Http2Session>[] = [];
+    const s = createOnePortServer(
+      (req, res) => {
+        const session = (req as unknown as http2.Http2ServerRequest).stream?.session;
+        if (session !== undefined) kept.push(new WeakRef(session));
+        res.end("done");
+      },
+      { ...defaultAppSettings.limits, http2SessionTimeoutMs: 120_000 },
+    );
+    await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+    try {
+      // Sessions as a client that opens one per call makes them: a request, then the session closed.
+      for (let i = 0; i < 20; i++) {
+        const client = http2.connect(`http://127.0.0.1:${(s.address() as { port: number }).port}`);
+        client.on("error", () => {});
+        await new Promise<void>((resolve) => {
+          const stream = client.request({ ":path": "/anything" });
+          stream.resume();
+          stream.on("close", () => resolve());
+        });
+        client.close();
+      }
+      expect(kept).toHaveLength(20);
+      const until = Date.now() + 5000;
+      while (kept.some((w) => w.deref()?.destroyed === false) && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+      const collect = collector();
+      let alive = kept.length;
+      // A weak reference read in a turn holds its target to the turn's end: each collection runs in a turn of its own.
+      for (let i = 0; i < 10 && alive > 0; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+        collect();
+        alive = kept.filter((w) => w.deref() !== undefined).length;
+      }
+      // Before, each stayed until its idle timer fired, two minutes later: all 20.
+      expect(alive).toBe(0);
+    } finally {
+      await new Promise<void>((r) => s.close(() => r()));
+    }
+  });
+});
+
+/** V8's full garbage collection, made reachable at run time. */
+function collector(): () => void {
+  setFlagsFromString("--expose-gc");
+  return runInNewContext("gc") as () => void;
+}
 
 describe("HTTP/2 stream limits", () => {
   const grpcHeaders = (key: string, secret: string) => ({
