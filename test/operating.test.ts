@@ -4,7 +4,7 @@ import * as grpc from "@grpc/grpc-js";
 import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { HealthCheckRequestSchema, HealthCheckResponseSchema, HealthCheckResponse_ServingStatus as Serving } from "../src/gen/grpc/health/v1/health_pb.js";
 import * as reflection from "../src/gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
@@ -19,6 +19,8 @@ import { StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js"
 import { root } from "./support/cli.ts";
 import { FakeUpstream } from "./support/fake-upstream.ts";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
+import net from "node:net";
+import { errorCode, rawHttp2 } from "./support/raw-http2.ts";
 
 const run = promisify(execFile);
 const bin = join(root, "node_modules", ".bin");
@@ -605,6 +607,68 @@ describe("GATEWAY_ACCESS_LOG: which access lines a request gets", () => {
       }
     } finally {
       await upstream.stop();
+    }
+  });
+
+  it("a caller that goes away while its streaming request is still arriving: no error line, and its last line says so, on HTTP/2 and HTTP/1.1", async () => {
+    // Before, such a caller left an error line that blamed the gateway ("an RPC failed inside the gateway": Node's
+    // "Premature close" over HTTP/2, "aborted" over HTTP/1.1), and over HTTP/2 an access line as if answered whole.
+    const lines: string[] = [];
+    const g = await startGateway({ logLines: lines });
+    // connect-fastify prints what it cannot write to stderr, past the log: "handler for rpc WatchCalls … failed".
+    const printed = vi.spyOn(console, "error");
+    try {
+      const port = Number(new URL(g.base).port);
+      // A message that promises 10 bytes and brings 1: the request is still arriving when its caller goes.
+      const partial = Buffer.from([0, 0, 0, 0, 10, 8]);
+      const methods = ["/gateway.admin.v1.AdminService/WatchCalls", "/grpc.health.v1.Health/Watch", "/gateway.admin.v1.AdminService/ListAccounts"];
+      const cases: [string, () => Promise<void>][] = [
+        ...methods.map((path): [string, () => Promise<void>] => [
+          `gRPC ${path}, its stream reset`,
+          async () => {
+            const c = rawHttp2(port);
+            await c.ready;
+            c.headers(1, { ":method": "POST", ":scheme": "http", ":path": path, ":authority": "gateway", "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${adminToken}` });
+            c.data(1, partial);
+            await new Promise((r) => setTimeout(r, 100));
+            c.reset(1, errorCode.cancel);
+            await new Promise((r) => setTimeout(r, 100));
+            c.destroy();
+          },
+        ]),
+        ...(
+          [
+            ["gRPC-Web", "application/grpc-web+proto"],
+            ["Connect streaming", "application/connect+proto"],
+          ] as const
+        ).map(([name, type]): [string, () => Promise<void>] => [
+          `${name} /gateway.admin.v1.AdminService/WatchCalls, its connection closed`,
+          async () => {
+            const socket = net.connect(port, "127.0.0.1");
+            socket.on("error", () => {});
+            socket.write(`POST /gateway.admin.v1.AdminService/WatchCalls HTTP/1.1\r\nhost: gateway\r\ncontent-type: ${type}\r\nauthorization: Bearer ${adminToken}\r\ncontent-length: 15\r\n\r\n`);
+            socket.write(partial);
+            await new Promise((r) => setTimeout(r, 100));
+            socket.destroy();
+          },
+        ]),
+      ];
+      const got: string[] = [];
+      for (const [name, send] of cases) {
+        lines.length = 0;
+        await send();
+        await expect.poll(() => lines.some((l) => l.includes('"request completed"')), { timeout: 5000 }).toBe(true);
+        await new Promise((r) => setTimeout(r, 100));
+        const parsed = lines.map((l) => JSON.parse(l) as Line & { level: number; callerGone?: boolean });
+        const errors = parsed.filter((l) => l.level >= 50).map((l) => l.msg);
+        const last = parsed.filter((l) => l.msg === "request completed").map((l) => `${l.callerGone === true ? "callerGone" : "answered"} ${l.rpcCode ?? ""}`.trim());
+        got.push(`${name}: ${[...last, ...errors].join(", ")}`);
+      }
+      expect(got).toEqual(cases.map(([name]) => `${name}: callerGone`));
+      expect(printed.mock.calls.map((c) => String(c[0]))).toEqual([]);
+    } finally {
+      printed.mockRestore();
+      await g.close();
     }
   });
 

@@ -9,6 +9,8 @@ import net from "node:net";
 export interface RawHttp2 {
   /** Opens stream `id` (odd, rising) with HEADERS; `end` ends its request too. */
   headers(id: number, headers: Readonly<Record<string, string>>, end?: boolean): void;
+  /** Sends `bytes` on stream `id` (DATA); `end` ends its request. */
+  data(id: number, bytes: Buffer, end?: boolean): void;
   /** Resets stream `id` (RST_STREAM with `code`). */
   reset(id: number, code: number): void;
   /** Sends a PING (8 bytes of opaque data). */
@@ -83,6 +85,9 @@ export function rawHttp2(port: number): RawHttp2 {
     headers(id, headers, end = false) {
       // END_HEADERS (0x4), and END_STREAM (0x1) when asked.
       socket.write(frame(frameType.headers, 0x4 | (end ? 0x1 : 0), id, hpack(headers)));
+    },
+    data(id, bytes, end = false) {
+      socket.write(frame(frameType.data, end ? 0x1 : 0, id, bytes));
     },
     reset(id, code) {
       const payload = Buffer.alloc(4);

@@ -2,6 +2,7 @@ import { createConnectRouter, createContextValues, type ContextValues } from "@c
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import type { FastifyInstance, FastifyRequest } from "fastify";
+import { Http2ServerRequest } from "node:http2";
 import type { AddressLockout } from "../../core/address-lockout.ts";
 import type { Gateway } from "../../core/gateway.ts";
 import type { Readiness } from "../../core/health.ts";
@@ -11,7 +12,7 @@ import { operations } from "../../operations/index.ts";
 import { accountRoutes } from "./account-service.ts";
 import { adminRoutes, type AdminPorts } from "./admin-service.ts";
 import { catalogueRoutes } from "./catalogue-services.ts";
-import { callLogKey, clientIpKey, requestIdKey } from "./context.ts";
+import { answeredByServerKey, callerGoneKey, callLogKey, clientIpKey, requestIdKey } from "./context.ts";
 import { callLogOf, type AccessFields, type AccessLogMode } from "../server/access-log.ts";
 import { healthRoutes } from "./health-service.ts";
 import { DescriptorIndex, reflectionRoutes, reflectionServices } from "./reflection-service.ts";
@@ -22,6 +23,8 @@ import { acceptCompression, answerWithConnectNode, connectRequestPath, unaryFast
 import { grpcStreamPath } from "./grpc-stream-path.ts";
 import type { ClientAddress } from "../server/client-address.ts";
 import type { RequestClaims } from "../server/one-port-server.ts";
+import { streamGone } from "../server/caller-gone.ts";
+import { answeredByServer } from "../server/client-errors.ts";
 
 export interface ConnectOptions {
   readonly gateway: Gateway;
@@ -58,7 +61,18 @@ export interface ConnectOptions {
 export async function registerConnect(app: FastifyInstance, options: ConnectOptions): Promise<RequestClaims> {
   const logInternal = logInternalErrors(app.log);
   const context = (clientIp: string, requestId: string, logFields: AccessFields | undefined) => createContextValues().set(clientIpKey, clientIp).set(requestIdKey, requestId).set(callLogKey, logFields);
-  const contextValues = (req: FastifyRequest) => context(req.clientIp, req.id, callLogOf(req));
+  const contextValues = (req: FastifyRequest) => {
+    const values = context(req.clientIp, req.id, callLogOf(req));
+    // Over HTTP/2 a reset is in the stream's state before connect-node's signal hears of it (as the request closes).
+    if (req.raw instanceof Http2ServerRequest) {
+      const stream = req.raw.stream;
+      values.set(callerGoneKey, () => streamGone(stream));
+    } else {
+      const raw = req.raw;
+      values.set(answeredByServerKey, () => answeredByServer(raw));
+    }
+    return values;
+  };
   // The catalogue services have routes of their own (catalogueConnectRoutes), with a fast path for their hottest shape.
   const catalogue = createConnectRouter({ interceptors: [recordRpcCode, logInternal], readMaxBytes: options.readMaxBytes, acceptCompression });
   catalogueRoutes(options.gateway, operations)(catalogue);

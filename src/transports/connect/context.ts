@@ -13,5 +13,13 @@ export const callReachedKey = createContextKey<boolean>(false, { description: "t
 /** What the core tells the request's access line of the call (CallInput.logFields); undefined where no line is written. */
 export const callLogKey = createContextKey<AccessFields | undefined>(undefined, { description: "what the core tells the access line of the call" });
 
-/** Whether the caller has gone, looked at now, beyond connect-node's signal (caller-gone.ts: an HTTP/1.x caller that ended its side and reset). */
+/**
+ * Whether the caller has gone, looked at now, beyond connect-node's signal
+ * (caller-gone.ts): an HTTP/1.x caller that ended its side and reset, or an
+ * HTTP/2 stream reset, which connect-node's signal hears of only as the
+ * request closes, after reading the request has ended in an error of its own.
+ */
 export const callerGoneKey = createContextKey<() => boolean>(() => false, { description: "the caller has gone, looked at now" });
+
+/** Whether the server has answered the request itself (a body the HTTP parser refused, client-errors.ts): the handler's answer is then dropped. */
+export const answeredByServerKey = createContextKey<() => boolean>(() => false, { description: "the server answered the request itself" });

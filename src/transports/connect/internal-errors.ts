@@ -1,6 +1,6 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { StatusBlockSchema } from "../../gen/gateway/catalogue/v1/status_pb.js";
-import { requestIdKey } from "./context.ts";
+import { callerGoneKey, requestIdKey } from "./context.ts";
 import { undecodableFixed, unreadableRequest } from "./refused-requests.ts";
 
 /**
@@ -13,9 +13,14 @@ export function logInternalErrors(log: InternalErrorLog | undefined): Intercepto
     try {
       return await next(req);
     } catch (e) {
-      throw callerError(e, req.contextValues.get(requestIdKey), req.url, log);
+      throw callerError(e, req.contextValues.get(requestIdKey), req.url, log, callerLeft(req.signal, req.contextValues.get(callerGoneKey)));
     }
   };
+}
+
+/** Whether a call's caller has gone: connect-node's signal aborted other than by the deadline, or the request says so itself (callerGoneKey). */
+function callerLeft(signal: AbortSignal, gone: () => boolean): boolean {
+  return (signal.aborted && ConnectError.from(signal.reason).code !== Code.DeadlineExceeded) || gone();
 }
 
 export type InternalErrorLog = { error(obj: unknown, msg: string): void };
@@ -32,10 +37,21 @@ export type InternalErrorLog = { error(obj: unknown, msg: string): void };
  * with the decoder's words, as a unary request's are (refusedRequests), and
  * not an error line a caller could fill the log with. A message flagged
  * compressed with no encoding keeps gRPC's `internal`, in connect-es's words.
+ *
+ * A call whose caller went away (`left`: it reset its stream, or closed its
+ * connection) ends `canceled`, with no error line, whatever reading the rest
+ * of its request threw: Node's "aborted" or "Premature close", or the
+ * decoder's premature end of a message cut short. Before, a stream's caller
+ * that left while its request was still arriving left an error line that
+ * blamed the gateway (over HTTP/1.1), or was recorded `invalid_argument`
+ * (over HTTP/2). A refusal with a status block keeps its code: the ledger
+ * has it.
  */
-export function callerError(e: unknown, requestId: string | undefined, procedure: string, log: InternalErrorLog | undefined): ConnectError {
+export function callerError(e: unknown, requestId: string | undefined, procedure: string, log: InternalErrorLog | undefined, left = false): ConnectError {
+  if (e instanceof ConnectError && e.findDetails(StatusBlockSchema).length > 0) return e;
+  if (left) return e instanceof ConnectError && e.code === Code.Canceled ? e : new ConnectError("the caller went away", Code.Canceled);
   if (e instanceof ConnectError) e = undecodableFixed(e);
-  if (e instanceof ConnectError && (e.code !== Code.Internal || e.findDetails(StatusBlockSchema).length > 0 || unreadableRequest(e))) return e;
+  if (e instanceof ConnectError && (e.code !== Code.Internal || unreadableRequest(e))) return e;
   log?.error({ err: e, requestId, procedure }, "an RPC failed inside the gateway");
   return new ConnectError(`internal error; quote request id ${requestId}`, Code.Internal);
 }

@@ -8,7 +8,7 @@ import { fourDigits } from "../../contract/error-codes.ts";
 import type { Gateway } from "../../core/gateway.ts";
 import type { Operation } from "../../core/operation.ts";
 import { ErrorCode, StatusBlockSchema } from "../../gen/gateway/catalogue/v1/status_pb.js";
-import { callLogKey, callReachedKey, clientIpKey, requestIdKey } from "./context.ts";
+import { answeredByServerKey, callLogKey, callReachedKey, clientIpKey, requestIdKey } from "./context.ts";
 import { grpcWebTrailerFrame } from "./error-answer.ts";
 
 /**
@@ -161,10 +161,16 @@ function withinTimerRange(req: UniversalServerRequest): UniversalServerRequest {
  * protobuf bytes do not decode, on every protocol; and with `refuse`, every
  * error connect-node made without a status block (a request refused before
  * the method ran) becomes the one `refuse` returns. A deadline past what a
- * timer holds is taken as none (withinTimerRange).
+ * timer holds is taken as none (withinTimerRange). A request the server
+ * has answered itself meanwhile (answeredByServer) gets no second answer.
  */
 export function refusedRequests(handler: UniversalHandler, refuse?: Refuse): UniversalHandler {
-  const wrapped = async (req: UniversalServerRequest) => await fix(await handler(withinTimerRange(req)), req, refuse);
+  const wrapped = async (req: UniversalServerRequest) => {
+    const res = await handler(withinTimerRange(req));
+    // Answered by the server already (a body the parser refused): `aborted` is connect-fastify's "nothing to write".
+    if (req.contextValues?.get(answeredByServerKey)() === true) throw new ConnectError("the server answered this request itself", Code.Aborted);
+    return await fix(res, req, refuse);
+  };
   return Object.assign(wrapped, {
     service: handler.service,
     method: handler.method,

@@ -1,6 +1,7 @@
 import { LogController, type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from "fastify";
 import type { CallLogFields } from "../../core/gateway.ts";
 import { everyLine } from "./repeated-lines.ts";
+import { Http2ServerResponse } from "node:http2";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -86,7 +87,8 @@ export class AccessLogController extends LogController {
     }
     // Fastify writes the last line as the answer finishes, which an answer whose caller has gone never does.
     if (this.mode !== "off" && !this.isLogDisabled(request)) {
-      completeOnClose(reply.raw, () => request.callLog ?? undefined, (sent) => {
+      // Over HTTP/2, the stream: a reset leaves Node's compatibility response finished, as if answered whole.
+      completeOnClose(reply.raw instanceof Http2ServerResponse ? reply.raw.stream : reply.raw, () => request.callLog ?? undefined, (sent) => {
         if (sent === "whole") return; // Fastify's own line (requestCompleted)
         request.accessGone = true;
         const call = request.callLog;
@@ -99,7 +101,8 @@ export class AccessLogController extends LogController {
   }
 
   override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
-    if (this.isLogDisabled(request) || request.accessGone) return;
+    // An HTTP/2 stream its caller reset: its last line is written as it closes (incomingRequest's completeOnClose).
+    if (this.isLogDisabled(request) || request.accessGone || (reply.raw instanceof Http2ServerResponse && reply.raw.stream.aborted)) return;
     const call = request.callLog;
     // Without an `incoming request` line, the last one names the request (pino leaves out a field that is undefined).
     const req = this.mode === "both" ? undefined : (request.accessRequest ?? request);

@@ -11,6 +11,21 @@ import { statusError } from "../connect/status-error.ts";
 import { corsHeaders, type CorsSettings } from "./cors-headers.ts";
 import type { OnePortServerOptions } from "./one-port-server.ts";
 
+/** Set on a request whose answer this handler wrote while the request's own handler was still reading its body. */
+const answeredHere = Symbol("answeredHere");
+type AnsweredHere = http.IncomingMessage & { [answeredHere]?: true };
+
+/**
+ * Whether the server answered the request itself (its body refused by the
+ * parser, see below) while a handler was still reading it: that handler's
+ * answer has nowhere to go, and must not be written (connect-fastify
+ * printed a stack trace to stderr for each, "Cannot set headers after they
+ * are sent", and the request was recorded a second time).
+ */
+export function answeredByServer(req: http.IncomingMessage): boolean {
+  return (req as AnsweredHere)[answeredHere] === true;
+}
+
 /**
  * Fastify's `clientErrorHandler`: a request the HTTP parser refuses (bad
  * syntax, headers too large, a client too slow) still gets a status block,
@@ -61,6 +76,7 @@ export function clientErrorHandler(gateway: Gateway, limits: Pick<OnePortServerO
         const origin = request?.headers.origin;
         const headers = { ...corsHeaders(cors, typeof origin === "string" ? origin : undefined), ...answer.headers, connection: "close" };
         if (answering !== undefined && !answering.headersSent) {
+          (answering.req as AnsweredHere)[answeredHere] = true;
           answering.writeHead(answer.status, headers).end(answer.body);
           answering.once("finish", () => socket.end());
         } else if (answering === undefined) {
