@@ -63,3 +63,37 @@ describe("a lock, after the clock steps back", () => {
     expect(() => lockout.check("192.0.2.8", back)).not.toThrow();
   });
 });
+
+describe("the addresses a lockout holds", () => {
+  const t0 = 1_800_000_000_000;
+  const lockedMessage = /too many failed authentications from this address/;
+
+  it("are forgotten as other addresses fail, once their failures have left the window; a lock is kept until it ends", async () => {
+    const lockout = new MemoryAddressLockout({ slowAfterFailures: 1, lockAfterFailures: 3, failureWindowSeconds: 60, lockSeconds: 300 });
+    for (let i = 0; i < 3; i++) await lockout.failed("192.0.2.1", t0);
+    for (let i = 0; i < 1000; i++) await lockout.failed(`198.51.100.${i % 250}:${i}`, t0);
+    // A window later, as many new addresses fail: the old ones are gone, the locked one stays.
+    for (let i = 0; i < 1000; i++) await lockout.failed(`203.0.113.${i % 250}:${i}`, t0 + 61_000);
+    expect(lockout.addresses).toBe(1001);
+    expect(() => lockout.check("192.0.2.1", t0 + 61_000)).toThrow(lockedMessage);
+    // Past the lock: it goes too.
+    for (let i = 0; i < 2000; i++) await lockout.failed(`2001:db8::${i.toString(16)}`, t0 + 301_000);
+    expect(lockout.addresses).toBe(2000);
+    expect(() => lockout.check("192.0.2.1", t0 + 301_000)).not.toThrow();
+  });
+
+  it("past 100,000 within one window, are the locked ones and the latest: each failure costs the same, and no lock is forgotten early", async () => {
+    // Before, each new address past 100,000 looked at every one held to forget none (all within the window):
+    // 6,000 failures a second became 340, for every caller of the gateway.
+    const lockout = new MemoryAddressLockout({ slowAfterFailures: 1, lockAfterFailures: 3, failureWindowSeconds: 60, lockSeconds: 300 });
+    for (let i = 0; i < 3; i++) await lockout.failed("192.0.2.1", t0);
+    for (let i = 0; i < 150_000; i++) await lockout.failed(`2001:db8::${i.toString(16)}`, t0 + 1000);
+    expect(lockout.addresses).toBeLessThanOrEqual(100_001);
+    expect(() => lockout.check("192.0.2.1", t0 + 2000)).toThrow(lockedMessage);
+    // The latest failures are still counted: a third from the last address locks it.
+    const last = `2001:db8::${(149_999).toString(16)}`;
+    await lockout.failed(last, t0 + 2000);
+    await lockout.failed(last, t0 + 2000);
+    expect(() => lockout.check(last, t0 + 2000)).toThrow(lockedMessage);
+  });
+});
