@@ -80,6 +80,12 @@ describe("the Prometheus alerting rules", () => {
             { series: `gateway_otlp_tls_renewals_total{${labels}, outcome="refused"}`, values: "0 0 1x10" },
             // 40 log lines dropped at minute 2 (a reader behind), none after: the alert holds for 10 minutes.
             { series: `gateway_log_lines_dropped_total{${labels}, reason="backlog"}`, values: "0 0 40x30" },
+            // A heap of a 512 MiB limit at 30% to minute 5, at 90% (after every collection) from 6 to 26, then back.
+            { series: `nodejs_heap_size_used_bytes{${labels}}`, values: "161061273x5 483183820x20 161061273x20" },
+            { series: `gateway_heap_limit_bytes{${labels}}`, values: "536870912x50" },
+            // 700 MiB resident from minute 3 to 31, past a bound of 662 MiB (a 512 MiB budget and 150 MiB of overhead).
+            { series: `process_resident_memory_bytes{${labels}}`, values: "524288000x2 734003200x28 524288000x20" },
+            { series: `gateway_memory_resident_bound_bytes{${labels}}`, values: "694157312x50" },
             // Redis lost at minute 3, back at minute 9.
             { series: `gateway_redis_up{${labels}}`, values: "1 1 1 0x5 1x20" },
             // The clock 70 s ahead of PostgreSQL's from minute 2 (an NTP daemon stopped), back in step at minute 20.
@@ -114,6 +120,12 @@ describe("the Prometheus alerting rules", () => {
             { eval_time: "1m", alertname: "GatewayLogLinesDropped", exp_alerts: [] },
             { eval_time: "2m", alertname: "GatewayLogLinesDropped", exp_alerts: fires("GatewayLogLinesDropped", { severity: "warning", reason: "backlog", ...gw1 }, "Gateway gw-1:8080 dropped 40 log lines in 10 minutes (backlog)") },
             { eval_time: "13m", alertname: "GatewayLogLinesDropped", exp_alerts: [] },
+            { eval_time: "15m", alertname: "GatewayHeapNearLimit", exp_alerts: [] },
+            { eval_time: "16m", alertname: "GatewayHeapNearLimit", exp_alerts: fires("GatewayHeapNearLimit", { severity: "critical", ...gw1 }, "Gateway gw-1:8080's heap has stayed above 85% of its limit for 10 minutes (90% at its lowest)") },
+            { eval_time: "27m", alertname: "GatewayHeapNearLimit", exp_alerts: [] },
+            { eval_time: "17m", alertname: "GatewayMemoryOverBound", exp_alerts: [] },
+            { eval_time: "18m", alertname: "GatewayMemoryOverBound", exp_alerts: fires("GatewayMemoryOverBound", { severity: "warning", ...gw1 }, "Gateway gw-1:8080 holds 700MiB resident, past its memory budget and overhead, for 15 minutes") },
+            { eval_time: "33m", alertname: "GatewayMemoryOverBound", exp_alerts: [] },
             { eval_time: "4m", alertname: "GatewayRedisDown", exp_alerts: [] },
             { eval_time: "5m", alertname: "GatewayRedisDown", exp_alerts: fires("GatewayRedisDown", { severity: "warning", ...gw1 }, "Gateway gw-1:8080 has served without Redis for 2 minutes") },
             { eval_time: "10m", alertname: "GatewayRedisDown", exp_alerts: [] },

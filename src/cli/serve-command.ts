@@ -12,6 +12,7 @@ import type { OnePortServerExtras } from "../transports/server/one-port-server.t
 import { createLogger, flushRepeatedLines, stdoutOutput } from "../transports/server/logger.ts";
 import { TlsCertificateFiles } from "../transports/server/tls-certificate.ts";
 import { listenError } from "./listen-error.ts";
+import { fixedOverheadMb } from "../memory-budget.ts";
 
 /** The request's JSON body for a call of `op` with `args` (proto JSON names). */
 function jsonBody(op: Operation, args: Readonly<Record<string, string>>): string {
@@ -98,6 +99,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   const tls = appSettings.tls !== undefined;
   const app = await buildApp(appSettings);
   runtime.metrics.watchSlowReaders((app.server as unknown as OnePortServerExtras).slowReadersCut);
+  runtime.metrics.watchMemory(config.memoryMb * 1_048_576, (config.memoryMb + fixedOverheadMb) * 1_048_576);
   try {
     await app.listen({ host: config.host, port: config.port });
   } catch (e) {

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import type { AlertKind } from "../../core/alerts.ts";
 import { timingSafeEqual } from "node:crypto";
+import { getHeapStatistics } from "node:v8";
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import { ledgerCommitOutcomes, type LedgerCommitOutcome, type Transport } from "../../core/meter.ts";
 import type { Limit } from "../../core/gateway-error.ts";
@@ -28,6 +29,11 @@ function processRegistry(): Registry {
   if (processMetrics === undefined) {
     processMetrics = new Registry();
     collectDefaultMetrics({ register: processMetrics });
+    new Gauge({
+      name: "gateway_heap_limit_bytes",
+      help: "The size V8's heap may reach (what GATEWAY_MEMORY_MB gives it under `gateway serve`): past it the process stops with 'JavaScript heap out of memory', and every call in flight with it. Compare nodejs_heap_size_used_bytes.",
+      registers: [processMetrics],
+    }).set(getHeapStatistics().heap_size_limit);
   }
   return processMetrics;
 }
@@ -388,6 +394,20 @@ export class PrometheusTelemetry implements Telemetry {
         for (const reason of cutReasons) this.labels(reason).inc(cut[reason]);
       },
     });
+  }
+
+  /**
+   * The memory budget `gateway serve` runs with (GATEWAY_MEMORY_MB) and the
+   * resident memory it should stay within: the budget plus the fixed
+   * overhead (memory-budget.ts).
+   */
+  watchMemory(budgetBytes: number, residentBoundBytes: number): void {
+    new Gauge({ name: "gateway_memory_budget_bytes", help: "GATEWAY_MEMORY_MB in bytes: the memory budget the heap, the response cache and the HTTP/2 answers waiting for slow clients divide.", registers: [this.registry] }).set(budgetBytes);
+    new Gauge({
+      name: "gateway_memory_resident_bound_bytes",
+      help: "The resident memory the process should stay within: its budget plus the fixed overhead of code, Node's and V8's own structures and SQLite's page cache. Compare process_resident_memory_bytes.",
+      registers: [this.registry],
+    }).set(residentBoundBytes);
   }
 
   /** Where `gateway_cache_bytes` is read from. */
