@@ -1,5 +1,6 @@
 import { lockedOut } from "./limit-refusals.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
+import { MapSweep } from "./map-sweep.ts";
 
 export interface AddressLockoutOptions {
   /** Failed authentications from one address before each answer is slowed… */
@@ -54,8 +55,8 @@ export function lockEnd(until: number, now: number, options: Pick<AddressLockout
   return Math.min(until, now + options.lockSeconds * 1000);
 }
 
-/** Addresses the sweep looks at for each address it adds: more than one, so it outpaces the additions. */
-const sweptPerAddition = 4;
+/** Addresses the sweep looks at for each address added: more than one, so it outpaces the additions. */
+export const sweptPerAddition = 4;
 /** Addresses held past which the sweep forgets any that is not locked, whatever its failures. */
 const crowdedAt = 100_000;
 
@@ -77,8 +78,7 @@ const crowdedAt = 100_000;
 export class MemoryAddressLockout implements AddressLockout {
   private readonly options: AddressLockoutOptions;
   private readonly failures = new Map<string, FailureRecord>();
-  /** Where the sweep is: a live iterator, which sees the additions made since it started. */
-  private sweep: MapIterator<[string, FailureRecord]> | undefined;
+  private readonly sweep = new MapSweep(this.failures);
 
   constructor(options: Partial<AddressLockoutOptions> = {}) {
     this.options = { ...defaultAddressLockoutOptions, ...options };
@@ -117,15 +117,6 @@ export class MemoryAddressLockout implements AddressLockout {
   private forgetSome(now: number): void {
     const since = now - this.options.failureWindowSeconds * 1000;
     const crowded = this.failures.size >= crowdedAt;
-    for (let i = 0; i < sweptPerAddition; i++) {
-      this.sweep ??= this.failures.entries();
-      const next = this.sweep.next();
-      if (next.done === true) {
-        this.sweep = undefined;
-        return;
-      }
-      const [ip, r] = next.value;
-      if (r.lockedUntil <= now && (crowded || r.times.every((t) => t <= since))) this.failures.delete(ip);
-    }
+    this.sweep.step(sweptPerAddition, (r) => r.lockedUntil <= now && (crowded || r.times.every((t) => t <= since)));
   }
 }

@@ -1,7 +1,8 @@
 import type { Redis } from "ioredis";
 import { lockedOut } from "../../core/limit-refusals.ts";
 import { readWithin } from "../../core/clock.ts";
-import { defaultAddressLockoutOptions, holdMs, lockEnd, MemoryAddressLockout, type AddressLockout, type AddressLockoutOptions } from "../../core/address-lockout.ts";
+import { defaultAddressLockoutOptions, holdMs, lockEnd, MemoryAddressLockout, sweptPerAddition, type AddressLockout, type AddressLockoutOptions } from "../../core/address-lockout.ts";
+import { MapSweep } from "../../core/map-sweep.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
 import { RedisLink } from "./redis-link.ts";
 
@@ -67,6 +68,7 @@ export class RedisAddressLockout implements AddressLockout {
   private listening = false;
   /** Addresses known to be locked, until when (ms). */
   private readonly locked = new Map<string, number>();
+  private readonly lockSweep = new MapSweep(this.locked);
   /** Addresses found not locked, and when (ms). */
   private readonly clear = new Map<string, number>();
 
@@ -160,11 +162,10 @@ export class RedisAddressLockout implements AddressLockout {
   private remember(clientIp: string, ms: number, now: number): void {
     if (!(ms > 0)) return;
     this.clear.delete(clientIp);
-    if (this.locked.size >= this.options.rememberedAddresses) {
-      for (const [ip, until] of this.locked) if (until <= now) this.locked.delete(ip);
-      // Still full: this lock is not kept here, and calls from the address ask Redis, which has it.
-      if (this.locked.size >= this.options.rememberedAddresses) return;
-    }
+    // Ended locks are forgotten a few at a time (before, a full map was looked at whole for each lock, to forget none).
+    this.lockSweep.step(sweptPerAddition, (until) => until <= now);
+    // Full: this lock is not kept here, and calls from the address ask Redis, which has it.
+    if (this.locked.size >= this.options.rememberedAddresses && !this.locked.has(clientIp)) return;
     this.locked.set(clientIp, now + ms);
   }
 }
