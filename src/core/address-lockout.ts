@@ -1,6 +1,6 @@
 import { lockedOut } from "./limit-refusals.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
-import { MapSweep } from "./map-sweep.ts";
+import { MapSweep, sweptPerAddition } from "./map-sweep.ts";
 
 export interface AddressLockoutOptions {
   /** Failed authentications from one address before each answer is slowed… */
@@ -55,8 +55,6 @@ export function lockEnd(until: number, now: number, options: Pick<AddressLockout
   return Math.min(until, now + options.lockSeconds * 1000);
 }
 
-/** Addresses the sweep looks at for each address added: more than one, so it outpaces the additions. */
-export const sweptPerAddition = 4;
 /** Addresses held past which the sweep forgets any that is not locked, whatever its failures. */
 const crowdedAt = 100_000;
 

@@ -1,6 +1,7 @@
 import type { CallRate } from "./call-rate.ts";
 import { rateTake } from "./call-rate.ts";
 import { ownReadsReached } from "./limit-refusals.ts";
+import { MapSweep, sweptPerAddition } from "./map-sweep.ts";
 
 /**
  * How often one account may read its own state (the AccountService) from
@@ -17,22 +18,25 @@ const maxRemembered = 100_000;
 
 export class OwnReads {
   private readonly due = new Map<string, bigint>();
+  private readonly sweep = new MapSweep(this.due);
 
   /** Takes a read of `account` at `nowMs`, or throws 4008 with when the next one fits. */
   take(account: string, nowMs: number): void {
     const taken = rateTake(this.due.get(account), nowMs, ownReadRate);
     if ("waitMs" in taken) throw ownReadsReached(ownReadRate, taken.waitMs);
-    if (this.due.size >= maxRemembered && !this.due.has(account)) this.forgetSettled(nowMs);
+    if (this.due.size >= maxRemembered && !this.due.has(account)) this.forgetSome(nowMs);
     this.due.set(account, taken.next);
   }
 
-  private forgetSettled(nowMs: number): void {
+  /**
+   * A few settled accounts forgotten, and, still full, the oldest: the same
+   * cost for each account added. Before, each one added to a full map looked
+   * at all of them when every one was still in its burst.
+   */
+  private forgetSome(nowMs: number): void {
     const now = BigInt(nowMs) * 1_000_000n;
-    for (const [account, next] of this.due) if (next <= now) this.due.delete(account);
-    // Every one still in its burst: the oldest go (a forgotten account starts with its full burst again).
-    for (const account of this.due.keys()) {
-      if (this.due.size < maxRemembered) break;
-      this.due.delete(account);
-    }
+    this.sweep.step(sweptPerAddition, (next) => next <= now);
+    // Every one looked at still in its burst: the oldest goes (a forgotten account starts with its full burst again).
+    if (this.due.size >= maxRemembered) this.due.delete(this.due.keys().next().value!);
   }
 }

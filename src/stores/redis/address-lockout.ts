@@ -1,8 +1,8 @@
 import type { Redis } from "ioredis";
 import { lockedOut } from "../../core/limit-refusals.ts";
 import { readWithin } from "../../core/clock.ts";
-import { defaultAddressLockoutOptions, holdMs, lockEnd, MemoryAddressLockout, sweptPerAddition, type AddressLockout, type AddressLockoutOptions } from "../../core/address-lockout.ts";
-import { MapSweep } from "../../core/map-sweep.ts";
+import { defaultAddressLockoutOptions, holdMs, lockEnd, MemoryAddressLockout, type AddressLockout, type AddressLockoutOptions } from "../../core/address-lockout.ts";
+import { MapSweep, sweptPerAddition } from "../../core/map-sweep.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
 import { RedisLink } from "./redis-link.ts";
 
