@@ -1,3 +1,6 @@
+/** Entries a sweep looks at for each entry added to its map: more than one, so it outpaces the additions. */
+export const sweptPerAddition = 4;
+
 /**
  * A sweep over a Map that looks at a few entries at a time and resumes where
  * it stopped, forgetting those that are due: a map kept bounded this way
@@ -6,9 +9,6 @@
  * when nothing in it was due yet.) The iterator is live: it sees entries
  * added after it started, and those deleted under it are skipped.
  */
-/** Entries a sweep looks at for each entry added to its map: more than one, so it outpaces the additions. */
-export const sweptPerAddition = 4;
-
 export class MapSweep<K, V> {
   private readonly map: Map<K, V>;
   private at: MapIterator<[K, V]> | undefined;

@@ -41,11 +41,11 @@ export type InternalErrorLog = { error(obj: unknown, msg: string): void };
  * A call whose caller went away (`left`: it reset its stream, or closed its
  * connection) ends `canceled`, with no error line, whatever reading the rest
  * of its request threw: Node's "aborted" or "Premature close", or the
- * decoder's premature end of a message cut short. Before, a stream's caller
- * that left while its request was still arriving left an error line that
- * blamed the gateway (over HTTP/1.1), or was recorded `invalid_argument`
- * (over HTTP/2). A refusal with a status block keeps its code: the ledger
- * has it.
+ * decoder's premature end of a message cut short. Before, a caller of a
+ * method connect-node serves that left while its request was still arriving
+ * left an error line that blamed the gateway ("Premature close" over
+ * HTTP/2, "aborted" over HTTP/1.1). A refusal with a status block keeps its
+ * code: the ledger has it.
  */
 export function callerError(e: unknown, requestId: string | undefined, procedure: string, log: InternalErrorLog | undefined, left = false): ConnectError {
   if (e instanceof ConnectError && e.findDetails(StatusBlockSchema).length > 0) return e;

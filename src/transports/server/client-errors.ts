@@ -19,8 +19,8 @@ type AnsweredHere = http.IncomingMessage & { [answeredHere]?: true };
  * Whether the server answered the request itself (its body refused by the
  * parser, see below) while a handler was still reading it: that handler's
  * answer has nowhere to go, and must not be written (connect-fastify
- * printed a stack trace to stderr for each, "Cannot set headers after they
- * are sent", and the request was recorded a second time).
+ * printed a stack trace to stderr for each: "Cannot set headers after they
+ * are sent").
  */
 export function answeredByServer(req: http.IncomingMessage): boolean {
   return (req as AnsweredHere)[answeredHere] === true;
