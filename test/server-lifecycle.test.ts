@@ -5,6 +5,7 @@ import { trailerFlag, trailerParse } from "@connectrpc/connect/protocol-grpc-web
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import http2 from "node:http2";
 import https from "node:https";
 import { tmpdir } from "node:os";
@@ -260,6 +261,17 @@ describe("TLS with ALPN", () => {
       socket.on("close", () => (clearTimeout(give), resolve(performance.now() - started)));
     });
 
+  it("lets closed HTTP/2 sessions go as they close, as the cleartext server does", async () => {
+    const kept: WeakRef<http2.Http2Session>[] = [];
+    const s = createTlsServer(keepingSessions(kept), { ...defaultAppSettings.limits, http2SessionTimeoutMs: 120_000 }, { cert, key: readFileSync(join(dir, "key.pem")) });
+    await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+    try {
+      expect(await sessionsSurviving(kept, `https://127.0.0.1:${(s.address() as { port: number }).port}`, { ca: cert })).toBe(0);
+    } finally {
+      await new Promise<void>((r) => s.close(() => r()));
+    }
+  });
+
   it("closes connections that stay silent: before the handshake, after it (HTTP/1.1), and with an HTTP/2 stream that never ends", async () => {
     const s = await tlsServer({ firstRequestTimeoutMs: 300, http2SessionTimeoutMs: 300 });
     try {
@@ -468,47 +480,57 @@ describe("idle HTTP/2 sessions", () => {
 
 describe("closed HTTP/2 sessions", () => {
   it("are let go as they close, not held on the heap until the session timeout", async () => {
-    // What the server kept of each session: a weak reference, which the session does not outlive once nothing holds it.
     const kept: WeakRef<http2.Http2Session>[] = [];
-    const s = createOnePortServer(
-      (req, res) => {
-        const session = (req as unknown as http2.Http2ServerRequest).stream?.session;
-        if (session !== undefined) kept.push(new WeakRef(session));
-        res.end("done");
-      },
-      { ...defaultAppSettings.limits, http2SessionTimeoutMs: 120_000 },
-    );
+    const s = createOnePortServer(keepingSessions(kept), { ...defaultAppSettings.limits, http2SessionTimeoutMs: 120_000 });
     await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
     try {
-      // Sessions as a client that opens one per call makes them: a request, then the session closed.
-      for (let i = 0; i < 20; i++) {
-        const client = http2.connect(`http://127.0.0.1:${(s.address() as { port: number }).port}`);
-        client.on("error", () => {});
-        await new Promise<void>((resolve) => {
-          const stream = client.request({ ":path": "/anything" });
-          stream.resume();
-          stream.on("close", () => resolve());
-        });
-        client.close();
-      }
-      expect(kept).toHaveLength(20);
-      const until = Date.now() + 5000;
-      while (kept.some((w) => w.deref()?.destroyed === false) && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
-      const collect = collector();
-      let alive = kept.length;
-      // A weak reference read in a turn holds its target to the turn's end: each collection runs in a turn of its own.
-      for (let i = 0; i < 10 && alive > 0; i++) {
-        await new Promise((r) => setTimeout(r, 10));
-        collect();
-        alive = kept.filter((w) => w.deref() !== undefined).length;
-      }
       // Before, each stayed until its idle timer fired, two minutes later: all 20.
-      expect(alive).toBe(0);
+      expect(await sessionsSurviving(kept, `http://127.0.0.1:${(s.address() as { port: number }).port}`)).toBe(0);
     } finally {
       await new Promise<void>((r) => s.close(() => r()));
     }
   });
 });
+
+/** A handler that answers at once, keeping a weak reference to each HTTP/2 request's session: one the session does not outlive once nothing else holds it. */
+function keepingSessions(kept: WeakRef<http2.Http2Session>[]) {
+  return (req: IncomingMessage | http2.Http2ServerRequest, res: ServerResponse | http2.Http2ServerResponse) => {
+    const session = (req as http2.Http2ServerRequest).stream?.session;
+    if (session !== undefined) kept.push(new WeakRef(session));
+    res.end("done");
+  };
+}
+
+/**
+ * Opens 20 sessions at `url` as a client that opens one per call makes them
+ * (a request, then the session closed), waits for the server to close its
+ * side, and returns how many of the server's sessions (`kept`) outlive full
+ * collections.
+ */
+async function sessionsSurviving(kept: WeakRef<http2.Http2Session>[], url: string, options: http2.SecureClientSessionOptions = {}): Promise<number> {
+  for (let i = 0; i < 20; i++) {
+    const client = http2.connect(url, options);
+    client.on("error", () => {});
+    await new Promise<void>((resolve) => {
+      const stream = client.request({ ":path": "/anything" });
+      stream.resume();
+      stream.on("close", () => resolve());
+    });
+    client.close();
+  }
+  expect(kept).toHaveLength(20);
+  const until = Date.now() + 5000;
+  while (kept.some((w) => w.deref()?.destroyed === false) && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+  const collect = collector();
+  let alive = kept.length;
+  // A weak reference read in a turn holds its target to the turn's end: each collection runs in a turn of its own.
+  for (let i = 0; i < 10 && alive > 0; i++) {
+    await new Promise((r) => setTimeout(r, 10));
+    collect();
+    alive = kept.filter((w) => w.deref() !== undefined).length;
+  }
+  return alive;
+}
 
 /** V8's full garbage collection, made reachable at run time. */
 function collector(): () => void {
