@@ -1,6 +1,6 @@
 import { lockedOut } from "./limit-refusals.ts";
 import type { MaybeAsync } from "./maybe-async.ts";
-import { MapSweep, sweptPerAddition } from "./map-sweep.ts";
+import { MapSweep } from "./map-sweep.ts";
 
 export interface AddressLockoutOptions {
   /** Failed authentications from one address before each answer is slowed… */
@@ -115,6 +115,6 @@ export class MemoryAddressLockout implements AddressLockout {
   private forgetSome(now: number): void {
     const since = now - this.options.failureWindowSeconds * 1000;
     const crowded = this.failures.size >= crowdedAt;
-    this.sweep.step(sweptPerAddition, (r) => r.lockedUntil <= now && (crowded || r.times.every((t) => t <= since)));
+    this.sweep.step((r) => r.lockedUntil <= now && (crowded || r.times.every((t) => t <= since)));
   }
 }

@@ -1,5 +1,5 @@
 /** Entries a sweep looks at for each entry added to its map: more than one, so it outpaces the additions. */
-export const sweptPerAddition = 4;
+const sweptPerAddition = 4;
 
 /**
  * A sweep over a Map that looks at a few entries at a time and resumes where
@@ -17,9 +17,9 @@ export class MapSweep<K, V> {
     this.map = map;
   }
 
-  /** Looks at up to `n` entries, deleting those `due` says are; after the last, the next step starts over. */
-  step(n: number, due: (value: V, key: K) => boolean): void {
-    for (let i = 0; i < n; i++) {
+  /** Looks at the next few entries (a step for each entry added), deleting those `due` says are; after the last, the next step starts over. */
+  step(due: (value: V, key: K) => boolean): void {
+    for (let i = 0; i < sweptPerAddition; i++) {
       this.at ??= this.map.entries();
       const next = this.at.next();
       if (next.done === true) {

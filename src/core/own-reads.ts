@@ -1,7 +1,7 @@
 import type { CallRate } from "./call-rate.ts";
 import { rateTake } from "./call-rate.ts";
 import { ownReadsReached } from "./limit-refusals.ts";
-import { MapSweep, sweptPerAddition } from "./map-sweep.ts";
+import { MapSweep } from "./map-sweep.ts";
 
 /**
  * How often one account may read its own state (the AccountService) from
@@ -35,7 +35,7 @@ export class OwnReads {
    */
   private forgetSome(nowMs: number): void {
     const now = BigInt(nowMs) * 1_000_000n;
-    this.sweep.step(sweptPerAddition, (next) => next <= now);
+    this.sweep.step((next) => next <= now);
     // Every one looked at still in its burst: the oldest goes (a forgotten account starts with its full burst again).
     if (this.due.size >= maxRemembered) this.due.delete(this.due.keys().next().value!);
   }

@@ -2,7 +2,7 @@ import type { Redis } from "ioredis";
 import { lockedOut } from "../../core/limit-refusals.ts";
 import { readWithin } from "../../core/clock.ts";
 import { defaultAddressLockoutOptions, holdMs, lockEnd, MemoryAddressLockout, type AddressLockout, type AddressLockoutOptions } from "../../core/address-lockout.ts";
-import { MapSweep, sweptPerAddition } from "../../core/map-sweep.ts";
+import { MapSweep } from "../../core/map-sweep.ts";
 import type { MaybeAsync } from "../../core/maybe-async.ts";
 import { RedisLink } from "./redis-link.ts";
 
@@ -163,7 +163,7 @@ export class RedisAddressLockout implements AddressLockout {
     if (!(ms > 0)) return;
     this.clear.delete(clientIp);
     // Ended locks are forgotten a few at a time (before, a full map was looked at whole for each lock, to forget none).
-    this.lockSweep.step(sweptPerAddition, (until) => until <= now);
+    this.lockSweep.step((until) => until <= now);
     // Full: this lock is not kept here, and calls from the address ask Redis, which has it.
     if (this.locked.size >= this.options.rememberedAddresses && !this.locked.has(clientIp)) return;
     this.locked.set(clientIp, now + ms);
