@@ -36,6 +36,7 @@ import { InThreadReader, ThreadReader } from "./stores/embedded/sql-reader.ts";
 import { SqliteMeter } from "./stores/embedded/meter.ts";
 import { SqliteOperatorSwitches } from "./stores/embedded/operator-switches.ts";
 import { SqliteReplayGuard } from "./stores/embedded/replay-guard.ts";
+import { SqliteProviderWaits } from "./stores/embedded/provider-waits.ts";
 import { PostgresAccountStore } from "./stores/postgres/account-store.ts";
 import { PostgresCatalogue } from "./stores/postgres/catalogue-store.ts";
 import { PostgresMeter } from "./stores/postgres/meter.ts";
@@ -177,7 +178,7 @@ interface Stores {
   readonly checks: readonly HealthCheck[];
   /** The shared database's connection pool (shared mode), as the metrics read it. */
   readonly databasePool?: DatabasePool;
-  /** The paid providers' waits (their Retry-After), shared by the replicas (shared mode). */
+  /** The paid providers' waits (their Retry-After): shared by the replicas (shared mode), or kept through a restart (embedded). */
   readonly providerWaits?: ProviderWaits;
   /** Whether Redis answers (shared mode), as the metrics read it. */
   readonly redis?: { readonly up: boolean };
@@ -271,6 +272,7 @@ function embeddedStores(config: GatewayConfig, clock: Clock, log: RuntimeLog | u
     catalogue: new EmbeddedCatalogue(db),
     cache: cacheBound(config) > 0 ? new MemoryCache(cacheBound(config), () => clock.now()) : undefined,
     lockout: new MemoryAddressLockout(lockoutOptions(config)),
+    providerWaits: new SqliteProviderWaits(db, () => clock.now()),
     nodeLabel: config.nodeLabel || defaultGatewayOptions.nodeLabel,
     lastRequestId: meter.lastRequestId(),
     checks: [store],

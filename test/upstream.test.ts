@@ -253,6 +253,100 @@ describe("the upstream source", () => {
     }
   });
 
+  it("keeps a provider's wait through a restart, even a kill: the gateway started again during it sends nothing until it is over", async () => {
+    // Before, the wait lived only in the process told: a gateway started again (a deploy, a crash and its
+    // supervisor) sent the provider its next miss at once, inside the wait it had asked for.
+    const { mkdtempSync, rmSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const { join } = await import("node:path");
+    const { startServe, withoutSecrets } = await import("./support/gateway-process.ts");
+    const dataDir = mkdtempSync(join(tmpdir(), "gateway-wait-restart-"));
+    const env = { GATEWAY_DATA_DIR: dataDir, GATEWAY_ADMIN_TOKEN: adminToken, GATEWAY_SOURCES: "retail=upstream,wholesale=embedded", GATEWAY_UPSTREAM_URL: upstream.url, GATEWAY_UPSTREAM_KEY: upstreamKey, GATEWAY_UPSTREAM_SECRET: upstreamSecret };
+    let s = await startServe(env);
+    try {
+      const created = await fetch(`${s.base}/gateway.admin.v1.AdminService/CreateAccount`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${adminToken}` }, body: JSON.stringify({ name: "waits", dailyMax: 100 }) });
+      const { account, secret } = (await created.json()) as { account: { key: string }; secret: string };
+      const legacy = (base: string) => legacyGet(base, "/retail/item_get/", { key: account.key, secret, num_iid: freshItem() });
+      scripted({ kind: "status", status: 429, body: '{"message":"Too Many Requests"}', headers: { "retry-after": "60" } });
+      const before = upstream.requests.length;
+      const limited = await legacy(s.base);
+      const toldAt = Date.now();
+      expect([limited.json.error_code, limited.headers.get("retry-after")], withoutSecrets(s.output())).toEqual(["4002", "60"]);
+      s.child.kill("SIGKILL");
+      await new Promise((r) => s.child.once("exit", r));
+      scripted({ kind: "normal" });
+      s = await startServe(env);
+      const held = await legacy(s.base);
+      const left = 60 - Math.floor((Date.now() - toldAt) / 1000);
+      expect([held.json.error_code, held.json.reason], withoutSecrets(s.output())).toEqual(["4002", expect.stringMatching(/^the upstream provider asked the gateway to wait before calling it again \(Retry-After\); nothing was sent; ask again in \d+ s$/)]);
+      const askAgain = Number(/ask again in (\d+) s$/.exec(String(held.json.reason))![1]);
+      expect(askAgain).toBeGreaterThanOrEqual(left - 1);
+      expect(askAgain).toBeLessThanOrEqual(60);
+      expect(Number(held.headers.get("retry-after"))).toBe(askAgain);
+      const rpc = await createClient(RetailService, createConnectTransport({ baseUrl: s.base, httpVersion: "1.1" }))
+        .itemGet({ numIid: freshItem() }, { headers: { "x-api-key": account.key, "x-api-secret": secret } })
+        .then(
+          () => undefined,
+          (e: unknown) => ConnectError.from(e),
+        );
+      expect([rpc?.code, rpc?.findDetails(StatusBlockSchema)[0]?.errorCode]).toEqual([Code.Unavailable, 4002]);
+      expect(upstream.requests.length - before).toBe(1);
+    } finally {
+      scripted({ kind: "normal" });
+      s.child.kill("SIGKILL");
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it("keeps each catalogue's wait as its end on the store's clock: what is left is held on start, a longer wait stands, one that is over is gone", async () => {
+    const { mkdtempSync, rmSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const { join } = await import("node:path");
+    const { DatabaseSync } = await import("node:sqlite");
+    const { openDatabase } = await import("../src/stores/embedded/sqlite-database.ts");
+    const { SqliteProviderWaits } = await import("../src/stores/embedded/provider-waits.ts");
+    const dir = mkdtempSync(join(tmpdir(), "gateway-waits-"));
+    const db = openDatabase(join(dir, "gateway.db"));
+    const at = { now: 1_000_000 };
+    const waits = new SqliteProviderWaits(db, () => at.now);
+    const heard = (catalogue: string, store = waits) => {
+      const held: number[] = [];
+      store.listen(catalogue, (ms) => held.push(ms));
+      return held;
+    };
+    try {
+      expect(heard("retail")).toEqual([]);
+      waits.tell("retail", 2000.4);
+      at.now += 500;
+      expect([heard("retail"), heard("wholesale")]).toEqual([[1501], []]);
+      // A shorter wait told later does not cut the longer one short.
+      waits.tell("retail", 100);
+      expect(heard("retail")).toEqual([1501]);
+      // No wait asked for is none.
+      waits.tell("wholesale", 0);
+      waits.tell("wholesale", Number.NaN);
+      expect(heard("wholesale")).toEqual([]);
+      at.now += 1501;
+      expect(heard("retail")).toEqual([]);
+      // One told after the last is over is held from then.
+      waits.tell("retail", 3000);
+      at.now += 1000;
+      expect(heard("retail")).toEqual([2000]);
+      // A store that cannot be written (here a read-only connection; a full disk alike) loses only the wait's survival.
+      const readOnly = new DatabaseSync(join(dir, "gateway.db"), { readOnly: true });
+      try {
+        const reader = new SqliteProviderWaits(readOnly, () => at.now);
+        expect(() => reader.tell("wholesale", 5000)).not.toThrow();
+        expect([heard("retail", reader), heard("wholesale", reader)]).toEqual([[2000], []]);
+      } finally {
+        readOnly.close();
+      }
+    } finally {
+      db.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it("does not try again the provider's own hold (4008) that says when to come back, and holds every call of the source to it", async () => {
     const outcomes: string[] = [];
     const telemetry = { ...noTelemetry, upstreamRequest: (_op: string, outcome: string) => void outcomes.push(outcome) };

@@ -264,6 +264,10 @@ export const migrations: readonly string[] = [
   // its generator seeded with the system's randomness.
   `CREATE TABLE page_keys (name TEXT PRIMARY KEY, key BLOB NOT NULL CHECK (length(key) = 32)) STRICT;
   INSERT INTO page_keys (name, key) VALUES ('usage-sums', randomblob(32));`,
+  // 27: the waits upstream providers asked for (their Retry-After), each until it ends on the store's clock, so a
+  // gateway started again during one sends the provider nothing before it is over (provider-waits.ts). The shared
+  // mode keeps them in Redis.
+  `CREATE TABLE provider_waits (catalogue TEXT PRIMARY KEY, until INTEGER NOT NULL) STRICT, WITHOUT ROWID;`,
 ];
 
 /**
