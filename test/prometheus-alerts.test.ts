@@ -86,6 +86,13 @@ describe("the Prometheus alerting rules", () => {
             // 700 MiB resident from minute 3 to 31, past a bound of 662 MiB (a 512 MiB budget and 150 MiB of overhead).
             { series: `process_resident_memory_bytes{${labels}}`, values: "524288000x2 734003200x28 524288000x20" },
             { series: `gateway_memory_resident_bound_bytes{${labels}}`, values: "694157312x50" },
+            // 8,500 of a cap of 10,000 connections open from minute 2 to 12; HTTP/2 streams at 9,000 of it from 20 to 30.
+            { series: `gateway_connections_open{${labels}}`, values: "100x1 8500x10 100x40" },
+            { series: `gateway_http2_streams_open{${labels}}`, values: "0x19 9000x10 0x20" },
+            { series: `gateway_connections_max{${labels}}`, values: "10000x50" },
+            // Three connections refused at the cap at minute 4, none after; streams never.
+            { series: `gateway_connections_refused_total{${labels}, what="connection"}`, values: "0 0 0 0 3x30" },
+            { series: `gateway_connections_refused_total{${labels}, what="stream"}`, values: "0x30" },
             // Redis lost at minute 3, back at minute 9.
             { series: `gateway_redis_up{${labels}}`, values: "1 1 1 0x5 1x20" },
             // The clock 70 s ahead of PostgreSQL's from minute 2 (an NTP daemon stopped), back in step at minute 20.
@@ -126,6 +133,13 @@ describe("the Prometheus alerting rules", () => {
             { eval_time: "17m", alertname: "GatewayMemoryOverBound", exp_alerts: [] },
             { eval_time: "18m", alertname: "GatewayMemoryOverBound", exp_alerts: fires("GatewayMemoryOverBound", { severity: "warning", ...gw1 }, "Gateway gw-1:8080 holds 700MiB resident, past its memory budget and overhead, for 15 minutes") },
             { eval_time: "33m", alertname: "GatewayMemoryOverBound", exp_alerts: [] },
+            { eval_time: "6m", alertname: "GatewayConnectionsNearCap", exp_alerts: [] },
+            { eval_time: "7m", alertname: "GatewayConnectionsNearCap", exp_alerts: fires("GatewayConnectionsNearCap", { severity: "warning", instance: "gw-1:8080" }, "Gateway gw-1:8080 has held over 80% of GATEWAY_MAX_CONNECTIONS for 5 minutes (85%)") },
+            { eval_time: "14m", alertname: "GatewayConnectionsNearCap", exp_alerts: [] },
+            { eval_time: "25m", alertname: "GatewayConnectionsNearCap", exp_alerts: fires("GatewayConnectionsNearCap", { severity: "warning", instance: "gw-1:8080" }, "Gateway gw-1:8080 has held over 80% of GATEWAY_MAX_CONNECTIONS for 5 minutes (90%)") },
+            { eval_time: "3m", alertname: "GatewayConnectionsRefused", exp_alerts: [] },
+            { eval_time: "4m", alertname: "GatewayConnectionsRefused", exp_alerts: fires("GatewayConnectionsRefused", { severity: "critical", instance: "gw-1:8080", what: "connection" }, "Gateway gw-1:8080 refused 3 connections at GATEWAY_MAX_CONNECTIONS in 5 minutes") },
+            { eval_time: "10m", alertname: "GatewayConnectionsRefused", exp_alerts: [] },
             { eval_time: "4m", alertname: "GatewayRedisDown", exp_alerts: [] },
             { eval_time: "5m", alertname: "GatewayRedisDown", exp_alerts: fires("GatewayRedisDown", { severity: "warning", ...gw1 }, "Gateway gw-1:8080 has served without Redis for 2 minutes") },
             { eval_time: "10m", alertname: "GatewayRedisDown", exp_alerts: [] },

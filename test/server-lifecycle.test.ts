@@ -5,7 +5,7 @@ import { trailerFlag, trailerParse } from "@connectrpc/connect/protocol-grpc-web
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import type { IncomingMessage, ServerResponse } from "node:http";
+import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import http2 from "node:http2";
 import https from "node:https";
 import { tmpdir } from "node:os";
@@ -18,7 +18,7 @@ import { CacheMode, ErrorCode, StatusBlockSchema } from "../src/gen/gateway/cata
 import { GatewayError } from "../src/core/gateway-error.ts";
 import { grpcFrame } from "./support/grpc-frame.ts";
 import { buildApp, defaultAppSettings } from "../src/transports/server/app.ts";
-import { createOnePortServer, createTlsServer } from "../src/transports/server/one-port-server.ts";
+import { createOnePortServer, createTlsServer, type OnePortServerExtras } from "../src/transports/server/one-port-server.ts";
 import net from "node:net";
 import { DatabaseSync } from "node:sqlite";
 import { databasePath } from "../src/runtime.ts";
@@ -249,7 +249,7 @@ describe("TLS with ALPN", () => {
       { cert, key: readFileSync(join(dir, "key.pem")) },
     );
     await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-    return { port: (s.address() as { port: number }).port, close: () => new Promise<void>((r) => s.close(() => r())) };
+    return { port: (s.address() as { port: number }).port, counts: (s as unknown as OnePortServerExtras).connections, close: () => new Promise<void>((r) => s.close(() => r())) };
   }
   /** Resolves with the ms until the server closes the socket (Infinity past 8 s). */
   const closedWithin = (socket: net.Socket): Promise<number> =>
@@ -383,10 +383,11 @@ describe("TLS with ALPN", () => {
 
   it("serves HTTP/1.1 over TLS past the first-request timeout once a request came, and keeps the connection cap", async () => {
     const s = await tlsServer({ firstRequestTimeoutMs: 500, maxConnections: 2, maxHeaderBytes: 4096 });
+    const agent = new https.Agent({ ca: cert, keepAlive: true });
     try {
       const body = await new Promise<string>((resolve, reject) => {
         https
-          .get(`https://127.0.0.1:${s.port}/`, { ca: cert, agent: new https.Agent({ ca: cert, keepAlive: true }) }, (res) => {
+          .get(`https://127.0.0.1:${s.port}/`, { ca: cert, agent }, (res) => {
             let text = "";
             res.on("data", (d: Buffer) => (text += d.toString()));
             res.on("end", () => resolve(text));
@@ -404,11 +405,15 @@ describe("TLS with ALPN", () => {
           .on("error", reject);
       });
       expect(tooLarge).toBe(431);
-      // Two silent connections fill the cap; a third is closed at once, long before the first-request timeout.
+      // The kept-alive connection closed, two silent connections fill the cap; a third is closed at once, long before the first-request timeout.
+      agent.destroy();
+      for (let tries = 0; tries < 250 && (await s.counts.open()) > 0; tries++) await new Promise((r) => setTimeout(r, 20));
       const held = [net.connect(s.port, "127.0.0.1"), net.connect(s.port, "127.0.0.1")];
       await new Promise((r) => setTimeout(r, 100));
       const third = await closedWithin(net.connect(s.port, "127.0.0.1"));
       expect(third).toBeLessThan(400);
+      // The TLS server counts what its cap holds and refused as the cleartext one does.
+      expect([await s.counts.open(), s.counts.refused]).toEqual([2, { connection: 1, stream: 0 }]);
       for (const h of held) h.destroy();
     } finally {
       await s.close();
@@ -642,6 +647,93 @@ describe("HTTP/2 stream limits", () => {
       expect(answer.status?.errorCode).toBe(ErrorCode.SUCCESS);
     } finally {
       for (const s of sessions) s.destroy();
+      await capped.close();
+    }
+  });
+
+  it("what the connection cap holds and refused is in /metrics and the log: before, a refusal was seen only by its client", async () => {
+    const lines: string[] = [];
+    const capped = await startGateway({ app: { limits: { maxConnections: 5 } }, logLines: lines });
+    const sockets: net.Socket[] = [];
+    const sessions: http2.ClientHttp2Session[] = [];
+    // One kept-alive HTTP/1.1 connection of its own reads /metrics (and counts among the open ones).
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const metrics = () =>
+      new Promise<Record<string, number>>((resolve, reject) => {
+        http
+          .get(`${capped.base}/metrics`, { agent }, (res) => {
+            let text = "";
+            res.on("data", (d: Buffer) => (text += d.toString()));
+            res.on("end", () => {
+              const read: Record<string, number> = {};
+              for (const m of text.matchAll(/^(gateway_(?:connections|http2)_\w+?)(?:\{what="(\w+)"\})? (\S+)$/gm)) read[m[2] === undefined ? m[1]! : `${m[1]}:${m[2]}`] = Number(m[3]);
+              resolve(read);
+            });
+          })
+          .on("error", reject);
+      });
+    /** An HTTP/1.1 connection that made one request and stays open. */
+    const keptOpen = () =>
+      new Promise<net.Socket>((resolve) => {
+        const socket = net.connect(capped.port, "127.0.0.1", () => socket.write("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+        socket.on("error", () => {});
+        socket.once("data", () => resolve(socket));
+        sockets.push(socket);
+      });
+    const stream = (session: http2.ClientHttp2Session) =>
+      new Promise<number | "open">((resolve) => {
+        const s = session.request(grpcHeaders(capped.account.key, capped.account.secret), { endStream: false });
+        s.on("error", () => {});
+        s.on("close", () => resolve(s.rstCode ?? -1));
+        setTimeout(() => resolve("open"), 500);
+      });
+    try {
+      await keptOpen();
+      await keptOpen();
+      const session = http2.connect(capped.base);
+      session.on("error", () => {});
+      sessions.push(session);
+      expect(await Promise.all([stream(session), stream(session)])).toEqual(["open", "open"]);
+      expect(await metrics()).toEqual({
+        gateway_connections_open: 4,
+        gateway_http2_sessions_open: 1,
+        gateway_http2_streams_open: 2,
+        gateway_connections_max: 5,
+        "gateway_connections_refused_total:connection": 0,
+        "gateway_connections_refused_total:stream": 0,
+      });
+      // The fifth fills the cap; the sixth is closed as it is accepted, nothing written to it.
+      await keptOpen();
+      const sixth = net.connect(capped.port, "127.0.0.1");
+      sixth.on("error", () => {});
+      const got: Buffer[] = [];
+      sixth.on("data", (d: Buffer) => got.push(d));
+      await new Promise((r) => sixth.once("close", r));
+      expect(Buffer.concat(got).length).toBe(0);
+      // Past the cap on streams too: three more are held (five in all), the fourth is refused.
+      expect((await Promise.all([1, 2, 3, 4].map(() => stream(session)))).sort()).toEqual([http2.constants.NGHTTP2_REFUSED_STREAM, "open", "open", "open"]);
+      expect(await metrics()).toMatchObject({
+        gateway_connections_open: 5,
+        gateway_http2_sessions_open: 1,
+        gateway_http2_streams_open: 5,
+        "gateway_connections_refused_total:connection": 1,
+        "gateway_connections_refused_total:stream": 1,
+      });
+      const warned = lines.map((l) => JSON.parse(l) as { level: number; msg: string; what?: string; maxConnections?: number }).filter((l) => l.level === 40);
+      expect(warned.map((l) => [l.what, l.maxConnections, l.msg])).toEqual([
+        ["connection", 5, "a connection was refused: GATEWAY_MAX_CONNECTIONS connections were open (raise it, or add replicas)"],
+        ["stream", 5, "an HTTP/2 stream was refused (REFUSED_STREAM): GATEWAY_MAX_CONNECTIONS streams were open across all connections (raise it, or add replicas)"],
+      ]);
+      // Once they close, the counts come down (the scrape's own connection stays).
+      for (const s of sockets) s.destroy();
+      for (const s of sessions) s.destroy();
+      let after = await metrics();
+      for (let tries = 0; tries < 100 && after.gateway_connections_open !== 1; tries++) after = await new Promise((r) => setTimeout(r, 50)).then(metrics);
+      expect(after).toMatchObject({ gateway_connections_open: 1, gateway_http2_sessions_open: 0, gateway_http2_streams_open: 0 });
+    } finally {
+      for (const s of sockets) s.destroy();
+      for (const s of sessions) s.destroy();
+      agent.destroy();
       await capped.close();
     }
   });

@@ -8,7 +8,6 @@ import { appOptions, demoAccount, openRuntime, seedDemoCatalogue, sharedMode } f
 import { lockDataDirectory } from "../stores/embedded/data-directory-lock.ts";
 import { credentialHeaders } from "../transports/credentials.ts";
 import { buildApp } from "../transports/server/app.ts";
-import type { OnePortServerExtras } from "../transports/server/one-port-server.ts";
 import { createLogger, flushRepeatedLines, stdoutOutput } from "../transports/server/logger.ts";
 import { TlsCertificateFiles } from "../transports/server/tls-certificate.ts";
 import { listenError } from "./listen-error.ts";
@@ -98,7 +97,6 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   }
   const tls = appSettings.tls !== undefined;
   const app = await buildApp(appSettings);
-  runtime.metrics.watchSlowReaders((app.server as unknown as OnePortServerExtras).slowReadersCut);
   runtime.metrics.watchMemory(config.memoryMb * 1_048_576, (config.memoryMb + fixedOverheadMb) * 1_048_576);
   try {
     await app.listen({ host: config.host, port: config.port });

@@ -9,7 +9,7 @@ import { credentialHeaders } from "../credentials.ts";
 import { installLegacyShim, legacyBodyTypes, refuseLegacy, unroutablePath } from "../legacy/legacy-shim.ts";
 import { clientErrorHandler, http2RequestTimedOut } from "./client-errors.ts";
 import { corsHeaders, corsSettings } from "./cors-headers.ts";
-import { createOnePortServer, createTlsServer, type Http1RequestClaim, type OnePortServerOptions, type RequestClaims } from "./one-port-server.ts";
+import { createOnePortServer, createTlsServer, type Http1RequestClaim, type OnePortServerExtras, type OnePortServerOptions, type RequestClaims } from "./one-port-server.ts";
 import { legacyFastPath } from "../legacy/legacy-fast-path.ts";
 import { MemoryAddressLockout, type AddressLockout } from "../../core/address-lockout.ts";
 import { defaultMemoryMb, memoryPlan } from "../../memory-budget.ts";
@@ -176,6 +176,18 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       done();
     });
   }
+  // The server's own counts for /metrics: what it cut under slow readers, what the connection cap holds and refused
+  // (each refusal logged too, repeats folded as every warning's).
+  const { slowReadersCut, connections } = app.server as unknown as OnePortServerExtras;
+  options.metrics?.telemetry.watchSlowReaders(slowReadersCut);
+  options.metrics?.telemetry.watchConnections(connections, limits.maxConnections);
+  connections.onRefused = (what) =>
+    app.log.warn(
+      { what, maxConnections: limits.maxConnections },
+      what === "connection"
+        ? "a connection was refused: GATEWAY_MAX_CONNECTIONS connections were open (raise it, or add replicas)"
+        : "an HTTP/2 stream was refused (REFUSED_STREAM): GATEWAY_MAX_CONNECTIONS streams were open across all connections (raise it, or add replicas)",
+    );
   const readiness = options.readiness ?? new Readiness([]);
   installProbes(app, readiness);
   installOpenApi(app, operations);

@@ -11,6 +11,7 @@ import type { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { CertificateFacts } from "./tls-certificate.ts";
 import { logDropReasons, type LogOutputCounts } from "./log-output.ts";
 import { cutReasons, type CutCounts } from "./slow-readers.ts";
+import { capRefusals, type ConnectionCounts } from "./one-port-server.ts";
 import type { StoreMeasures } from "../../stores/embedded/store-space.ts";
 
 /** How long a scrape waits for the shared database's answer (the feed's hold, the clock's offset) before reading it as unknown (NaN). */
@@ -384,6 +385,7 @@ export class PrometheusTelemetry implements Telemetry {
    * send faster than they read (slow-readers.ts), read when scraped.
    */
   watchSlowReaders(cut: CutCounts): void {
+    this.registry.removeSingleMetric("gateway_slow_readers_cut_total");
     new Counter({
       name: "gateway_slow_readers_cut_total",
       help: "HTTP/1.1 connections closed and HTTP/2 streams reset under clients that sent faster than they read, by reason: pipeline (a connection with more pipelined requests waiting than one connection, or all together, may hold; the waiting ones were not handled), send_timeout (a connection whose waiting answer its client took none of for GATEWAY_SEND_TIMEOUT_MS), http2_send_timeout (the same for a stream), http2_waiting (a stream whose answer made no progress while HTTP/2 answers waiting for their clients took more than their share of the memory budget).",
@@ -392,6 +394,51 @@ export class PrometheusTelemetry implements Telemetry {
       collect() {
         this.reset();
         for (const reason of cutReasons) this.labels(reason).inc(cut[reason]);
+      },
+    });
+  }
+
+  /**
+   * What the connection cap (GATEWAY_MAX_CONNECTIONS) holds now, read when
+   * scraped, and what it refused: otherwise a refusal is seen only by its
+   * client (a connection closed as it is accepted, a stream reset).
+   */
+  watchConnections(counts: ConnectionCounts, max: number): void {
+    // An app built again on the same runtime (tests do) reads its own server.
+    for (const name of ["gateway_connections_open", "gateway_http2_sessions_open", "gateway_http2_streams_open", "gateway_connections_max", "gateway_connections_refused_total"]) this.registry.removeSingleMetric(name);
+    new Gauge({
+      name: "gateway_connections_open",
+      help: "Client connections open now, both protocols (TLS ones from their handshake on), as GATEWAY_MAX_CONNECTIONS counts them: past it new ones are closed as they are accepted. Compare gateway_connections_max.",
+      registers: [this.registry],
+      async collect() {
+        this.set(await counts.open());
+      },
+    });
+    new Gauge({
+      name: "gateway_http2_sessions_open",
+      help: "HTTP/2 connections (sessions) open now: a part of gateway_connections_open.",
+      registers: [this.registry],
+      collect() {
+        this.set(counts.http2Sessions());
+      },
+    });
+    new Gauge({
+      name: "gateway_http2_streams_open",
+      help: "HTTP/2 streams (calls) open now across all connections, which GATEWAY_MAX_CONNECTIONS caps too: past it new ones are refused (REFUSED_STREAM). Compare gateway_connections_max.",
+      registers: [this.registry],
+      collect() {
+        this.set(counts.http2Streams());
+      },
+    });
+    new Gauge({ name: "gateway_connections_max", help: "GATEWAY_MAX_CONNECTIONS: the most connections open at once, and the most HTTP/2 streams open at once across them.", registers: [this.registry] }).set(max);
+    new Counter({
+      name: "gateway_connections_refused_total",
+      help: "Refused at GATEWAY_MAX_CONNECTIONS, by what: connection (closed as it was accepted, nothing written to it) or stream (an HTTP/2 stream reset with REFUSED_STREAM, which clients may retry).",
+      labelNames: ["what"],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const what of capRefusals) this.labels(what).inc(counts.refused[what]);
       },
     });
   }

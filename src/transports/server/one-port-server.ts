@@ -1,6 +1,6 @@
 import http from "node:http";
 import http2 from "node:http2";
-import type { Socket } from "node:net";
+import type { Server, Socket } from "node:net";
 import { checkHangUps } from "./hang-up-check.ts";
 import { ignore, noCuts, requestSocket, watchHttp2Answers, watchSlowReaders, type AnsweredOn, type CutCounts } from "./slow-readers.ts";
 
@@ -77,10 +77,51 @@ export interface OnePortServerOptions {
   hangUpCheck: boolean;
 }
 
-/** What the servers below add to Node's: Fastify's close hook for HTTP/2 sessions, and the HTTP/1.1 connections closed and HTTP/2 streams reset under clients that did not read. */
+/** What the servers below add to Node's: Fastify's close hook for HTTP/2 sessions, the HTTP/1.1 connections closed and HTTP/2 streams reset under clients that did not read, and what the connection cap holds and refused. */
 export interface OnePortServerExtras {
   closeHttp2Sessions(): void;
   readonly slowReadersCut: CutCounts;
+  readonly connections: ConnectionCounts;
+}
+
+/**
+ * What the connection cap (`maxConnections`) holds now and has refused,
+ * read when the metrics are scraped. A refusal is otherwise seen by its
+ * client alone: a connection past the cap is closed as it is accepted, with
+ * nothing written to it, and a stream past it is reset (REFUSED_STREAM).
+ */
+export interface ConnectionCounts {
+  /** Connections open now, both protocols, as the cap counts them (a TLS connection from its handshake on). */
+  open(): Promise<number>;
+  /** HTTP/2 sessions open now (each one of the connections). */
+  http2Sessions(): number;
+  /** HTTP/2 streams open now across sessions, as the cap counts them too. */
+  http2Streams(): number;
+  /** Refused at the cap since the server started. */
+  readonly refused: Record<CapRefusal, number>;
+  /** Told of each refusal as it happens (`buildApp` logs it); nothing by default. */
+  onRefused: (what: CapRefusal) => void;
+}
+
+/** What the connection cap refuses: a connection (closed as it is accepted), or an HTTP/2 stream (REFUSED_STREAM). */
+export const capRefusals = ["connection", "stream"] as const;
+export type CapRefusal = (typeof capRefusals)[number];
+
+/** A server's connection counts, read from the server, its sessions and its streams. */
+function countConnections(server: Server, sessions: { readonly size: number }, streams: { readonly size: number }): ConnectionCounts {
+  const counts: ConnectionCounts = {
+    open: () => new Promise((resolve) => server.getConnections((e, n) => resolve(e ? Number.NaN : n))),
+    http2Sessions: () => sessions.size,
+    http2Streams: () => streams.size,
+    refused: { connection: 0, stream: 0 },
+    onRefused: () => {},
+  };
+  // Node's net server closes a connection past `maxConnections` as it accepts it, and says so only by this event.
+  server.on("drop", () => {
+    counts.refused.connection++;
+    counts.onRefused("connection");
+  });
+  return counts;
 }
 
 /**
@@ -141,8 +182,10 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   // does; by default Node would drop the request if the answer is not ready yet.
   (h1 as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
   const h2 = http2.createServer({ maxSessionMemory: 10, settings: http2Settings(options) }, handler as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
-  const streams = serveHttp2Streams(h2, options, claims, cut);
+  const streams = serveHttp2Streams(h2, options, claims, cut, () => connections);
   const sessions = trackHttp2Sessions(h2, options);
+  // The HTTP/1.1 server accepts every connection, HTTP/2 ones too, and counts them against the cap.
+  const connections = countConnections(h1, sessions, streams);
 
   const h1Listeners = h1.listeners("connection") as ((socket: Socket) => void)[];
   h1.removeAllListeners("connection");
@@ -188,6 +231,7 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
       sessions.closeAll();
     },
     slowReadersCut: cut,
+    connections,
   } satisfies OnePortServerExtras);
   h1.on("close", () => {
     readers.stop();
@@ -276,7 +320,7 @@ function closeOnceAnswered(stream: http2.ServerHttp2Stream, tries: number): void
  * minutes of sessions on the heap: 2,000 more with every 2,000 opened and
  * closed. So the timer is cleared here, found by Node's own symbol.
  */
-function trackHttp2Sessions(server: http2.Http2Server | http2.Http2SecureServer, options: OnePortServerOptions): { closeAll(): void } {
+function trackHttp2Sessions(server: http2.Http2Server | http2.Http2SecureServer, options: OnePortServerOptions): { closeAll(): void; readonly size: number } {
   const sessions = new Set<http2.ServerHttp2Session>();
   let closing = false;
   server.on("session", (session: http2.ServerHttp2Session) => {
@@ -304,6 +348,9 @@ function trackHttp2Sessions(server: http2.Http2Server | http2.Http2SecureServer,
     closeAll() {
       closing = true;
       for (const session of sessions) session.close();
+    },
+    get size() {
+      return sessions.size;
     },
   };
 }
@@ -354,12 +401,13 @@ export function createTlsServer(
     maxHeaderSize: options.maxHeaderBytes,
   });
   server.maxConnections = options.maxConnections;
-  const streams = serveHttp2Streams(server, options, claims, cut);
+  const streams = serveHttp2Streams(server, options, claims, cut, () => connections);
   server.on("close", () => {
     readers.stop();
     streams.stop();
   });
   const sessions = trackHttp2Sessions(server, options);
+  const connections = countConnections(server, sessions, streams);
   server.on("secureConnection", (socket: PendingSocket) => {
     awaitFirstRequest(socket, options.firstRequestTimeoutMs);
   });
@@ -369,7 +417,7 @@ export function createTlsServer(
     if (req.httpVersionMajor !== 1) return;
     firstRequestArrived(req.socket as PendingSocket);
   });
-  Object.assign(server, { closeHttp2Sessions: () => sessions.closeAll(), slowReadersCut: cut } satisfies OnePortServerExtras);
+  Object.assign(server, { closeHttp2Sessions: () => sessions.closeAll(), slowReadersCut: cut, connections } satisfies OnePortServerExtras);
   return server;
 }
 
@@ -414,7 +462,13 @@ type OpenStream = http2.ServerHttp2Stream & { [requestHeaders]?: http2.IncomingH
  *   at HTTP/1.1 requests;
  * - answers its client does not take are reset (watchHttp2Answers).
  */
-function serveHttp2Streams(server: http2.Http2Server | http2.Http2SecureServer, options: OnePortServerOptions, claims: RequestClaims, cut: CutCounts): { stop(): void } {
+function serveHttp2Streams(
+  server: http2.Http2Server | http2.Http2SecureServer,
+  options: OnePortServerOptions,
+  claims: RequestClaims,
+  cut: CutCounts,
+  counts: () => ConnectionCounts,
+): { stop(): void; readonly size: number } {
   const compat = server.listeners("stream") as ((...args: unknown[]) => void)[];
   server.removeAllListeners("stream");
   const claim = claims.http2Stream;
@@ -429,6 +483,9 @@ function serveHttp2Streams(server: http2.Http2Server | http2.Http2SecureServer, 
       // A stream closed with an error code emits it: unheard, it would stop the process.
       stream.on("error", ignore);
       stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+      const refused = counts();
+      refused.refused.stream++;
+      refused.onRefused("stream");
       return;
     }
     open.set(stream, performance.now());
@@ -456,6 +513,9 @@ function serveHttp2Streams(server: http2.Http2Server | http2.Http2SecureServer, 
     stop: () => {
       clearInterval(sweep);
       answers.stop();
+    },
+    get size() {
+      return open.size;
     },
   };
 }
