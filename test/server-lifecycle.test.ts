@@ -586,13 +586,18 @@ describe("HTTP/2 stream limits", () => {
     }
   });
 
-  it("ends a connection that resets streams as fast as it opens them, or floods pings it does not read, and keeps serving", async () => {
+  it("ends a connection that resets streams as fast as it opens them, floods pings it does not read, or never ends a header block, and keeps serving", async () => {
     // Node's and nghttp2's own limits (rapid reset, CVE-2023-44487; a flood of control frames the
-    // client leaves unread): held here so that an upgrade or a setting that loosens them shows.
+    // client leaves unread; CONTINUATION frames without end, CVE-2024-27316's kind): held here so
+    // that an upgrade or a setting that loosens them shows.
     const rapid = rawHttp2(gw.port);
     const pings = rawHttp2(gw.port);
+    const unended = rawHttp2(gw.port);
     try {
-      await Promise.all([rapid.ready, pings.ready]);
+      await Promise.all([rapid.ready, pings.ready, unended.ready]);
+      // 50,000 empty CONTINUATION frames. Cut at once (about 4,300 frames in, 140 ms, on the development machine).
+      const startedUnended = performance.now();
+      unended.unendedHeaders(1, grpcHeaders(gw.account.key, gw.account.secret), 50_000);
       for (let i = 0; i < 20_000; i++) {
         rapid.headers(1 + 2 * i, grpcHeaders(gw.account.key, gw.account.secret));
         rapid.reset(1 + 2 * i, errorCode.cancel);
@@ -604,6 +609,8 @@ describe("HTTP/2 stream limits", () => {
       pings.reading(true);
       expect(await ended(pings), "the pinging connection ended").toBe(true);
       for (const raw of [rapid, pings]) expect(raw.frames.filter((f) => f.type === frameType.goaway)).toHaveLength(1);
+      expect(await ended(unended), "the connection whose header block never ended was closed").toBe(true);
+      expect(performance.now() - startedUnended).toBeLessThan(10_000);
       // Far fewer than the 20,000 streams were taken before the connection ended (GOAWAY's last stream id).
       const lastStream = rapid.frames.find((f) => f.type === frameType.goaway)!.payload.readUInt32BE(0) & 0x7fffffff;
       expect(lastStream).toBeLessThan(2 * 20_000);
@@ -613,6 +620,7 @@ describe("HTTP/2 stream limits", () => {
     } finally {
       rapid.destroy();
       pings.destroy();
+      unended.destroy();
     }
   });
 

@@ -9,6 +9,14 @@ import net from "node:net";
 export interface RawHttp2 {
   /** Opens stream `id` (odd, rising) with HEADERS; `end` ends its request too. */
   headers(id: number, headers: Readonly<Record<string, string>>, end?: boolean): void;
+  /**
+   * Opens stream `id` with HEADERS whose header block never ends: then
+   * `continuations` empty CONTINUATION frames, none with END_HEADERS (a
+   * CONTINUATION flood, CVE-2024-27316's kind: the block never grows, so no
+   * header size limit stops it, and no stream exists for a request timeout
+   * to cut).
+   */
+  unendedHeaders(id: number, headers: Readonly<Record<string, string>>, continuations: number): void;
   /** Sends `bytes` on stream `id` (DATA); `end` ends its request. */
   data(id: number, bytes: Buffer, end?: boolean): void;
   /** Resets stream `id` (RST_STREAM with `code`). */
@@ -33,7 +41,7 @@ export interface RawFrame {
   readonly payload: Buffer;
 }
 
-export const frameType = { data: 0, headers: 1, rstStream: 3, settings: 4, ping: 6, goaway: 7, windowUpdate: 8 } as const;
+export const frameType = { data: 0, headers: 1, rstStream: 3, settings: 4, ping: 6, goaway: 7, windowUpdate: 8, continuation: 9 } as const;
 /** RFC 9113, section 7. */
 export const errorCode = { noError: 0, protocolError: 1, refusedStream: 7, cancel: 8, enhanceYourCalm: 11 } as const;
 
@@ -85,6 +93,10 @@ export function rawHttp2(port: number): RawHttp2 {
     headers(id, headers, end = false) {
       // END_HEADERS (0x4), and END_STREAM (0x1) when asked.
       socket.write(frame(frameType.headers, 0x4 | (end ? 0x1 : 0), id, hpack(headers)));
+    },
+    unendedHeaders(id, headers, continuations) {
+      socket.write(frame(frameType.headers, 0, id, hpack(headers)));
+      for (let i = 0; i < continuations; i++) socket.write(frame(frameType.continuation, 0, id));
     },
     data(id, bytes, end = false) {
       socket.write(frame(frameType.data, end ? 0x1 : 0, id, bytes));
