@@ -598,6 +598,7 @@ export function appOptions(
       requestTimeoutMs: config.requestTimeoutMs,
       keepAliveTimeoutMs: config.keepAliveTimeoutMs,
       maxConnections: config.maxConnections,
+      maxConnectionsPerAddress: config.maxConnectionsPerAddress,
       http2MaxStreams: config.http2MaxStreams,
       firstRequestTimeoutMs: config.firstRequestTimeoutMs,
       sendTimeoutMs: config.sendTimeoutMs,

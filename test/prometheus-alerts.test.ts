@@ -138,7 +138,7 @@ describe("the Prometheus alerting rules", () => {
             { eval_time: "14m", alertname: "GatewayConnectionsNearCap", exp_alerts: [] },
             { eval_time: "25m", alertname: "GatewayConnectionsNearCap", exp_alerts: fires("GatewayConnectionsNearCap", { severity: "warning", instance: "gw-1:8080" }, "Gateway gw-1:8080 has held over 80% of GATEWAY_MAX_CONNECTIONS for 5 minutes (90%)") },
             { eval_time: "3m", alertname: "GatewayConnectionsRefused", exp_alerts: [] },
-            { eval_time: "4m", alertname: "GatewayConnectionsRefused", exp_alerts: fires("GatewayConnectionsRefused", { severity: "critical", instance: "gw-1:8080", what: "connection" }, "Gateway gw-1:8080 refused 3 connections at GATEWAY_MAX_CONNECTIONS in 5 minutes") },
+            { eval_time: "4m", alertname: "GatewayConnectionsRefused", exp_alerts: fires("GatewayConnectionsRefused", { severity: "critical", instance: "gw-1:8080", what: "connection" }, "Gateway gw-1:8080 refused 3 connections at its connection caps in 5 minutes") },
             { eval_time: "10m", alertname: "GatewayConnectionsRefused", exp_alerts: [] },
             { eval_time: "4m", alertname: "GatewayRedisDown", exp_alerts: [] },
             { eval_time: "5m", alertname: "GatewayRedisDown", exp_alerts: fires("GatewayRedisDown", { severity: "warning", ...gw1 }, "Gateway gw-1:8080 has served without Redis for 2 minutes") },

@@ -413,8 +413,32 @@ describe("TLS with ALPN", () => {
       const third = await closedWithin(net.connect(s.port, "127.0.0.1"));
       expect(third).toBeLessThan(400);
       // The TLS server counts what its cap holds and refused as the cleartext one does.
-      expect([await s.counts.open(), s.counts.refused]).toEqual([2, { connection: 1, stream: 0 }]);
+      expect([await s.counts.open(), s.counts.refused]).toEqual([2, { connection: 1, address: 0, stream: 0 }]);
       for (const h of held) h.destroy();
+    } finally {
+      await s.close();
+    }
+  });
+
+  it("keeps the cap per address over TLS too, before any handshake", async () => {
+    const s = await tlsServer({ maxConnections: 10, maxConnectionsPerAddress: 1 });
+    try {
+      const held = net.connect(s.port, "127.0.0.1");
+      held.on("error", () => {});
+      await new Promise((r) => setTimeout(r, 100));
+      expect(await closedWithin(net.connect(s.port, "127.0.0.1"))).toBeLessThan(400);
+      // Another address is served: its TLS handshake and request go through.
+      const body = await new Promise<string>((resolve, reject) => {
+        https
+          .get(`https://127.0.0.1:${s.port}/`, { ca: cert, localAddress: "127.0.0.2", agent: false }, (res) => {
+            let text = "";
+            res.on("data", (d: Buffer) => (text += d.toString()));
+            res.on("end", () => resolve(text));
+          })
+          .on("error", reject);
+      });
+      expect([body, s.counts.refused]).toEqual(["done", { connection: 0, address: 1, stream: 0 }]);
+      held.destroy();
     } finally {
       await s.close();
     }
@@ -708,6 +732,7 @@ describe("HTTP/2 stream limits", () => {
         gateway_http2_streams_open: 2,
         gateway_connections_max: 5,
         "gateway_connections_refused_total:connection": 0,
+        "gateway_connections_refused_total:address": 0,
         "gateway_connections_refused_total:stream": 0,
       });
       // The fifth fills the cap; the sixth is closed as it is accepted, nothing written to it.
@@ -727,10 +752,10 @@ describe("HTTP/2 stream limits", () => {
         "gateway_connections_refused_total:connection": 1,
         "gateway_connections_refused_total:stream": 1,
       });
-      const warned = lines.map((l) => JSON.parse(l) as { level: number; msg: string; what?: string; maxConnections?: number }).filter((l) => l.level === 40);
-      expect(warned.map((l) => [l.what, l.maxConnections, l.msg])).toEqual([
-        ["connection", 5, "a connection was refused: GATEWAY_MAX_CONNECTIONS connections were open (raise it, or add replicas)"],
-        ["stream", 5, "an HTTP/2 stream was refused (REFUSED_STREAM): GATEWAY_MAX_CONNECTIONS streams were open across all connections (raise it, or add replicas)"],
+      const warned = lines.map((l) => JSON.parse(l) as { level: number; msg: string; what?: string; maxConnections?: number; heldMostBy?: unknown }).filter((l) => l.level === 40);
+      expect(warned.map((l) => [l.what, l.maxConnections, l.heldMostBy, l.msg])).toEqual([
+        ["connection", 5, [{ address: "127.0.0.1", connections: 5 }], "a connection was refused: GATEWAY_MAX_CONNECTIONS connections were open (raise it, or add replicas; heldMostBy names the addresses holding the most)"],
+        ["stream", 5, [{ address: "127.0.0.1", connections: 5 }], "an HTTP/2 stream was refused (REFUSED_STREAM): GATEWAY_MAX_CONNECTIONS streams were open across all connections (raise it, or add replicas)"],
       ]);
       // Once they close, the counts come down (the scrape's own connection stays).
       for (const s of sockets) s.destroy();
@@ -742,6 +767,51 @@ describe("HTTP/2 stream limits", () => {
       for (const s of sockets) s.destroy();
       for (const s of sessions) s.destroy();
       agent.destroy();
+      await capped.close();
+    }
+  });
+
+  it("with GATEWAY_MAX_CONNECTIONS_PER_ADDRESS, one address cannot hold the cap: its connections past it are closed as accepted, others' are served", async () => {
+    const lines: string[] = [];
+    const capped = await startGateway({ app: { limits: { maxConnections: 50, maxConnectionsPerAddress: 2 } }, logLines: lines });
+    const sockets: net.Socket[] = [];
+    /** A connection from `from` that asks for /healthz: its status line, or "closed" when the server closed it with nothing written. */
+    const ask = (from: string) =>
+      new Promise<string>((resolve) => {
+        const socket = net.connect({ port: capped.port, host: "127.0.0.1", localAddress: from }, () => socket.write("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+        sockets.push(socket);
+        socket.on("error", () => {});
+        socket.once("data", (d: Buffer) => resolve(d.toString("latin1").split("\r\n")[0]!));
+        socket.once("close", () => resolve("closed"));
+      });
+    try {
+      expect(await ask("127.0.0.1")).toBe("HTTP/1.1 200 OK");
+      expect(await ask("127.0.0.1")).toBe("HTTP/1.1 200 OK");
+      // Two are open from 127.0.0.1: a third from it is closed, one from 127.0.0.2 is served.
+      expect(await ask("127.0.0.1")).toBe("closed");
+      expect(await ask("127.0.0.2")).toBe("HTTP/1.1 200 OK");
+      // One of the two closed, 127.0.0.1 may open another.
+      sockets[0]!.destroy();
+      let again = "closed";
+      for (let tries = 0; tries < 50 && again === "closed"; tries++) again = await new Promise((r) => setTimeout(r, 20)).then(() => ask("127.0.0.1"));
+      expect(again).toBe("HTTP/1.1 200 OK");
+      // Read from a third address: 127.0.0.1 holds its two.
+      const text = await new Promise<string>((resolve, reject) => {
+        http
+          .get(`${capped.base}/metrics`, { localAddress: "127.0.0.3", agent: false }, (res) => {
+            let body = "";
+            res.on("data", (d: Buffer) => (body += d.toString()));
+            res.on("end", () => resolve(body));
+          })
+          .on("error", reject);
+      });
+      expect(text).toMatch(/^gateway_connections_refused_total\{what="address"\} 1$/m);
+      const warned = lines.map((l) => JSON.parse(l) as { level: number; msg: string; what?: string; maxConnectionsPerAddress?: number; heldMostBy?: unknown }).filter((l) => l.level === 40);
+      expect(warned.map((l) => [l.what, l.maxConnectionsPerAddress, l.heldMostBy, l.msg])).toEqual([
+        ["address", 2, [{ address: "127.0.0.1", connections: 2 }], "a connection was refused: its address already held GATEWAY_MAX_CONNECTIONS_PER_ADDRESS connections"],
+      ]);
+    } finally {
+      for (const s of sockets) s.destroy();
       await capped.close();
     }
   });

@@ -72,6 +72,7 @@ export const defaultAppSettings = {
     http2SessionTimeoutMs: 120_000,
     maxHeaderBytes: 16_384,
     maxConnections: 10_000,
+    maxConnectionsPerAddress: 0,
     http2MaxStreams: 100,
     firstRequestTimeoutMs: 5000,
     sendTimeoutMs: 30_000,
@@ -183,10 +184,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   options.metrics?.telemetry.watchConnections(connections, limits.maxConnections);
   connections.onRefused = (what) =>
     app.log.warn(
-      { what, maxConnections: limits.maxConnections },
+      { what, maxConnections: limits.maxConnections, maxConnectionsPerAddress: limits.maxConnectionsPerAddress, heldMostBy: connections.heldMostBy(3) },
       what === "connection"
-        ? "a connection was refused: GATEWAY_MAX_CONNECTIONS connections were open (raise it, or add replicas)"
-        : "an HTTP/2 stream was refused (REFUSED_STREAM): GATEWAY_MAX_CONNECTIONS streams were open across all connections (raise it, or add replicas)",
+        ? "a connection was refused: GATEWAY_MAX_CONNECTIONS connections were open (raise it, or add replicas; heldMostBy names the addresses holding the most)"
+        : what === "address"
+          ? "a connection was refused: its address already held GATEWAY_MAX_CONNECTIONS_PER_ADDRESS connections"
+          : "an HTTP/2 stream was refused (REFUSED_STREAM): GATEWAY_MAX_CONNECTIONS streams were open across all connections (raise it, or add replicas)",
     );
   const readiness = options.readiness ?? new Readiness([]);
   installProbes(app, readiness);

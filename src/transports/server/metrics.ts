@@ -433,7 +433,7 @@ export class PrometheusTelemetry implements Telemetry {
     new Gauge({ name: "gateway_connections_max", help: "GATEWAY_MAX_CONNECTIONS: the most connections open at once, and the most HTTP/2 streams open at once across them.", registers: [this.registry] }).set(max);
     new Counter({
       name: "gateway_connections_refused_total",
-      help: "Refused at GATEWAY_MAX_CONNECTIONS, by what: connection (closed as it was accepted, nothing written to it) or stream (an HTTP/2 stream reset with REFUSED_STREAM, which clients may retry).",
+      help: "Refused at the connection caps, by what: connection (past GATEWAY_MAX_CONNECTIONS, closed as it was accepted, nothing written to it), address (past GATEWAY_MAX_CONNECTIONS_PER_ADDRESS from its address, closed the same way) or stream (an HTTP/2 stream past GATEWAY_MAX_CONNECTIONS across connections, reset with REFUSED_STREAM, which clients may retry).",
       labelNames: ["what"],
       registers: [this.registry],
       collect() {

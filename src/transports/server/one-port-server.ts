@@ -45,6 +45,13 @@ export interface OnePortServerOptions {
    */
   maxConnections: number;
   /**
+   * Open connections at once from one client address (0: no cap): more
+   * from it are closed as they are accepted, so one client cannot hold
+   * `maxConnections` for everyone. The address is the connection's own, a
+   * proxy's when there is one in front.
+   */
+  maxConnectionsPerAddress: number;
+  /**
    * HTTP/2 streams one connection may have open at once, advertised to the
    * client (SETTINGS_MAX_CONCURRENT_STREAMS): a client waits for a free one,
    * and nghttp2 ends the connection of one that opens more than it has
@@ -97,24 +104,72 @@ export interface ConnectionCounts {
   http2Sessions(): number;
   /** HTTP/2 streams open now across sessions, as the cap counts them too. */
   http2Streams(): number;
-  /** Refused at the cap since the server started. */
+  /** Refused at the caps since the server started. */
   readonly refused: Record<CapRefusal, number>;
   /** Told of each refusal as it happens (`buildApp` logs it); nothing by default. */
   onRefused: (what: CapRefusal) => void;
+  /** The client addresses holding the most connections now, most first (at most `n`; worked out at most once a second). */
+  heldMostBy(n: number): readonly { readonly address: string; readonly connections: number }[];
 }
 
-/** What the connection cap refuses: a connection (closed as it is accepted), or an HTTP/2 stream (REFUSED_STREAM). */
-export const capRefusals = ["connection", "stream"] as const;
+/**
+ * Open connections by client address, each admitted only while its
+ * address holds fewer than `max` (0: no cap). One map entry per address
+ * with a connection open, counted up as one is accepted and down as it
+ * closes: work per connection, none per request.
+ */
+class ConnectionsByAddress {
+  private readonly open = new Map<string, number>();
+  private readonly max: number;
+  private ranked: { readonly address: string; readonly connections: number }[] = [];
+  private rankedAt = Number.NEGATIVE_INFINITY;
+
+  constructor(max: number) {
+    this.max = max;
+  }
+
+  /** Counts `socket` to its address and true, or false (the socket is the caller's to close) when its address is at the cap. */
+  admit(socket: Socket): boolean {
+    const address = socket.remoteAddress ?? "";
+    const held = this.open.get(address) ?? 0;
+    if (this.max > 0 && held >= this.max) return false;
+    this.open.set(address, held + 1);
+    socket.once("close", () => {
+      const left = (this.open.get(address) ?? 1) - 1;
+      if (left > 0) this.open.set(address, left);
+      else this.open.delete(address);
+    });
+    return true;
+  }
+
+  heldMostBy(n: number): readonly { readonly address: string; readonly connections: number }[] {
+    // Asked on every refusal, which come thousands a second in a flood: the ranking is kept a second.
+    const now = performance.now();
+    if (now - this.rankedAt >= 1000) {
+      this.ranked = [...this.open].map(([address, connections]) => ({ address, connections })).sort((a, b) => b.connections - a.connections).slice(0, 10);
+      this.rankedAt = now;
+    }
+    return this.ranked.slice(0, n);
+  }
+}
+
+/**
+ * What the connection caps refuse: a connection past `maxConnections` or
+ * one past `maxConnectionsPerAddress` from its address (each closed as it is
+ * accepted), or an HTTP/2 stream past `maxConnections` (REFUSED_STREAM).
+ */
+export const capRefusals = ["connection", "address", "stream"] as const;
 export type CapRefusal = (typeof capRefusals)[number];
 
-/** A server's connection counts, read from the server, its sessions and its streams. */
-function countConnections(server: Server, sessions: { readonly size: number }, streams: { readonly size: number }): ConnectionCounts {
+/** A server's connection counts, read from the server, its sessions, its streams and its connections by address. */
+function countConnections(server: Server, sessions: { readonly size: number }, streams: { readonly size: number }, byAddress: ConnectionsByAddress): ConnectionCounts {
   const counts: ConnectionCounts = {
     open: () => new Promise((resolve) => server.getConnections((e, n) => resolve(e ? Number.NaN : n))),
     http2Sessions: () => sessions.size,
     http2Streams: () => streams.size,
-    refused: { connection: 0, stream: 0 },
+    refused: { connection: 0, address: 0, stream: 0 },
     onRefused: () => {},
+    heldMostBy: (n) => byAddress.heldMostBy(n),
   };
   // Node's net server closes a connection past `maxConnections` as it accepts it, and says so only by this event.
   server.on("drop", () => {
@@ -184,12 +239,14 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   const h2 = http2.createServer({ maxSessionMemory: 10, settings: http2Settings(options) }, handler as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
   const streams = serveHttp2Streams(h2, options, claims, cut, () => connections);
   const sessions = trackHttp2Sessions(h2, options);
-  // The HTTP/1.1 server accepts every connection, HTTP/2 ones too, and counts them against the cap.
-  const connections = countConnections(h1, sessions, streams);
+  // The HTTP/1.1 server accepts every connection, HTTP/2 ones too, and counts them against the caps.
+  const byAddress = new ConnectionsByAddress(options.maxConnectionsPerAddress);
+  const connections = countConnections(h1, sessions, streams, byAddress);
 
   const h1Listeners = h1.listeners("connection") as ((socket: Socket) => void)[];
   h1.removeAllListeners("connection");
   h1.on("connection", (socket: PendingSocket) => {
+    if (!admitted(socket, byAddress, connections)) return;
     awaitFirstRequest(socket, options.firstRequestTimeoutMs);
     let seen = Buffer.alloc(0);
     const decide = () => {
@@ -355,6 +412,16 @@ function trackHttp2Sessions(server: http2.Http2Server | http2.Http2SecureServer,
   };
 }
 
+/** Whether an accepted connection may stay: one its address holds too many of already is closed, and counted. */
+function admitted(socket: Socket, byAddress: ConnectionsByAddress, counts: ConnectionCounts): boolean {
+  if (byAddress.admit(socket)) return true;
+  socket.on("error", () => {});
+  socket.destroy();
+  counts.refused.address++;
+  counts.onRefused("address");
+  return false;
+}
+
 /** Node's symbol for a session's (or socket's) idle timer: `kTimeout` of its internal/timers, whose description is "timeout". */
 let idleTimerKey: symbol | undefined;
 
@@ -407,7 +474,10 @@ export function createTlsServer(
     streams.stop();
   });
   const sessions = trackHttp2Sessions(server, options);
-  const connections = countConnections(server, sessions, streams);
+  const byAddress = new ConnectionsByAddress(options.maxConnectionsPerAddress);
+  const connections = countConnections(server, sessions, streams, byAddress);
+  // Before the TLS server's own listener starts a handshake on it.
+  server.prependListener("connection", (socket: Socket) => void admitted(socket, byAddress, connections));
   server.on("secureConnection", (socket: PendingSocket) => {
     awaitFirstRequest(socket, options.firstRequestTimeoutMs);
   });
