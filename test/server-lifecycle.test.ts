@@ -771,9 +771,9 @@ describe("HTTP/2 stream limits", () => {
     }
   });
 
-  it("with GATEWAY_MAX_CONNECTIONS_PER_ADDRESS, one address cannot hold the cap: its connections past it are closed as accepted, others' are served", async () => {
+  it("with GATEWAY_MAX_CONNECTIONS_PER_ADDRESS, one address cannot hold the cap: its connections past it are closed as accepted, others' are served, a trusted proxy's all", async () => {
     const lines: string[] = [];
-    const capped = await startGateway({ app: { limits: { maxConnections: 50, maxConnectionsPerAddress: 2 } }, logLines: lines });
+    const capped = await startGateway({ app: { limits: { maxConnections: 50, maxConnectionsPerAddress: 2 }, trustedProxies: ["127.0.0.4/32"] }, logLines: lines });
     const sockets: net.Socket[] = [];
     /** A connection from `from` that asks for /healthz: its status line, or "closed" when the server closed it with nothing written. */
     const ask = (from: string) =>
@@ -795,6 +795,8 @@ describe("HTTP/2 stream limits", () => {
       let again = "closed";
       for (let tries = 0; tries < 50 && again === "closed"; tries++) again = await new Promise((r) => setTimeout(r, 20)).then(() => ask("127.0.0.1"));
       expect(again).toBe("HTTP/1.1 200 OK");
+      // A trusted proxy carries many clients' connections: the cap per address is not its.
+      expect(await Promise.all([1, 2, 3, 4].map(() => ask("127.0.0.4")))).toEqual(Array(4).fill("HTTP/1.1 200 OK"));
       // Read from a third address: 127.0.0.1 holds its two.
       const text = await new Promise<string>((resolve, reject) => {
         http

@@ -16,7 +16,7 @@ import { defaultMemoryMb, memoryPlan } from "../../memory-budget.ts";
 import { createLogger, type Logger } from "./logger.ts";
 import { AccessLogController, type AccessLogMode } from "./access-log.ts";
 import { Readiness } from "../../core/health.ts";
-import { clientAddressResolver } from "./client-address.ts";
+import { clientAddressResolver, trustedProxyTest } from "./client-address.ts";
 import { installMetrics, type PrometheusTelemetry } from "./metrics.ts";
 import { installProbes } from "./probes.ts";
 import { installOpenApi } from "../legacy/openapi.ts";
@@ -110,6 +110,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const tlsFiles = options.tls instanceof TlsCertificateFiles ? options.tls : undefined;
   const tls = tlsFiles?.credentials ?? (options.tls as TlsCredentials | undefined);
   const limits = { ...defaultAppSettings.limits, ...options.limits };
+  // A trusted proxy carries many clients' connections: the cap per address is not its.
+  const serverLimits = { ...limits, uncappedAddress: trustedProxyTest(options.trustedProxies ?? []) };
   // Retry-After is not a header a page may read unless exposed: a refused call's (src/transports/retry-hints.ts).
   const cors = corsSettings(options.corsOrigins ?? defaultAppSettings.corsOrigins, [...connectCors.exposedHeaders, "Retry-After", "RateLimit", "RateLimit-Policy", "Idempotent-Replayed", "Original-Request-Id"]);
   // The fast paths take their requests before Fastify (gRPC streams, Connect and legacy HTTP/1.1 requests); they exist once the routes do.
@@ -121,8 +123,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     http2RequestTimedOut: http2RequestTimedOut(gateway, limits, cors),
   };
   const serverFactory: FastifyServerOptions["serverFactory"] = tls
-    ? (handler) => createTlsServer(handler, limits, tls, claims) as never
-    : (handler) => createOnePortServer(handler, limits, claims) as never;
+    ? (handler) => createTlsServer(handler, serverLimits, tls, claims) as never
+    : (handler) => createOnePortServer(handler, serverLimits, claims) as never;
   const app = Fastify({
     serverFactory,
     routerOptions: { ignoreTrailingSlash: true },

@@ -62,6 +62,13 @@ export function clientAddressResolver(trusted: readonly string[]): ClientAddress
   };
 }
 
+/** Whether an address (a connection's peer) is one of the trusted proxies. */
+export function trustedProxyTest(trusted: readonly string[]): (address: string) => boolean {
+  if (trusted.length === 0) return () => false;
+  const isTrusted = proxyAddr.compile([...trusted]);
+  return (address) => address !== "" && isTrusted(address, 0);
+}
+
 /** Checks a list of trusted proxies; returns what is wrong with it, or undefined. */
 export function trustedProxiesProblem(trusted: readonly string[]): string | undefined {
   try {

@@ -51,6 +51,8 @@ export interface OnePortServerOptions {
    * proxy's when there is one in front.
    */
   maxConnectionsPerAddress: number;
+  /** Addresses `maxConnectionsPerAddress` does not hold (the trusted proxies, each carrying many clients' calls); none when unset. */
+  uncappedAddress?: ((address: string) => boolean) | undefined;
   /**
    * HTTP/2 streams one connection may have open at once, advertised to the
    * client (SETTINGS_MAX_CONCURRENT_STREAMS): a client waits for a free one,
@@ -114,25 +116,28 @@ export interface ConnectionCounts {
 
 /**
  * Open connections by client address, each admitted only while its
- * address holds fewer than `max` (0: no cap). One map entry per address
+ * address holds fewer than `max` (0: no cap), a trusted proxy's always
+ * (`uncappedAddress`). One map entry per address
  * with a connection open, counted up as one is accepted and down as it
  * closes: work per connection, none per request.
  */
 class ConnectionsByAddress {
   private readonly open = new Map<string, number>();
   private readonly max: number;
+  private readonly uncapped: (address: string) => boolean;
   private ranked: { readonly address: string; readonly connections: number }[] = [];
   private rankedAt = Number.NEGATIVE_INFINITY;
 
-  constructor(max: number) {
-    this.max = max;
+  constructor(options: Pick<OnePortServerOptions, "maxConnectionsPerAddress" | "uncappedAddress">) {
+    this.max = options.maxConnectionsPerAddress;
+    this.uncapped = options.uncappedAddress ?? (() => false);
   }
 
   /** Counts `socket` to its address and true, or false (the socket is the caller's to close) when its address is at the cap. */
   admit(socket: Socket): boolean {
     const address = socket.remoteAddress ?? "";
     const held = this.open.get(address) ?? 0;
-    if (this.max > 0 && held >= this.max) return false;
+    if (this.max > 0 && held >= this.max && !this.uncapped(address)) return false;
     this.open.set(address, held + 1);
     socket.once("close", () => {
       const left = (this.open.get(address) ?? 1) - 1;
@@ -240,7 +245,7 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
   const streams = serveHttp2Streams(h2, options, claims, cut, () => connections);
   const sessions = trackHttp2Sessions(h2, options);
   // The HTTP/1.1 server accepts every connection, HTTP/2 ones too, and counts them against the caps.
-  const byAddress = new ConnectionsByAddress(options.maxConnectionsPerAddress);
+  const byAddress = new ConnectionsByAddress(options);
   const connections = countConnections(h1, sessions, streams, byAddress);
 
   const h1Listeners = h1.listeners("connection") as ((socket: Socket) => void)[];
@@ -474,7 +479,7 @@ export function createTlsServer(
     streams.stop();
   });
   const sessions = trackHttp2Sessions(server, options);
-  const byAddress = new ConnectionsByAddress(options.maxConnectionsPerAddress);
+  const byAddress = new ConnectionsByAddress(options);
   const connections = countConnections(server, sessions, streams, byAddress);
   // Before the TLS server's own listener starts a handshake on it.
   server.prependListener("connection", (socket: Socket) => void admitted(socket, byAddress, connections));
