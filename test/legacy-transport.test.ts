@@ -108,6 +108,25 @@ describe("POST", () => {
     expect(r.body.toString()).toContain('s:10:"error_code";s:4:"0000";');
   });
 
+  it("refuses a compressed body with 4003 saying so, whatever it holds: before, a gzipped form answered 4014 'missing url param: key' with the key inside it", async () => {
+    const form = new URLSearchParams({ key: auth.key, secret: auth.secret, num_iid: demo.retailNumIid }).toString();
+    const json = JSON.stringify({ key: auth.key, secret: auth.secret, num_iid: demo.retailNumIid });
+    const reason = "the request body is sent with a Content-Encoding; a legacy call's body must be sent uncompressed";
+    for (const [type, body] of [["application/x-www-form-urlencoded", form], ["application/json", json]] as const) {
+      for (const coding of ["gzip", "deflate", "br", "GZIP "]) {
+        const packed = coding.trim().toLowerCase() === "gzip" ? zlib.gzipSync(body) : coding === "deflate" ? zlib.deflateSync(body) : zlib.brotliCompressSync(body);
+        const r = await raw("POST", "/retail/item_get/", { "content-type": type, "content-encoding": coding }, packed);
+        const answer = JSON.parse(r.body.toString()) as { error_code: string; reason: string };
+        expect([r.status, answer.error_code, answer.reason], `${type} ${coding}`).toEqual([200, "4003", reason]);
+      }
+      // Sent as it is (identity, named or not), it is read.
+      for (const coding of [undefined, "identity"]) {
+        const r = await raw("POST", "/retail/item_get/", { "content-type": type, ...(coding ? { "content-encoding": coding } : {}) }, body);
+        expect(JSON.parse(r.body.toString()).error_code, `${type} ${coding}`).toBe("0000");
+      }
+    }
+  });
+
   it("lets the query's key win over the body's", async () => {
     const r = await raw("POST", path(), { "content-type": "application/json" }, JSON.stringify({ key: "someone-else", secret: auth.secret, num_iid: demo.retailNumIid }));
     expect(JSON.parse(r.body.toString()).error_code).toBe("0000");

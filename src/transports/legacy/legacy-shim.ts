@@ -33,6 +33,9 @@ export function legacyPathsOf(operation: Operation): readonly string[] {
 /** Content types a legacy POST body may have. */
 export const legacyBodyTypes = ["application/json", "application/x-www-form-urlencoded"];
 
+/** The error code of a legacy body sent with a content coding (compressed), which the legacy paths do not read. */
+export const encodedBodyCode = "GW_LEGACY_BODY_ENCODED";
+
 function formatOf(params: LegacyParams): { format: LegacyFormatName; rejection?: string } {
   const asked = params.get("result_type") ?? "";
   if (asked === "") return { format: "json" };
@@ -197,7 +200,14 @@ export function installLegacyShim(root: FastifyInstance, gateway: Gateway): void
   });
   // Encapsulated, so its body parsers touch only the legacy paths.
   void root.register(async function legacyRoutes(app: FastifyInstance): Promise<void> {
-    // A body is JSON or a form; Fastify's text/plain parser would let other text through.
+    // A body is JSON or a form, sent as it is. A compressed one was read as if it were text: a gzipped form
+    // answered 4014 "missing url param: key" with the key inside it. Refused before it is read (RFC 9110, 8.4.1).
+    app.addHook("preParsing", (req, _reply, payload, done) => {
+      const coding = req.headers["content-encoding"]?.trim().toLowerCase();
+      if (coding === undefined || coding === "" || coding === "identity") return done(null, payload);
+      done(Object.assign(new Error("content-encoding"), { statusCode: 415, code: encodedBodyCode }));
+    });
+    // Fastify's text/plain parser would let other text through.
     app.removeContentTypeParser("text/plain");
     app.addContentTypeParser("application/x-www-form-urlencoded", { parseAs: "string" }, (_req, body, done) => done(null, body));
     // JSON as Fastify parses it, but a name given twice is refused as in the query string, not the last one kept.

@@ -6,7 +6,7 @@ import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
 import type { AdminPorts } from "../connect/admin-service.ts";
 import { registerConnect } from "../connect/connect-plugin.ts";
 import { credentialHeaders } from "../credentials.ts";
-import { installLegacyShim, legacyBodyTypes, refuseLegacy, unroutablePath } from "../legacy/legacy-shim.ts";
+import { installLegacyShim, encodedBodyCode, legacyBodyTypes, refuseLegacy, unroutablePath } from "../legacy/legacy-shim.ts";
 import { clientErrorHandler, http2RequestTimedOut } from "./client-errors.ts";
 import { corsHeaders, corsSettings } from "./cors-headers.ts";
 import { createOnePortServer, createTlsServer, type Http1RequestClaim, type OnePortServerExtras, type OnePortServerOptions, type RequestClaims } from "./one-port-server.ts";
@@ -94,6 +94,8 @@ function callerFaultReason(code: string | undefined, maxBodyBytes: number): stri
       return "the Content-Length does not match the body";
     case "FST_ERR_CTP_INVALID_JSON_BODY":
       return "the request body is not valid JSON";
+    case encodedBodyCode:
+      return "the request body is sent with a Content-Encoding; a legacy call's body must be sent uncompressed";
     default:
       return "the request could not be read";
   }
