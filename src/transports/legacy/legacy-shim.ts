@@ -204,7 +204,8 @@ export function installLegacyShim(root: FastifyInstance, gateway: Gateway): void
     // answered 4014 "missing url param: key" with the key inside it. Refused before it is read (RFC 9110, 8.4.1).
     app.addHook("preParsing", (req, _reply, payload, done) => {
       const coding = req.headers["content-encoding"]?.trim().toLowerCase();
-      if (coding === undefined || coding === "" || coding === "identity") return done(null, payload);
+      const body = req.headers["transfer-encoding"] !== undefined || (req.headers["content-length"] ?? "0") !== "0";
+      if (!body || coding === undefined || coding === "" || coding === "identity") return done(null, payload);
       done(Object.assign(new Error("content-encoding"), { statusCode: 415, code: encodedBodyCode }));
     });
     // Fastify's text/plain parser would let other text through.

@@ -408,7 +408,7 @@ export class PrometheusTelemetry implements Telemetry {
     for (const name of ["gateway_connections_open", "gateway_http2_sessions_open", "gateway_http2_streams_open", "gateway_connections_max", "gateway_connections_refused_total"]) this.registry.removeSingleMetric(name);
     new Gauge({
       name: "gateway_connections_open",
-      help: "Client connections open now, both protocols (TLS ones from their handshake on), as GATEWAY_MAX_CONNECTIONS counts them: past it new ones are closed as they are accepted. Compare gateway_connections_max.",
+      help: "Client connections open now, both protocols (a TLS one from when it is accepted, its handshake included), as GATEWAY_MAX_CONNECTIONS counts them: past it new ones are closed as they are accepted. Compare gateway_connections_max.",
       registers: [this.registry],
       async collect() {
         this.set(await counts.open());

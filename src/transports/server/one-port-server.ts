@@ -100,7 +100,7 @@ export interface OnePortServerExtras {
  * nothing written to it, and a stream past it is reset (REFUSED_STREAM).
  */
 export interface ConnectionCounts {
-  /** Connections open now, both protocols, as the cap counts them (a TLS connection from its handshake on). */
+  /** Connections open now, both protocols, as the cap counts them (a TLS one from when it is accepted, its handshake included). */
   open(): Promise<number>;
   /** HTTP/2 sessions open now (each one of the connections). */
   http2Sessions(): number;
