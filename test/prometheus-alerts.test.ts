@@ -90,6 +90,8 @@ describe("the Prometheus alerting rules", () => {
             { series: `gateway_connections_open{${labels}}`, values: "100x1 8500x10 100x40" },
             { series: `gateway_http2_streams_open{${labels}}`, values: "0x19 9000x10 0x20" },
             { series: `gateway_connections_max{${labels}}`, values: "10000x50" },
+            // One address holding 3,000 of the 10,000 from minute 5 to 20, then 2,600 from 32 to 37.
+            { series: `gateway_connections_most_from_one_address{${labels}}`, values: "10x4 3000x15 10x10 2600x5" },
             // Three connections refused at the cap at minute 4, none after; streams never.
             { series: `gateway_connections_refused_total{${labels}, what="connection"}`, values: "0 0 0 0 3x30" },
             { series: `gateway_connections_refused_total{${labels}, what="stream"}`, values: "0x30" },
@@ -137,6 +139,15 @@ describe("the Prometheus alerting rules", () => {
             { eval_time: "7m", alertname: "GatewayConnectionsNearCap", exp_alerts: fires("GatewayConnectionsNearCap", { severity: "warning", instance: "gw-1:8080" }, "Gateway gw-1:8080 has held over 80% of GATEWAY_MAX_CONNECTIONS for 5 minutes (85%)") },
             { eval_time: "14m", alertname: "GatewayConnectionsNearCap", exp_alerts: [] },
             { eval_time: "25m", alertname: "GatewayConnectionsNearCap", exp_alerts: fires("GatewayConnectionsNearCap", { severity: "warning", instance: "gw-1:8080" }, "Gateway gw-1:8080 has held over 80% of GATEWAY_MAX_CONNECTIONS for 5 minutes (90%)") },
+            // Past a quarter from minute 5 to 20: pending until held 10 minutes; the 6 minutes from 32 never fire.
+            { eval_time: "14m", alertname: "GatewayConnectionsHeldByOneAddress", exp_alerts: [] },
+            {
+              eval_time: "15m",
+              alertname: "GatewayConnectionsHeldByOneAddress",
+              exp_alerts: fires("GatewayConnectionsHeldByOneAddress", { severity: "warning", instance: "gw-1:8080" }, "One client address has held over a quarter of gateway gw-1:8080's GATEWAY_MAX_CONNECTIONS for 10 minutes (30%)"),
+            },
+            { eval_time: "22m", alertname: "GatewayConnectionsHeldByOneAddress", exp_alerts: [] },
+            { eval_time: "37m", alertname: "GatewayConnectionsHeldByOneAddress", exp_alerts: [] },
             { eval_time: "3m", alertname: "GatewayConnectionsRefused", exp_alerts: [] },
             { eval_time: "4m", alertname: "GatewayConnectionsRefused", exp_alerts: fires("GatewayConnectionsRefused", { severity: "critical", instance: "gw-1:8080", what: "connection" }, "Gateway gw-1:8080 refused 3 connections at its connection caps in 5 minutes") },
             { eval_time: "10m", alertname: "GatewayConnectionsRefused", exp_alerts: [] },

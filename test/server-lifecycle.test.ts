@@ -26,7 +26,8 @@ import tls from "node:tls";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { fastifyHandlers } from "./support/fastify-handlers.ts";
-import { demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { adminToken, demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { AdminService, ConnectionHolderSchema, ConnectionRefusalsSchema } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import { errorCode, frameType, rawHttp2, settingsOf } from "./support/raw-http2.ts";
 
 let gw: GatewayFixture;
@@ -730,6 +731,8 @@ describe("HTTP/2 stream limits", () => {
         gateway_connections_open: 4,
         gateway_http2_sessions_open: 1,
         gateway_http2_streams_open: 2,
+        gateway_connections_addresses: 1,
+        gateway_connections_most_from_one_address: 4,
         gateway_connections_max: 5,
         "gateway_connections_refused_total:connection": 0,
         "gateway_connections_refused_total:address": 0,
@@ -814,6 +817,90 @@ describe("HTTP/2 stream limits", () => {
       ]);
     } finally {
       for (const s of sockets) s.destroy();
+      await capped.close();
+    }
+  });
+
+  it("AdminService.GetConnections names who holds them, against the caps: before, only a refusal's warning did, once refusals had begun", async () => {
+    const capped = await startGateway({ app: { limits: { maxConnections: 50, maxConnectionsPerAddress: 3 }, trustedProxies: ["127.0.0.4/32"] } });
+    const sockets: net.Socket[] = [];
+    /** A connection from `from` that asks for /healthz and stays open: its status line, or "closed" when the server closed it with nothing written. */
+    const hold = (from: string) =>
+      new Promise<string>((resolve) => {
+        const socket = net.connect({ port: capped.port, host: "127.0.0.1", localAddress: from }, () => socket.write("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+        sockets.push(socket);
+        socket.on("error", () => {});
+        socket.once("data", (d: Buffer) => resolve(d.toString("latin1").split("\r\n")[0]!));
+        socket.once("close", () => resolve("closed"));
+      });
+    // The operator's own calls, over one kept-alive connection from 127.0.0.3.
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const admin = createClient(AdminService, createConnectTransport({ baseUrl: capped.base, httpVersion: "1.1", nodeOptions: { agent, localAddress: "127.0.0.3" } }));
+    const asAdmin = { headers: { authorization: `Bearer ${adminToken}` } };
+    const session = http2.connect(capped.base, { createConnection: () => net.connect({ port: capped.port, host: "127.0.0.1", localAddress: "127.0.0.5" }) });
+    session.on("error", () => {});
+    try {
+      expect(await Promise.all([1, 2, 3].map(() => hold("127.0.0.1")))).toEqual(Array(3).fill("HTTP/1.1 200 OK"));
+      expect(await hold("127.0.0.1")).toBe("closed");
+      expect(await hold("127.0.0.2")).toBe("HTTP/1.1 200 OK");
+      expect(await Promise.all([1, 2, 3, 4, 5].map(() => hold("127.0.0.4")))).toEqual(Array(5).fill("HTTP/1.1 200 OK"));
+      // An HTTP/2 session from 127.0.0.5 with a call that has not ended.
+      const call = session.request(grpcHeaders(capped.account.key, capped.account.secret), { endStream: false });
+      call.on("error", () => {});
+      let got = await admin.getConnections({}, asAdmin);
+      for (let tries = 0; tries < 100 && got.http2Streams !== 1n; tries++) got = await new Promise((r) => setTimeout(r, 20)).then(() => admin.getConnections({}, asAdmin));
+      expect({ ...got, $typeName: undefined }).toEqual({
+        $typeName: undefined,
+        node: capped.runtime.gateway.nodeLabel,
+        open: 11n,
+        http2Sessions: 1n,
+        http2Streams: 1n,
+        maxConnections: 50n,
+        maxConnectionsPerAddress: 3n,
+        addresses: 5n,
+        // Most first, ties by address; the trusted proxy is marked (the per-address cap does not hold it).
+        holders: [
+          ["127.0.0.4", 5n, true],
+          ["127.0.0.1", 3n, false],
+          ["127.0.0.2", 1n, false],
+          ["127.0.0.3", 1n, false],
+          ["127.0.0.5", 1n, false],
+        ].map(([address, connections, trustedProxy]) => create(ConnectionHolderSchema, { address: address as string, connections: connections as bigint, trustedProxy: trustedProxy as boolean })),
+        refused: create(ConnectionRefusalsSchema, { connections: 0n, perAddress: 1n, streams: 0n }),
+      });
+      expect(got.node).not.toBe("");
+      expect((await admin.getConnections({ top: 2 }, asAdmin)).holders.map((h) => h.address)).toEqual(["127.0.0.4", "127.0.0.1"]);
+      for (const top of [-1, 1001]) {
+        const err = await admin.getConnections({ top }, asAdmin).then(() => undefined, ConnectError.from);
+        expect([err?.code, err?.rawMessage]).toEqual([Code.InvalidArgument, `top is 1 to 1000, or 0 for 10; not ${top}`]);
+      }
+      expect((await admin.getConnections({}, { headers: { authorization: "Bearer wrong" } }).then(() => undefined, ConnectError.from))?.code).toBe(Code.Unauthenticated);
+      // The scrape sees the same, over the operator's connection: the trusted proxy's five are not one client's.
+      const text = await new Promise<string>((resolve, reject) => {
+        http
+          .get(`${capped.base}/metrics`, { agent, localAddress: "127.0.0.3" }, (res) => {
+            let body = "";
+            res.on("data", (d: Buffer) => (body += d.toString()));
+            res.on("end", () => resolve(body));
+          })
+          .on("error", reject);
+      });
+      expect(text).toMatch(/^gateway_connections_addresses 5$/m);
+      expect(text).toMatch(/^gateway_connections_most_from_one_address 3$/m);
+      // As 127.0.0.1's close, they leave the ranking.
+      for (const s of sockets.slice(0, 3)) s.destroy();
+      let left = await admin.getConnections({}, asAdmin);
+      for (let tries = 0; tries < 100 && left.addresses !== 4n; tries++) left = await new Promise((r) => setTimeout(r, 20)).then(() => admin.getConnections({}, asAdmin));
+      expect(left.holders.map((h) => [h.address, h.connections])).toEqual([
+        ["127.0.0.4", 5n],
+        ["127.0.0.2", 1n],
+        ["127.0.0.3", 1n],
+        ["127.0.0.5", 1n],
+      ]);
+    } finally {
+      for (const s of sockets) s.destroy();
+      session.destroy();
+      agent.destroy();
       await capped.close();
     }
   });

@@ -46,6 +46,7 @@ import type { AlertOutbox, AlertPost, AlertRecord } from "../../core/alerts.ts";
 import { alertFields, alertLineFields } from "./alert-fields.ts";
 import type { CachedCatalogue } from "../../core/cached-catalogue.ts";
 import { operationById, operations } from "../../operations/index.ts";
+import type { ConnectionCounts } from "../server/one-port-server.ts";
 
 const states = { enabled: OperationState.ENABLED, stopped: OperationState.STOPPED } as const;
 const changeKinds = { opening: BalanceChangeKind.OPENING, "top-up": BalanceChangeKind.TOP_UP, carried: BalanceChangeKind.CARRIED, unbilled: BalanceChangeKind.UNBILLED } as const;
@@ -228,7 +229,22 @@ export interface AdminRouteOptions {
   readonly telemetry?: Telemetry;
   /** How long a WatchCalls stream goes without a message while no call commits (default 15 s). */
   readonly watchHeartbeatMs?: number;
+  /** The replica's label (GATEWAY_NODE_ID), which GetConnections names. */
+  readonly node?: string;
+  /** The server's connections and caps, which GetConnections reports (none: it answers unimplemented). */
+  readonly connections?: ServerConnections | undefined;
 }
+
+/** The server's connection counts and the caps they are held to, as AdminService.GetConnections reports them. */
+export interface ServerConnections {
+  readonly counts: ConnectionCounts;
+  readonly maxConnections: number;
+  readonly maxConnectionsPerAddress: number;
+}
+
+/** The most addresses GetConnections lists at once, and how many when the request does not say. */
+const mostHolders = 1000;
+const defaultHolders = 10;
 
 /** How often a caught-up WatchCalls stream reads the ledger again for calls committed by other replicas. */
 const watchPollMs = 250;
@@ -297,6 +313,25 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           }
           ports.onPurge?.({ by: actor(ctx), operation: req.operation, numIid: req.numIid, entries });
           return { entries: BigInt(entries) };
+        }),
+        getConnections: guarded(async (req) => {
+          const server = options.connections;
+          if (server === undefined) throw new ConnectError("this server does not count its connections", Code.Unimplemented);
+          if (req.top < 0 || req.top > mostHolders) throw new AccountAdminError(`top is 1 to ${mostHolders}, or 0 for ${defaultHolders}; not ${req.top}`);
+          const { counts } = server;
+          const open = await counts.open();
+          if (!Number.isFinite(open)) throw new ConnectError("the server could not count its connections; ask again", Code.Unavailable);
+          return {
+            node: options.node ?? "",
+            open: BigInt(open),
+            http2Sessions: BigInt(counts.http2Sessions()),
+            http2Streams: BigInt(counts.http2Streams()),
+            maxConnections: BigInt(server.maxConnections),
+            maxConnectionsPerAddress: BigInt(server.maxConnectionsPerAddress),
+            addresses: BigInt(counts.addresses()),
+            holders: counts.holders(req.top || defaultHolders).map((h) => ({ address: h.address, connections: BigInt(h.connections), trustedProxy: h.uncapped })),
+            refused: { connections: BigInt(counts.refused.connection), perAddress: BigInt(counts.refused.address), streams: BigInt(counts.refused.stream) },
+          };
         }),
         listAccounts: guarded(async (req) => {
           const status = req.status === AccountStatus.ACTIVE ? "active" : req.status === AccountStatus.STOPPED ? "stopped" : undefined;

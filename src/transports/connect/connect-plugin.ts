@@ -10,7 +10,7 @@ import type { Telemetry } from "../../core/telemetry.ts";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { operations } from "../../operations/index.ts";
 import { accountRoutes } from "./account-service.ts";
-import { adminRoutes, type AdminPorts } from "./admin-service.ts";
+import { adminRoutes, type AdminPorts, type ServerConnections } from "./admin-service.ts";
 import { catalogueRoutes } from "./catalogue-services.ts";
 import { answeredByServerKey, callerGoneKey, callLogKey, clientIpKey, requestIdKey } from "./context.ts";
 import { callLogOf, type AccessFields, type AccessLogMode } from "../server/access-log.ts";
@@ -46,6 +46,8 @@ export interface ConnectOptions {
   readonly answerHeaders: Readonly<Record<string, string>>;
   /** Which access lines the fast paths write, as Fastify's (access-log.ts). */
   readonly accessLogMode?: AccessLogMode | undefined;
+  /** The server's connections and caps, for AdminService.GetConnections. */
+  readonly connections?: ServerConnections | undefined;
 }
 
 /**
@@ -89,6 +91,8 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
           interceptors: [recordRpcCode, logInternal],
           ...(options.telemetry ? { telemetry: options.telemetry } : {}),
           ...(options.admin.watchHeartbeatMs !== undefined ? { watchHeartbeatMs: options.admin.watchHeartbeatMs } : {}),
+          node: options.gateway.nodeLabel,
+          connections: options.connections,
         })(router);
       // Every service on the port, these two included, is named by health and listed by reflection.
       const services = [...catalogue.handlers, ...router.handlers].map((h) => [h.service.typeName, h.service] as const);

@@ -224,6 +224,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     clientAddress,
     answerHeaders,
     accessLogMode: options.accessLog,
+    connections: { counts: connections, maxConnections: limits.maxConnections, maxConnectionsPerAddress: limits.maxConnectionsPerAddress },
   });
   if (options.legacyFastPath !== false) legacyRequests = legacyFastPath(gateway, { clientAddress, answerHeaders, log: app.log, accessLogMode: options.accessLog });
   return app;

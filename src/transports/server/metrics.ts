@@ -405,7 +405,16 @@ export class PrometheusTelemetry implements Telemetry {
    */
   watchConnections(counts: ConnectionCounts, max: number): void {
     // An app built again on the same runtime (tests do) reads its own server.
-    for (const name of ["gateway_connections_open", "gateway_http2_sessions_open", "gateway_http2_streams_open", "gateway_connections_max", "gateway_connections_refused_total"]) this.registry.removeSingleMetric(name);
+    for (const name of [
+      "gateway_connections_open",
+      "gateway_http2_sessions_open",
+      "gateway_http2_streams_open",
+      "gateway_connections_addresses",
+      "gateway_connections_most_from_one_address",
+      "gateway_connections_max",
+      "gateway_connections_refused_total",
+    ])
+      this.registry.removeSingleMetric(name);
     new Gauge({
       name: "gateway_connections_open",
       help: "Client connections open now, both protocols (a TLS one from when it is accepted, its handshake included), as GATEWAY_MAX_CONNECTIONS counts them: past it new ones are closed as they are accepted. Compare gateway_connections_max.",
@@ -428,6 +437,22 @@ export class PrometheusTelemetry implements Telemetry {
       registers: [this.registry],
       collect() {
         this.set(counts.http2Streams());
+      },
+    });
+    new Gauge({
+      name: "gateway_connections_addresses",
+      help: "Client addresses with a connection open now (each connection's own address, a trusted proxy's included).",
+      registers: [this.registry],
+      collect() {
+        this.set(counts.addresses());
+      },
+    });
+    new Gauge({
+      name: "gateway_connections_most_from_one_address",
+      help: "The most connections one client address holds now, trusted proxies (GATEWAY_TRUSTED_PROXIES) not counted: one client holding much of gateway_connections_max locks others out once it is reached. AdminService.GetConnections names the addresses; GATEWAY_MAX_CONNECTIONS_PER_ADDRESS caps them.",
+      registers: [this.registry],
+      collect() {
+        this.set(counts.mostByOneAddress());
       },
     });
     new Gauge({ name: "gateway_connections_max", help: "GATEWAY_MAX_CONNECTIONS: the most connections open at once, and the most HTTP/2 streams open at once across them.", registers: [this.registry] }).set(max);

@@ -110,8 +110,19 @@ export interface ConnectionCounts {
   readonly refused: Record<CapRefusal, number>;
   /** Told of each refusal as it happens (`buildApp` logs it); nothing by default. */
   onRefused: (what: CapRefusal) => void;
-  /** The client addresses holding the most connections now, most first (at most `n`; worked out at most once a second). */
-  heldMostBy(n: number): readonly { readonly address: string; readonly connections: number }[];
+  /** The client addresses holding the most connections now, most first (at most `n`, up to 10; worked out at most once a second, for the refusals' warnings). */
+  heldMostBy(n: number): readonly ConnectionHolder[];
+  /** Client addresses with a connection open now. */
+  addresses(): number;
+  /** The most connections one address holds now, the addresses the per-address cap does not hold (trusted proxies) left out (0: none open). */
+  mostByOneAddress(): number;
+  /** The `n` addresses holding the most connections now, most first and ties by address, each marked if the per-address cap does not hold it: worked out as asked (AdminService.GetConnections). */
+  holders(n: number): readonly (ConnectionHolder & { readonly uncapped: boolean })[];
+}
+
+export interface ConnectionHolder {
+  readonly address: string;
+  readonly connections: number;
 }
 
 /**
@@ -125,7 +136,7 @@ class ConnectionsByAddress {
   private readonly open = new Map<string, number>();
   private readonly max: number;
   private readonly uncapped: (address: string) => boolean;
-  private ranked: { readonly address: string; readonly connections: number }[] = [];
+  private ranked: ConnectionHolder[] = [];
   private rankedAt = Number.NEGATIVE_INFINITY;
 
   constructor(options: Pick<OnePortServerOptions, "maxConnectionsPerAddress" | "uncappedAddress">) {
@@ -147,14 +158,35 @@ class ConnectionsByAddress {
     return true;
   }
 
-  heldMostBy(n: number): readonly { readonly address: string; readonly connections: number }[] {
+  heldMostBy(n: number): readonly ConnectionHolder[] {
     // Asked on every refusal, which come thousands a second in a flood: the ranking is kept a second.
     const now = performance.now();
     if (now - this.rankedAt >= 1000) {
-      this.ranked = [...this.open].map(([address, connections]) => ({ address, connections })).sort((a, b) => b.connections - a.connections).slice(0, 10);
+      this.ranked = this.rank(10);
       this.rankedAt = now;
     }
     return this.ranked.slice(0, n);
+  }
+
+  get addresses(): number {
+    return this.open.size;
+  }
+
+  /** The most one address the cap holds has open (a trusted proxy's are many clients'). */
+  mostByOne(): number {
+    let most = 0;
+    for (const [address, held] of this.open) if (held > most && !this.uncapped(address)) most = held;
+    return most;
+  }
+
+  /** The `n` addresses holding the most now, most first, ties by address (so one ranking reads the same twice). */
+  rank(n: number): ConnectionHolder[] {
+    const all = [...this.open].map(([address, connections]) => ({ address, connections }));
+    return all.sort((a, b) => b.connections - a.connections || (a.address < b.address ? -1 : a.address > b.address ? 1 : 0)).slice(0, n);
+  }
+
+  isUncapped(address: string): boolean {
+    return this.uncapped(address);
   }
 }
 
@@ -175,6 +207,9 @@ function countConnections(server: Server, sessions: { readonly size: number }, s
     refused: { connection: 0, address: 0, stream: 0 },
     onRefused: () => {},
     heldMostBy: (n) => byAddress.heldMostBy(n),
+    addresses: () => byAddress.addresses,
+    mostByOneAddress: () => byAddress.mostByOne(),
+    holders: (n) => byAddress.rank(n).map((h) => ({ ...h, uncapped: byAddress.isUncapped(h.address) })),
   };
   // Node's net server closes a connection past `maxConnections` as it accepts it, and says so only by this event.
   server.on("drop", () => {

@@ -12,6 +12,160 @@ import type { Charge, ErrorCode } from "../../catalogue/v1/status_pb.js";
 export declare const file_gateway_admin_v1_admin: GenFile;
 
 /**
+ * @generated from message gateway.admin.v1.GetConnectionsRequest
+ */
+export declare type GetConnectionsRequest = Message<"gateway.admin.v1.GetConnectionsRequest"> & {
+  /**
+   * How many addresses to list, most connections first: 1 to 1000; 0 lists 10.
+   *
+   * @generated from field: int32 top = 1;
+   */
+  top: number;
+};
+
+/**
+ * Describes the message gateway.admin.v1.GetConnectionsRequest.
+ * Use `create(GetConnectionsRequestSchema)` to create a new message.
+ */
+export declare const GetConnectionsRequestSchema: GenMessage<GetConnectionsRequest>;
+
+/**
+ * @generated from message gateway.admin.v1.GetConnectionsResponse
+ */
+export declare type GetConnectionsResponse = Message<"gateway.admin.v1.GetConnectionsResponse"> & {
+  /**
+   * The replica that answered: its GATEWAY_NODE_ID (in shared mode, host and process id unless set).
+   *
+   * @generated from field: string node = 1;
+   */
+  node: string;
+
+  /**
+   * Client connections open now, both protocols, as GATEWAY_MAX_CONNECTIONS counts them (this call's own among them).
+   *
+   * @generated from field: int64 open = 2;
+   */
+  open: bigint;
+
+  /**
+   * Of them, HTTP/2 connections (sessions).
+   *
+   * @generated from field: int64 http2_sessions = 3;
+   */
+  http2Sessions: bigint;
+
+  /**
+   * HTTP/2 streams (calls) open now across all connections, which GATEWAY_MAX_CONNECTIONS caps too.
+   *
+   * @generated from field: int64 http2_streams = 4;
+   */
+  http2Streams: bigint;
+
+  /**
+   * GATEWAY_MAX_CONNECTIONS.
+   *
+   * @generated from field: int64 max_connections = 5;
+   */
+  maxConnections: bigint;
+
+  /**
+   * GATEWAY_MAX_CONNECTIONS_PER_ADDRESS; 0: no cap.
+   *
+   * @generated from field: int64 max_connections_per_address = 6;
+   */
+  maxConnectionsPerAddress: bigint;
+
+  /**
+   * Client addresses with a connection open now.
+   *
+   * @generated from field: int64 addresses = 7;
+   */
+  addresses: bigint;
+
+  /**
+   * The addresses holding the most connections, most first (ties by address), at most `top`.
+   *
+   * @generated from field: repeated gateway.admin.v1.ConnectionHolder holders = 8;
+   */
+  holders: ConnectionHolder[];
+
+  /**
+   * Refused at the caps since this replica started.
+   *
+   * @generated from field: gateway.admin.v1.ConnectionRefusals refused = 9;
+   */
+  refused?: ConnectionRefusals | undefined;
+};
+
+/**
+ * Describes the message gateway.admin.v1.GetConnectionsResponse.
+ * Use `create(GetConnectionsResponseSchema)` to create a new message.
+ */
+export declare const GetConnectionsResponseSchema: GenMessage<GetConnectionsResponse>;
+
+/**
+ * @generated from message gateway.admin.v1.ConnectionHolder
+ */
+export declare type ConnectionHolder = Message<"gateway.admin.v1.ConnectionHolder"> & {
+  /**
+   * The connection's own address, not a forwarded one: a trusted proxy holds its clients' connections.
+   *
+   * @generated from field: string address = 1;
+   */
+  address: string;
+
+  /**
+   * @generated from field: int64 connections = 2;
+   */
+  connections: bigint;
+
+  /**
+   * A trusted proxy's (GATEWAY_TRUSTED_PROXIES): not held to GATEWAY_MAX_CONNECTIONS_PER_ADDRESS.
+   *
+   * @generated from field: bool trusted_proxy = 3;
+   */
+  trustedProxy: boolean;
+};
+
+/**
+ * Describes the message gateway.admin.v1.ConnectionHolder.
+ * Use `create(ConnectionHolderSchema)` to create a new message.
+ */
+export declare const ConnectionHolderSchema: GenMessage<ConnectionHolder>;
+
+/**
+ * @generated from message gateway.admin.v1.ConnectionRefusals
+ */
+export declare type ConnectionRefusals = Message<"gateway.admin.v1.ConnectionRefusals"> & {
+  /**
+   * Connections past GATEWAY_MAX_CONNECTIONS, closed as they were accepted.
+   *
+   * @generated from field: int64 connections = 1;
+   */
+  connections: bigint;
+
+  /**
+   * Connections past GATEWAY_MAX_CONNECTIONS_PER_ADDRESS from their address, closed the same way.
+   *
+   * @generated from field: int64 per_address = 2;
+   */
+  perAddress: bigint;
+
+  /**
+   * HTTP/2 streams past GATEWAY_MAX_CONNECTIONS, reset with REFUSED_STREAM.
+   *
+   * @generated from field: int64 streams = 3;
+   */
+  streams: bigint;
+};
+
+/**
+ * Describes the message gateway.admin.v1.ConnectionRefusals.
+ * Use `create(ConnectionRefusalsSchema)` to create a new message.
+ */
+export declare const ConnectionRefusalsSchema: GenMessage<ConnectionRefusals>;
+
+/**
  * @generated from message gateway.admin.v1.PurgeCacheRequest
  */
 export declare type PurgeCacheRequest = Message<"gateway.admin.v1.PurgeCacheRequest"> & {
@@ -2513,6 +2667,20 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof PurgeCacheRequestSchema;
     output: typeof PurgeCacheResponseSchema;
+  },
+  /**
+   * The client connections the answering replica holds now, against its caps
+   * (GATEWAY_MAX_CONNECTIONS, GATEWAY_MAX_CONNECTIONS_PER_ADDRESS), what the
+   * caps refused since it started, and the addresses holding the most: who to
+   * look at when gateway_connections_open nears gateway_connections_max,
+   * before refusals start. Each replica answers for itself (`node` says which).
+   *
+   * @generated from rpc gateway.admin.v1.AdminService.GetConnections
+   */
+  getConnections: {
+    methodKind: "unary";
+    input: typeof GetConnectionsRequestSchema;
+    output: typeof GetConnectionsResponseSchema;
   },
 }>;
 
