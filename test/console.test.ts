@@ -3,6 +3,7 @@
 // Screenshots of each screen go to test-results/console/ (not committed).
 import { createHmac } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
+import net from "node:net";
 import { join } from "node:path";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -366,6 +367,42 @@ describe("the console", () => {
     await page.close();
   });
 
+  it("shows the connections the gateway holds and who holds the most, and refreshes them", async () => {
+    const sockets: net.Socket[] = [];
+    /** A connection from 127.0.0.7 that made a request and stays open. */
+    const hold = () =>
+      new Promise<void>((resolve, reject) => {
+        const socket = net.connect({ port: gw.port, host: "127.0.0.1", localAddress: "127.0.0.7" }, () => socket.write("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+        sockets.push(socket);
+        socket.once("error", reject);
+        socket.once("data", () => resolve());
+      });
+    try {
+      await Promise.all([hold(), hold(), hold()]);
+      const { page } = await signedIn();
+      await page.getByRole("link", { name: "Connections" }).click();
+      await page.getByRole("heading", { name: "Connections" }).waitFor();
+      expect(await page.getByTestId("node").textContent()).toBe(gw.runtime.gateway.nodeLabel);
+      const row = page.locator('table.connections tr[data-address="127.0.0.7"] td');
+      expect(await row.allTextContents()).toEqual(["127.0.0.7", "3", "under 0.1% of the cap", ""]);
+      // The browser's own connections come from 127.0.0.1.
+      expect(await page.locator('table.connections tr[data-address="127.0.0.1"]').count()).toBe(1);
+      expect(await page.getByTestId("per-address").locator("strong").textContent()).toBe("none");
+      expect(await page.getByTestId("refused").locator("strong").textContent()).toBe("none");
+      expect(await page.getByTestId("open").locator("strong").textContent()).toMatch(/^\d+ of 10,000$/);
+      // Seventeen more from 127.0.0.7: Refresh shows twenty, and 127.0.0.7 first.
+      await Promise.all(Array.from({ length: 17 }, hold));
+      await page.getByRole("button", { name: "Refresh" }).click();
+      await expect.poll(() => row.nth(1).textContent()).toBe("20");
+      expect(await row.nth(2).textContent()).toBe("0.2% of the cap");
+      expect(await page.locator("table.connections tbody tr").first().getAttribute("data-address")).toBe("127.0.0.7");
+      await page.screenshot({ path: join(shots, "5d-connections.png"), fullPage: true });
+      await page.close();
+    } finally {
+      for (const s of sockets) s.destroy();
+    }
+  });
+
   it("calls each transport from the explorer, shows the calls in usage, and answers a stopped account's next call with 4007", async () => {
     const { page, requests } = await signedIn();
     await page.getByLabel("Name").fill("explorer-team");
@@ -573,6 +610,10 @@ describe("the console", () => {
     await page.getByTestId("figure-calls").waitFor();
     expect(await page.evaluate<number>("document.documentElement.scrollWidth - document.documentElement.clientWidth")).toBeLessThanOrEqual(0);
     await page.screenshot({ path: join(shots, "9-phone-usage.png"), fullPage: true });
+    await page.getByRole("link", { name: "Connections" }).click();
+    await page.getByTestId("open").waitFor();
+    expect(await page.evaluate<number>("document.documentElement.scrollWidth - document.documentElement.clientWidth")).toBeLessThanOrEqual(0);
+    await page.screenshot({ path: join(shots, "9b-phone-connections.png"), fullPage: true });
     await page.close();
   });
 

@@ -6,6 +6,7 @@ import { adminClient, inWords, isUnauthenticated, loadGatewayInfo, session, type
 import { accountsView } from "./accounts.ts";
 import { explorerView } from "./explorer.ts";
 import { maintenanceView } from "./maintenance.ts";
+import { connectionsView } from "./connections.ts";
 import { usageView } from "./usage.ts";
 import { h, field, notice } from "./dom.ts";
 
@@ -54,6 +55,7 @@ const screens = {
   accounts: { title: "Accounts", show: accountsView },
   usage: { title: "Usage", show: usageView },
   maintenance: { title: "Maintenance", show: maintenanceView },
+  connections: { title: "Connections", show: connectionsView },
   explorer: { title: "Explorer", show: explorerView },
 } as const;
 type Screen = keyof typeof screens;
