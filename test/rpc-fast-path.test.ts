@@ -16,10 +16,12 @@ import { parseRate } from "../src/core/call-rate.ts";
 import { operations } from "../src/operations/index.ts";
 import { readBody } from "../src/transports/connect/unary-fast-path.ts";
 import { fastifyHandlers } from "./support/fastify-handlers.ts";
-import { adminToken, demo, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
+import { adminToken, demo, legacyGet, startGateway, type GatewayFixture } from "./support/gateway-fixture.ts";
 import { grpcFrame } from "./support/grpc-frame.ts";
 import { GetMyAccountRequestSchema, GetMyAccountResponseSchema } from "../src/gen/gateway/account/v1/account_pb.js";
-import { GetAccountRequestSchema, GetAccountResponseSchema } from "../src/gen/gateway/admin/v1/admin_pb.js";
+import { AdminService, GetAccountRequestSchema, GetAccountResponseSchema, WatchCallsRequestSchema, WatchCallsResponseSchema } from "../src/gen/gateway/admin/v1/admin_pb.js";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
 import { HealthCheckRequestSchema, HealthCheckResponseSchema } from "../src/gen/grpc/health/v1/health_pb.js";
 import { steadyQuota } from "./support/quota-headers.ts";
 
@@ -360,6 +362,62 @@ describe("the other services' gRPC unary calls, served on the stream path by the
     const b = await send(slow);
     expect(a.trailersOnly).toBe(a.body.length === 0);
     expect(steady(c.method, a)).toEqual(steady(c.method, b));
+  });
+});
+
+describe("the other services' gRPC server-streaming calls, served on the stream path by their own handlers", () => {
+  // A stream refused before its first message (a missing token, a cursor that is not one) is an immediate error: Trailers-Only,
+  // so a client's retry policy may retry it (gRFC A6 retries a stream only while nothing of its answer has come).
+  const watch = "/gateway.admin.v1.AdminService/WatchCalls";
+  const token = { authorization: `Bearer ${adminToken}` };
+  const frame = (cursor: string) => grpcFrame(toBinary(WatchCallsRequestSchema, create(WatchCallsRequestSchema, { cursor })));
+  const cases: { name: string; headers: Record<string, string>; body: Uint8Array }[] = [
+    { name: "WatchCalls without an admin token", headers: {}, body: frame("") },
+    { name: "WatchCalls with a wrong admin token", headers: { authorization: "Bearer wrong" }, body: frame("") },
+    { name: "WatchCalls from a cursor that is not one", headers: token, body: frame("not-a-cursor") },
+    { name: "WatchCalls, malformed message", headers: token, body: grpcFrame(Buffer.from([0x0a, 0xff, 0xff, 0xff])) },
+    { name: "WatchCalls, two messages", headers: token, body: Buffer.concat([frame(""), frame("")]) },
+    { name: "WatchCalls, gzip-compressed request from a bad cursor", headers: { ...token, "grpc-encoding": "gzip" }, body: grpcFrame(Buffer.from(gzipSync(toBinary(WatchCallsRequestSchema, create(WatchCallsRequestSchema, { cursor: "x" })))), 1) },
+  ];
+  it.each(cases.map((c) => [c.name, c] as const))("%s: Trailers-Only, with connect-fastify's status and message", async (_name, c) => {
+    const send = (gw: GatewayFixture) => grpcRaw(gw.port, watch, { "content-type": "application/grpc", ...c.headers }, c.body);
+    const a = await send(fast);
+    const b = await send(slow);
+    expect([a.trailersOnly, a.body.length]).toEqual([true, 0]);
+    expect(a.headers["grpc-status"]).not.toBe("0");
+    // The same status, message and details as connect-fastify's, which sends its headers first.
+    const steady = (res: typeof a) => {
+      const decoded = decodedGrpc(WatchCallsResponseSchema, res) as { trailers: Record<string, unknown> };
+      return { ...decoded, trailers: Object.fromEntries(Object.entries(decoded.trailers)), trailersOnly: undefined };
+    };
+    expect(b.trailersOnly).toBe(false);
+    expect(steady(a)).toEqual(steady(b));
+  });
+
+  it("a watch that runs is served there too: its messages as calls commit, and its end when the caller cancels", async () => {
+    const admin = createClient(AdminService, createGrpcTransport({ baseUrl: fast.base }));
+    const abort = new AbortController();
+    const { result: handled, handled: byFastify } = await fastifyHandlers(async () => {
+      const it = admin.watchCalls({ cursor: (await admin.followCalls({ pageSize: 10_000 }, { headers: token })).cursor }, { headers: token, signal: abort.signal })[Symbol.asyncIterator]();
+      // The first message at once, with what committed since the cursor: nothing.
+      const first = await it.next();
+      expect(first.value?.calls).toEqual([]);
+      // A call committed now reaches the stream.
+      const call = await legacyGet(fast.base, "/retail/item_get/", { key: fast.account.key, secret: fast.account.secret, num_iid: demo.retailNumIid });
+      let seen: string[] = [];
+      while (seen.length === 0) seen = ((await it.next()).value?.calls ?? []).map((r: { requestId: string }) => r.requestId);
+      expect(seen).toEqual([call.json.request_id]);
+      abort.abort();
+      await it.next().catch(() => undefined);
+      return seen.length;
+    });
+    // No Fastify route ran: not the watch's, nor FollowCalls' (the stream path), nor the legacy call's (its fast path).
+    expect([handled, byFastify]).toEqual([1, 0]);
+    // The caller gone, its stream is closed on the server: none left open.
+    const open = async () => (await admin.getConnections({}, { headers: token })).http2Streams;
+    let streams = await open();
+    for (let tries = 0; tries < 100 && streams > 1n; tries++) streams = await new Promise((r) => setTimeout(r, 20)).then(open);
+    expect(streams).toBe(1n); // GetConnections' own
   });
 });
 

@@ -78,7 +78,7 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
   // The catalogue services have routes of their own (catalogueConnectRoutes), with a fast path for their hottest shape.
   const catalogue = createConnectRouter({ interceptors: [recordRpcCode, logInternal], readMaxBytes: options.readMaxBytes, acceptCompression });
   catalogueRoutes(options.gateway, operations)(catalogue);
-  // The services connect-fastify mounts, as it mounts them: their gRPC unary calls are also served on the stream path.
+  // The services connect-fastify mounts, as it mounts them: their gRPC unary and server-streaming calls are also served on the stream path.
   let mountedHandlers: readonly UniversalHandler[] = [];
   await app.register(fastifyConnectPlugin, {
     interceptors: [recordRpcCode, logInternal],

@@ -35,12 +35,13 @@ import { acceptCompression, compressMinBytes, fastRoutes, headerValue, once, one
 export function grpcStreamPath(settings: FastPathOptions): Http2StreamClaim {
   const options = { ...settings, accessLog: accessLog(settings.log, settings.accessLogMode) };
   const routes = fastRoutes(options);
-  const others = new Map((settings.services ?? []).filter((h) => h.method.methodKind === "unary").map((h) => [h.requestPath, h] as const));
+  // Unary and server-streaming methods: one request message, read whole here as connect-node would read it.
+  const others = new Map((settings.services ?? []).filter((h) => h.method.methodKind === "unary" || h.method.methodKind === "server_streaming").map((h) => [h.requestPath, h] as const));
   return (stream, headers) => {
     const path = headers[":path"];
     const route = path === undefined ? undefined : routes.get(path);
     if (route === undefined) {
-      // Another service's unary method over gRPC: connect-node's own handler, its answer written as writeUniversal writes it.
+      // Another service's unary or server-streaming method over gRPC: connect-node's own handler, its answer written as writeUniversal writes it.
       const other = path === undefined ? undefined : others.get(path);
       if (other === undefined || headers[":method"] !== "POST" || headers.origin !== undefined || !isGrpcAnswer(headers["content-type"])) return false;
       serveOther(options, other, stream, headers, path!).catch((e: unknown) => {
@@ -101,12 +102,14 @@ async function handOver(
 }
 
 /**
- * A unary call of another service (the AccountService, the AdminService,
- * health) over gRPC: its body read, then connect-node's handler for it,
- * which checks everything (its interceptors, a deadline, a compression) as
- * on Fastify's route; only the answer is written here, so that an error
- * goes out Trailers-Only, as a catalogue call's does, and a client's retry
- * policy may retry it.
+ * A unary or server-streaming call of another service (the AccountService,
+ * the AdminService and its WatchCalls, health and its Watch) over gRPC: its
+ * body read, then connect-node's handler for it, which checks everything
+ * (its interceptors, a deadline, a compression) as on Fastify's route; only
+ * the answer is written here, so that an error before any message goes out
+ * Trailers-Only, as a catalogue call's does, and a client's retry policy
+ * may retry it. A stream's messages follow as its handler yields them, and
+ * its end when its caller cancels (the stream's close aborts the handler).
  */
 async function serveOther(options: FastPathOptions & { readonly accessLog: AccessLog }, handler: UniversalHandler, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, path: string): Promise<void> {
   const caller = opened(options, stream, headers, path);
