@@ -568,6 +568,20 @@ function collector(): () => void {
   return runInNewContext("gc") as () => void;
 }
 
+/**
+ * A connection from `from` (a loopback address) that asks `gw` for /healthz and stays open, kept in `sockets`: its
+ * status line, or "closed" when the server closed it with nothing written.
+ */
+function askFrom(gw: GatewayFixture, from: string, sockets: net.Socket[]): Promise<string> {
+  return new Promise<string>((resolve) => {
+    const socket = net.connect({ port: gw.port, host: "127.0.0.1", localAddress: from }, () => socket.write("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+    sockets.push(socket);
+    socket.on("error", () => {});
+    socket.once("data", (d: Buffer) => resolve(d.toString("latin1").split("\r\n")[0]!));
+    socket.once("close", () => resolve("closed"));
+  });
+}
+
 describe("HTTP/2 stream limits", () => {
   const grpcHeaders = (key: string, secret: string) => ({
     ":method": "POST",
@@ -778,15 +792,7 @@ describe("HTTP/2 stream limits", () => {
     const lines: string[] = [];
     const capped = await startGateway({ app: { limits: { maxConnections: 50, maxConnectionsPerAddress: 2 }, trustedProxies: ["127.0.0.4/32"] }, logLines: lines });
     const sockets: net.Socket[] = [];
-    /** A connection from `from` that asks for /healthz: its status line, or "closed" when the server closed it with nothing written. */
-    const ask = (from: string) =>
-      new Promise<string>((resolve) => {
-        const socket = net.connect({ port: capped.port, host: "127.0.0.1", localAddress: from }, () => socket.write("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
-        sockets.push(socket);
-        socket.on("error", () => {});
-        socket.once("data", (d: Buffer) => resolve(d.toString("latin1").split("\r\n")[0]!));
-        socket.once("close", () => resolve("closed"));
-      });
+    const ask = (from: string) => askFrom(capped, from, sockets);
     try {
       expect(await ask("127.0.0.1")).toBe("HTTP/1.1 200 OK");
       expect(await ask("127.0.0.1")).toBe("HTTP/1.1 200 OK");
@@ -824,15 +830,7 @@ describe("HTTP/2 stream limits", () => {
   it("AdminService.GetConnections names who holds them, against the caps: before, only a refusal's warning did, once refusals had begun", async () => {
     const capped = await startGateway({ app: { limits: { maxConnections: 50, maxConnectionsPerAddress: 3 }, trustedProxies: ["127.0.0.4/32"] } });
     const sockets: net.Socket[] = [];
-    /** A connection from `from` that asks for /healthz and stays open: its status line, or "closed" when the server closed it with nothing written. */
-    const hold = (from: string) =>
-      new Promise<string>((resolve) => {
-        const socket = net.connect({ port: capped.port, host: "127.0.0.1", localAddress: from }, () => socket.write("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
-        sockets.push(socket);
-        socket.on("error", () => {});
-        socket.once("data", (d: Buffer) => resolve(d.toString("latin1").split("\r\n")[0]!));
-        socket.once("close", () => resolve("closed"));
-      });
+    const hold = (from: string) => askFrom(capped, from, sockets);
     // The operator's own calls, over one kept-alive connection from 127.0.0.3.
     const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
     const admin = createClient(AdminService, createConnectTransport({ baseUrl: capped.base, httpVersion: "1.1", nodeOptions: { agent, localAddress: "127.0.0.3" } }));

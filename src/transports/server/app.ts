@@ -9,7 +9,7 @@ import { credentialHeaders } from "../credentials.ts";
 import { installLegacyShim, encodedBodyCode, legacyBodyTypes, refuseLegacy, unroutablePath } from "../legacy/legacy-shim.ts";
 import { clientErrorHandler, http2RequestTimedOut } from "./client-errors.ts";
 import { corsHeaders, corsSettings } from "./cors-headers.ts";
-import { createOnePortServer, createTlsServer, type Http1RequestClaim, type OnePortServerExtras, type OnePortServerOptions, type RequestClaims } from "./one-port-server.ts";
+import { createOnePortServer, createTlsServer, warnedHolders, type Http1RequestClaim, type OnePortServerExtras, type OnePortServerOptions, type RequestClaims } from "./one-port-server.ts";
 import { legacyFastPath } from "../legacy/legacy-fast-path.ts";
 import { MemoryAddressLockout, type AddressLockout } from "../../core/address-lockout.ts";
 import { defaultMemoryMb, memoryPlan } from "../../memory-budget.ts";
@@ -188,7 +188,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   options.metrics?.telemetry.watchConnections(connections, limits.maxConnections);
   connections.onRefused = (what) =>
     app.log.warn(
-      { what, maxConnections: limits.maxConnections, maxConnectionsPerAddress: limits.maxConnectionsPerAddress, heldMostBy: connections.heldMostBy(3) },
+      { what, maxConnections: limits.maxConnections, maxConnectionsPerAddress: limits.maxConnectionsPerAddress, heldMostBy: connections.heldMostBy(warnedHolders) },
       what === "connection"
         ? "a connection was refused: GATEWAY_MAX_CONNECTIONS connections were open (raise it, or add replicas; heldMostBy names the addresses holding the most)"
         : what === "address"

@@ -110,7 +110,7 @@ export interface ConnectionCounts {
   readonly refused: Record<CapRefusal, number>;
   /** Told of each refusal as it happens (`buildApp` logs it); nothing by default. */
   onRefused: (what: CapRefusal) => void;
-  /** The client addresses holding the most connections now, most first (at most `n`, up to 10; worked out at most once a second, for the refusals' warnings). */
+  /** The client addresses holding the most connections now, most first (at most `n`, up to `warnedHolders`; worked out at most once a second, for the refusals' warnings). */
   heldMostBy(n: number): readonly ConnectionHolder[];
   /** Client addresses with a connection open now. */
   addresses(): number;
@@ -124,6 +124,9 @@ export interface ConnectionHolder {
   readonly address: string;
   readonly connections: number;
 }
+
+/** How many of the addresses holding the most a refusal's warning names. */
+export const warnedHolders = 3;
 
 /**
  * Open connections by client address, each admitted only while its
@@ -162,7 +165,7 @@ class ConnectionsByAddress {
     // Asked on every refusal, which come thousands a second in a flood: the ranking is kept a second.
     const now = performance.now();
     if (now - this.rankedAt >= 1000) {
-      this.ranked = this.rank(10);
+      this.ranked = this.rank(warnedHolders);
       this.rankedAt = now;
     }
     return this.ranked.slice(0, n);
