@@ -2,9 +2,9 @@
 // replicas in shared mode (a PostgreSQL database and a redis-server of the run's own) in front of a fake provider
 // that is slow, late, failing, limiting or silent at random; callers over legacy, Connect and gRPC, in Chinese and
 // translated into English and Russian, some giving up at a random moment, some sending a call again under an
-// Idempotency-Key; a replica killed or stopped and started again every 12 to 20 s. Then every answer a caller read
-// is held to its ledger row, and the ledger to the limits, the balances, the keys and the provider's own count of
-// requests. Exits 1 if any check fails.
+// Idempotency-Key; an operator following the ledger with WatchCalls; a replica killed or stopped and started again
+// every 12 to 20 s. Then every answer a caller read is held to its ledger row, and the ledger to the limits, the
+// balances, the keys, the provider's own count of requests and what the follower was given. Exits 1 if any check fails.
 //
 // SOAK_STORE=embedded: one replica on a data directory of the run's own (SQLite), killed or stopped the same way.
 // SOAK_SECONDS (default 120), SOAK_CALLERS (24), SOAK_GIVE_UP (0.1: the share of calls whose caller gives up at a
@@ -21,6 +21,7 @@ import { DatabaseSync } from "node:sqlite";
 import pg from "pg";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
+import { AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
 import { CacheMode, Lang, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { runCli } from "../test/support/cli.ts";
 import { FakeUpstream, type Behaviour } from "../test/support/fake-upstream.ts";
@@ -229,7 +230,8 @@ try {
       if (!running) return;
       const alive = replicas.filter((r) => r.alive);
       if (alive.length === 0) continue;
-      const replica = pick(alive);
+      // Half the time the replica the ledger's follower reads from, so its stream is cut or drained under it.
+      const replica = (Math.random() < 0.5 ? alive.find((r) => r.id === followingOn) : undefined) ?? pick(alive);
       const signal: NodeJS.Signals = Math.random() < 0.5 ? "SIGKILL" : "SIGTERM";
       stops.push({ at: at(), replica: replica.id, signal });
       const exited = new Promise((r) => replica.child.once("exit", r));
@@ -239,6 +241,42 @@ try {
       await start(replica.id, false);
     }
   };
+  // An operator's follower of the ledger: WatchCalls on one replica at a time, over gRPC or Connect, resumed from the
+  // last cursor it received whenever its stream ends (its replica killed or stopped). Every committed call, once.
+  // It leaves each stream after 5 to 15 s for another replica, and the trouble stops its replica half the time.
+  const followed = new Map<string, number>();
+  let following = true;
+  let followingOn: number | undefined;
+  const streamEnds = { ended: 0, broken: 0, left: 0 };
+  const followerAbort = new AbortController();
+  const follower = async () => {
+    let cursor = "";
+    while (following) {
+      const alive = replicas.filter((r) => r.alive);
+      if (alive.length === 0) {
+        await sleep(50);
+        continue;
+      }
+      const replica = pick(alive);
+      followingOn = replica.id;
+      const transport = Math.random() < 0.5 ? createGrpcTransport({ baseUrl: replica.base }) : createConnectTransport({ baseUrl: replica.base, httpVersion: "1.1" });
+      const leave = AbortSignal.timeout(5000 + random(10_000));
+      try {
+        const headers = { authorization: `Bearer ${env.GATEWAY_ADMIN_TOKEN}` };
+        for await (const m of createClient(AdminService, transport).watchCalls({ cursor }, { headers, signal: AbortSignal.any([followerAbort.signal, leave]) })) {
+          for (const r of m.calls) followed.set(r.requestId, (followed.get(r.requestId) ?? 0) + 1);
+          cursor = m.cursor;
+        }
+        streamEnds.ended++; // its replica drained (SIGTERM)
+      } catch {
+        if (leave.aborted) streamEnds.left++;
+        else if (!followerAbort.signal.aborted) streamEnds.broken++; // its replica killed, or down when asked
+      }
+      followingOn = undefined;
+      if (following) await sleep(100);
+    }
+  };
+  const following$ = follower();
   console.log(`soak: ${seconds} s, ${callers} callers (${Math.round(giveUp * 100)}% of calls given up at random), ${embedded ? "1 replica on the embedded store" : "3 replicas in shared mode"}${kills ? ", one stopped every 12-20 s" : ""}`);
   const all = Array.from({ length: callers }, caller);
   const troubling = kills ? trouble() : Promise.resolve();
@@ -252,6 +290,11 @@ try {
     "SELECT request_id, account, error_code, charge, price, upstream_requests, at, latency_us FROM ledger",
   );
   const byId = new Map(rows.map((r) => [r.request_id, r]));
+  // The follower catches up with the ledger (a quarter of a second from another replica's commit), or is given 20 s.
+  for (let waited = 0; waited < 20_000 && rows.some((r) => !followed.has(r.request_id)); waited += 100) await sleep(100);
+  following = false;
+  followerAbort.abort();
+  await following$;
   const checks: Check[] = [];
   const check = (name: string, problems: string[], detail: string) => checks.push({ name, ok: problems.length === 0, detail: problems.length === 0 ? detail : problems.slice(0, 5).join("; ") + (problems.length > 5 ? `; and ${problems.length - 5} more` : "") });
 
@@ -287,6 +330,14 @@ try {
   const byKey = new Map<string, Seen[]>();
   for (const s of seen) if (s.key !== undefined) byKey.set(s.key, [...(byKey.get(s.key) ?? []), s]);
   const twice = [...byKey].filter(([, copies]) => new Set(copies.map((s) => s.requestId).filter((id) => byId.get(id)?.charge === "charged")).size > 1).map(([key]) => key);
+  const lost = rows.filter((r) => !followed.has(r.request_id)).map((r) => `${r.request_id} never given`);
+  const givenTwice = [...followed].filter(([, n]) => n > 1).map(([id, n]) => `${id} given ${n} times`);
+  const unknown = [...followed.keys()].filter((id) => !byId.has(id)).map((id) => `${id} given, not in the ledger`);
+  check(
+    "an operator following the ledger (WatchCalls, resumed from its cursor across stops) is given every call once",
+    [...lost, ...givenTwice, ...unknown],
+    `${followed.size} calls over ${streamEnds.ended + streamEnds.broken + streamEnds.left + 1} streams: ${streamEnds.ended} ended by a replica draining, ${streamEnds.broken} broken or refused (a replica killed, stopping or down), ${streamEnds.left} left for another replica`,
+  );
   check("a call sent again under its Idempotency-Key is charged once", twice, `${byKey.size} keys, ${[...byKey.values()].filter((c) => c.length > 1).length} sent twice`);
 
   const killed = stops.some((s) => s.signal === "SIGKILL");
