@@ -14,6 +14,7 @@ import { root, runCli } from "./support/cli.ts";
 import { freshDatabase } from "./support/postgres.ts";
 import { HttpCollector } from "./support/otlp-collectors.ts";
 import { cleartextCredentials, clockFinding, clockOffsetWarnMs } from "../src/cli/check-command.ts";
+import { connectionCapUnder, openFilesLimit } from "../src/open-files.ts";
 
 // `gateway check`: what serve would start with, read and never written (src/cli/check-command.ts).
 
@@ -190,6 +191,43 @@ describe("gateway check on TLS files", () => {
     expect(of(closed.findings, "listen").map((f) => f.status)).toEqual(["ok"]);
     expect(of(closed.findings, "metrics")).toEqual([]);
     expect(closed.text).not.toContain("a-metrics-token-of-some-length");
+  });
+});
+
+describe("gateway check on the open-files limit", () => {
+  it("warns when the limit holds fewer connections than GATEWAY_MAX_CONNECTIONS beside the gateway's own files, and says what serve does", () => {
+    // Run under a limit of 600 (prlimit execs the command: the same process, so Node's own raise stops at 600).
+    const run = (limit: number, max: string) =>
+      JSON.parse(
+        execFileSync("prlimit", [`--nofile=${limit}:${limit}`, "--", process.execPath, join(root, "bin/gateway.js"), "check", "--json"], {
+          env: { ...process.env, GATEWAY_DATA_DIR: join(dir, "open-files-data"), GATEWAY_MAX_CONNECTIONS: max },
+          encoding: "utf8",
+        }),
+      ) as { findings: Finding[] };
+    expect(of(run(600, "10000").findings, "connections")).toEqual([
+      {
+        check: "connections",
+        status: "warn",
+        detail: "the open-files limit, 600, holds 450 connections beside the 150 files kept for the gateway's own work, not GATEWAY_MAX_CONNECTIONS (10000): serve lowers the cap to 450; raise the limit (LimitNOFILE= under systemd, a container's nofile ulimit) to keep 10000",
+      },
+    ]);
+    expect(of(run(600, "400").findings, "connections")).toEqual([{ check: "connections", status: "ok", detail: "up to 400; the open-files limit, 600, holds them and 150 more for the gateway's own work" }]);
+  });
+
+  it("reads the soft limit from /proc/self/limits, and none where it is unlimited or cannot be read", () => {
+    const limits = (soft: string) => () => `Limit                     Soft Limit           Hard Limit           Units     \nMax processes             95138                95138                processes \nMax open files            ${soft}                1048576              files     \n`;
+    expect(openFilesLimit(limits("1024"))).toBe(1024);
+    expect(openFilesLimit(limits("unlimited"))).toBe(undefined);
+    expect(
+      openFilesLimit(() => {
+        throw Object.assign(new Error("no such file"), { code: "ENOENT" });
+      }),
+    ).toBe(undefined);
+    expect(connectionCapUnder(10_000, undefined)).toEqual({ cap: 10_000, lowered: false, reserve: 0 });
+    // A small limit keeps a quarter for the gateway's own work.
+    expect(connectionCapUnder(10_000, 256)).toEqual({ cap: 192, lowered: true, reserve: 64 });
+    expect(connectionCapUnder(10_000, 1024)).toEqual({ cap: 768, lowered: true, reserve: 256 });
+    expect(connectionCapUnder(768, 1024)).toEqual({ cap: 768, lowered: false, reserve: 256 });
   });
 });
 

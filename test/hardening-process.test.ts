@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { demoExampleIds, demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { runCli, root } from "./support/cli.ts";
-import { withoutSecrets } from "./support/gateway-process.ts";
+import { startServe, withoutSecrets } from "./support/gateway-process.ts";
 import { startGateway } from "./support/gateway-fixture.ts";
 
 const dirs: string[] = [];
@@ -139,6 +139,63 @@ describe("11.2 connections that send nothing", () => {
     } finally {
       for (const s of sockets) s.destroy();
       await gw.close();
+    }
+  });
+});
+
+describe("11.2 connections past what the open-files limit holds", () => {
+  it("lower the connection cap to what the limit holds beside the gateway's own files, said at start: the gateway refuses the rest itself, counted, rather than the system unseen", async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "gw-open-files-"));
+    const serve = await startServe({ GATEWAY_DATA_DIR: dataDir, GATEWAY_FIRST_REQUEST_TIMEOUT_MS: "30000" }, { demo: true, openFiles: 400 });
+    const sockets: net.Socket[] = [];
+    const port = Number(new URL(serve.base).port);
+    /** A connection that asks for /healthz and stays open: its status line, or "closed" when it was closed with nothing written. */
+    const hold = () =>
+      new Promise<string>((resolve) => {
+        const socket = net.connect(port, "127.0.0.1", () => socket.write("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+        sockets.push(socket);
+        socket.on("error", () => {});
+        socket.once("data", (d: Buffer) => resolve(d.toString("latin1").split("\r\n")[0]!));
+        socket.once("close", () => resolve("closed"));
+      });
+    const scrape = async () => {
+      const text = await fetch(`${serve.base}/metrics`, { headers: { connection: "close" } }).then((r) => r.text());
+      const value = (name: string) => Number(new RegExp(`^${name.replace(/[{}"]/g, "\\$&")} (\\S+)$`, "m").exec(text)?.[1]);
+      return { max: value("gateway_connections_max"), fds: value("process_max_fds"), refused: value('gateway_connections_refused_total{what="connection"}') };
+    };
+    try {
+      // 400 files: 100 kept for the gateway's own, 300 for connections; said once, at start, with what to raise.
+      const warned = serve
+        .output()
+        .split("\n")
+        .filter((l) => l.includes('"level":40'))
+        .map((l) => JSON.parse(l) as { msg: string; maxConnections: number; openFilesLimit: number; keptForOwnWork: number; connectionCap: number });
+      expect(warned.map(({ maxConnections, openFilesLimit, keptForOwnWork, connectionCap }) => ({ maxConnections, openFilesLimit, keptForOwnWork, connectionCap }))).toEqual([
+        { maxConnections: 10000, openFilesLimit: 400, keptForOwnWork: 100, connectionCap: 300 },
+      ]);
+      expect(warned[0]!.msg).toMatch(/^GATEWAY_MAX_CONNECTIONS \(10000\) is lowered to 300: .*LimitNOFILE=/);
+      expect(serve.output()).toMatch(/"connections":\{"maxConnections":300,"openFilesLimit":400\}/);
+      expect(await scrape()).toEqual({ max: 300, fds: 400, refused: 0 });
+      // 320 clients that each make a request and stay: 300 served, the rest closed by the gateway, which counts them.
+      const answers: string[] = [];
+      for (let i = 0; i < 320; i++) answers.push(await hold());
+      expect(answers.filter((a) => a === "HTTP/1.1 200 OK").length).toBe(300);
+      expect(answers.slice(300)).toEqual(Array(20).fill("closed"));
+      expect(serve.child.exitCode).toBe(null);
+      for (const s of sockets) s.destroy();
+      // Released, the gateway serves again, and its count and warning hold what it refused.
+      let after = await scrape().catch(() => undefined);
+      for (let tries = 0; tries < 100 && after === undefined; tries++) after = await new Promise((r) => setTimeout(r, 50)).then(() => scrape().catch(() => undefined));
+      expect(after?.refused).toBeGreaterThanOrEqual(20);
+      expect(serve.output()).toContain("a connection was refused: GATEWAY_MAX_CONNECTIONS connections were open");
+      // The demo's first printed legacy call.
+      const demoCall = /curl '(http:\/\/[^']+\?key=[^']+)'/.exec(serve.output())![1]!;
+      expect(((await (await fetch(demoCall)).json()) as { error_code: string }).error_code).toBe("0000");
+    } finally {
+      for (const s of sockets) s.destroy();
+      serve.child.kill("SIGTERM");
+      await new Promise((r) => serve.child.once("exit", r));
+      rmSync(dataDir, { recursive: true, force: true });
     }
   });
 });

@@ -90,6 +90,9 @@ describe("the Prometheus alerting rules", () => {
             { series: `gateway_connections_open{${labels}}`, values: "100x1 8500x10 100x40" },
             { series: `gateway_http2_streams_open{${labels}}`, values: "0x19 9000x10 0x20" },
             { series: `gateway_connections_max{${labels}}`, values: "10000x50" },
+            // 950 of 1,024 files open from minute 3 to 12 (over 90%), then 500.
+            { series: `process_open_fds{${labels}}`, values: "100x2 950x9 500x30" },
+            { series: `process_max_fds{${labels}}`, values: "1024x50" },
             // One address holding 3,000 of the 10,000 from minute 5 to 20, then 2,600 from 32 to 37.
             { series: `gateway_connections_most_from_one_address{${labels}}`, values: "10x4 3000x15 10x10 2600x5" },
             // Three connections refused at the cap at minute 4, none after; streams never.
@@ -148,6 +151,9 @@ describe("the Prometheus alerting rules", () => {
             },
             { eval_time: "22m", alertname: "GatewayConnectionsHeldByOneAddress", exp_alerts: [] },
             { eval_time: "37m", alertname: "GatewayConnectionsHeldByOneAddress", exp_alerts: [] },
+            { eval_time: "7m", alertname: "GatewayOpenFilesNearLimit", exp_alerts: [] },
+            { eval_time: "8m", alertname: "GatewayOpenFilesNearLimit", exp_alerts: fires("GatewayOpenFilesNearLimit", { severity: "warning", instance: "gw-1:8080" }, "Gateway gw-1:8080 has held over 90% of its open-files limit for 5 minutes (92.77%)") },
+            { eval_time: "13m", alertname: "GatewayOpenFilesNearLimit", exp_alerts: [] },
             { eval_time: "3m", alertname: "GatewayConnectionsRefused", exp_alerts: [] },
             { eval_time: "4m", alertname: "GatewayConnectionsRefused", exp_alerts: fires("GatewayConnectionsRefused", { severity: "critical", instance: "gw-1:8080", what: "connection" }, "Gateway gw-1:8080 refused 3 connections at its connection caps in 5 minutes") },
             { eval_time: "10m", alertname: "GatewayConnectionsRefused", exp_alerts: [] },

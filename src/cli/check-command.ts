@@ -1,3 +1,4 @@
+import { connectionCapUnder, openFilesLimit } from "../open-files.ts";
 import { accessSync, constants, existsSync, readFileSync, statSync } from "node:fs";
 import { hostname } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -304,6 +305,20 @@ export function exposureFindings(config: GatewayConfig, listening?: unknown): Fi
   return findings;
 }
 
+/** Whether the open-files limit, as this process has it (serve started the same way has the same), holds GATEWAY_MAX_CONNECTIONS beside the gateway's own files. */
+export function connectionsFindings(config: GatewayConfig, limit: number | undefined): Finding[] {
+  const fitted = connectionCapUnder(config.maxConnections, limit);
+  if (limit === undefined) return [{ check: "connections", status: "ok", detail: `up to ${config.maxConnections} (the open-files limit cannot be read here)` }];
+  if (!fitted.lowered) return [{ check: "connections", status: "ok", detail: `up to ${config.maxConnections}; the open-files limit, ${limit}, holds them and ${fitted.reserve} more for the gateway's own work` }];
+  return [
+    {
+      check: "connections",
+      status: "warn",
+      detail: `the open-files limit, ${limit}, holds ${fitted.cap} connections beside the ${fitted.reserve} files kept for the gateway's own work, not GATEWAY_MAX_CONNECTIONS (${config.maxConnections}): serve lowers the cap to ${fitted.cap}; raise the limit (LimitNOFILE= under systemd, a container's nofile ulimit) to keep ${config.maxConnections}`,
+    },
+  ];
+}
+
 /** A collector's credentials sent in cleartext off this machine. */
 export function cleartextCredentials(plan: Pick<OtlpPlan, "url" | "headers">): Finding[] {
   const u = new URL(plan.url);
@@ -343,6 +358,7 @@ export async function checkCommand(config: GatewayConfig, args: string[]): Promi
     ...tlsFindings(config, Date.now()),
     ...(sharedMode(config) ? await sharedFindings(config) : embeddedFindings(config)),
     ...exposureFindings(config, await listenProbe(config.host, config.port)),
+    ...connectionsFindings(config, openFilesLimit()),
     ...(await tracesFindings(config)),
   ];
   const failed = findings.some((f) => f.status === "fail");

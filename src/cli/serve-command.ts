@@ -1,3 +1,4 @@
+import { connectionCapUnder, openFilesLimit } from "../open-files.ts";
 import { getHeapStatistics } from "node:v8";
 import { randomBytes } from "node:crypto";
 import { demoRecords } from "../catalogue/demo-dataset.ts";
@@ -95,6 +96,16 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
     lock?.release();
     throw e;
   }
+  // A cap the open-files limit cannot hold is lowered to what it can, keeping files for the gateway's own work (open-files.ts).
+  const openFiles = openFilesLimit();
+  const fitted = connectionCapUnder(config.maxConnections, openFiles);
+  if (fitted.lowered) {
+    appSettings = { ...appSettings, limits: { ...appSettings.limits, maxConnections: fitted.cap } };
+    lifecycle.warn(
+      { maxConnections: config.maxConnections, openFilesLimit: openFiles, keptForOwnWork: fitted.reserve, connectionCap: fitted.cap },
+      `GATEWAY_MAX_CONNECTIONS (${config.maxConnections}) is lowered to ${fitted.cap}: this process may hold ${openFiles} open files, and keeps ${fitted.reserve} for its store, logs and connections to the provider, database and Redis. Past the limit the system would close clients' connections as they came, unseen, and fail the gateway's own; raise the limit (LimitNOFILE= under systemd, a container's nofile ulimit) to keep ${config.maxConnections}`,
+    );
+  }
   const tls = appSettings.tls !== undefined;
   const app = await buildApp(appSettings);
   runtime.metrics.watchMemory(config.memoryMb * 1_048_576, (config.memoryMb + fixedOverheadMb) * 1_048_576);
@@ -113,7 +124,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   const base = `${tls ? "https" : "http"}://${host}:${port}`;
   // What the memory budget came to in this process: the heap limit V8 runs with (see bin/gateway.js) and the cache's bound.
   const memory = { memoryMb: config.memoryMb, heapLimitMb: Math.round(getHeapStatistics().heap_size_limit / 1_048_576), cacheMaxBytes: cacheBound(config) };
-  lifecycle.info({ url: base, mode: shared ? "shared" : "embedded", node: runtime.gateway.nodeLabel, memory }, `gateway listening on ${base} (legacy GET, Connect, gRPC-Web and gRPC on one port)`);
+  lifecycle.info({ url: base, mode: shared ? "shared" : "embedded", node: runtime.gateway.nodeLabel, memory, connections: { maxConnections: fitted.cap, openFilesLimit: openFiles ?? null } }, `gateway listening on ${base} (legacy GET, Connect, gRPC-Web and gRPC on one port)`);
   if (options.demo) {
     let demo: { key: string; secret: string } | undefined;
     try {

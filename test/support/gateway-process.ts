@@ -19,10 +19,13 @@ export interface ServeProcess {
  * reads (`/dev/full`, say); it is then ready once `/readyz` answers on a
  * port picked for it.
  */
-export async function startServe(env: Record<string, string>, options: { demo?: boolean; stdout?: number } = {}): Promise<ServeProcess> {
+export async function startServe(env: Record<string, string>, options: { demo?: boolean; stdout?: number; openFiles?: number } = {}): Promise<ServeProcess> {
   let output = "";
   const port = options.stdout === undefined ? 0 : await freePort();
-  const child = spawn(process.execPath, [`${root}/bin/gateway.js`, "serve", ...(options.demo === true ? ["--demo"] : [])], {
+  const command = [process.execPath, `${root}/bin/gateway.js`, "serve", ...(options.demo === true ? ["--demo"] : [])];
+  // With `openFiles`, started under that open-files limit, soft and hard (util-linux's prlimit execs the gateway: the same process).
+  if (options.openFiles !== undefined) command.unshift("prlimit", `--nofile=${options.openFiles}:${options.openFiles}`, "--");
+  const child = spawn(command[0]!, command.slice(1), {
     cwd: root,
     env: { ...process.env, ...env, GATEWAY_PORT: String(port) },
     stdio: ["ignore", options.stdout ?? "pipe", "pipe"],
