@@ -17,7 +17,8 @@ let gw: GatewayFixture;
 let browser: Browser;
 
 beforeAll(async () => {
-  gw = await startGateway({ app: { console: true } });
+  // As `gateway serve` would start it with GATEWAY_MAX_CONNECTIONS=50000 under an open-files limit of 10,256: lowered to 10,000.
+  gw = await startGateway({ app: { console: true, openFiles: { limit: 10_256, maxConnectionsSet: 50_000 } } });
   browser = await launchChromium();
 }, 60_000);
 afterAll(async () => {
@@ -390,6 +391,7 @@ describe("the console", () => {
       expect(await page.getByTestId("per-address").locator("strong").textContent()).toBe("none");
       expect(await page.getByTestId("refused").locator("strong").textContent()).toBe("none");
       expect(await page.getByTestId("open").locator("strong").textContent()).toMatch(/^\d+ of 10,000$/);
+      expect(await page.getByTestId("open").locator("small").textContent()).toMatch(/; the cap is lowered from 50,000 to fit the open-files limit \(10,256\): raise it to keep 50,000$/);
       // Seventeen more from 127.0.0.7: Refresh shows twenty, and 127.0.0.7 first.
       await Promise.all(Array.from({ length: 17 }, hold));
       await page.getByRole("button", { name: "Refresh" }).click();

@@ -1,6 +1,7 @@
 // Issue 11, items 1 (starting on a full disk), 2, 7, 12 and 15: what a running
 // `serve`, a real socket flood and the operator's CLI must survive.
 import { spawn, type ChildProcess } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
@@ -146,7 +147,8 @@ describe("11.2 connections that send nothing", () => {
 describe("11.2 connections past what the open-files limit holds", () => {
   it("lower the connection cap to what the limit holds beside the gateway's own files, said at start: the gateway refuses the rest itself, counted, rather than the system unseen", async () => {
     const dataDir = mkdtempSync(join(tmpdir(), "gw-open-files-"));
-    const serve = await startServe({ GATEWAY_DATA_DIR: dataDir, GATEWAY_FIRST_REQUEST_TIMEOUT_MS: "30000" }, { demo: true, openFiles: 400 });
+    const adminToken = `admin-${randomUUID()}`;
+    const serve = await startServe({ GATEWAY_DATA_DIR: dataDir, GATEWAY_FIRST_REQUEST_TIMEOUT_MS: "30000", GATEWAY_ADMIN_TOKEN: adminToken }, { demo: true, openFiles: 400 });
     const sockets: net.Socket[] = [];
     const port = Number(new URL(serve.base).port);
     /** A connection that asks for /healthz and stays open: its status line, or "closed" when it was closed with nothing written. */
@@ -176,6 +178,13 @@ describe("11.2 connections past what the open-files limit holds", () => {
       expect(warned[0]!.msg).toMatch(/^GATEWAY_MAX_CONNECTIONS \(10000\) is lowered to 300: .*LimitNOFILE=/);
       expect(serve.output()).toMatch(/"connections":\{"maxConnections":300,"openFilesLimit":400\}/);
       expect(await scrape()).toEqual({ max: 300, fds: 400, refused: 0 });
+      // GetConnections says why the cap is what it is.
+      const asked = await fetch(`${serve.base}/gateway.admin.v1.AdminService/GetConnections`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${adminToken}`, connection: "close" },
+        body: "{}",
+      }).then((r) => r.json() as Promise<Record<string, unknown>>);
+      expect([asked.maxConnections, asked.openFilesLimit, asked.maxConnectionsSet]).toEqual(["300", "400", "10000"]);
       // 320 clients that each make a request and stay: 300 served, the rest closed by the gateway, which counts them.
       const answers: string[] = [];
       for (let i = 0; i < 320; i++) answers.push(await hold());

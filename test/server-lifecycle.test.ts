@@ -865,6 +865,9 @@ describe("HTTP/2 stream limits", () => {
           ["127.0.0.5", 1n, false],
         ].map(([address, connections, trustedProxy]) => create(ConnectionHolderSchema, { address: address as string, connections: connections as bigint, trustedProxy: trustedProxy as boolean })),
         refused: create(ConnectionRefusalsSchema, { connections: 0n, perAddress: 1n, streams: 0n }),
+        // Built as the tests build it, not by serve: no open-files limit read, no cap lowered (test/hardening-process.test.ts has serve's).
+        openFilesLimit: 0n,
+        maxConnectionsSet: 0n,
       });
       expect(got.node).not.toBe("");
       expect((await admin.getConnections({ top: 2 }, asAdmin)).holders.map((h) => h.address)).toEqual(["127.0.0.4", "127.0.0.1"]);

@@ -99,6 +99,7 @@ export async function serveCommand(config: GatewayConfig, options: { demo: boole
   // A cap the open-files limit cannot hold is lowered to what it can, keeping files for the gateway's own work (open-files.ts).
   const openFiles = openFilesLimit();
   const fitted = connectionCapUnder(config.maxConnections, openFiles);
+  appSettings = { ...appSettings, openFiles: { limit: openFiles, maxConnectionsSet: fitted.lowered ? config.maxConnections : undefined } };
   if (fitted.lowered) {
     appSettings = { ...appSettings, limits: { ...appSettings.limits, maxConnections: fitted.cap } };
     lifecycle.warn(

@@ -41,7 +41,14 @@ export async function connectionsView(main: HTMLElement, shell: Shell): Promise<
       h(
         "div",
         { class: "figures" },
-        figure("Open", `${c.open.toLocaleString()} of ${c.maxConnections.toLocaleString()}`, "open", share(c.open)),
+        figure(
+          "Open",
+          `${c.open.toLocaleString()} of ${c.maxConnections.toLocaleString()}`,
+          "open",
+          c.maxConnectionsSet > 0n
+            ? `${share(c.open) || "none"}; the cap is lowered from ${c.maxConnectionsSet.toLocaleString()} to fit the open-files limit (${c.openFilesLimit.toLocaleString()}): raise it to keep ${c.maxConnectionsSet.toLocaleString()}`
+            : share(c.open),
+        ),
         figure("HTTP/2 sessions", c.http2Sessions.toLocaleString(), "http2-sessions"),
         figure("HTTP/2 streams", `${c.http2Streams.toLocaleString()} of ${c.maxConnections.toLocaleString()}`, "http2-streams"),
         figure("Addresses", c.addresses.toLocaleString(), "addresses"),

@@ -240,6 +240,14 @@ export interface ServerConnections {
   readonly counts: ConnectionCounts;
   readonly maxConnections: number;
   readonly maxConnectionsPerAddress: number;
+  /** The open-files limit, and GATEWAY_MAX_CONNECTIONS as set when serve lowered it to fit (open-files.ts). */
+  readonly openFiles?: OpenFilesFit | undefined;
+}
+
+/** What `gateway serve` found of the open-files limit, and the cap it set before lowering it to fit (none: not lowered). */
+export interface OpenFilesFit {
+  readonly limit: number | undefined;
+  readonly maxConnectionsSet: number | undefined;
 }
 
 /** The most addresses GetConnections lists at once, and how many when the request does not say. */
@@ -331,6 +339,8 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
             addresses: BigInt(counts.addresses()),
             holders: counts.holders(req.top || defaultHolders).map((h) => ({ address: h.address, connections: BigInt(h.connections), trustedProxy: h.uncapped })),
             refused: { connections: BigInt(counts.refused.connection), perAddress: BigInt(counts.refused.address), streams: BigInt(counts.refused.stream) },
+            openFilesLimit: BigInt(server.openFiles?.limit ?? 0),
+            maxConnectionsSet: BigInt(server.openFiles?.maxConnectionsSet ?? 0),
           };
         }),
         listAccounts: guarded(async (req) => {

@@ -3,7 +3,7 @@ import fastifyCors from "@fastify/cors";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from "fastify";
 import type { Gateway } from "../../core/gateway.ts";
 import { ErrorCode } from "../../gen/gateway/catalogue/v1/status_pb.js";
-import type { AdminPorts } from "../connect/admin-service.ts";
+import type { AdminPorts, OpenFilesFit } from "../connect/admin-service.ts";
 import { registerConnect } from "../connect/connect-plugin.ts";
 import { credentialHeaders } from "../credentials.ts";
 import { installLegacyShim, encodedBodyCode, legacyBodyTypes, refuseLegacy, unroutablePath } from "../legacy/legacy-shim.ts";
@@ -44,6 +44,8 @@ export interface AppOptions {
   readonly limits?: Partial<Omit<OnePortServerOptions, "http2SessionTimeoutMs">>;
   /** The AdminService's ports and the bearer token it requires (empty: the admin API answers Unauthenticated). */
   readonly admin?: { readonly ports: AdminPorts; readonly token: string; readonly watchHeartbeatMs?: number };
+  /** The open-files limit `gateway serve` found, and GATEWAY_MAX_CONNECTIONS as set if it lowered `limits.maxConnections` to fit (AdminService.GetConnections says both). */
+  readonly openFiles?: OpenFilesFit | undefined;
   /** Failed admin-token guesses count here, as failed account credentials do (default: the admin API's own). */
   readonly lockout?: AddressLockout;
   /** Origins browsers may call from: a list, or ["*"] for any. Empty turns CORS off. */
@@ -224,7 +226,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     clientAddress,
     answerHeaders,
     accessLogMode: options.accessLog,
-    connections: { counts: connections, maxConnections: limits.maxConnections, maxConnectionsPerAddress: limits.maxConnectionsPerAddress },
+    connections: { counts: connections, maxConnections: limits.maxConnections, maxConnectionsPerAddress: limits.maxConnectionsPerAddress, openFiles: options.openFiles },
   });
   if (options.legacyFastPath !== false) legacyRequests = legacyFastPath(gateway, { clientAddress, answerHeaders, log: app.log, accessLogMode: options.accessLog });
   return app;

@@ -95,6 +95,21 @@ export declare type GetConnectionsResponse = Message<"gateway.admin.v1.GetConnec
    * @generated from field: gateway.admin.v1.ConnectionRefusals refused = 9;
    */
   refused?: ConnectionRefusals | undefined;
+
+  /**
+   * The open-files limit the replica runs under, which every connection counts against; 0: not known (not Linux).
+   *
+   * @generated from field: int64 open_files_limit = 10;
+   */
+  openFilesLimit: bigint;
+
+  /**
+   * GATEWAY_MAX_CONNECTIONS as set, when `gateway serve` lowered it to `max_connections` to fit the open-files
+   * limit beside the files it keeps for its own work (raise the limit to keep it); 0: not lowered.
+   *
+   * @generated from field: int64 max_connections_set = 11;
+   */
+  maxConnectionsSet: bigint;
 };
 
 /**
