@@ -43,3 +43,9 @@ export function connectionCapUnder(maxConnections: number, limit: number | undef
   const room = Math.max(1, limit - reserve);
   return maxConnections > room ? { cap: room, lowered: true, reserve } : { cap: maxConnections, lowered: false, reserve };
 }
+
+/** What `gateway serve` found of the open-files limit, and GATEWAY_MAX_CONNECTIONS as set when it lowered the cap to fit (none: not lowered). */
+export interface OpenFilesFit {
+  readonly limit: number | undefined;
+  readonly maxConnectionsSet: number | undefined;
+}

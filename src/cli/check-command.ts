@@ -1,4 +1,3 @@
-import { connectionCapUnder, openFilesLimit } from "../open-files.ts";
 import { accessSync, constants, existsSync, readFileSync, statSync } from "node:fs";
 import { hostname } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -16,6 +15,7 @@ import { clockOffset, migrations as sharedSteps, openPostgres } from "../stores/
 import { probeRedis } from "../stores/redis/redis-client.ts";
 import { TlsCertificateFiles, TlsFilesError } from "../transports/server/tls-certificate.ts";
 import { ListenError, listenProbe } from "./listen-error.ts";
+import { connectionCapUnder, openFilesLimit } from "../open-files.ts";
 
 /**
  * `gateway check`: what `serve` would start with, looked at before it does,

@@ -1,4 +1,3 @@
-import { connectionCapUnder, openFilesLimit } from "../open-files.ts";
 import { getHeapStatistics } from "node:v8";
 import { randomBytes } from "node:crypto";
 import { demoRecords } from "../catalogue/demo-dataset.ts";
@@ -13,6 +12,7 @@ import { createLogger, flushRepeatedLines, stdoutOutput } from "../transports/se
 import { TlsCertificateFiles } from "../transports/server/tls-certificate.ts";
 import { listenError } from "./listen-error.ts";
 import { fixedOverheadMb } from "../memory-budget.ts";
+import { connectionCapUnder, openFilesLimit } from "../open-files.ts";
 
 /** The request's JSON body for a call of `op` with `args` (proto JSON names). */
 function jsonBody(op: Operation, args: Readonly<Record<string, string>>): string {

@@ -47,6 +47,7 @@ import { alertFields, alertLineFields } from "./alert-fields.ts";
 import type { CachedCatalogue } from "../../core/cached-catalogue.ts";
 import { operationById, operations } from "../../operations/index.ts";
 import type { ConnectionCounts } from "../server/one-port-server.ts";
+import type { OpenFilesFit } from "../../open-files.ts";
 
 const states = { enabled: OperationState.ENABLED, stopped: OperationState.STOPPED } as const;
 const changeKinds = { opening: BalanceChangeKind.OPENING, "top-up": BalanceChangeKind.TOP_UP, carried: BalanceChangeKind.CARRIED, unbilled: BalanceChangeKind.UNBILLED } as const;
@@ -242,12 +243,6 @@ export interface ServerConnections {
   readonly maxConnectionsPerAddress: number;
   /** The open-files limit, and GATEWAY_MAX_CONNECTIONS as set when serve lowered it to fit (open-files.ts). */
   readonly openFiles?: OpenFilesFit | undefined;
-}
-
-/** What `gateway serve` found of the open-files limit, and the cap it set before lowering it to fit (none: not lowered). */
-export interface OpenFilesFit {
-  readonly limit: number | undefined;
-  readonly maxConnectionsSet: number | undefined;
 }
 
 /** The most addresses GetConnections lists at once, and how many when the request does not say. */
