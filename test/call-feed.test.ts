@@ -81,7 +81,7 @@ async function recordBehind(meter: Meter, rows: readonly LedgerRow[]): Promise<v
 
 /** Follows from `cursor` at `pageSize` until caught up: the ids given, the cursor kept, and the answers it took. */
 async function follow(
-  meter: Pick<Meter, "feed">,
+  meter: Pick<Meter, "feed" | "feedEnd">,
   cursor: string,
   pageSize: number,
   only?: { readonly account: string; readonly scanRows: number },
@@ -271,6 +271,42 @@ describe.each([
     expect(await followCalls(store.meter, { cursor: two.cursor, pageSize: 2, account: "acct-idle", scanRows: 100 })).toMatchObject({ rows: [], caughtUp: true });
   });
 
+  it("from now: gives every call committed after it started and none before, for the ledger and for one account, and refuses a cursor beside it", async () => {
+    // At rest: the end of the ledger is where a follower from the start ends, and nothing is given from it.
+    const whole = await follow(store.meter, "", 10_000);
+    const tail = await followCalls(store.meter, { fromNow: true, pageSize: 10 });
+    expect(tail).toEqual({ rows: [], cursor: whole.cursor, caughtUp: true });
+    const mine = await followCalls(store.meter, { fromNow: true, pageSize: 10, account: "acct1", scanRows: 100 });
+    expect(mine).toMatchObject({ rows: [], caughtUp: true });
+
+    // Started while commits are on their way: what it is given is only ever what was committed from then on, and
+    // every call committed after it started is given, once.
+    const made: string[] = [];
+    let given: string[] = [];
+    const batch = Array.from({ length: 30 }, (_, i) => row(`acct${i % 3}`));
+    const [during] = await Promise.all([followCalls(store.meter, { fromNow: true, pageSize: 1000 }), record(store.meter, batch)]);
+    made.push(...batch.map((r) => r.requestId));
+    given.push(...during.rows.map((r) => r.requestId));
+    const later = [row("acct0"), row("acct1"), row("acct2")];
+    await record(store.meter, later);
+    made.push(...later.map((r) => r.requestId));
+    const rest = await follow(store.meter, during.cursor, 7);
+    given = [...given, ...rest.ids];
+    expect(given.every((id) => made.includes(id)), `given ${given.join(" ")}`).toBe(true);
+    expect(new Set(given).size).toBe(given.length);
+    for (const r of later) expect(given).toContain(r.requestId);
+    // From the tail started at rest: every call since, in the order a follower from the start is given them.
+    const fromTail = await follow(store.meter, tail.cursor, 5);
+    expect(fromTail.ids).toEqual((await follow(store.meter, whole.cursor, 10_000)).ids);
+    expect(new Set(fromTail.ids)).toEqual(new Set(made));
+    // One account's tail: its calls since, and none of the others'.
+    const own = await follow(store.meter, mine.cursor, 10, { account: "acct1", scanRows: 100 });
+    expect(own.ids.sort()).toEqual([...batch, ...later].filter((r) => r.account === "acct1").map((r) => r.requestId).sort());
+
+    // A cursor and from now at once: one or the other.
+    await expect(followCalls(store.meter, { cursor: tail.cursor, fromNow: true, pageSize: 10 })).rejects.toMatchObject({ name: "UsagePageError", of: "both" });
+  });
+
   it("refuses a cursor it did not give, another store's, and a page size below 0", async () => {
     // A cursor as followCalls writes one: its place, then the tag that marks it a cursor.
     const made = (place: string) => Buffer.from(JSON.stringify([place, "feed"])).toString("base64url");
@@ -347,7 +383,10 @@ describe("following the ledger across retention, the embedded store", () => {
       await record(meter, [r7]);
       expect((await follow(meter, b.cursor, 10)).ids).toEqual([r6.requestId, r7.requestId]);
       // A follower from the start is given what is held: r6 (kept, as the newest was) and r7.
-      expect((await follow(meter, "", 10)).ids).toEqual([r6.requestId, r7.requestId]);
+      const all = await follow(meter, "", 10);
+      expect(all.ids).toEqual([r6.requestId, r7.requestId]);
+      // From now, over a folded start: past the newest, r7.
+      expect(await followCalls(meter, { fromNow: true, pageSize: 10 })).toEqual({ rows: [], cursor: all.cursor, caughtUp: true });
     } finally {
       await store.close();
     }
@@ -390,6 +429,8 @@ describe("following the ledger across retention, the shared store", () => {
       const empty = await followCalls(meter, { cursor: "", pageSize: 10 });
       expect(empty).toMatchObject({ rows: [], caughtUp: true });
       await expect(followCalls(meter, { cursor: empty.cursor, pageSize: 10 })).resolves.toMatchObject({ rows: [] });
+      // From now, over a ledger folded whole: the fold's mark, as from the start.
+      expect(await followCalls(meter, { fromNow: true, pageSize: 10 })).toEqual(empty);
       const r6 = row("east", "2026-01-06");
       await record(meter, [r6]);
       await settled(pool);
@@ -564,12 +605,16 @@ describe("following the ledger, the shared store", () => {
         // Committed, but behind the open transaction: not given yet, and the cursor does not move past it.
         const held = await followCalls(meter, { cursor: start.cursor, pageSize: 100 });
         expect(held).toEqual({ rows: [], cursor: start.cursor, caughtUp: true });
+        // A tail started now starts before them too: they are given to it once released, not passed over.
+        const tail = await followCalls(meter, { fromNow: true, pageSize: 100 });
+        expect(tail).toEqual(held);
         await open.query("COMMIT");
         // A transaction of another test file's database, open at this moment, would hold these back too.
         await settled(pool);
         const after = await follow(meter, start.cursor, 100);
         expect(after.ids[0]).toBe(slow.requestId);
         expect(after.ids.slice(1).sort()).toEqual(fast.map((r) => r.requestId).sort());
+        expect((await follow(meter, tail.cursor, 100)).ids).toEqual(after.ids);
       } finally {
         open.release();
       }
@@ -760,6 +805,48 @@ describe("following the ledger over a running gateway", () => {
     expect((await admin.followCalls({ cursor: restart.cursor }, { headers })).calls.map((c) => c.requestId)).toEqual([next]);
   });
 
+  it("FollowCalls and FollowMyCalls from now: from the ledger's end, the calls after it and only the team's own; signed as from_now=true; a cursor beside it refused", async () => {
+    const headers = { authorization: `Bearer ${adminToken}` };
+    const team = await gw.newAccount({ name: "feed-now" });
+    const other = await gw.newAccount({ name: "feed-now-other" });
+    const get = (t: { key: string; secret: string }) => legacyGet(gw.base, "/retail/item_get/", { key: t.key, secret: t.secret, num_iid: demo.retailNumIid }).then((r) => r.json.request_id as string);
+    await get(team);
+    await get(other);
+    const plain = (t: { key: string; secret: string }) => ({ headers: { "x-api-key": t.key, "x-api-secret": t.secret } });
+    const signingKey = await deriveSigningKey(team.secret);
+    const signed = async (params: Record<string, string>) => {
+      const timestamp = Math.floor(Date.now() / 1000);
+      const nonce = newNonce();
+      const signature = await signCall(signingKey, { method: "RPC", path: "/gateway.account.v1.AccountService/FollowMyCalls", params, timestamp, nonce });
+      return { headers: { authorization: `GATEWAY-HMAC-SHA256 key=${team.key}, timestamp=${timestamp}, nonce=${nonce}, signature=${signature}` } };
+    };
+    for (const transport of [createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }), createGrpcTransport({ baseUrl: gw.base })]) {
+      const admin = createClient(AdminService, transport);
+      const mine = createClient(AccountService, transport);
+      const everything = await admin.followCalls({ pageSize: 10_000 }, { headers });
+      const tail = await admin.followCalls({ fromNow: true }, { headers });
+      expect([tail.calls, tail.cursor, tail.caughtUp]).toEqual([[], everything.cursor, true]);
+      const own = await mine.followMyCalls({ fromNow: true }, plain(team));
+      const ownSigned = await mine.followMyCalls({ fromNow: true, pageSize: 5 }, await signed({ from_now: "true", page_size: "5" }));
+      expect([own.calls, own.caughtUp, ownSigned.calls, ownSigned.caughtUp]).toEqual([[], true, [], true]);
+      const made = [await get(other), await get(team), await get(other)];
+      expect((await admin.followCalls({ cursor: tail.cursor }, { headers })).calls.map((c) => c.requestId)).toEqual(made);
+      expect((await mine.followMyCalls({ cursor: own.cursor }, plain(team))).calls.map((c) => c.requestId)).toEqual([made[1]]);
+      expect((await mine.followMyCalls({ cursor: ownSigned.cursor }, plain(team))).calls.map((c) => c.requestId)).toEqual([made[1]]);
+      // Signed without from_now, asked with it: the signature does not cover what is asked.
+      const forged = await mine.followMyCalls({ fromNow: true }, await signed({})).then(
+        () => "answered",
+        (err: unknown) => ConnectError.from(err).findDetails(StatusBlockSchema)[0]?.errorCode,
+      );
+      expect(forged).toBe(ErrorCode.INVALID_CREDENTIALS);
+      // A cursor and from now at once: invalid_argument for an operator, 4003 for a team.
+      const both = await admin.followCalls({ fromNow: true, cursor: tail.cursor }, { headers }).catch((e: unknown) => ConnectError.from(e));
+      expect([(both as ConnectError).code, (both as ConnectError).rawMessage]).toEqual([Code.InvalidArgument, "a cursor or from_now, not both: a cursor reads on from where it was given, from_now from the newest call"]);
+      const teamBoth = await mine.followMyCalls({ fromNow: true, cursor: own.cursor }, plain(team)).catch((e: unknown) => ConnectError.from(e));
+      expect([(teamBoth as ConnectError).code, (teamBoth as ConnectError).findDetails(StatusBlockSchema)[0]?.errorCode]).toEqual([Code.InvalidArgument, ErrorCode.PARAM_ERROR]);
+    }
+  });
+
   it("FollowMyCalls gives a team its own calls in commit order over Connect and gRPC, signed or not, and refuses a cursor it did not give (4015) and one retention passed over (4003)", async () => {
     const a = await gw.newAccount({ name: "feed-a" });
     const b = await gw.newAccount({ name: "feed-b" });
@@ -878,6 +965,18 @@ describe("following the ledger over a running gateway", () => {
       expect(await runCli(["feed", "--cursor-file", file], env)).toMatchObject({ code: 0, stdout: "" });
       expect(existsSync(`${file}.tmp`)).toBe(false);
 
+      // --from-now with no cursor saved: none of the calls before it, the ledger's end saved; run again (with
+      // --from-now still, as from cron), it reads on from the saved cursor: the call made between.
+      const nowFile = join(dir, "now");
+      expect(await runCli(["feed", "--cursor-file", nowFile, "--from-now", "--json"], env)).toMatchObject({ code: 0, stdout: "" });
+      expect(readFileSync(nowFile, "utf8").trim()).not.toBe("");
+      const between = await call();
+      const onFromSaved = await runCli(["feed", "--cursor-file", nowFile, "--from-now", "--json"], env);
+      expect(onFromSaved.code, onFromSaved.stderr).toBe(0);
+      expect(onFromSaved.stdout.trim().split("\n").map((l) => (JSON.parse(l) as { requestId: string }).requestId)).toEqual([between]);
+      const bare = await runCli(["feed", "--from-now", "--csv"], env);
+      expect([bare.code, idsOf(bare.stdout)]).toEqual([0, []]);
+
       // A cursor file it did not write: exit 2, one line, nothing on stdout.
       writeFileSync(join(dir, "bad"), "not-a-cursor\n");
       const bad = await runCli(["feed", "--cursor-file", join(dir, "bad")], env);
@@ -970,6 +1069,31 @@ describe("WatchCalls: following the ledger on one stream", () => {
     // Every stream that ended left nothing waiting on the commits.
     await new Promise((r) => setTimeout(r, 300));
     expect(gw.runtime.ledgerCommits.waiting).toBe(0);
+  });
+
+  it("from now, over Connect, gRPC-Web and gRPC: none of the calls before it, then each call as it commits; a cursor beside it is refused before any message", async () => {
+    for (const transport of [
+      createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }),
+      createGrpcWebTransport({ baseUrl: gw.base, httpVersion: "1.1" }),
+      createGrpcTransport({ baseUrl: gw.base }),
+    ]) {
+      const admin = createClient(AdminService, transport);
+      await call();
+      const end = (await admin.followCalls({ fromNow: true }, { headers })).cursor;
+      const abort = new AbortController();
+      const watch = reader(admin.watchCalls({ fromNow: true }, { headers, signal: abort.signal }));
+      await watch.until(() => watch.messages.length >= 1, "the first message");
+      expect(watch.messages[0]).toMatchObject({ ids: [], cursor: end });
+      const later = [await call(), await call()];
+      await watch.until(() => watch.ids().length >= 2, "the calls made while it was open", 5000);
+      expect(watch.ids()).toEqual(later);
+      abort.abort();
+      await watch.ended;
+      const both = reader(admin.watchCalls({ fromNow: true, cursor: end }, { headers }));
+      const refused = await both.ended;
+      expect([refused?.code, both.messages.length]).toEqual([Code.InvalidArgument, 0]);
+      expect(refused?.rawMessage).toContain("a cursor or from_now, not both");
+    }
   });
 
   /** The AdminService at handler level over this gateway's stores, with a heartbeat and a draining flag of the test's own. */

@@ -39,9 +39,10 @@ commands:
   usage [--account K] [--day D | --from D --to D] [--operation OP] [--code NNNN] [--rows N|all] [--json]
         [--address IP|NET] [--by-address] [--request-id ID] [--csv]
                                      the ledger's totals (and rows; all: every row, a page at a time): from one address or network, per address, one call
-  feed [--cursor-file F] [--follow [--every S]] [--csv | --json]
+  feed [--cursor-file F] [--from-now] [--follow [--every S]] [--csv | --json]
                                      every call in the order the ledger committed it, from where F says the last run stopped
-                                     (saved after each page); --follow: on as calls commit, until SIGINT or SIGTERM
+                                     (saved after each page); --from-now: with no cursor saved, from the newest call, not the
+                                     oldest; --follow: on as calls commit, until SIGINT or SIGTERM
   import FILE.ndjson [--json]        load item records into the embedded catalogue
   migrate --to postgres://… [--json] copy the embedded data directory into an empty PostgreSQL database
   backup FILE [--json]               a consistent copy of the embedded store, taken while the gateway serves, checked whole

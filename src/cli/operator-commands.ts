@@ -150,7 +150,10 @@ const rowText = (rows: readonly LedgerRow[]) =>
  * written out: a run killed between the two writes that page again on the
  * next run, so a reader that must count each call once keys on request_id.
  * With --follow it reads on as calls commit, until SIGINT or SIGTERM
- * (after the page it is writing) or its reader goes.
+ * (after the page it is writing) or its reader goes. With --from-now and
+ * no cursor saved, it starts at the ledger's end (a live tail, or a biller
+ * that starts from today rather than the ledger's first call); a saved
+ * cursor is always read on from.
  */
 export async function feedCommand(config: GatewayConfig, argv: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -158,6 +161,7 @@ export async function feedCommand(config: GatewayConfig, argv: string[]): Promis
     options: {
       "cursor-file": { type: "string" },
       follow: { type: "boolean", default: false },
+      "from-now": { type: "boolean", default: false },
       every: { type: "string", default: "1" },
       csv: { type: "boolean", default: false },
       json: { type: "boolean", default: false },
@@ -196,7 +200,7 @@ export async function feedCommand(config: GatewayConfig, argv: string[]): Promis
     while (!stopping && !outputGone) {
       let page;
       try {
-        page = await followCalls(runtime.meter, { cursor, pageSize: maxCallPageSize });
+        page = await followCalls(runtime.meter, { cursor, fromNow: values["from-now"] && cursor === "", pageSize: maxCallPageSize });
       } catch (e) {
         if (e instanceof UsagePageError) throw new AccountAdminError(`${file === undefined ? "" : `--cursor-file ${file}: `}${e.message}`);
         throw e;

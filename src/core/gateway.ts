@@ -559,8 +559,8 @@ export class Gateway {
   }
 
   /** A caller's own calls in commit order from its cursor (the AccountService): the ledger's feed narrowed to its account (usage-pages.ts). */
-  ownFeed(account: Account, page: { readonly cursor: string; readonly pageSize: number }): Promise<FeedPage> {
-    return followCalls(this.ports.meter, { cursor: page.cursor, pageSize: page.pageSize, account: account.key });
+  ownFeed(account: Account, page: { readonly cursor: string; readonly fromNow?: boolean; readonly pageSize: number }): Promise<FeedPage> {
+    return followCalls(this.ports.meter, { cursor: page.cursor, fromNow: page.fromNow, pageSize: page.pageSize, account: account.key });
   }
 
   /** Refuses (4008) a caller whose address is locked out for failed authentications, and counts it; at once where the lockout answers at once. */

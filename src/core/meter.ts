@@ -406,6 +406,14 @@ export interface Meter {
     only?: { readonly account: string; readonly scan: number },
   ): Promise<{ readonly rows: readonly LedgerRow[]; readonly place: FeedPlace; readonly more?: boolean }>;
   /**
+   * The place just past every row `feed` can give now: a follower that
+   * starts there is given the calls committed from now on, none before
+   * (a live tail), and misses none after. On the shared store a call that
+   * committed a moment ago but is still held back (`feedHeldSince`) comes
+   * after it too: the place is the last row given, never past one held.
+   */
+  feedEnd(): Promise<FeedPlace>;
+  /**
    * Retention (`LedgerRetention`): folds the ledger rows of days before
    * `beforeDay` into per-day totals and deletes them, with the counted
    * refusals of those days; day counts (api_info) and balances stay.

@@ -39,12 +39,13 @@ export interface CallPage {
  * retention since (`followCalls`): `out_of_range`. "large": a report asked
  * whole that holds more totals than one answer may (`maxWholeTotals`):
  * `resource_exhausted`, as gRPC's own answer too large to send; for a team,
- * a 4003.
+ * a 4003. "both": a follower that asks from a cursor and from now at once:
+ * `invalid_argument`; for a team, a 4003.
  */
 export class UsagePageError extends Error {
   override name = "UsagePageError";
-  readonly of: "size" | "token" | "folded" | "large";
-  constructor(of: "size" | "token" | "folded" | "large", message: string) {
+  readonly of: "size" | "token" | "folded" | "large" | "both";
+  constructor(of: "size" | "token" | "folded" | "large" | "both", message: string) {
     super(message);
     this.of = of;
   }
@@ -293,14 +294,23 @@ export interface FeedPage {
  * after it were folded past retention, it is refused ("folded") instead of
  * passing over them in silence. With an account, that account's calls
  * only (a team's own feed), picked from at most `scanRows` of the
- * ledger's rows an answer (`feedScanRows`).
+ * ledger's rows an answer (`feedScanRows`). With `fromNow` (and no cursor),
+ * from the end of the ledger as it stands (`Meter.feedEnd`): only the calls
+ * committed from now on, what a live tail follows.
  */
 export async function followCalls(
-  meter: Pick<Meter, "feed">,
-  request: { readonly cursor?: string | undefined; readonly pageSize?: number | undefined; readonly account?: string | undefined; readonly scanRows?: number | undefined },
+  meter: Pick<Meter, "feed" | "feedEnd">,
+  request: {
+    readonly cursor?: string | undefined;
+    readonly fromNow?: boolean | undefined;
+    readonly pageSize?: number | undefined;
+    readonly account?: string | undefined;
+    readonly scanRows?: number | undefined;
+  },
 ): Promise<FeedPage> {
   const take = pageSize(request.pageSize, defaultCallPageSize, maxCallPageSize);
-  const after = request.cursor ? feedPlace(request.cursor) : undefined;
+  if (request.fromNow === true && request.cursor) throw new UsagePageError("both", "a cursor or from_now, not both: a cursor reads on from where it was given, from_now from the newest call");
+  const after = request.cursor ? feedPlace(request.cursor) : request.fromNow === true ? await meter.feedEnd() : undefined;
   const { rows, place, more } = await meter.feed(after, take, request.account === undefined ? undefined : { account: request.account, scan: request.scanRows ?? feedScanRows });
   return { rows, cursor: encode([place], feedTag), caughtUp: rows.length < take && more !== true };
 }

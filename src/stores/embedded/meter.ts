@@ -765,6 +765,12 @@ export class SqliteMeter implements Meter {
     return { rows: rows!.map(rowFromSql), place: `e${full ? Number(last!.seq) : end}`, more: !full && end < Number(top![0]!.seq) };
   }
 
+  /** Past the newest row, or past what retention folded where it folded every row (`Meter.feedEnd`). */
+  async feedEnd(): Promise<FeedPlace> {
+    const [end] = await this.reader.read([{ sql: "SELECT max(coalesce((SELECT max(rowid) FROM ledger), 0), (SELECT folded_through FROM ledger_feed)) AS seq", params: {} }]);
+    return `e${Number(end![0]?.seq ?? 0)}`;
+  }
+
   /** The newest request id in the ledger, so a restarted process never reuses one. */
   lastRequestId(): string | undefined {
     return (this.db.prepare("SELECT max(request_id) AS id FROM ledger").get() as { id: string | null }).id ?? undefined;

@@ -610,6 +610,25 @@ export class PostgresMeter implements Meter {
     return { rows: [], place: mark?.passed === true ? `p${mark.txid}.${mark.request_id}` : `p${from.txid}.${from.requestId}` };
   }
 
+  /**
+   * The last row `feed` can give now (below the snapshot's xmin, as `feed`
+   * reads): one entry into the commit order's index, from its end. Rows
+   * held back behind a transaction still open are after it, so a follower
+   * starting there is given them once they are released. With no such row,
+   * the fold mark: retention folded every row, or none was written.
+   */
+  async feedEnd(): Promise<FeedPlace> {
+    const { rows } = await this.pool.query<{ txid: string; request_id: string }>(
+      `SELECT coalesce(last.txid, f.folded_txid)::text AS txid, coalesce(last.request_id, f.folded_request_id) AS request_id
+       FROM ledger_feed f LEFT JOIN LATERAL (
+         SELECT txid, request_id FROM ledger WHERE txid < pg_snapshot_xmin(pg_current_snapshot())
+         ORDER BY txid DESC, request_id COLLATE "C" DESC LIMIT 1
+       ) last ON true`,
+    );
+    const end = rows[0];
+    return end === undefined ? "p0." : `p${end.txid}.${end.request_id}`;
+  }
+
   /** Where retention's fold has reached in `feed`'s order, and whether it is past `from` (a cursor rows after which are gone). */
   private async foldMark(from: { readonly txid: string; readonly requestId: string }): Promise<{ txid: string; request_id: string; passed: boolean } | undefined> {
     const marks = await this.pool.query<{ txid: string; request_id: string; passed: boolean }>(

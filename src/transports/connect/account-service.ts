@@ -136,9 +136,10 @@ export function accountRoutes(gateway: Gateway, options: { readonly interceptors
         const params: Record<string, string | undefined> = {};
         if (req.cursor !== "") params.cursor = req.cursor;
         if (req.pageSize !== 0) params.page_size = String(req.pageSize);
+        if (req.fromNow) params.from_now = "true";
         const who = await caller(ctx, params);
         try {
-          const page = await gateway.ownFeed(who.account, { cursor: req.cursor, pageSize: req.pageSize });
+          const page = await gateway.ownFeed(who.account, { cursor: req.cursor, fromNow: req.fromNow, pageSize: req.pageSize });
           return create(FollowMyCallsResponseSchema, { calls: page.rows.map((r) => create(CallSchema, callFields(r))), cursor: page.cursor, caughtUp: page.caughtUp });
         } catch (e) {
           throw e instanceof UsagePageError ? pageRefusal(e, who, ctx) : e;

@@ -454,7 +454,7 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           return { calls: page.rows.map(rowMessage), nextPageToken: page.nextPageToken };
         }),
         followCalls: guarded(async (req) => {
-          const page = await followCalls(meter, { cursor: req.cursor, pageSize: req.pageSize });
+          const page = await followCalls(meter, { cursor: req.cursor, fromNow: req.fromNow, pageSize: req.pageSize });
           return { calls: page.rows.map(rowMessage), cursor: page.cursor, caughtUp: page.caughtUp };
         }),
         /**
@@ -473,6 +473,8 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           const drain = ports.readiness?.drainSignal;
           const wake = drain === undefined ? ctx.signal : AbortSignal.any([ctx.signal, drain]);
           let cursor = req.cursor;
+          // From now: the first read starts at the ledger's end; every read after, from the cursor it gave.
+          let fromNow = req.fromNow;
           let sent = false;
           // Times on performance.now(): a wall clock stepping back would stop heartbeats and the token's checks for the step.
           let lastSent = -Infinity;
@@ -486,7 +488,8 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
               }
               // Noted before the read: a commit during the read or while the message is taken is not waited for.
               const seen = bell.rung;
-              const page = await followCalls(meter, { cursor, pageSize: req.pageSize });
+              const page = await followCalls(meter, { cursor, fromNow, pageSize: req.pageSize });
+              fromNow = false;
               const quiet = performance.now() - lastSent >= heartbeatMs;
               if (page.rows.length > 0 || !sent || quiet) {
                 yield { calls: page.rows.map(rowMessage), cursor: page.cursor };

@@ -599,7 +599,7 @@ export declare const ListMyCallsResponseSchema: GenMessage<ListMyCallsResponse>;
  */
 export declare type FollowMyCallsRequest = Message<"gateway.account.v1.FollowMyCallsRequest"> & {
   /**
-   * The `cursor` of the answer before; empty: from the oldest call the ledger holds.
+   * The `cursor` of the answer before; empty: from the oldest call the ledger holds (or, with `from_now`, the newest).
    *
    * @generated from field: string cursor = 1;
    */
@@ -611,6 +611,14 @@ export declare type FollowMyCallsRequest = Message<"gateway.account.v1.FollowMyC
    * @generated from field: int32 page_size = 2;
    */
   pageSize: number;
+
+  /**
+   * With no cursor: from the end of the ledger as it stands, so only the account's calls committed from now on are
+   * given. With a cursor: refused (4003). Signed as `from_now` = `true`.
+   *
+   * @generated from field: bool from_now = 3;
+   */
+  fromNow: boolean;
 };
 
 /**

@@ -1626,7 +1626,7 @@ export declare const ListCallsResponseSchema: GenMessage<ListCallsResponse>;
  */
 export declare type FollowCallsRequest = Message<"gateway.admin.v1.FollowCallsRequest"> & {
   /**
-   * The `cursor` of the answer before; empty: from the oldest call the ledger holds.
+   * The `cursor` of the answer before; empty: from the oldest call the ledger holds (or, with `from_now`, the newest).
    *
    * @generated from field: string cursor = 1;
    */
@@ -1638,6 +1638,14 @@ export declare type FollowCallsRequest = Message<"gateway.admin.v1.FollowCallsRe
    * @generated from field: int32 page_size = 2;
    */
   pageSize: number;
+
+  /**
+   * With no cursor: from the end of the ledger as it stands, so only calls committed from now on are given (a live
+   * tail; in shared mode, with those a transaction still open holds back). With a cursor: refused (invalid_argument).
+   *
+   * @generated from field: bool from_now = 3;
+   */
+  fromNow: boolean;
 };
 
 /**
@@ -1699,6 +1707,14 @@ export declare type WatchCallsRequest = Message<"gateway.admin.v1.WatchCallsRequ
    * @generated from field: int32 page_size = 2;
    */
   pageSize: number;
+
+  /**
+   * As FollowCallsRequest's: with no cursor, only calls committed from now on (the first message has the cursor
+   * of the ledger's end, and seldom calls); a stream cut resumes from its last cursor, without `from_now`.
+   *
+   * @generated from field: bool from_now = 3;
+   */
+  fromNow: boolean;
 };
 
 /**
