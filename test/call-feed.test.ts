@@ -10,6 +10,7 @@ import { Code, ConnectError, createClient, createRouterTransport } from "@connec
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
+import net from "node:net";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -1093,6 +1094,104 @@ describe("WatchCalls: following the ledger on one stream", () => {
       const refused = await both.ended;
       expect([refused?.code, both.messages.length]).toEqual([Code.InvalidArgument, 0]);
       expect(refused?.rawMessage).toContain("a cursor or from_now, not both");
+    }
+  });
+
+  it("over HTTP/1.1, a caller that closes its socket on a quiet stream ends it at once, not at the next heartbeat; one that only ends its side is sent a heartbeat and followed on; health's Watch too", async () => {
+    /** A Connect streaming call over HTTP/1.1 on a socket of its own: the messages as they come (JSON), and the socket. */
+    const stream = async (on: GatewayFixture, path: string, request: object, extra: Record<string, string> = {}) => {
+      const socket = net.connect({ port: on.port, host: "127.0.0.1" });
+      await once(socket, "connect");
+      const body = Buffer.from(JSON.stringify(request));
+      const envelope = Buffer.alloc(5);
+      envelope.writeUInt32BE(body.length, 1);
+      const fields = Object.entries(extra).map(([k, v]) => `${k}: ${v}\r\n`).join("");
+      socket.write(`POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/connect+json\r\nConnect-Protocol-Version: 1\r\n${fields}Content-Length: ${body.length + 5}\r\n\r\n`);
+      socket.write(Buffer.concat([envelope, body]));
+      let raw = Buffer.alloc(0);
+      socket.on("data", (d: Buffer) => (raw = Buffer.concat([raw, d])));
+      socket.on("error", () => undefined);
+      /** The messages so far: the chunked body's envelopes, each parsed. */
+      const messages = () => {
+        const at = raw.indexOf("\r\n\r\n");
+        if (at < 0) return [];
+        let chunked = raw.subarray(at + 4);
+        let data = Buffer.alloc(0);
+        for (;;) {
+          const eol = chunked.indexOf("\r\n");
+          if (eol < 0) break;
+          const size = parseInt(chunked.subarray(0, eol).toString(), 16);
+          if (chunked.length < eol + 2 + size + 2) break;
+          data = Buffer.concat([data, chunked.subarray(eol + 2, eol + 2 + size)]);
+          chunked = chunked.subarray(eol + 2 + size + 2);
+        }
+        const out: Record<string, unknown>[] = [];
+        while (data.length >= 5 && data.length >= 5 + data.readUInt32BE(1)) {
+          out.push(JSON.parse(data.subarray(5, 5 + data.readUInt32BE(1)).toString()) as Record<string, unknown>);
+          data = data.subarray(5 + data.readUInt32BE(1));
+        }
+        return out;
+      };
+      return { socket, messages };
+    };
+    const watchPath = "/gateway.admin.v1.AdminService/WatchCalls";
+    const healthPath = "/grpc.health.v1.Health/Watch";
+    const bell = gw.runtime.ledgerCommits;
+    const readiness = gw.runtime.readiness;
+    await expect.poll(() => bell.waiting).toBe(0);
+
+    // Closed on a quiet stream: the stream ends within a moment (the heartbeat here is 15 s), nothing left waiting;
+    // health's Watch, which sends nothing while the status holds, the same; and its SERVICE_UNKNOWN, held open.
+    const closing = await stream(gw, watchPath, { fromNow: true }, headers);
+    const health = await stream(gw, healthPath, {});
+    const unknown = await stream(gw, healthPath, { service: "no.such.Service" });
+    await expect.poll(() => [closing.messages().length, health.messages().length, unknown.messages().length]).toEqual([1, 1, 1]);
+    expect([health.messages()[0], unknown.messages()[0]]).toEqual([{ status: "SERVING" }, { status: "SERVICE_UNKNOWN" }]);
+    await expect.poll(() => [bell.waiting, readiness.watching]).toEqual([1, 1]);
+    const open = async () => (await createClient(AdminService, createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" })).getConnections({}, { headers })).open;
+    const withThem = await open();
+    const closedAt = Date.now();
+    for (const s of [closing, health, unknown]) s.socket.destroy();
+    await expect.poll(() => [bell.waiting, readiness.watching], { timeout: 5000 }).toEqual([0, 0]);
+    await expect.poll(open, { timeout: 5000 }).toBe(withThem - 3n);
+    expect(Date.now() - closedAt).toBeLessThan(5000);
+
+    // Only its side ended (as `printf … | nc` does): sent a heartbeat at once (no calls, the same cursor), and
+    // still followed: the next call reaches it. Health's Watch sends its status again.
+    const reading = await stream(gw, watchPath, { fromNow: true }, headers);
+    const healthReading = await stream(gw, healthPath, {});
+    await expect.poll(() => [reading.messages().length, healthReading.messages().length]).toEqual([1, 1]);
+    const first = reading.messages()[0]!;
+    reading.socket.end();
+    healthReading.socket.end();
+    await expect.poll(() => [reading.messages().length, healthReading.messages().length]).toEqual([2, 2]);
+    expect(reading.messages()[1]).toEqual({ cursor: first.cursor });
+    expect(healthReading.messages()[1]).toEqual({ status: "SERVING" });
+    const next = await call();
+    await expect.poll(() => reading.messages().length, { timeout: 5000 }).toBe(3);
+    expect((reading.messages()[2]!.calls as { requestId: string }[]).map((c) => c.requestId)).toEqual([next]);
+    expect([healthReading.messages().length, readiness.watching]).toEqual([2, 1]);
+    for (const s of [reading, healthReading]) s.socket.destroy();
+
+    // Closed after that, a stream is found by its next message: nothing tells it from a reader until something is
+    // sent. On a gateway whose streams beat every second: within one or two.
+    const quick = await startGateway({ app: { streamHeartbeatMs: 1000 } });
+    try {
+      const streams = [await stream(quick, watchPath, { fromNow: true }, headers), await stream(quick, healthPath, {}), await stream(quick, healthPath, { service: "no.such.Service" })];
+      await expect.poll(() => streams.map((s) => s.messages().length)).toEqual([1, 1, 1]);
+      for (const s of streams) s.socket.end();
+      await expect.poll(() => streams.map((s) => s.messages().length)).toEqual([2, 2, 2]);
+      // A reader that ended its side is sent the status again each beat while nothing changes: it is how one that goes is found.
+      await expect.poll(() => streams[1]!.messages().length, { timeout: 5000 }).toBeGreaterThanOrEqual(3);
+      expect(streams[1]!.messages().every((m) => m.status === "SERVING")).toBe(true);
+      await expect.poll(() => [quick.runtime.ledgerCommits.waiting, quick.runtime.readiness.watching]).toEqual([1, 1]);
+      const quickOpen = async () => (await createClient(AdminService, createConnectTransport({ baseUrl: quick.base, httpVersion: "1.1" })).getConnections({}, { headers })).open;
+      const held = await quickOpen();
+      for (const s of streams) s.socket.destroy();
+      await expect.poll(() => [quick.runtime.ledgerCommits.waiting, quick.runtime.readiness.watching], { timeout: 5000 }).toEqual([0, 0]);
+      await expect.poll(quickOpen, { timeout: 5000 }).toBe(held - 3n);
+    } finally {
+      await quick.close();
     }
   });
 

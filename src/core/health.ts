@@ -90,6 +90,11 @@ export class Readiness {
     return this.running;
   }
 
+  /** How many listen (`watch`): each health Watch stream open, while it is. */
+  get watching(): number {
+    return this.watchers.size;
+  }
+
   /** Calls `listener` with every report whose readiness differs from the one before; returns the way to stop. */
   watch(listener: (report: ReadinessReport) => void): () => void {
     this.watchers.add(listener);

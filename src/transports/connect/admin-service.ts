@@ -13,7 +13,7 @@ import type { Account } from "../../core/accounts.ts";
 import { keptUntil } from "../../core/secret-grace.ts";
 import type { AddressLockout } from "../../core/address-lockout.ts";
 import { noTelemetry, type Telemetry } from "../../core/telemetry.ts";
-import { clientIpKey } from "./context.ts";
+import { callerEndedKey, clientIpKey } from "./context.ts";
 import { knownJsonOnly, refuseUnknownFields } from "./known-fields.ts";
 import { GatewayError } from "../../core/gateway-error.ts";
 import { refusalError, rpcTransportOf } from "./status-error.ts";
@@ -472,6 +472,11 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           const name = ctx.values.get(adminNameKey);
           const drain = ports.readiness?.drainSignal;
           const wake = drain === undefined ? ctx.signal : AbortSignal.any([ctx.signal, drain]);
+          // An HTTP/1.x caller that ends its side is sent a heartbeat at once, once: one that has closed its
+          // socket meets it with a reset and the stream ends now, not at the next heartbeat (hang-up-check.ts).
+          const callerEnded = ctx.values.get(callerEndedKey)();
+          const wakeOrEnded = callerEnded === undefined ? wake : AbortSignal.any([wake, callerEnded]);
+          let prompted = false;
           let cursor = req.cursor;
           // From now: the first read starts at the ledger's end; every read after, from the cursor it gave.
           let fromNow = req.fromNow;
@@ -490,18 +495,20 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
               const seen = bell.rung;
               const page = await followCalls(meter, { cursor, fromNow, pageSize: req.pageSize });
               fromNow = false;
-              const quiet = performance.now() - lastSent >= heartbeatMs;
+              const ended = callerEnded?.aborted === true && !prompted;
+              const quiet = performance.now() - lastSent >= heartbeatMs || ended;
               if (page.rows.length > 0 || !sent || quiet) {
                 yield { calls: page.rows.map(rowMessage), cursor: page.cursor };
                 sent = true;
                 lastSent = performance.now();
+                if (ended) prompted = true;
               }
               cursor = page.cursor;
               if (!page.caughtUp) continue;
               if (ports.readiness?.draining) return;
               // Another process's commits are seen by reading again; where every commit rings the bell, nothing is read until one does.
               const poll = bell.everyCommit ? heartbeatMs : watchPollMs;
-              await bell.wait(Math.max(0, Math.min(poll, lastSent + heartbeatMs - performance.now())), wake, seen);
+              await bell.wait(Math.max(0, Math.min(poll, lastSent + heartbeatMs - performance.now())), prompted ? wake : wakeOrEnded, seen);
             }
           } catch (e) {
             adminError(e);

@@ -12,7 +12,7 @@ import { operations } from "../../operations/index.ts";
 import { accountRoutes } from "./account-service.ts";
 import { adminRoutes, type AdminPorts, type ServerConnections } from "./admin-service.ts";
 import { catalogueRoutes } from "./catalogue-services.ts";
-import { answeredByServerKey, callerGoneKey, callLogKey, clientIpKey, requestIdKey } from "./context.ts";
+import { answeredByServerKey, callerEndedKey, callerGoneKey, callLogKey, clientIpKey, requestIdKey } from "./context.ts";
 import { callLogOf, type AccessFields, type AccessLogMode } from "../server/access-log.ts";
 import { healthRoutes } from "./health-service.ts";
 import { DescriptorIndex, reflectionRoutes, reflectionServices } from "./reflection-service.ts";
@@ -25,11 +25,14 @@ import type { ClientAddress } from "../server/client-address.ts";
 import type { RequestClaims } from "../server/one-port-server.ts";
 import { streamGone } from "../server/caller-gone.ts";
 import { answeredByServer } from "../server/client-errors.ts";
+import { callerEndedSignal } from "../server/hang-up-check.ts";
 
 export interface ConnectOptions {
   readonly gateway: Gateway;
   /** The AdminService's ports and bearer token; absent, the service is not mounted. */
-  readonly admin?: { readonly ports: AdminPorts; readonly token: string; readonly watchHeartbeatMs?: number } | undefined;
+  readonly admin?: { readonly ports: AdminPorts; readonly token: string } | undefined;
+  /** How often a quiet stream says it is there (AppOptions.streamHeartbeatMs). */
+  readonly streamHeartbeatMs?: number | undefined;
   /** Where failed admin-token guesses count. */
   readonly lockout: AddressLockout;
   /** Largest request message, in bytes. */
@@ -72,6 +75,7 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
     } else {
       const raw = req.raw;
       values.set(answeredByServerKey, () => answeredByServer(raw));
+      values.set(callerEndedKey, () => callerEndedSignal(raw));
     }
     return values;
   };
@@ -90,7 +94,7 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
           lockout: options.lockout,
           interceptors: [recordRpcCode, logInternal],
           ...(options.telemetry ? { telemetry: options.telemetry } : {}),
-          ...(options.admin.watchHeartbeatMs !== undefined ? { watchHeartbeatMs: options.admin.watchHeartbeatMs } : {}),
+          ...(options.streamHeartbeatMs !== undefined ? { watchHeartbeatMs: options.streamHeartbeatMs } : {}),
           node: options.gateway.nodeLabel,
           connections: options.connections,
         })(router);
@@ -98,7 +102,7 @@ export async function registerConnect(app: FastifyInstance, options: ConnectOpti
       const services = [...catalogue.handlers, ...router.handlers].map((h) => [h.service.typeName, h.service] as const);
       const mounted = [...new Map(services).values(), Health, ...reflectionServices];
       const names = mounted.map((s) => s.typeName);
-      healthRoutes(options.readiness, () => names)(router);
+      healthRoutes(options.readiness, () => names, options.streamHeartbeatMs)(router);
       reflectionRoutes(new DescriptorIndex(mounted))(router);
       const handlers = router.handlers as UniversalHandler[];
       handlers.forEach((h, i) => (handlers[i] = refusedRequests(h)));

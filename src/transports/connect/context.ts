@@ -23,3 +23,13 @@ export const callerGoneKey = createContextKey<() => boolean>(() => false, { desc
 
 /** Whether the server has answered the request itself (a body the HTTP parser refused, client-errors.ts): the handler's answer is then dropped. */
 export const answeredByServerKey = createContextKey<() => boolean>(() => false, { description: "the server answered the request itself" });
+
+/**
+ * For a streaming answer on HTTP/1.x, the signal that its caller ended its
+ * side after the answer's head went (hang-up-check.ts callerEndedSignal):
+ * a handler that can send a harmless message (a heartbeat) sends one at
+ * once, so a caller that closed its socket is found by the reset it meets
+ * rather than at the stream's next message. Undefined elsewhere (HTTP/2
+ * tells a reset itself); asked for once by a streaming handler.
+ */
+export const callerEndedKey = createContextKey<() => AbortSignal | undefined>(() => undefined, { description: "the caller ended its side of an HTTP/1.x stream" });

@@ -44,7 +44,12 @@ export interface AppOptions {
   /** Header, timeout and connection limits of the server. */
   readonly limits?: Partial<Omit<OnePortServerOptions, "http2SessionTimeoutMs">>;
   /** The AdminService's ports and the bearer token it requires (empty: the admin API answers Unauthenticated). */
-  readonly admin?: { readonly ports: AdminPorts; readonly token: string; readonly watchHeartbeatMs?: number };
+  readonly admin?: { readonly ports: AdminPorts; readonly token: string };
+  /**
+   * How often a quiet stream says it is there (15 s): WatchCalls' heartbeat, and health Watch's status sent
+   * again to an HTTP/1.x caller that ended its side (the only way to find whether it has gone).
+   */
+  readonly streamHeartbeatMs?: number;
   /** The open-files limit `gateway serve` found, and GATEWAY_MAX_CONNECTIONS as set if it lowered `limits.maxConnections` to fit (AdminService.GetConnections says both). */
   readonly openFiles?: OpenFilesFit | undefined;
   /** Failed admin-token guesses count here, as failed account credentials do (default: the admin API's own). */
@@ -219,6 +224,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   rpcRequests = await registerConnect(app, {
     gateway,
     admin: options.admin,
+    streamHeartbeatMs: options.streamHeartbeatMs,
     lockout: options.lockout ?? new MemoryAddressLockout(),
     readMaxBytes: maxBodyBytes,
     readiness,

@@ -25,11 +25,50 @@ import type { Socket } from "node:net";
  * of those looks come late, and an answer made in the meantime would be
  * charged with the reset already come back.
  *
- * Not once the answer's head is written (the answer is on its way), nor on
- * TLS, where Node's HTTP/1.1 server takes a FIN as the request's end anyway.
+ * Not once the answer's head is written (the answer is on its way), unless
+ * it is a stream that asked to be told (`callerEndedSignal`), nor on TLS,
+ * where Node's HTTP/1.1 server takes a FIN as the request's end anyway.
+ * `early` false (GATEWAY_HANG_UP_CHECK=off): streams only.
  */
-export function checkHangUps(socket: Socket): void {
-  socket.on("end", onEnd);
+export function checkHangUps(socket: Socket, early = true): void {
+  socket.on("end", early ? onEnd : onEndStreaming);
+}
+
+/**
+ * Streaming answers whose handler sends a message when told its caller
+ * ended its side (`callerEndedSignal`), by request: a stream's head is
+ * sent and it may be quiet for long (a watch waiting for the next call), so
+ * a caller that closed its socket would be found only by the stream's next
+ * message, a heartbeat's quarter-minute later or, where nothing beats, never.
+ */
+const streamPrompts = new WeakMap<http.IncomingMessage, AbortController>();
+
+/**
+ * For a streaming answer on HTTP/1.x: aborted once its caller ends its side
+ * of the connection (a FIN) after the answer's head went. The handler then
+ * sends a message at once (its heartbeat, or the state it last sent): a
+ * caller that has closed answers it with a reset, which the looks that
+ * follow find, and the stream ends (connect-node's signal); a caller that
+ * only finished sending reads it and is followed on.
+ */
+export function callerEndedSignal(req: http.IncomingMessage): AbortSignal {
+  let prompt = streamPrompts.get(req);
+  if (prompt === undefined) {
+    streamPrompts.set(req, (prompt = new AbortController()));
+    if ((req.socket as AnsweringSocket | null)?.[ended] === true) prompt.abort();
+  }
+  return prompt.signal;
+}
+
+/** A caller's FIN while its streaming answer is on its way: the handler is told, and the connection looked at as it sends. */
+function onEndStreaming(this: AnsweringSocket): void {
+  this[ended] = true;
+  const res = this._httpMessage;
+  if (res == null || !res.headersSent || res.writableEnded) return;
+  const prompt = streamPrompts.get(res.req);
+  if (prompt === undefined) return;
+  prompt.abort();
+  look(this, res, 0);
 }
 
 /** What every answer of Node's HTTP/1.x server begins with, whatever the request's version. */
@@ -47,7 +86,8 @@ type StoringHead = http.ServerResponse & { _storeHeader(firstLine: string, heade
 function onEnd(this: AnsweringSocket): void {
   this[ended] = true;
   const res = this._httpMessage as StoringHead | null | undefined;
-  if (res == null || res.headersSent || res.writableEnded) return;
+  if (res != null && res.headersSent) return onEndStreaming.call(this);
+  if (res == null || res.writableEnded) return;
   const storeHead = res._storeHeader;
   // Every status line Node writes begins so (ServerResponse.writeHead); one that did not would be written whole.
   res._storeHeader = function (firstLine, headers) {

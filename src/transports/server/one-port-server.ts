@@ -311,7 +311,8 @@ export function createOnePortServer(handler: Handler, options: OnePortServerOpti
         h2.emit("connection", socket);
       }
       else {
-        if (options.hangUpCheck) checkHangUps(socket);
+        // Off, a caller that ends its side early is answered as any; a quiet stream's is still looked for.
+        checkHangUps(socket, options.hangUpCheck);
         for (const listener of h1Listeners) listener.call(h1, socket);
       }
     };
