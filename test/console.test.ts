@@ -405,6 +405,76 @@ describe("the console", () => {
     }
   });
 
+  it("follows calls live from now, filters them, pauses and resumes with none lost, rides out a cut, and ends its stream when left", async () => {
+    const call = async (numIid: string = demo.retailNumIid) =>
+      (await legacyGet(gw.base, "/retail/item_get/", { key: gw.account.key, secret: gw.account.secret, num_iid: numIid })).json.request_id as string;
+    const before = await call();
+    const { page } = await signedIn();
+    await page.getByRole("link", { name: "Live calls" }).click();
+    await page.getByRole("heading", { name: "Live calls" }).waitFor();
+    await page.getByText("Following: each call appears as the ledger commits it.").waitFor();
+    // Caught up, the page's stream waits on the ledger's commits.
+    await expect.poll(() => gw.runtime.ledgerCommits.waiting).toBeGreaterThanOrEqual(1);
+    const rows = page.locator("table.live tbody tr");
+    const shown = () => rows.evaluateAll((trs) => trs.map((tr) => tr.getAttribute("data-request-id")));
+    expect(await shown()).toEqual([]);
+
+    // As they commit, newest first; a refusal marked. Nothing from before the page began.
+    const ok = await call();
+    const refused = await call("not-a-number");
+    await expect.poll(shown).toEqual([refused, ok]);
+    expect(await shown()).not.toContain(before);
+    expect(await rows.first().getAttribute("class")).toBe("refused");
+    expect(await rows.first().locator("td").nth(4).textContent()).toBe("4003");
+    expect(await rows.nth(1).locator("td").allTextContents()).toEqual([
+      expect.stringMatching(/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/),
+      ok,
+      gw.account.key,
+      "retail/item_get",
+      "0000",
+      "legacy",
+      "127.0.0.1",
+      expect.stringMatching(/^(hit|)$/),
+      expect.stringMatching(/^\d+\.\d$/),
+      expect.stringMatching(/^\d+(\.\d+)?$/),
+    ]);
+    expect(await page.getByTestId("live-calls").locator("strong").textContent()).toBe("2");
+    expect(await page.getByTestId("live-refused").locator("strong").textContent()).toBe("1");
+    // Filters look through the calls kept: refusals only, then an account that made none.
+    await page.getByLabel("Refusals only").check();
+    await expect.poll(shown).toEqual([refused]);
+    await page.getByLabel("Refusals only").uncheck();
+    await page.getByLabel("Account").fill("no-such-team");
+    await expect.poll(shown).toEqual([]);
+    expect(await page.locator("table.live caption").textContent()).toBe("No call of this filter among the latest.");
+    await page.getByLabel("Account").fill(gw.account.key.slice(2, 9).toUpperCase());
+    await expect.poll(shown).toEqual([refused, ok]);
+
+    // Paused, the stream ends and its place is kept; resumed, the calls made meanwhile come, none lost.
+    await page.getByRole("button", { name: "Pause" }).click();
+    await expect.poll(() => gw.runtime.ledgerCommits.waiting).toBe(0);
+    const whilePaused = [await call(), await call()];
+    await new Promise((r) => setTimeout(r, 500));
+    expect(await shown()).toEqual([refused, ok]);
+    await page.getByRole("button", { name: "Resume" }).click();
+    await expect.poll(shown).toEqual([...whilePaused].reverse().concat([refused, ok]));
+
+    // Every connection cut by the gateway: the page says so, tries again from its cursor, and the call made in
+    // between is shown (a page that began again from now would have lost it).
+    await page.getByText("Following: each call appears as the ledger commits it.").waitFor();
+    gw.app.server.closeAllConnections();
+    const inTheGap = await call();
+    await expect.poll(shown, { timeout: 20_000 }).toEqual([inTheGap, ...[...whilePaused].reverse(), refused, ok]);
+    expect(await page.getByTestId("live-calls").locator("strong").textContent()).toBe("5");
+    await page.screenshot({ path: join(shots, "5e-live-calls.png"), fullPage: true });
+
+    // Left for another screen, the stream ends: nothing waits on the commits for it.
+    await page.getByRole("link", { name: "Accounts" }).click();
+    await page.getByRole("heading", { name: "Accounts" }).waitFor();
+    await expect.poll(() => gw.runtime.ledgerCommits.waiting).toBe(0);
+    await page.close();
+  });
+
   it("calls each transport from the explorer, shows the calls in usage, and answers a stopped account's next call with 4007", async () => {
     const { page, requests } = await signedIn();
     await page.getByLabel("Name").fill("explorer-team");
@@ -616,6 +686,10 @@ describe("the console", () => {
     await page.getByTestId("open").waitFor();
     expect(await page.evaluate<number>("document.documentElement.scrollWidth - document.documentElement.clientWidth")).toBeLessThanOrEqual(0);
     await page.screenshot({ path: join(shots, "9b-phone-connections.png"), fullPage: true });
+    await page.getByRole("link", { name: "Live calls" }).click();
+    await page.getByText("Following: each call appears as the ledger commits it.").waitFor();
+    expect(await page.evaluate<number>("document.documentElement.scrollWidth - document.documentElement.clientWidth")).toBeLessThanOrEqual(0);
+    await page.screenshot({ path: join(shots, "9c-phone-live.png"), fullPage: true });
     await page.close();
   });
 

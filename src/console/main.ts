@@ -1,12 +1,13 @@
 // The gateway's console: sign-in with an admin token, then accounts, usage,
-// maintenance and an explorer, one screen each (#/accounts, #/usage,
-// #/maintenance, #/explorer). Every call goes through Connect-Web (api.ts).
+// live calls, maintenance, connections and an explorer, one screen each
+// (#/accounts, #/usage, #/live, …). Every call goes through Connect-Web (api.ts).
 import "./console.css";
 import { adminClient, inWords, isUnauthenticated, loadGatewayInfo, session, type AdminClient, type GatewayInfo, type OperationInfo } from "./api.ts";
 import { accountsView } from "./accounts.ts";
 import { explorerView } from "./explorer.ts";
 import { maintenanceView } from "./maintenance.ts";
 import { connectionsView } from "./connections.ts";
+import { liveView } from "./live.ts";
 import { usageView } from "./usage.ts";
 import { h, field, notice } from "./dom.ts";
 
@@ -49,11 +50,14 @@ export interface Shell {
   readonly resultTypes: readonly string[];
   /** Goes back to the sign-in screen, saying why. */
   signedOut(message: string): void;
+  /** Aborted once the screen shown now is left (another screen, signing out): what ends its streams. */
+  leaving(): AbortSignal;
 }
 
 const screens = {
   accounts: { title: "Accounts", show: accountsView },
   usage: { title: "Usage", show: usageView },
+  live: { title: "Live calls", show: liveView },
   maintenance: { title: "Maintenance", show: maintenanceView },
   connections: { title: "Connections", show: connectionsView },
   explorer: { title: "Explorer", show: explorerView },
@@ -76,11 +80,14 @@ async function start(): Promise<void> {
     return;
   }
   const onHash = () => void route();
+  let screenShown = new AbortController();
   const shell: Shell = {
     client: adminClient(token),
     operations: info.operations,
     resultTypes: info.resultTypes,
+    leaving: () => screenShown.signal,
     signedOut: (message) => {
+      screenShown.abort();
       window.removeEventListener("hashchange", onHash);
       session.signOut();
       signInView(message);
@@ -103,6 +110,8 @@ async function start(): Promise<void> {
   );
   async function route(): Promise<void> {
     const screen = screenOf(location.hash);
+    screenShown.abort();
+    screenShown = new AbortController();
     for (const a of links) {
       if (a.getAttribute("href") === `#/${screen}`) a.setAttribute("aria-current", "page");
       else a.removeAttribute("aria-current");

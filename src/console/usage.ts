@@ -12,6 +12,7 @@ import { field, h, notice } from "./dom.ts";
 import type { Shell } from "./main.ts";
 import { accountPicker } from "./account-picker.ts";
 import { csvText } from "../render/csv.ts";
+import { callCells, callColumns, callNumeric } from "./call-rows.ts";
 
 const chargeNames: Record<number, string> = { [Charge.CHARGED]: "charged", [Charge.UNCHARGED]: "uncharged", [Charge.IGNORED]: "ignored" };
 const palette = ["#1f5fbf", "#d97706", "#15803d", "#b42318", "#7c3aed", "#0e7490"];
@@ -96,10 +97,6 @@ function table(caption: string, head: string[], rows: (string | Node)[][], numer
 /** Calls a page of the usage view's "Latest calls" holds. */
 const callsPage = 50;
 
-function callCells(r: UsageRow): (string | Node)[] {
-  return [new Date(Number(r.atMs)).toISOString().replace("T", " ").slice(0, 19), h("code", {}, r.requestId), r.account || "(none)", r.operation, fourDigits(r.errorCode), r.transport, r.clientIp || "(not kept)", r.cacheHit ? "hit" : "", (Number(r.latencyUs) / 1000).toFixed(1), r.price];
-}
-
 /**
  * The newest calls of the filter, a page at a time: "Older calls" reads the next page (ListCalls, from where the last
  * ended) and adds it below, and the CSV link holds every call shown. `current`: whether this reading is still the one
@@ -114,7 +111,7 @@ function callsTable(first: ListCallsResponse, filter: { account: string; from: s
       shown.map((r) => [r.requestId, new Date(Number(r.atMs)).toISOString(), r.day, r.account, r.operation, fourDigits(r.errorCode), chargeNames[r.charge] ?? "", r.price, r.cacheHit, r.latencyUs, r.transport, r.clientIp, r.upstreamRequests]),
     );
   const link = download("Download these calls (CSV)", name, csv());
-  const box = table("Latest calls", ["Time", "Request id", "Account", "Operation", "Code", "Transport", "Address", "Cache", "Latency ms", "Price"], shown.map(callCells), [8, 9], link);
+  const box = table("Latest calls", callColumns, shown.map(callCells), callNumeric, link);
   const body = box.querySelector("tbody")!;
   const state = h("p", { class: "muted", "data-testid": "calls-shown" });
   const more = h("button", { type: "button" }, "Older calls");
@@ -129,7 +126,7 @@ function callsTable(first: ListCallsResponse, filter: { account: string; from: s
       if (!current()) return;
       shown.push(...page.calls);
       token = page.nextPageToken;
-      body.append(...page.calls.map((r) => h("tr", {}, ...callCells(r).map((c, i) => h("td", i >= 8 ? { class: "num" } : {}, c)))));
+      body.append(...page.calls.map((r) => h("tr", {}, ...callCells(r).map((c, i) => h("td", callNumeric.includes(i) ? { class: "num" } : {}, c)))));
       URL.revokeObjectURL(link.getAttribute("href")!);
       const url = URL.createObjectURL(new Blob([csv()], { type: "text/csv;charset=utf-8" }));
       held.push(url);
