@@ -1195,6 +1195,41 @@ describe("WatchCalls: following the ledger on one stream", () => {
     }
   });
 
+  it("for one account, over Connect and gRPC: FollowCalls and WatchCalls give only its calls, the others' read past and never sent, and refuse an account the gateway does not have (not_found)", async () => {
+    const team = await gw.newAccount({ name: "watched-team" });
+    const other = await gw.newAccount({ name: "unwatched-team" });
+    const get = (t: { key: string; secret: string }) => legacyGet(gw.base, "/retail/item_get/", { key: t.key, secret: t.secret, num_iid: demo.retailNumIid }).then((r) => r.json.request_id as string);
+    for (const transport of [createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }), createGrpcTransport({ baseUrl: gw.base })]) {
+      const admin = createClient(AdminService, transport);
+      const before = (await admin.followCalls({ fromNow: true }, { headers })).cursor;
+      const made = [await get(other), await get(team), await get(other), await get(team)];
+      // From a cursor, the account's calls only; the cursor is the whole ledger's, so dropping the account reads on from it.
+      const mine = await admin.followCalls({ cursor: before, account: team.key }, { headers });
+      expect([mine.calls.map((c) => c.requestId), mine.caughtUp]).toEqual([[made[1], made[3]], true]);
+      expect(mine.calls.every((c) => c.account === team.key)).toBe(true);
+      expect((await admin.followCalls({ cursor: before }, { headers })).calls.map((c) => c.requestId)).toEqual(made);
+      expect((await admin.followCalls({ cursor: mine.cursor }, { headers })).calls).toEqual([]);
+
+      const abort = new AbortController();
+      const watch = reader(admin.watchCalls({ fromNow: true, account: team.key }, { headers, signal: abort.signal }));
+      await watch.until(() => watch.messages.length >= 1, "the first message");
+      const later = [await get(other), await get(team), await get(other), await get(other), await get(team)];
+      await watch.until(() => watch.ids().length >= 2, "the account's calls", 5000);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(watch.ids()).toEqual([later[1], later[4]]);
+      abort.abort();
+      await watch.ended;
+
+      for (const refused of [
+        await admin.followCalls({ account: "no-such-account" }, { headers }).then(() => undefined, (e: unknown) => ConnectError.from(e)),
+        await reader(admin.watchCalls({ fromNow: true, account: "no-such-account" }, { headers })).ended,
+      ]) {
+        expect(refused?.code).toBe(Code.NotFound);
+        expect(refused?.rawMessage).toContain("no-such-account");
+      }
+    }
+  });
+
   /** The AdminService at handler level over this gateway's stores, with a heartbeat and a draining flag of the test's own. */
   function handlers(heartbeatMs: number) {
     const readiness = { draining: false };

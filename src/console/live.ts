@@ -4,12 +4,16 @@
 // committed meanwhile come at once, none lost; a stream cut (a replica
 // draining, the network) resumes from its cursor the same way, after a wait
 // that grows while it keeps failing. Leaving the screen ends the stream.
+// Choosing an account has the gateway send only its calls (WatchCalls'
+// `account`): on a busy gateway a page of every call costs the replica a
+// part of each call's work, and one of a quiet account almost nothing.
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { UsageRow } from "../gen/gateway/admin/v1/admin_pb.js";
 import { Charge } from "../gen/gateway/catalogue/v1/status_pb.js";
 import { inWords } from "./api.ts";
 import { callCells, callColumns, callNumeric } from "./call-rows.ts";
-import { field, h, notice } from "./dom.ts";
+import { accountPicker } from "./account-picker.ts";
+import { h, notice } from "./dom.ts";
 import type { Shell } from "./main.ts";
 
 /** Calls kept in the page, the newest: what a filter changed looks through. */
@@ -26,7 +30,8 @@ export async function liveView(main: HTMLElement, shell: Shell): Promise<void> {
   /** When messages came and how many calls each brought: the rate over the last 10 s. */
   const arrivals: { readonly at: number; readonly calls: number }[] = [];
 
-  const account = h("input", { type: "search", name: "account", placeholder: "part of a key", autocomplete: "off", spellcheck: false, size: 20 });
+  const picker = await accountPicker(shell, { name: "account", all: "All accounts" });
+  const account = picker.select;
   const refusedOnly = h("input", { type: "checkbox", name: "refused" });
   const pause = h("button", { type: "button", class: "secondary" }, "Pause");
   const clear = h("button", { type: "button", class: "secondary" }, "Clear");
@@ -41,14 +46,13 @@ export async function liveView(main: HTMLElement, shell: Shell): Promise<void> {
   const figures = { calls: figure("Calls", "live-calls"), refused: figure("Refused", "live-refused"), charged: figure("Charged", "live-charged"), hits: figure("From the cache", "live-hits"), rate: figure("A second, last 10 s", "live-rate") };
 
   const matches = (r: UsageRow) => {
-    const who = account.value.trim().toLowerCase();
-    return (!refusedOnly.checked || r.errorCode !== 0) && (who === "" || r.account.toLowerCase().includes(who));
+    return !refusedOnly.checked || r.errorCode !== 0;
   };
   const rowOf = (r: UsageRow) =>
     h("tr", { "data-request-id": r.requestId, class: r.errorCode !== 0 ? "refused" : undefined }, ...callCells(r).map((c, i) => h("td", callNumeric.includes(i) ? { class: "num" } : {}, c)));
   const told = () => {
     const n = body.rows.length;
-    caption.textContent = n === 0 ? (recent.length === 0 ? "No call since this page began following." : "No call of this filter among the latest.") : `The ${n} latest ${n === 1 ? "call" : "calls"}${account.value.trim() !== "" || refusedOnly.checked ? " of this filter" : ""}, newest first`;
+    caption.textContent = n === 0 ? (recent.length === 0 ? "No call since this page began following." : "No call of this filter among the latest.") : `The ${n} latest ${n === 1 ? "call" : "calls"}${refusedOnly.checked ? " of this filter" : ""}, newest first`;
   };
   /** The table again from the calls kept: after a filter changes. */
   const redraw = () => {
@@ -83,14 +87,21 @@ export async function liveView(main: HTMLElement, shell: Shell): Promise<void> {
     figuresNow();
     told();
   };
-  account.addEventListener("input", redraw);
   refusedOnly.addEventListener("change", redraw);
-  clear.addEventListener("click", () => {
+  const cleared = () => {
     recent.length = 0;
     arrivals.length = 0;
     Object.assign(totals, { calls: 0, refused: 0, charged: 0, hits: 0 });
     figuresNow();
     redraw();
+  };
+  clear.addEventListener("click", cleared);
+  // Another account: the page starts again with its calls, from where the stream stood, the gateway sending only them.
+  account.addEventListener("change", () => {
+    cleared();
+    restart = true;
+    stream?.abort();
+    wake?.();
   });
   // The rate falls to 0 while no call comes.
   const ticker = setInterval(figuresNow, 1000);
@@ -98,6 +109,7 @@ export async function liveView(main: HTMLElement, shell: Shell): Promise<void> {
 
   let cursor = "";
   let paused = false;
+  let restart = false;
   let stream: AbortController | undefined;
   let wake: (() => void) | undefined;
   /** Waits `ms`, or until woken (resume) or the screen is left. */
@@ -135,7 +147,9 @@ export async function liveView(main: HTMLElement, shell: Shell): Promise<void> {
       let following = false;
       try {
         // From now the first time (and after retention passed the cursor); from the last cursor after a pause or a cut.
-        for await (const m of shell.client.watchCalls(cursor === "" ? { fromNow: true } : { cursor }, { signal })) {
+        restart = false;
+        const from = cursor === "" ? { fromNow: true } : { cursor };
+        for await (const m of shell.client.watchCalls({ ...from, account: account.value }, { signal })) {
           cursor = m.cursor;
           failures = 0;
           heard.textContent = `Last heard from the gateway at ${new Date().toLocaleTimeString()} (it says it is there at least every 15 s).`;
@@ -151,7 +165,7 @@ export async function liveView(main: HTMLElement, shell: Shell): Promise<void> {
         await sleep(1000);
       } catch (e) {
         if (leaving.aborted) return;
-        if (paused) continue;
+        if (paused || restart) continue;
         const err = ConnectError.from(e);
         if (err.code === Code.Unauthenticated) return shell.signedOut(inWords(err));
         if (err.code === Code.OutOfRange) {
@@ -172,10 +186,10 @@ export async function liveView(main: HTMLElement, shell: Shell): Promise<void> {
     h(
       "p",
       { class: "muted" },
-      "Every call of every replica as the ledger commits it, newest first, from the moment this page began following (WatchCalls from now). Pause holds the stream's place: the calls made meanwhile come on resume. The figures count every call seen here, whatever the filter.",
+      "Every call of every replica as the ledger commits it, newest first, from the moment this page began following (WatchCalls from now). Pause holds the stream's place: the calls made meanwhile come on resume. The figures count every call seen here since the account was chosen, whatever the refusals filter; with an account chosen, the gateway sends only its calls.",
     ),
     h("div", { class: "figures" }, ...Object.values(figures).map((f) => f.box)),
-    h("div", { class: "filters live-controls" }, field("Account", account), h("label", { class: "check" }, refusedOnly, " Refusals only"), h("div", { class: "actions" }, pause, clear)),
+    h("div", { class: "filters live-controls" }, ...picker.fields, h("label", { class: "check" }, refusedOnly, " Refusals only"), h("div", { class: "actions" }, pause, clear)),
     state,
     heard,
     h("div", { class: "list" }, h("table", { class: "live" }, caption, h("thead", {}, h("tr", {}, ...callColumns.map((t) => h("th", { scope: "col" }, t)))), body)),

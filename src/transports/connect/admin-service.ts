@@ -3,6 +3,7 @@ import { Code, ConnectError, createContextKey, type ConnectRouter, type HandlerC
 import type { AdminTokens } from "../../core/admin-tokens.ts";
 import { isCalendarDay } from "../../core/clock.ts";
 import { createHash, timingSafeEqual } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { OperationId } from "../../contract/operations.ts";
 import { balanceChangeFields, callFields, usageTotalFields } from "./usage-fields.ts";
 import { AccountAdminError, AccountExistsError, AccountNotFoundError, usageAddress, type AccountAdmin, type AccountEvent } from "../../core/account-admin.ts";
@@ -252,6 +253,15 @@ const defaultHolders = 10;
 /** How often a caught-up WatchCalls stream reads the ledger again for calls committed by other replicas. */
 const watchPollMs = 250;
 
+/**
+ * The least time between two reads of a caught-up WatchCalls stream: a
+ * busy replica commits thousands of times a second, and a stream that read
+ * at each ring (one of an account that makes few calls, most reads finding
+ * none) cost each call of every account a read. Calls committed meanwhile
+ * come together in the next read, at most this much later.
+ */
+const watchReadGapMs = 25;
+
 /** The AdminService over the same core the CLI uses. */
 export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (router: ConnectRouter) => void {
   const { meter, switches } = ports;
@@ -279,6 +289,9 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
       requestId: req.requestId || undefined,
     };
   };
+
+  /** The account a follower of the ledger asked for (FollowCalls, WatchCalls), one the gateway has (else not_found): undefined for every account. */
+  const followedAccount = async (key: string): Promise<string | undefined> => (key === "" ? undefined : (await admin.get(key)).key);
 
   return (router) =>
     router.service(
@@ -454,7 +467,8 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           return { calls: page.rows.map(rowMessage), nextPageToken: page.nextPageToken };
         }),
         followCalls: guarded(async (req) => {
-          const page = await followCalls(meter, { cursor: req.cursor, fromNow: req.fromNow, pageSize: req.pageSize });
+          const account = await followedAccount(req.account);
+          const page = await followCalls(meter, { cursor: req.cursor, fromNow: req.fromNow, pageSize: req.pageSize, account });
           return { calls: page.rows.map(rowMessage), cursor: page.cursor, caughtUp: page.caughtUp };
         }),
         /**
@@ -480,10 +494,12 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           let cursor = req.cursor;
           // From now: the first read starts at the ledger's end; every read after, from the cursor it gave.
           let fromNow = req.fromNow;
+          const account = await followedAccount(req.account).catch(adminError);
           let sent = false;
           // Times on performance.now(): a wall clock stepping back would stop heartbeats and the token's checks for the step.
           let lastSent = -Infinity;
           let lastChecked = performance.now();
+          let lastRead = -Infinity;
           try {
             while (!ctx.signal.aborted) {
               // A named admin's token, looked at again once a heartbeat, busy or quiet: a revoked one ends the stream.
@@ -493,7 +509,8 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
               }
               // Noted before the read: a commit during the read or while the message is taken is not waited for.
               const seen = bell.rung;
-              const page = await followCalls(meter, { cursor, fromNow, pageSize: req.pageSize });
+              lastRead = performance.now();
+              const page = await followCalls(meter, { cursor, fromNow, pageSize: req.pageSize, account });
               fromNow = false;
               const ended = callerEnded?.aborted === true && !prompted;
               const quiet = performance.now() - lastSent >= heartbeatMs || ended;
@@ -509,6 +526,8 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
               // Another process's commits are seen by reading again; where every commit rings the bell, nothing is read until one does.
               const poll = bell.everyCommit ? heartbeatMs : watchPollMs;
               await bell.wait(Math.max(0, Math.min(poll, lastSent + heartbeatMs - performance.now())), prompted ? wake : wakeOrEnded, seen);
+              const gap = lastRead + watchReadGapMs - performance.now();
+              if (gap > 0) await sleep(gap, undefined, { signal: prompted ? wake : wakeOrEnded }).catch(() => undefined);
             }
           } catch (e) {
             adminError(e);

@@ -1646,6 +1646,16 @@ export declare type FollowCallsRequest = Message<"gateway.admin.v1.FollowCallsRe
    * @generated from field: bool from_now = 3;
    */
   fromNow: boolean;
+
+  /**
+   * Only this account's calls (its key; an account the gateway does not have: not_found), picked as FollowMyCalls
+   * picks a team's: from at most 50,000 of the ledger's calls an answer, every account's, so `caught_up` stays false
+   * until the read has reached the newest, and the cursor moves on past the others' calls. The cursors are the
+   * same either way: a follower can choose or drop the account between answers.
+   *
+   * @generated from field: string account = 4;
+   */
+  account: string;
 };
 
 /**
@@ -1715,6 +1725,13 @@ export declare type WatchCallsRequest = Message<"gateway.admin.v1.WatchCallsRequ
    * @generated from field: bool from_now = 3;
    */
   fromNow: boolean;
+
+  /**
+   * As FollowCallsRequest's: only this account's calls, the others' read past in the store, never sent.
+   *
+   * @generated from field: string account = 4;
+   */
+  account: string;
 };
 
 /**
