@@ -245,6 +245,10 @@ try {
   // last cursor it received whenever its stream ends (its replica killed or stopped). Every committed call, once.
   // It leaves each stream after 5 to 15 s for another replica, and the trouble stops its replica half the time.
   const followed = new Map<string, number>();
+  /** What the follower did, a line each: each stream's start and end, and each message (its calls' ids, its cursor); read when a check fails. */
+  const journal: string[] = [];
+  /** Where each call was given: the journal's message numbers. */
+  const givenAt = new Map<string, number[]>();
   let following = true;
   let followingOn: number | undefined;
   const streamEnds = { ended: 0, broken: 0, left: 0 };
@@ -259,18 +263,27 @@ try {
       }
       const replica = pick(alive);
       followingOn = replica.id;
-      const transport = Math.random() < 0.5 ? createGrpcTransport({ baseUrl: replica.base }) : createConnectTransport({ baseUrl: replica.base, httpVersion: "1.1" });
+      const grpc = Math.random() < 0.5;
+      const transport = grpc ? createGrpcTransport({ baseUrl: replica.base }) : createConnectTransport({ baseUrl: replica.base, httpVersion: "1.1" });
       const leave = AbortSignal.timeout(5000 + random(10_000));
+      const stream = streamEnds.ended + streamEnds.broken + streamEnds.left + 1;
+      journal.push(`${new Date().toISOString()} stream ${stream} on replica ${replica.id} over ${grpc ? "gRPC" : "Connect"} from ${cursor || "(start)"}`);
       try {
         const headers = { authorization: `Bearer ${env.GATEWAY_ADMIN_TOKEN}` };
         for await (const m of createClient(AdminService, transport).watchCalls({ cursor }, { headers, signal: AbortSignal.any([followerAbort.signal, leave]) })) {
-          for (const r of m.calls) followed.set(r.requestId, (followed.get(r.requestId) ?? 0) + 1);
+          for (const r of m.calls) {
+            followed.set(r.requestId, (followed.get(r.requestId) ?? 0) + 1);
+            givenAt.set(r.requestId, [...(givenAt.get(r.requestId) ?? []), journal.length]);
+          }
+          journal.push(`${new Date().toISOString()} stream ${stream} message: ${m.calls.length} calls${m.calls.length > 0 ? ` ${m.calls[0]!.requestId} … ${m.calls.at(-1)!.requestId}` : ""}, cursor ${m.cursor}`);
           cursor = m.cursor;
         }
         streamEnds.ended++; // its replica drained (SIGTERM)
-      } catch {
+        journal.push(`${new Date().toISOString()} stream ${stream} ended by the gateway`);
+      } catch (e) {
         if (leave.aborted) streamEnds.left++;
         else if (!followerAbort.signal.aborted) streamEnds.broken++; // its replica killed, or down when asked
+        journal.push(`${new Date().toISOString()} stream ${stream} ${leave.aborted ? "left" : "broken"}: ${String(e)}`);
       }
       followingOn = undefined;
       if (following) await sleep(100);
@@ -331,7 +344,7 @@ try {
   for (const s of seen) if (s.key !== undefined) byKey.set(s.key, [...(byKey.get(s.key) ?? []), s]);
   const twice = [...byKey].filter(([, copies]) => new Set(copies.map((s) => s.requestId).filter((id) => byId.get(id)?.charge === "charged")).size > 1).map(([key]) => key);
   const lost = rows.filter((r) => !followed.has(r.request_id)).map((r) => `${r.request_id} never given`);
-  const givenTwice = [...followed].filter(([, n]) => n > 1).map(([id, n]) => `${id} given ${n} times`);
+  const givenTwice = [...followed].filter(([, n]) => n > 1).map(([id, n]) => `${id} given ${n} times (journal lines ${givenAt.get(id)!.map((at) => at + 1).join(", ")})`);
   const unknown = [...followed.keys()].filter((id) => !byId.has(id)).map((id) => `${id} given, not in the ledger`);
   check(
     "an operator following the ledger (WatchCalls, resumed from its cursor across stops) is given every call once",
@@ -423,7 +436,8 @@ try {
     const dir = join("bench-results", `soak-${new Date(started).toISOString().replaceAll(":", "-")}`);
     mkdirSync(dir, { recursive: true });
     outputs.forEach((o, i) => writeFileSync(join(dir, `start-${i + 1}.log`), withoutSecrets(o())));
-    console.log(`what the replicas wrote, a file for each start: ${dir}`);
+    writeFileSync(join(dir, "follower.log"), `${journal.join("\n")}\n`);
+    console.log(`what the replicas wrote, a file for each start, and the follower's journal (follower.log): ${dir}`);
   }
 } finally {
   for (const r of replicas) r?.child.kill("SIGKILL");
