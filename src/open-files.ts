@@ -32,7 +32,7 @@ export function openFilesLimit(limits: () => string = () => readFileSync("/proc/
 }
 
 /** The files kept for the gateway's own work beside client connections: 256, or a quarter of a limit under 1,024. */
-export function ownFilesReserve(limit: number): number {
+function ownFilesReserve(limit: number): number {
   return Math.min(256, Math.floor(limit / 4));
 }
 

@@ -1010,6 +1010,13 @@ describe("WatchCalls: following the ledger on one stream", () => {
     return r.json.request_id as string;
   };
 
+  /** A client transport of each protocol a stream is followed over: Connect, gRPC-Web and gRPC. */
+  const streamTransports = () => [
+    createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }),
+    createGrpcWebTransport({ baseUrl: gw.base, httpVersion: "1.1" }),
+    createGrpcTransport({ baseUrl: gw.base }),
+  ];
+
   /** Reads a stream's messages into a list as they come, until it ends; `ended` settles with its error, or undefined. */
   function reader(stream: AsyncIterable<{ calls: { requestId: string }[]; cursor: string }>) {
     const messages: { ids: string[]; cursor: string; at: number }[] = [];
@@ -1032,11 +1039,7 @@ describe("WatchCalls: following the ledger on one stream", () => {
   }
 
   it("over Connect, gRPC-Web and gRPC: the calls after the cursor at once, then each call as it commits; the last cursor resumes with nothing lost or twice", async () => {
-    for (const transport of [
-      createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }),
-      createGrpcWebTransport({ baseUrl: gw.base, httpVersion: "1.1" }),
-      createGrpcTransport({ baseUrl: gw.base }),
-    ]) {
+    for (const transport of streamTransports()) {
       const admin = createClient(AdminService, transport);
       const before = [await call(), await call()];
       // From the cursor before the last two calls.
@@ -1073,11 +1076,7 @@ describe("WatchCalls: following the ledger on one stream", () => {
   });
 
   it("from now, over Connect, gRPC-Web and gRPC: none of the calls before it, then each call as it commits; a cursor beside it is refused before any message", async () => {
-    for (const transport of [
-      createConnectTransport({ baseUrl: gw.base, httpVersion: "1.1" }),
-      createGrpcWebTransport({ baseUrl: gw.base, httpVersion: "1.1" }),
-      createGrpcTransport({ baseUrl: gw.base }),
-    ]) {
+    for (const transport of streamTransports()) {
       const admin = createClient(AdminService, transport);
       await call();
       const end = (await admin.followCalls({ fromNow: true }, { headers })).cursor;

@@ -473,7 +473,8 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
         }),
         /**
          * FollowCalls on one stream: reads on from the cursor while there is more, then waits for this
-         * process's next commit (at once) or, in shared mode, its poll (other replicas' commits), never
+         * process's next commit (read 25 ms after the last read at the soonest) or, in shared mode, its poll
+         * (other replicas' commits), never
          * holding a read open.
          * A message goes out for calls, first at once, and after a heartbeat's quiet; a slow reader holds the
          * stream (each message waits for the one before to be taken), not the gateway. It ends when the
@@ -494,13 +495,13 @@ export function adminRoutes(ports: AdminPorts, options: AdminRouteOptions): (rou
           let cursor = req.cursor;
           // From now: the first read starts at the ledger's end; every read after, from the cursor it gave.
           let fromNow = req.fromNow;
-          const account = await followedAccount(req.account).catch(adminError);
           let sent = false;
           // Times on performance.now(): a wall clock stepping back would stop heartbeats and the token's checks for the step.
           let lastSent = -Infinity;
           let lastChecked = performance.now();
           let lastRead = -Infinity;
           try {
+            const account = await followedAccount(req.account);
             while (!ctx.signal.aborted) {
               // A named admin's token, looked at again once a heartbeat, busy or quiet: a revoked one ends the stream.
               if (name !== "" && performance.now() - lastChecked >= heartbeatMs) {
