@@ -43,8 +43,15 @@ export class LibreTranslateEngine implements TranslationEngine {
   }
 
   async translate(segments: readonly string[], target: TargetLanguage, signal: AbortSignal): Promise<{ texts: string[]; partial: ReadonlySet<number> }> {
+    const until = performance.now() + this.options.timeoutMs;
     const limit = AbortSignal.any([signal, AbortSignal.timeout(this.options.timeoutMs)]);
     await this.slot(limit);
+    // A place that came free at the very end of the limit (a request in flight timed out, and this one's own timer, due in
+    // the same moment, has not run yet) is given on: a request sent now would be cut off before any answer could come.
+    if (until - performance.now() < leastTimeToAskMs) {
+      this.release();
+      throw new Error(this.noPlace());
+    }
     try {
       const res = await fetch(new URL("translate", this.options.url.endsWith("/") ? this.options.url : `${this.options.url}/`), {
         method: "POST",
@@ -83,11 +90,15 @@ export class LibreTranslateEngine implements TranslationEngine {
       const giveUp = () => {
         const at = this.waiting.indexOf(waiter);
         if (at >= 0) this.waiting.splice(at, 1);
-        reject(new Error(`no place among the ${this.options.concurrency} translation requests in flight came free in time`));
+        reject(new Error(this.noPlace()));
       };
       this.waiting.push(waiter);
       limit.addEventListener("abort", giveUp, { once: true });
     });
+  }
+
+  private noPlace(): string {
+    return `no place among the ${this.options.concurrency} translation requests in flight came free in time`;
   }
 
   private release(): void {
@@ -96,6 +107,9 @@ export class LibreTranslateEngine implements TranslationEngine {
     else this.running--;
   }
 }
+
+/** The least time left for which a translation request is sent: less cannot see an answer. */
+const leastTimeToAskMs = 10;
 
 /** A response's body as text, refused (and its connection dropped) once it is longer than `most` bytes. */
 async function readAtMost(res: Response, most: number): Promise<string> {
