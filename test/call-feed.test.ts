@@ -80,6 +80,14 @@ async function recordBehind(meter: Meter, rows: readonly LedgerRow[]): Promise<v
   await Promise.all(rows.map((r) => meter.record(r, undefined)));
 }
 
+/** Writes a row to the shared store's ledger as a commit of transaction `txid` would have (0: before the column existed). */
+async function writeRow(pool: pg.Pool, r: LedgerRow, txid: number): Promise<void> {
+  await pool.query(
+    "INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, txid) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::xid8)",
+    [r.requestId, r.at, r.day, r.account, r.operation, r.code, r.charge, r.price, r.cacheHit, r.latencyMicros, r.transport, String(txid)],
+  );
+}
+
 /** Follows from `cursor` at `pageSize` until caught up: the ids given, the cursor kept, and the answers it took. */
 async function follow(
   meter: Pick<Meter, "feed" | "feedEnd">,
@@ -731,30 +739,81 @@ describe("following the ledger, the shared store", () => {
       const { meter, pool } = store;
       const old = [row("old"), row("old")];
       // As an upgraded store holds them: written before step 22's column, so with its constant 0.
-      for (const r of old) {
-        await pool.query(
-          "INSERT INTO ledger (request_id, at, day, account, operation, error_code, charge, price, cache_hit, latency_us, transport, txid) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '0')",
-          [r.requestId, r.at, r.day, r.account, r.operation, r.code, r.charge, r.price, r.cacheHit, r.latencyMicros, r.transport],
-        );
-      }
+      for (const r of old) await writeRow(pool, r, 0);
       const newer = [row("new"), row("new")];
       await record(meter, newer);
       expect((await follow(meter, "", 1)).ids).toEqual([...old.map((r) => r.requestId).sort(), ...newer.map((r) => r.requestId).sort()]);
+      // The statement the meter sends for a page, as it sends it (text and parameters), not one written here beside it.
+      const sent: { text: string; values: unknown[] }[] = [];
+      const query = pool.query.bind(pool) as (text: unknown, values?: unknown) => Promise<unknown>;
+      const spy = vi.spyOn(pool, "query").mockImplementation(((text: unknown, values?: unknown) => {
+        if (typeof text === "string") sent.push({ text, values: (values as unknown[] | undefined) ?? [] });
+        return query(text, values);
+      }) as typeof pool.query);
+      try {
+        await followCalls(meter, { cursor: "", pageSize: 10 });
+      } finally {
+        spy.mockRestore();
+      }
+      const page = sent.find((q) => /FROM ledger\s+WHERE \(txid, request_id/.test(q.text));
+      expect(page, sent.map((q) => q.text).join("\n---\n")).toBeDefined();
       const client = await pool.connect();
       try {
         await client.query("SET enable_sort = off");
         await client.query("SET enable_seqscan = off");
-        const plan = await client.query<{ "QUERY PLAN": string }>(
-          `EXPLAIN SELECT * FROM ledger WHERE (txid, request_id COLLATE "C") > ('5'::xid8, 'x'::text) AND txid < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY txid, request_id COLLATE "C" LIMIT 10`,
-        );
+        const plan = await client.query<{ "QUERY PLAN": string }>(`EXPLAIN ${page!.text}`, page!.values);
         const text = plan.rows.map((r) => r["QUERY PLAN"]).join(" | ");
         expect(text).toContain("ledger_in_commit_order");
+        // A sort would mean the rows are not taken in the index's order: read whole, or (ordered by the id's text) out of order.
         expect(text).not.toMatch(/Sort/);
       } finally {
         client.release();
       }
     } finally {
       await store.close();
+    }
+  });
+
+  it("orders transaction ids as numbers, never as their text: across a new digit (9 to 10, 99 to 100, 999 to 1000) every row comes once and in order, at any page size, for the ledger and for one account; from now starts past the last; a fold's step is whole", async () => {
+    const own = await freshDatabase("call_feed_digits");
+    const pool = openPostgres(own.url, { max: 4 });
+    await migrateSchema(pool);
+    const meter = new PostgresMeter(pool, { holder: "digits", foldStepRows: 3 });
+    try {
+      // Transaction ids are the server's, and a soak run met them crossing 99999 to 100000: a page ordered by the id's
+      // text ("100000" before "99999") gave a row twice, and a full page could pass over rows. The rows are written as
+      // their commits would have been, with ids on both sides of a new digit, every one long ended.
+      const { rows: snapshot } = await pool.query<{ xmin: string }>("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin");
+      expect(BigInt(snapshot[0]!.xmin)).toBeGreaterThan(1000n);
+      const txids = [9, 10, 10, 11, 99, 100, 100, 101, 999, 1000];
+      const written = txids.map((txid, i) => ({ txid, row: row(i % 2 === 0 ? "east" : "west", i < 4 ? "2026-03-01" : "2026-03-02") }));
+      // Written in an order of their own, so nothing rests on the order rows were inserted in.
+      for (const w of [...written].reverse()) await writeRow(pool, w.row, w.txid);
+      const inOrder = [...written].sort((a, b) => a.txid - b.txid || (a.row.requestId < b.row.requestId ? -1 : 1));
+      const ids = (account?: string) => inOrder.filter((w) => account === undefined || w.row.account === account).map((w) => w.row.requestId);
+      for (const pageSize of [1, 2, 3, 4, 100]) expect((await follow(meter, "", pageSize)).ids, `page size ${pageSize}`).toEqual(ids());
+      for (const account of ["east", "west"]) {
+        for (const scanRows of [1, 2, 3, 100]) {
+          for (const pageSize of [1, 2, 100]) expect((await follow(meter, "", pageSize, { account, scanRows })).ids, `${account}, scan ${scanRows}, page size ${pageSize}`).toEqual(ids(account));
+        }
+      }
+      // From now: past the row of transaction 1000, the last in order (by its text, "999" would be).
+      const now = await followCalls(meter, { fromNow: true, pageSize: 10 });
+      expect(now.rows).toEqual([]);
+      const next = row("east", "2026-03-02");
+      await record(meter, [next]);
+      expect((await follow(meter, now.cursor, 10)).ids).toEqual([next.requestId]);
+      // Retention's steps of three: the first is 9, 10 and 10, whole (ordered by their text, "9" would end it after one row).
+      let looks = 0;
+      const stopping = { get aborted() { return ++looks > 1; } } as AbortSignal;
+      expect(await meter.expire("2026-03-02", stopping)).toBe(3);
+      expect((await follow(meter, "", 100)).ids).toEqual([...ids().slice(3), next.requestId]);
+      expect(await meter.expire("2026-03-02")).toBe(1);
+      expect((await follow(meter, "", 100)).ids).toEqual([...ids().slice(4), next.requestId]);
+    } finally {
+      meter.close();
+      await pool.end();
+      await own.drop();
     }
   });
 });

@@ -592,13 +592,19 @@ export class PostgresMeter implements Meter {
    * never given with a hole. (One that comes between the two reads refuses
    * a read that was whole: the follower starts again, as told, and loses
    * nothing.)
+   *
+   * The transaction id is read back as text under a name of its own
+   * (`txid_text`), here and wherever the order is read: an ORDER BY takes an
+   * output column's name first, and under `txid` the text ordered the page
+   * ("100000" before "99999"). When the server's ids gained a digit, that
+   * gave a row twice, and a full page could pass over rows.
    */
   async feed(after: FeedPlace | undefined, limit: number, only?: { readonly account: string; readonly scan: number }): Promise<{ rows: LedgerRow[]; place: FeedPlace; more?: boolean }> {
     const from = after === undefined ? { txid: "0", requestId: "" } : feedPlace(after);
     const take = Math.max(0, Math.floor(limit));
     if (only !== undefined) return this.accountFeed(after, from, take, only);
     const rows = await this.pool.query<Record<string, unknown>>(
-      `SELECT txid::text AS txid, ${ledgerColumns} FROM ledger
+      `SELECT txid::text AS txid_text, ${ledgerColumns} FROM ledger
        WHERE (txid, request_id COLLATE "C") > ($1::xid8, $2::text) AND txid < pg_snapshot_xmin(pg_current_snapshot())
        ORDER BY txid, request_id COLLATE "C" LIMIT ${take}`,
       [from.txid, from.requestId],
@@ -606,7 +612,7 @@ export class PostgresMeter implements Meter {
     const mark = await this.foldMark(from);
     if (after !== undefined && mark?.passed === true) throw foldedPastCursor();
     const last = rows.rows.at(-1);
-    if (last !== undefined) return { rows: rows.rows.map(rowFromSql), place: `p${String(last.txid)}.${String(last.request_id)}` };
+    if (last !== undefined) return { rows: rows.rows.map(rowFromSql), place: `p${String(last.txid_text)}.${String(last.request_id)}` };
     return { rows: [], place: mark?.passed === true ? `p${mark.txid}.${mark.request_id}` : `p${from.txid}.${from.requestId}` };
   }
 
@@ -655,8 +661,8 @@ export class PostgresMeter implements Meter {
     only: { readonly account: string; readonly scan: number },
   ): Promise<{ rows: LedgerRow[]; place: FeedPlace; more: boolean }> {
     const scan = Math.max(1, Math.floor(only.scan));
-    const tail = await this.pool.query<{ txid: string; request_id: string; read: string }>(
-      `SELECT txid::text AS txid, request_id, count(*) OVER ()::text AS read FROM (
+    const tail = await this.pool.query<{ txid_text: string; request_id: string; read: string }>(
+      `SELECT txid::text AS txid_text, request_id, count(*) OVER ()::text AS read FROM (
          SELECT txid, request_id FROM ledger
          WHERE (txid, request_id COLLATE "C") > ($1::xid8, $2::text) AND txid < pg_snapshot_xmin(pg_current_snapshot())
          ORDER BY txid, request_id COLLATE "C" LIMIT ${scan}
@@ -669,18 +675,18 @@ export class PostgresMeter implements Meter {
         ? []
         : (
             await this.pool.query<Record<string, unknown>>(
-              `SELECT txid::text AS txid, ${ledgerColumns} FROM ledger
+              `SELECT txid::text AS txid_text, ${ledgerColumns} FROM ledger
                WHERE (txid, request_id COLLATE "C") > ($1::xid8, $2::text) AND (txid, request_id COLLATE "C") <= ($3::xid8, $4::text) AND account || '' = $5
                ORDER BY txid, request_id COLLATE "C" LIMIT ${take}`,
-              [from.txid, from.requestId, end.txid, end.request_id, only.account],
+              [from.txid, from.requestId, end.txid_text, end.request_id, only.account],
             )
           ).rows;
     const mark = await this.foldMark(from);
     if (after !== undefined && mark?.passed === true) throw foldedPastCursor();
     const last = rows.at(-1);
     const full = take > 0 && rows.length === take;
-    if (full) return { rows: rows.map(rowFromSql), place: `p${String(last!.txid)}.${String(last!.request_id)}`, more: false };
-    if (end !== undefined) return { rows: rows.map(rowFromSql), place: `p${end.txid}.${end.request_id}`, more: Number(end.read) >= scan };
+    if (full) return { rows: rows.map(rowFromSql), place: `p${String(last!.txid_text)}.${String(last!.request_id)}`, more: false };
+    if (end !== undefined) return { rows: rows.map(rowFromSql), place: `p${end.txid_text}.${end.request_id}`, more: Number(end.read) >= scan };
     return { rows: [], place: mark?.passed === true ? `p${mark.txid}.${mark.request_id}` : `p${from.txid}.${from.requestId}`, more: false };
   }
 
@@ -724,8 +730,8 @@ export class PostgresMeter implements Meter {
         while (signal?.aborted !== true) {
           await client.query("BEGIN");
           try {
-            const last = await client.query<{ txid: string; request_id: string }>(
-              `SELECT txid::text AS txid, request_id FROM (
+            const last = await client.query<{ txid_text: string; request_id: string }>(
+              `SELECT txid::text AS txid_text, request_id FROM (
                  SELECT txid, request_id FROM ledger WHERE (txid, request_id COLLATE "C") < ($1::xid8, $2::text) ORDER BY txid, request_id COLLATE "C" LIMIT $3
                ) step ORDER BY txid DESC, request_id COLLATE "C" DESC LIMIT 1`,
               [bound.txid, bound.request_id, this.options.foldStepRows],
@@ -735,7 +741,7 @@ export class PostgresMeter implements Meter {
               await client.query("COMMIT");
               break;
             }
-            const step = [through.txid, through.request_id];
+            const step = [through.txid_text, through.request_id];
             // The step's rows deleted and summed into the totals in one statement: read once, by the index.
             const folded = await client.query<{ n: string }>(
               `WITH gone AS (
