@@ -275,7 +275,7 @@ try {
             followed.set(r.requestId, (followed.get(r.requestId) ?? 0) + 1);
             givenAt.set(r.requestId, [...(givenAt.get(r.requestId) ?? []), journal.length]);
           }
-          journal.push(`${new Date().toISOString()} stream ${stream} message: ${m.calls.length} calls${m.calls.length > 0 ? ` ${m.calls[0]!.requestId} … ${m.calls.at(-1)!.requestId}` : ""}, cursor ${m.cursor}`);
+          journal.push(`${new Date().toISOString()} stream ${stream} message: ${m.calls.length} calls${m.calls.length > 0 ? ` ${m.calls.map((c) => c.requestId).join(" ")}` : ""}, cursor ${m.cursor}`);
           cursor = m.cursor;
         }
         streamEnds.ended++; // its replica drained (SIGTERM)
@@ -423,7 +423,10 @@ try {
     const what = s.outcome === "answered" ? s.code : `${s.outcome} (${s.code})`;
     outcomes.set(what, (outcomes.get(what) ?? 0) + 1);
   }
-  console.log(`${seen.length} calls, ${rows.length} ledger rows; stops: ${stops.map((s) => `${s.signal} replica ${s.replica} at ${Math.round(s.at / 1000)} s`).join(", ") || "none"}`);
+  // The transaction ids the shared ledger's rows span: a follower's order crosses a new digit only when they do (10^k).
+  const span = pool === undefined ? [] : await query<{ first: string; last: string }>("SELECT min(txid)::text AS first, max(txid)::text AS last FROM ledger");
+  const txids = span[0]?.first === undefined || span[0].first === null ? "" : ` (transaction ids ${span[0].first} to ${span[0].last})`;
+  console.log(`${seen.length} calls, ${rows.length} ledger rows${txids}; stops: ${stops.map((s) => `${s.signal} replica ${s.replica} at ${Math.round(s.at / 1000)} s`).join(", ") || "none"}`);
   console.log(`what callers saw: ${[...outcomes].sort((a, b) => b[1] - a[1]).map(([k, n]) => `${k} ${n}`).join(", ")}`);
   for (const c of checks) console.log(`${c.ok ? "ok  " : "FAIL"} ${c.name}: ${c.detail}`);
   exitCode = checks.every((c) => c.ok) ? 0 : 1;
@@ -437,6 +440,10 @@ try {
     mkdirSync(dir, { recursive: true });
     outputs.forEach((o, i) => writeFileSync(join(dir, `start-${i + 1}.log`), withoutSecrets(o())));
     writeFileSync(join(dir, "follower.log"), `${journal.join("\n")}\n`);
+    if (pool !== undefined) {
+      const ledger = await query<{ txid: string; request_id: string; xmin: string; ctid: string; at: string }>('SELECT txid::text AS txid, request_id, xmin::text AS xmin, ctid::text AS ctid, at::text AS at FROM ledger ORDER BY txid, request_id COLLATE "C"');
+      writeFileSync(join(dir, "ledger.tsv"), ledger.map((r) => `${r.txid}\t${r.request_id}\t${r.xmin}\t${r.ctid}\t${r.at}`).join("\n") + "\n");
+    }
     console.log(`what the replicas wrote, a file for each start, and the follower's journal (follower.log): ${dir}`);
   }
 } finally {
