@@ -22,6 +22,7 @@ import pg from "pg";
 import { demoRecords } from "../src/catalogue/demo-dataset.ts";
 import { RetailService } from "../src/gen/gateway/catalogue/v1/retail_pb.js";
 import { AdminService } from "../src/gen/gateway/admin/v1/admin_pb.js";
+import { AccountService } from "../src/gen/gateway/account/v1/account_pb.js";
 import { CacheMode, Lang, StatusBlockSchema } from "../src/gen/gateway/catalogue/v1/status_pb.js";
 import { runCli } from "../test/support/cli.ts";
 import { FakeUpstream, type Behaviour } from "../test/support/fake-upstream.ts";
@@ -290,6 +291,38 @@ try {
     }
   };
   const following$ = follower();
+  // A team following its own calls (account 0's, FollowMyCalls with its key): an answer of 20 calls at most, so
+  // answers are often full (where an order wrong by a digit passed over rows), each asked of any replica alive
+  // (a cursor is the store's, good on every replica), a fifth of a second apart once caught up.
+  const teamFollowed = new Map<string, number>();
+  let teamAnswers = 0;
+  let teamFailures = 0;
+  const teamFollower = async () => {
+    let cursor = "";
+    while (following) {
+      const alive = replicas.filter((r) => r.alive);
+      if (alive.length === 0) {
+        await sleep(50);
+        continue;
+      }
+      const replica = pick(alive);
+      const transport = Math.random() < 0.5 ? createGrpcTransport({ baseUrl: replica.base }) : createConnectTransport({ baseUrl: replica.base, httpVersion: "1.1" });
+      try {
+        const page = await createClient(AccountService, transport).followMyCalls(
+          { cursor, pageSize: 20 },
+          { headers: { "x-api-key": accounts[0]!.key, "x-api-secret": accounts[0]!.secret }, signal: AbortSignal.any([followerAbort.signal, AbortSignal.timeout(5000)]) },
+        );
+        teamAnswers++;
+        for (const c of page.calls) teamFollowed.set(c.requestId, (teamFollowed.get(c.requestId) ?? 0) + 1);
+        cursor = page.cursor;
+        if (page.caughtUp) await sleep(200);
+      } catch {
+        teamFailures++; // its replica killed or down when asked: asked again, of another
+        if (following) await sleep(100);
+      }
+    }
+  };
+  const teamFollowing$ = teamFollower();
   console.log(`soak: ${seconds} s, ${callers} callers (${Math.round(giveUp * 100)}% of calls given up at random), ${embedded ? "1 replica on the embedded store" : "3 replicas in shared mode"}${kills ? ", one stopped every 12-20 s" : ""}`);
   const all = Array.from({ length: callers }, caller);
   const troubling = kills ? trouble() : Promise.resolve();
@@ -304,10 +337,11 @@ try {
   );
   const byId = new Map(rows.map((r) => [r.request_id, r]));
   // The follower catches up with the ledger (a quarter of a second from another replica's commit), or is given 20 s.
-  for (let waited = 0; waited < 20_000 && rows.some((r) => !followed.has(r.request_id)); waited += 100) await sleep(100);
+  const teamRows = rows.filter((r) => r.account === accounts[0]!.key);
+  for (let waited = 0; waited < 20_000 && (rows.some((r) => !followed.has(r.request_id)) || teamRows.some((r) => !teamFollowed.has(r.request_id))); waited += 100) await sleep(100);
   following = false;
   followerAbort.abort();
-  await following$;
+  await Promise.all([following$, teamFollowing$]);
   const checks: Check[] = [];
   const check = (name: string, problems: string[], detail: string) => checks.push({ name, ok: problems.length === 0, detail: problems.length === 0 ? detail : problems.slice(0, 5).join("; ") + (problems.length > 5 ? `; and ${problems.length - 5} more` : "") });
 
@@ -350,6 +384,15 @@ try {
     "an operator following the ledger (WatchCalls, resumed from its cursor across stops) is given every call once",
     [...lost, ...givenTwice, ...unknown],
     `${followed.size} calls over ${streamEnds.ended + streamEnds.broken + streamEnds.left + 1} streams: ${streamEnds.ended} ended by a replica draining, ${streamEnds.broken} broken or refused (a replica killed, stopping or down), ${streamEnds.left} left for another replica`,
+  );
+  check(
+    "a team following its own calls (FollowMyCalls, answers of 20, any replica) is given each of its calls once, and no other account's",
+    [
+      ...teamRows.filter((r) => !teamFollowed.has(r.request_id)).map((r) => `${r.request_id} never given`),
+      ...[...teamFollowed].filter(([, n]) => n > 1).map(([id, n]) => `${id} given ${n} times`),
+      ...[...teamFollowed.keys()].filter((id) => byId.get(id)?.account !== accounts[0]!.key).map((id) => `${id} given, ${byId.has(id) ? "another account's" : "not in the ledger"}`),
+    ],
+    `${teamFollowed.size} calls over ${teamAnswers} answers (${teamFailures} asks failed: a replica killed or down)`,
   );
   check("a call sent again under its Idempotency-Key is charged once", twice, `${byKey.size} keys, ${[...byKey.values()].filter((c) => c.length > 1).length} sent twice`);
 
