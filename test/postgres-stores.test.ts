@@ -204,6 +204,18 @@ describe("named admins", () => {
     const rows = JSON.stringify((await a.query("SELECT * FROM admin_tokens")).rows);
     expect(rows).not.toContain(token);
   });
+
+  it("are listed in the order they were added, by time as a number (read back as text, 12 digits before 13)", async () => {
+    const store = new PostgresAdminTokens(a);
+    // 2001-09-09, a millisecond apart: the last time with 12 digits, the first with 13.
+    expect(await store.add({ name: "twelve-digits", createdAt: 999_999_999_999, createdBy: "test" }, "a".repeat(64))).toBe(true);
+    expect(await store.add({ name: "thirteen-digits", createdAt: 1_000_000_000_000, createdBy: "test" }, "b".repeat(64))).toBe(true);
+    const listed = (await store.list()).filter((x) => x.name.endsWith("-digits"));
+    expect(listed.map((x) => [x.name, x.createdAt])).toEqual([
+      ["twelve-digits", 999_999_999_999],
+      ["thirteen-digits", 1_000_000_000_000],
+    ]);
+  });
 });
 
 describe("maintenance switches", () => {

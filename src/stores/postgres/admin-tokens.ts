@@ -54,6 +54,6 @@ export class PostgresAdminTokens implements AdminTokenStore {
   }
 
   async list(): Promise<NamedAdmin[]> {
-    return (await this.pool.query<AdminRow>(`SELECT ${columns} FROM admin_tokens ORDER BY created_at, name`)).rows.map(adminFromRow);
+    return (await this.pool.query<AdminRow>(`SELECT ${columns} FROM admin_tokens ORDER BY admin_tokens.created_at, name`)).rows.map(adminFromRow);
   }
 }
