@@ -565,10 +565,10 @@ export class SqliteMeter implements Meter {
             },
             bigints: true,
           },
-      ...(q.rows ? [{ sql: `SELECT * FROM ledger ${filter(where)} ${inPlaceOrder} LIMIT :limit`, params: { ...params, limit: q.rows }, bigints: true }] : []),
+      ...(q.rows ? [{ sql: `SELECT ${rowColumns} FROM ledger ${filter(where)} ${inPlaceOrder} LIMIT :limit`, params: { ...params, limit: q.rows }, bigints: true, arrays: true }] : []),
     ]);
     const totals = answers[0]!;
-    const rows = q.rows ? answers[1]! : [];
+    const rows = q.rows ? (answers[1]! as unknown as unknown[][]) : [];
     return {
       totals: totals.map((t) => ({
         account: (t.account as string) || undefined,
@@ -582,7 +582,7 @@ export class SqliteMeter implements Meter {
         upstreamRequests: Number(t.upstream_requests),
         ...(q.byAddress ? { clientIp: t.client_ip as string } : {}),
       })),
-      rows: rows.map(rowFromSql),
+      rows: rows.map(rowFromColumns),
     };
   }
 
@@ -644,12 +644,13 @@ export class SqliteMeter implements Meter {
     }
     const [rows] = await this.reader.read([
       {
-        sql: `SELECT * FROM ledger ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""} ${inPlaceOrder} LIMIT :limit`,
+        sql: `SELECT ${rowColumns} FROM ledger ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""} ${inPlaceOrder} LIMIT :limit`,
         params: { ...params, limit: Math.max(0, Math.floor(limit)) },
         bigints: true,
+        arrays: true,
       },
     ]);
-    return rows!.map(rowFromSql);
+    return (rows! as unknown as unknown[][]).map(rowFromColumns);
   }
 
   /**
@@ -741,13 +742,15 @@ export class SqliteMeter implements Meter {
     // rows are read from a range of rowids (the ledger's own order, numbered without gaps but where retention folded),
     // so at most `scan` rows are looked at whatever the account did: `+account` keeps the account's index out, which
     // would read every row of the account for each answer (1M rows, 50,000 of one account: 8.8 ms an answer, 3.5 so).
-    const [rows, marks, top] = await this.reader.read([
+    // Rows as arrays (`rowColumns`): a follower of every call reads each row and is handed it from the read thread.
+    const [found, marks, top] = await this.reader.read([
       only === undefined
-        ? { sql: "SELECT rowid AS seq, * FROM ledger WHERE rowid > :from ORDER BY rowid LIMIT :limit", params: { from, limit: take }, bigints: true }
+        ? { sql: `SELECT ${rowColumns} FROM ledger WHERE rowid > :from ORDER BY rowid LIMIT :limit`, params: { from, limit: take }, bigints: true, arrays: true }
         : {
-            sql: "SELECT rowid AS seq, * FROM ledger WHERE rowid > max(:from, (SELECT folded_through FROM ledger_feed)) AND rowid <= max(:from, (SELECT folded_through FROM ledger_feed)) + :scan AND +account = :account ORDER BY rowid LIMIT :limit",
+            sql: `SELECT ${rowColumns} FROM ledger WHERE rowid > max(:from, (SELECT folded_through FROM ledger_feed)) AND rowid <= max(:from, (SELECT folded_through FROM ledger_feed)) + :scan AND +account = :account ORDER BY rowid LIMIT :limit`,
             params: { from, limit: take, scan: Math.max(1, Math.floor(only.scan)), account: only.account },
             bigints: true,
+            arrays: true,
           },
       { sql: "SELECT folded_through FROM ledger_feed", params: {} },
       ...(only === undefined ? [] : [{ sql: "SELECT coalesce(max(rowid), 0) AS seq FROM ledger", params: {} }]),
@@ -756,13 +759,14 @@ export class SqliteMeter implements Meter {
     if (after !== undefined && from < folded) {
       throw foldedPastCursor();
     }
-    const last = rows!.at(-1);
-    if (only === undefined) return { rows: rows!.map(rowFromSql), place: `e${last === undefined ? Math.max(from, folded) : Number(last.seq)}` };
+    const rows = found as unknown as unknown[][];
+    const last = rows.at(-1);
+    if (only === undefined) return { rows: rows.map(rowFromColumns), place: `e${last === undefined ? Math.max(from, folded) : Number(last[0])}` };
     // Past the last row given when the page is full; else past every row read: the range's end, or the newest row.
     const start = Math.max(from, folded);
     const end = Math.min(start + Math.max(1, Math.floor(only.scan)), Math.max(start, Number(top![0]!.seq)));
-    const full = take > 0 && rows!.length === take;
-    return { rows: rows!.map(rowFromSql), place: `e${full ? Number(last!.seq) : end}`, more: !full && end < Number(top![0]!.seq) };
+    const full = take > 0 && rows.length === take;
+    return { rows: rows.map(rowFromColumns), place: `e${full ? Number(last![0]) : end}`, more: !full && end < Number(top![0]!.seq) };
   }
 
   /** Past the newest row, or past what retention folded where it folded every row (`Meter.feedEnd`). */
@@ -793,20 +797,24 @@ function decrement(map: Map<string, number>, key: string): void {
   else map.set(key, n);
 }
 
-function rowFromSql(r: Record<string, unknown>): LedgerRow {
+/** A ledger row's columns as its readers take them (as arrays: `SqlRead.arrays`), its number (rowid) first, in the order `rowFromColumns` reads them. */
+const rowColumns = "rowid, request_id, at, day, account, operation, error_code, charge, price, cache_hit, upstream_requests, latency_us, transport, client_ip";
+
+/** A row of `rowColumns`, read as an array (bigints). */
+function rowFromColumns(r: unknown[]): LedgerRow {
   return {
-    requestId: r.request_id as string,
-    at: Number(r.at),
-    day: r.day as string,
-    account: (r.account as string | null) || undefined,
-    operation: ((r.operation as string | null) || undefined) as OperationId | undefined,
-    code: Number(r.error_code) as ErrorCode,
-    charge: r.charge as ChargeClass,
-    price: r.price as bigint,
-    cacheHit: Number(r.cache_hit) === 1,
-    upstreamRequests: Number(r.upstream_requests),
-    latencyMicros: Number(r.latency_us),
-    transport: r.transport as Transport,
-    clientIp: (r.client_ip as string | null) ?? undefined,
+    requestId: r[1] as string,
+    at: Number(r[2]),
+    day: r[3] as string,
+    account: (r[4] as string | null) || undefined,
+    operation: ((r[5] as string | null) || undefined) as OperationId | undefined,
+    code: Number(r[6]) as ErrorCode,
+    charge: r[7] as ChargeClass,
+    price: r[8] as bigint,
+    cacheHit: Number(r[9]) === 1,
+    upstreamRequests: Number(r[10]),
+    latencyMicros: Number(r[11]),
+    transport: r[12] as Transport,
+    clientIp: (r[13] as string | null) ?? undefined,
   };
 }

@@ -17,7 +17,7 @@ db.function("gw_lower", { deterministic: true }, (v) => (typeof v === "string" ?
 /** @type {Map<string, import("node:sqlite").StatementSync>} */
 const statements = new Map();
 
-/** @param {{ sql: string, params: Record<string, unknown>, bigints?: boolean }} q */
+/** @param {{ sql: string, params: Record<string, unknown>, bigints?: boolean, arrays?: boolean }} q */
 function run(q) {
   let st = statements.get(q.sql);
   if (st === undefined) {
@@ -25,10 +25,11 @@ function run(q) {
     statements.set(q.sql, st);
   }
   st.setReadBigInts(q.bigints === true);
+  st.setReturnArrays(q.arrays === true);
   return st.all(q.params);
 }
 
-parentPort.on("message", (/** @type {{ id: number, queries: { sql: string, params: Record<string, unknown>, bigints?: boolean }[] }} */ m) => {
+parentPort.on("message", (/** @type {{ id: number, queries: { sql: string, params: Record<string, unknown>, bigints?: boolean, arrays?: boolean }[] }} */ m) => {
   try {
     db.exec("BEGIN");
     try {

@@ -2,11 +2,16 @@ import type { DatabaseSync, SQLInputValue, StatementSync } from "node:sqlite";
 import { Worker } from "node:worker_threads";
 import { readTransaction } from "./sqlite-database.ts";
 
-/** One read-only statement of a report, with its named parameters; `bigints`: integers read as bigint. */
+/**
+ * One read-only statement of a report, with its named parameters; `bigints`: integers read as bigint; `arrays`: each
+ * row an array of the statement's columns in their order, not an object (cheaper to read, and to hand over from the
+ * read thread: the ledger's feed, 1.5 and 0.9 µs a row against 2.0 and 2.0-3.1 as objects).
+ */
 export interface SqlRead {
   readonly sql: string;
   readonly params: Record<string, SQLInputValue>;
   readonly bigints?: boolean;
+  readonly arrays?: boolean;
 }
 
 /**
@@ -38,6 +43,7 @@ export class InThreadReader implements SqlReader {
           this.statements.set(q.sql, st);
         }
         st.setReadBigInts(q.bigints === true);
+        st.setReturnArrays(q.arrays === true);
         return st.all(q.params) as Record<string, unknown>[];
       }),
     );
