@@ -164,6 +164,18 @@ try {
   const retail = demoRecords().filter((r) => r.kind === "item_detail" && (r.catalogue ?? "retail") === "retail");
   const items = [...retail.filter((r) => r.obtainable).slice(0, 60), ...retail.filter((r) => !r.obtainable).slice(0, 6)].map((r) => (r.item as { num_iid: string }).num_iid);
 
+  /** A replica alive, picked at random, waited for while none is (all stopped at once); undefined once `still()` is false. */
+  const someAlive = async (still: () => boolean): Promise<Replica | undefined> => {
+    while (still()) {
+      const alive = replicas.filter((r) => r.alive);
+      if (alive.length > 0) return pick(alive);
+      await sleep(50);
+    }
+    return undefined;
+  };
+  /** An RPC client's way to a replica: gRPC (HTTP/2) or Connect over HTTP/1.1. */
+  const transportTo = (replica: Replica, grpc: boolean) => (grpc ? createGrpcTransport({ baseUrl: replica.base }) : createConnectTransport({ baseUrl: replica.base, httpVersion: "1.1" }));
+
   const seen: Seen[] = [];
   const call = async (account: number, transport: Seen["transport"], replica: Replica, item: string, cacheNo: boolean, lang: Seen["lang"], giveUpAfter: number | undefined, key: string | undefined) => {
     const a = accounts[account]!;
@@ -179,7 +191,7 @@ try {
         const json = JSON.parse(await res.text()) as { error_code: string; request_id: string };
         Object.assign(s, { outcome: "answered", code: json.error_code, requestId: json.request_id, replayOf: res.headers.get("original-request-id") ?? undefined });
       } else {
-        const client = createClient(RetailService, transport === "grpc" ? createGrpcTransport({ baseUrl: replica.base }) : createConnectTransport({ baseUrl: replica.base, httpVersion: "1.1" }));
+        const client = createClient(RetailService, transportTo(replica, transport === "grpc"));
         let replayOf: string | undefined;
         try {
           const r = await client.itemGet(
@@ -206,18 +218,15 @@ try {
 
   let running = true;
   const caller = async () => {
-    while (running) {
-      const alive = replicas.filter((r) => r.alive);
-      if (alive.length === 0) {
-        await sleep(50);
-        continue;
-      }
+    for (;;) {
+      const replica = await someAlive(() => running);
+      if (replica === undefined) return;
       const account = pick([0, 0, 0, 1, 2, 3]);
       const item = pick(items);
       const cacheNo = Math.random() < 0.03;
       const key = Math.random() < 0.1 ? randomUUID() : undefined;
       const lang = pick(["cn", "cn", "cn", "en", "ru"] as const);
-      await call(account, pick(["legacy", "connect", "grpc"] as const), pick(alive), item, cacheNo, lang, Math.random() < giveUp ? 10 + random(2000) : undefined, key);
+      await call(account, pick(["legacy", "connect", "grpc"] as const), replica, item, cacheNo, lang, Math.random() < giveUp ? 10 + random(2000) : undefined, key);
       // Half the calls sent with a key are sent again, to a replica picked anew: charged once, whatever happened.
       if (key !== undefined && Math.random() < 0.5) {
         const again = replicas.filter((r) => r.alive);
@@ -256,16 +265,12 @@ try {
   const followerAbort = new AbortController();
   const follower = async () => {
     let cursor = "";
-    while (following) {
-      const alive = replicas.filter((r) => r.alive);
-      if (alive.length === 0) {
-        await sleep(50);
-        continue;
-      }
-      const replica = pick(alive);
+    for (;;) {
+      const replica = await someAlive(() => following);
+      if (replica === undefined) return;
       followingOn = replica.id;
       const grpc = Math.random() < 0.5;
-      const transport = grpc ? createGrpcTransport({ baseUrl: replica.base }) : createConnectTransport({ baseUrl: replica.base, httpVersion: "1.1" });
+      const transport = transportTo(replica, grpc);
       const leave = AbortSignal.timeout(5000 + random(10_000));
       const stream = streamEnds.ended + streamEnds.broken + streamEnds.left + 1;
       journal.push(`${new Date().toISOString()} stream ${stream} on replica ${replica.id} over ${grpc ? "gRPC" : "Connect"} from ${cursor || "(start)"}`);
@@ -299,14 +304,10 @@ try {
   let teamFailures = 0;
   const teamFollower = async () => {
     let cursor = "";
-    while (following) {
-      const alive = replicas.filter((r) => r.alive);
-      if (alive.length === 0) {
-        await sleep(50);
-        continue;
-      }
-      const replica = pick(alive);
-      const transport = Math.random() < 0.5 ? createGrpcTransport({ baseUrl: replica.base }) : createConnectTransport({ baseUrl: replica.base, httpVersion: "1.1" });
+    for (;;) {
+      const replica = await someAlive(() => following);
+      if (replica === undefined) return;
+      const transport = transportTo(replica, Math.random() < 0.5);
       try {
         const page = await createClient(AccountService, transport).followMyCalls(
           { cursor, pageSize: 20 },
@@ -392,7 +393,7 @@ try {
       ...[...teamFollowed].filter(([, n]) => n > 1).map(([id, n]) => `${id} given ${n} times`),
       ...[...teamFollowed.keys()].filter((id) => byId.get(id)?.account !== accounts[0]!.key).map((id) => `${id} given, ${byId.has(id) ? "another account's" : "not in the ledger"}`),
     ],
-    `${teamFollowed.size} calls over ${teamAnswers} answers (${teamFailures} asks failed: a replica killed or down)`,
+    `${teamFollowed.size} calls over ${teamAnswers} answers (${teamFailures} ${teamFailures === 1 ? "ask" : "asks"} failed: a replica killed or down)`,
   );
   check("a call sent again under its Idempotency-Key is charged once", twice, `${byKey.size} keys, ${[...byKey.values()].filter((c) => c.length > 1).length} sent twice`);
 
