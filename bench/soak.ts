@@ -378,21 +378,23 @@ try {
   const byKey = new Map<string, Seen[]>();
   for (const s of seen) if (s.key !== undefined) byKey.set(s.key, [...(byKey.get(s.key) ?? []), s]);
   const twice = [...byKey].filter(([, copies]) => new Set(copies.map((s) => s.requestId).filter((id) => byId.get(id)?.charge === "charged")).size > 1).map(([key]) => key);
-  const lost = rows.filter((r) => !followed.has(r.request_id)).map((r) => `${r.request_id} never given`);
-  const givenTwice = [...followed].filter(([, n]) => n > 1).map(([id, n]) => `${id} given ${n} times (journal lines ${givenAt.get(id)!.map((at) => at + 1).join(", ")})`);
-  const unknown = [...followed.keys()].filter((id) => !byId.has(id)).map((id) => `${id} given, not in the ledger`);
+  /** What a follower was given against the rows it should have been given: each once, none missed, no other. */
+  const givenOnce = (own: readonly { request_id: string }[], given: ReadonlyMap<string, number>, where: (id: string) => string = () => "") => {
+    const ids = new Set(own.map((r) => r.request_id));
+    return [
+      ...own.filter((r) => !given.has(r.request_id)).map((r) => `${r.request_id} never given`),
+      ...[...given].filter(([, n]) => n > 1).map(([id, n]) => `${id} given ${n} times${where(id)}`),
+      ...[...given.keys()].filter((id) => !ids.has(id)).map((id) => `${id} given, ${byId.has(id) ? "another account's" : "not in the ledger"}`),
+    ];
+  };
   check(
     "an operator following the ledger (WatchCalls, resumed from its cursor across stops) is given every call once",
-    [...lost, ...givenTwice, ...unknown],
+    givenOnce(rows, followed, (id) => ` (journal lines ${givenAt.get(id)!.map((at) => at + 1).join(", ")})`),
     `${followed.size} calls over ${streamEnds.ended + streamEnds.broken + streamEnds.left + 1} streams: ${streamEnds.ended} ended by a replica draining, ${streamEnds.broken} broken or refused (a replica killed, stopping or down), ${streamEnds.left} left for another replica`,
   );
   check(
     "a team following its own calls (FollowMyCalls, answers of 20, any replica) is given each of its calls once, and no other account's",
-    [
-      ...teamRows.filter((r) => !teamFollowed.has(r.request_id)).map((r) => `${r.request_id} never given`),
-      ...[...teamFollowed].filter(([, n]) => n > 1).map(([id, n]) => `${id} given ${n} times`),
-      ...[...teamFollowed.keys()].filter((id) => byId.get(id)?.account !== accounts[0]!.key).map((id) => `${id} given, ${byId.has(id) ? "another account's" : "not in the ledger"}`),
-    ],
+    givenOnce(teamRows, teamFollowed),
     `${teamFollowed.size} calls over ${teamAnswers} answers (${teamFailures} ${teamFailures === 1 ? "ask" : "asks"} failed: a replica killed or down)`,
   );
   check("a call sent again under its Idempotency-Key is charged once", twice, `${byKey.size} keys, ${[...byKey.values()].filter((c) => c.length > 1).length} sent twice`);
@@ -485,7 +487,7 @@ try {
     outputs.forEach((o, i) => writeFileSync(join(dir, `start-${i + 1}.log`), withoutSecrets(o())));
     writeFileSync(join(dir, "follower.log"), `${journal.join("\n")}\n`);
     if (pool !== undefined) {
-      const ledger = await query<{ txid: string; request_id: string; xmin: string; ctid: string; at: string }>('SELECT txid::text AS txid, request_id, xmin::text AS xmin, ctid::text AS ctid, at::text AS at FROM ledger ORDER BY txid, request_id COLLATE "C"');
+      const ledger = await query<{ txid: string; request_id: string; xmin: string; ctid: string; at: string }>('SELECT txid::text AS txid, request_id, xmin::text AS xmin, ctid::text AS ctid, at::text AS at FROM ledger ORDER BY ledger.txid, request_id COLLATE "C"');
       writeFileSync(join(dir, "ledger.tsv"), ledger.map((r) => `${r.txid}\t${r.request_id}\t${r.xmin}\t${r.ctid}\t${r.at}`).join("\n") + "\n");
     }
     console.log(`what the replicas wrote, a file for each start, and the follower's journal (follower.log): ${dir}`);

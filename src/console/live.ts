@@ -45,9 +45,7 @@ export async function liveView(main: HTMLElement, shell: Shell): Promise<void> {
   };
   const figures = { calls: figure("Calls", "live-calls"), refused: figure("Refused", "live-refused"), charged: figure("Charged", "live-charged"), hits: figure("From the cache", "live-hits"), rate: figure("A second, last 10 s", "live-rate") };
 
-  const matches = (r: UsageRow) => {
-    return !refusedOnly.checked || r.errorCode !== 0;
-  };
+  const matches = (r: UsageRow) => !refusedOnly.checked || r.errorCode !== 0;
   const rowOf = (r: UsageRow) =>
     h("tr", { "data-request-id": r.requestId, class: r.errorCode !== 0 ? "refused" : undefined }, ...callCells(r).map((c, i) => h("td", callNumeric.includes(i) ? { class: "num" } : {}, c)));
   const told = () => {
